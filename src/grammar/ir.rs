@@ -1,0 +1,239 @@
+//! The intermediate form every constraint compiles to: a byte-level context-free grammar.
+//!
+//! GBNF grammars (`gbnf.rs`) and JSON Schemas (`schema.rs`) both lower to a [`Grammar`]; the
+//! automaton (`automaton.rs`) is built from it and knows nothing of where it came from.
+//! Terminals are sets of bytes, never characters: a character class is lowered to the UTF-8
+//! byte sequences of its ranges, so the automaton tracks partial characters across token
+//! boundaries for free. Repetition bounds are expanded into rules by the front ends.
+//!
+//! Key types: [`Grammar`], [`Rule`], [`Symbol`], [`ByteSet`], [`RuleId`].
+//! Cost: plain data; building one is linear in the size of the source.
+
+use std::fmt;
+
+/// Index of a rule inside its [`Grammar`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RuleId(pub u32);
+
+impl RuleId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// A set of bytes as a 256-bit bitmap.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct ByteSet(pub [u64; 4]);
+
+impl ByteSet {
+    pub const EMPTY: ByteSet = ByteSet([0; 4]);
+    pub const ALL: ByteSet = ByteSet([u64::MAX; 4]);
+
+    pub fn single(byte: u8) -> ByteSet {
+        let mut set = ByteSet::EMPTY;
+        set.insert(byte);
+        set
+    }
+
+    /// All bytes in `lo..=hi`.
+    pub fn range(lo: u8, hi: u8) -> ByteSet {
+        let mut set = ByteSet::EMPTY;
+        set.insert_range(lo, hi);
+        set
+    }
+
+    pub fn insert(&mut self, byte: u8) {
+        self.0[(byte >> 6) as usize] |= 1u64 << (byte & 63);
+    }
+
+    pub fn insert_range(&mut self, lo: u8, hi: u8) {
+        for byte in lo..=hi {
+            self.insert(byte);
+        }
+    }
+
+    #[inline]
+    pub fn contains(&self, byte: u8) -> bool {
+        self.0[(byte >> 6) as usize] & (1u64 << (byte & 63)) != 0
+    }
+
+    pub fn union(&self, other: &ByteSet) -> ByteSet {
+        ByteSet(std::array::from_fn(|i| self.0[i] | other.0[i]))
+    }
+
+    pub fn intersect(&self, other: &ByteSet) -> ByteSet {
+        ByteSet(std::array::from_fn(|i| self.0[i] & other.0[i]))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.iter().all(|w| *w == 0)
+    }
+
+    pub fn len(&self) -> u32 {
+        self.0.iter().map(|w| w.count_ones()).sum()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = u8> + '_ {
+        (0u16..256).map(|b| b as u8).filter(move |b| self.contains(*b))
+    }
+}
+
+impl fmt::Debug for ByteSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[")?;
+        let bytes: Vec<u8> = self.iter().collect();
+        let mut i = 0;
+        while i < bytes.len() {
+            let start = bytes[i];
+            let mut end = start;
+            while i + 1 < bytes.len() && bytes[i + 1] == end.wrapping_add(1) && end != 255 {
+                i += 1;
+                end = bytes[i];
+            }
+            if start == end {
+                write!(f, "{}", start.escape_ascii())?;
+            } else {
+                write!(f, "{}-{}", start.escape_ascii(), end.escape_ascii())?;
+            }
+            i += 1;
+        }
+        write!(f, "]")
+    }
+}
+
+/// One element of an alternative.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Symbol {
+    /// Exactly one byte from the set.
+    Bytes(ByteSet),
+    /// A non-terminal.
+    Rule(RuleId),
+    /// Structural whitespace: zero or more of space, tab, newline, carriage return, drawn from
+    /// one budget shared by the whole document (see `Grammar::whitespace_budget`). Once the
+    /// budget is spent this matches only the empty string, so output continues compact.
+    Whitespace,
+}
+
+/// A named rule: a choice between sequences. An empty sequence matches the empty string.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    /// For messages: the GBNF rule name, or a JSON pointer-ish label for schema rules.
+    pub name: String,
+    pub alternatives: Vec<Vec<Symbol>>,
+}
+
+/// A whole grammar; `root` is where matching starts and what must be complete to accept.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Grammar {
+    pub rules: Vec<Rule>,
+    pub root: RuleId,
+    /// How many bytes all [`Symbol::Whitespace`] occurrences may consume together.
+    pub whitespace_budget: u32,
+}
+
+impl Grammar {
+    pub fn rule(&self, id: RuleId) -> &Rule {
+        &self.rules[id.index()]
+    }
+}
+
+/// Builds a grammar rule by rule; rules can be declared before they are defined so that
+/// recursive structures can refer to themselves.
+#[derive(Debug, Default)]
+pub struct GrammarBuilder {
+    rules: Vec<Rule>,
+}
+
+impl GrammarBuilder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Reserves a rule with no alternatives yet; fill it with [`GrammarBuilder::define`].
+    pub fn declare(&mut self, name: impl Into<String>) -> RuleId {
+        let id = RuleId(self.rules.len() as u32);
+        self.rules.push(Rule { name: name.into(), alternatives: Vec::new() });
+        id
+    }
+
+    pub fn define(&mut self, id: RuleId, alternatives: Vec<Vec<Symbol>>) {
+        self.rules[id.index()].alternatives = alternatives;
+    }
+
+    /// Declares and defines in one step.
+    pub fn add(&mut self, name: impl Into<String>, alternatives: Vec<Vec<Symbol>>) -> RuleId {
+        let id = self.declare(name);
+        self.define(id, alternatives);
+        id
+    }
+
+    /// A rule matching exactly the bytes of `literal`.
+    pub fn literal(&mut self, name: impl Into<String>, literal: &[u8]) -> RuleId {
+        let seq = literal.iter().map(|b| Symbol::Bytes(ByteSet::single(*b))).collect();
+        self.add(name, vec![seq])
+    }
+
+    pub fn rule_count(&self) -> usize {
+        self.rules.len()
+    }
+
+    pub fn finish(self, root: RuleId, whitespace_budget: u32) -> Grammar {
+        Grammar { rules: self.rules, root, whitespace_budget }
+    }
+}
+
+/// Symbols matching exactly `literal`.
+pub fn literal_symbols(literal: &[u8]) -> Vec<Symbol> {
+    literal.iter().map(|b| Symbol::Bytes(ByteSet::single(*b))).collect()
+}
+
+/// The UTF-8 byte sequences matching exactly one character from `ranges`, as alternatives.
+/// A negated class is passed as its complement. Surrogates are never matched.
+pub fn char_ranges_to_alternatives(ranges: &[(char, char)]) -> Vec<Vec<Symbol>> {
+    let mut alternatives = Vec::new();
+    for &(lo, hi) in ranges {
+        if lo > hi {
+            continue;
+        }
+        for sequence in regex_syntax::utf8::Utf8Sequences::new(lo, hi) {
+            alternatives.push(
+                sequence
+                    .as_slice()
+                    .iter()
+                    .map(|r| Symbol::Bytes(ByteSet::range(r.start, r.end)))
+                    .collect(),
+            );
+        }
+    }
+    alternatives
+}
+
+/// The complement of `ranges` within all Unicode scalar values, sorted and merged.
+pub fn complement_char_ranges(ranges: &[(char, char)]) -> Vec<(char, char)> {
+    let mut sorted: Vec<(u32, u32)> = ranges.iter().map(|(a, b)| (*a as u32, *b as u32)).collect();
+    sorted.sort_unstable();
+    let mut result = Vec::new();
+    let mut next = 0u32;
+    for (lo, hi) in sorted {
+        if lo > next {
+            push_scalar_range(&mut result, next, lo - 1);
+        }
+        next = next.max(hi.saturating_add(1));
+    }
+    if next <= 0x10FFFF {
+        push_scalar_range(&mut result, next, 0x10FFFF);
+    }
+    result
+}
+
+/// Pushes `lo..=hi` minus the surrogate block as `char` ranges.
+fn push_scalar_range(out: &mut Vec<(char, char)>, lo: u32, hi: u32) {
+    let pieces = [(lo, hi.min(0xD7FF)), (lo.max(0xE000), hi)];
+    for (a, b) in pieces {
+        if a <= b {
+            if let (Some(a), Some(b)) = (char::from_u32(a), char::from_u32(b)) {
+                out.push((a, b));
+            }
+        }
+    }
+}
