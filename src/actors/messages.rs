@@ -1,0 +1,98 @@
+//! The contract between the supervisor, the API and a model actor: what a loaded model offers
+//! ([`LoadedModel`]), how a model gets loaded ([`ModelLoader`], behind a trait so the supervisor's
+//! eviction and keepalive are tested without a model), and what a submitted request returns
+//! ([`Generation`]: a bounded event channel plus a cancel-on-drop guard).
+//!
+//! Costs: one bounded mpsc channel and one shared flag per request.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use crate::core::{ModelInfo, ModelTotals, StreamEvent, ValidGenerateRequest};
+use crate::error::CoreError;
+
+/// Events buffered per request before the model thread waits for the client to read.
+pub const GENERATION_CHANNEL_CAPACITY: usize = 256;
+
+/// A model in memory, ready to take requests. Implemented by the model actor (and by test fakes).
+pub trait LoadedModel: Send + Sync {
+    fn info(&self) -> &ModelInfo;
+    /// Queues a request. Failures knowable before the first token (the prompt does not fit the
+    /// context, the template fails) are returned here, synchronously, so the API answers 400
+    /// rather than a stream that ends in an error.
+    fn submit(&self, request: ValidGenerateRequest) -> Result<Generation, CoreError>;
+    /// Sequences decoding or waiting for a slot right now.
+    fn sequences_in_use(&self) -> usize;
+    fn totals(&self) -> ModelTotals;
+}
+
+/// Loads models by name. `load` blocks (reads a file of gigabytes): call it on a blocking thread.
+pub trait ModelLoader: Send + Sync + 'static {
+    fn load(&self, name: &str) -> Result<Arc<dyn LoadedModel>, CoreError>;
+}
+
+/// A running request: its events, and the guard whose drop cancels it.
+pub struct Generation {
+    pub events: mpsc::Receiver<StreamEvent>,
+    pub cancel: CancelOnDrop,
+}
+
+impl Generation {
+    /// A channel pair for a model to feed, with its cancel guard and token.
+    pub fn channel() -> (Generation, mpsc::Sender<StreamEvent>, CancelToken) {
+        let (sender, events) = mpsc::channel(GENERATION_CHANNEL_CAPACITY);
+        let (cancel, token) = CancelOnDrop::new();
+        (Generation { events, cancel }, sender, token)
+    }
+}
+
+/// Held by whoever consumes a generation; dropping it (the client went away, the handler
+/// returned) cancels the request at the model's next step.
+#[derive(Debug)]
+pub struct CancelOnDrop {
+    flag: Arc<AtomicBool>,
+}
+
+/// The model side of a [`CancelOnDrop`]: checked once per step.
+#[derive(Debug, Clone)]
+pub struct CancelToken {
+    flag: Arc<AtomicBool>,
+}
+
+impl CancelOnDrop {
+    pub fn new() -> (CancelOnDrop, CancelToken) {
+        let flag = Arc::new(AtomicBool::new(false));
+        (CancelOnDrop { flag: flag.clone() }, CancelToken { flag })
+    }
+
+    pub fn cancel(&self) {
+        self.flag.store(true, Ordering::Release);
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.cancel();
+    }
+}
+
+impl CancelToken {
+    pub fn is_cancelled(&self) -> bool {
+        self.flag.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dropping_the_guard_cancels() {
+        let (generation, _sender, token) = Generation::channel();
+        assert!(!token.is_cancelled());
+        drop(generation);
+        assert!(token.is_cancelled());
+    }
+}

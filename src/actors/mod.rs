@@ -1,0 +1,8 @@
+//! The actors: the supervisor (which models are loaded, keepalive, eviction, the waiting queue),
+//! the model actor (a thread owning one llama.cpp context, batching all live sequences) and the
+//! per-request sampler. `messages` is the contract between them and the API.
+//!
+//! `actors` never imports `api`.
+
+pub mod messages;
+pub mod supervisor;

@@ -1,0 +1,476 @@
+//! The supervisor: which models are loaded. Loads on demand by name (through a [`ModelLoader`]),
+//! at most `max_loaded` at once, one load at a time; keeps a refcount per model and starts its
+//! idle timer only at refcount 0 (Ollama's `keep_alive`: 0 unloads now, negative never); when full,
+//! evicts the idle model that expires soonest and never one with requests in flight; requests that
+//! must wait sit in a bounded queue (full -> [`ErrorCode::Overloaded`], a 503 with `Retry-After`).
+//!
+//! Key types: [`Supervisor`] (an actix actor), [`Acquire`] -> [`ModelLease`] (dropping the lease
+//! releases the model), [`Snapshot`] -> [`SupervisorStatus`] for `/api/ps` and `/v1/stats`,
+//! [`Shutdown`]. Costs: O(loaded + queued) per event; both are small and bounded.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use chrono::{DateTime, Utc};
+use tokio::sync::oneshot;
+
+use super::messages::{LoadedModel, ModelLoader};
+use crate::core::{KeepAlive, ModelInfo, ModelTotals};
+use crate::error::{CoreError, ErrorCode};
+
+/// Supervisor settings, from the daemon's config.
+#[derive(Debug, Clone)]
+pub struct SupervisorConfig {
+    pub max_loaded: usize,
+    pub default_keep_alive: KeepAlive,
+    /// Requests that may wait for a model at once; more are refused with 503.
+    pub max_queue: usize,
+}
+
+/// Ask for a model by name. Answers at once with a ticket that resolves when the model is loaded
+/// and the request holds a lease on it; dropping the ticket leaves the queue. [`acquire`] does both.
+#[derive(Message)]
+#[rtype(result = "AcquireTicket")]
+pub struct Acquire {
+    pub model: String,
+    /// This request's `keep_alive`; it becomes the model's keepalive, as in Ollama.
+    pub keep_alive: Option<KeepAlive>,
+}
+
+/// The answer to [`Acquire`].
+pub type AcquireTicket = oneshot::Receiver<Result<ModelLease, CoreError>>;
+
+/// Waits for a lease on `model`. Dropping this future (the client went away) gives up its place
+/// in the queue.
+pub async fn acquire(
+    supervisor: &Addr<Supervisor>,
+    model: &str,
+    keep_alive: Option<KeepAlive>,
+) -> Result<ModelLease, CoreError> {
+    let ticket = supervisor
+        .send(Acquire { model: model.to_string(), keep_alive })
+        .await
+        .map_err(|_| CoreError::new(ErrorCode::ShuttingDown, "llamay is shutting down"))?;
+    ticket.await.unwrap_or_else(|_| Err(CoreError::new(ErrorCode::ShuttingDown, "llamay is shutting down")))
+}
+
+/// The state of every loaded model and the queue.
+#[derive(Message)]
+#[rtype(result = "SupervisorStatus")]
+pub struct Snapshot;
+
+/// Stop taking requests, fail the waiting ones, unload idle models now and busy ones when their
+/// last request ends. Resolves to the number of models still busy.
+#[derive(Message)]
+#[rtype(result = "usize")]
+pub struct Shutdown;
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Release {
+    model: String,
+    slot_id: u64,
+}
+
+/// A request's hold on a loaded model. While any lease on a model lives, the model is never
+/// evicted or expired; dropping the last one starts its idle timer.
+pub struct ModelLease {
+    model: Arc<dyn LoadedModel>,
+    name: String,
+    slot_id: u64,
+    load_duration: Duration,
+    supervisor: Addr<Supervisor>,
+}
+
+impl ModelLease {
+    pub fn model(&self) -> &Arc<dyn LoadedModel> {
+        &self.model
+    }
+
+    /// Time this request spent waiting for the model to load (zero when it was loaded already).
+    pub fn load_duration(&self) -> Duration {
+        self.load_duration
+    }
+}
+
+impl Drop for ModelLease {
+    fn drop(&mut self) {
+        self.supervisor.do_send(Release { model: std::mem::take(&mut self.name), slot_id: self.slot_id });
+    }
+}
+
+impl std::fmt::Debug for ModelLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelLease").field("name", &self.name).field("slot_id", &self.slot_id).finish()
+    }
+}
+
+/// One loaded model as `/api/ps` and `/v1/stats` show it.
+#[derive(Debug, Clone)]
+pub struct LoadedModelStatus {
+    pub info: ModelInfo,
+    pub requests_in_flight: usize,
+    pub sequences_in_use: usize,
+    /// Requests waiting in the queue for this model.
+    pub queue_depth: usize,
+    /// When it unloads if nothing uses it; for a busy model, when it would if its requests ended
+    /// now. `None` = kept forever.
+    pub expires_at: Option<DateTime<Utc>>,
+    pub keep_alive: String,
+    pub loaded_at: DateTime<Utc>,
+    pub totals: ModelTotals,
+}
+
+/// The supervisor's state at one moment.
+#[derive(Debug, Clone)]
+pub struct SupervisorStatus {
+    pub models: Vec<LoadedModelStatus>,
+    pub queue_depth: usize,
+    pub loading: Option<String>,
+    pub max_loaded: usize,
+    pub max_queue: usize,
+}
+
+struct Slot {
+    id: u64,
+    model: Arc<dyn LoadedModel>,
+    refcount: usize,
+    keep_alive: KeepAlive,
+    /// Set only while idle with a finite keepalive.
+    expires_at: Option<Instant>,
+    timer: Option<SpawnHandle>,
+    loaded_at: DateTime<Utc>,
+}
+
+struct Waiter {
+    model: String,
+    keep_alive: Option<KeepAlive>,
+    reply: oneshot::Sender<Result<ModelLease, CoreError>>,
+    enqueued_at: Instant,
+}
+
+/// The actor. Create with [`Supervisor::new`] and `.start()`.
+pub struct Supervisor {
+    loader: Arc<dyn ModelLoader>,
+    config: SupervisorConfig,
+    loaded: HashMap<String, Slot>,
+    loading: Option<String>,
+    queue: VecDeque<Waiter>,
+    next_slot_id: u64,
+    shutting_down: bool,
+}
+
+impl Supervisor {
+    pub fn new(loader: Arc<dyn ModelLoader>, config: SupervisorConfig) -> Self {
+        let config = SupervisorConfig { max_loaded: config.max_loaded.max(1), ..config };
+        Supervisor {
+            loader,
+            config,
+            loaded: HashMap::new(),
+            loading: None,
+            queue: VecDeque::new(),
+            next_slot_id: 0,
+            shutting_down: false,
+        }
+    }
+
+    /// Serves every waiter that can be served, starts a load if one is needed and allowed.
+    fn pump(&mut self, ctx: &mut Context<Self>) {
+        let mut index = 0;
+        while index < self.queue.len() {
+            let Some(waiter) = self.queue.get(index) else { break };
+            if waiter.reply.is_closed() {
+                self.queue.remove(index);
+                continue;
+            }
+            if self.loaded.contains_key(&waiter.model) {
+                if let Some(waiter) = self.queue.remove(index) {
+                    self.grant(waiter, ctx);
+                }
+                continue;
+            }
+            if self.loading.is_none() && !self.shutting_down {
+                let name = waiter.model.clone();
+                if self.loaded.len() >= self.config.max_loaded {
+                    match self.eviction_candidate() {
+                        Some(victim) => self.unload(&victim, ctx, "evicted to make room"),
+                        None => {
+                            index += 1;
+                            continue;
+                        }
+                    }
+                }
+                self.start_load(name, ctx);
+            }
+            index += 1;
+        }
+    }
+
+    fn grant(&mut self, waiter: Waiter, ctx: &mut Context<Self>) {
+        let Some(slot) = self.loaded.get_mut(&waiter.model) else { return };
+        if let Some(timer) = slot.timer.take() {
+            ctx.cancel_future(timer);
+        }
+        slot.expires_at = None;
+        if let Some(keep_alive) = waiter.keep_alive {
+            slot.keep_alive = keep_alive;
+        }
+        slot.refcount += 1;
+        let lease = ModelLease {
+            model: slot.model.clone(),
+            name: waiter.model.clone(),
+            slot_id: slot.id,
+            load_duration: Duration::ZERO,
+            supervisor: ctx.address(),
+        };
+        // A receiver that went away drops the lease, which releases it again.
+        let _ = waiter.reply.send(Ok(lease));
+    }
+
+    /// The idle model that would expire soonest; one kept forever goes last.
+    fn eviction_candidate(&self) -> Option<String> {
+        self.loaded
+            .iter()
+            .filter(|(_, slot)| slot.refcount == 0)
+            .min_by_key(|(_, slot)| (slot.expires_at.is_none(), slot.expires_at))
+            .map(|(name, _)| name.clone())
+    }
+
+    fn start_load(&mut self, name: String, ctx: &mut Context<Self>) {
+        tracing::info!(model = %name, "loading model");
+        self.loading = Some(name.clone());
+        let loader = self.loader.clone();
+        let started = Instant::now();
+        let load = async move {
+            let load_name = name.clone();
+            let result = tokio::task::spawn_blocking(move || loader.load(&load_name))
+                .await
+                .unwrap_or_else(|join_error| Err(CoreError::new(ErrorCode::ModelLoadFailed, format!("loading panicked: {join_error}"))));
+            (name, result)
+        };
+        ctx.spawn(actix::fut::wrap_future(load).map(move |(name, result), act: &mut Self, ctx| {
+            act.finish_load(name, result, started.elapsed(), ctx)
+        }));
+    }
+
+    fn finish_load(
+        &mut self,
+        name: String,
+        result: Result<Arc<dyn LoadedModel>, CoreError>,
+        took: Duration,
+        ctx: &mut Context<Self>,
+    ) {
+        self.loading = None;
+        match result {
+            Ok(model) => {
+                tracing::info!(model = %name, seconds = took.as_secs_f64(), "model loaded");
+                self.next_slot_id += 1;
+                let slot = Slot {
+                    id: self.next_slot_id,
+                    model,
+                    refcount: 0,
+                    keep_alive: self.config.default_keep_alive,
+                    expires_at: None,
+                    timer: None,
+                    loaded_at: Utc::now(),
+                };
+                self.loaded.insert(name.clone(), slot);
+                // Waiters for this model are served before anything else can evict it.
+                let mut index = 0;
+                while index < self.queue.len() {
+                    if self.queue.get(index).is_some_and(|w| w.model == name) {
+                        if let Some(waiter) = self.queue.remove(index) {
+                            let load_duration = waiter.enqueued_at.elapsed().min(took);
+                            self.grant_loaded(waiter, load_duration, ctx);
+                        }
+                    } else {
+                        index += 1;
+                    }
+                }
+                self.became_idle_if_unused(&name, ctx);
+            }
+            Err(error) => {
+                tracing::warn!(model = %name, %error, "model failed to load");
+                let mut kept = VecDeque::with_capacity(self.queue.len());
+                for waiter in self.queue.drain(..) {
+                    if waiter.model == name {
+                        let _ = waiter.reply.send(Err(error.clone()));
+                    } else {
+                        kept.push_back(waiter);
+                    }
+                }
+                self.queue = kept;
+            }
+        }
+        self.pump(ctx);
+    }
+
+    fn grant_loaded(&mut self, waiter: Waiter, load_duration: Duration, ctx: &mut Context<Self>) {
+        let Some(slot) = self.loaded.get_mut(&waiter.model) else { return };
+        if let Some(keep_alive) = waiter.keep_alive {
+            slot.keep_alive = keep_alive;
+        }
+        slot.refcount += 1;
+        let lease = ModelLease {
+            model: slot.model.clone(),
+            name: waiter.model.clone(),
+            slot_id: slot.id,
+            load_duration,
+            supervisor: ctx.address(),
+        };
+        let _ = waiter.reply.send(Ok(lease));
+    }
+
+    /// At refcount 0: unload now, arm the idle timer, or keep forever, per the keepalive.
+    fn became_idle_if_unused(&mut self, name: &str, ctx: &mut Context<Self>) {
+        let Some(slot) = self.loaded.get_mut(name) else { return };
+        if slot.refcount > 0 {
+            return;
+        }
+        if self.shutting_down {
+            self.unload(name, ctx, "daemon stopping");
+            return;
+        }
+        if let Some(timer) = slot.timer.take() {
+            ctx.cancel_future(timer);
+        }
+        match slot.keep_alive {
+            KeepAlive::UnloadNow => self.unload(name, ctx, "keep_alive 0"),
+            KeepAlive::Forever => slot.expires_at = None,
+            KeepAlive::For(idle) => {
+                slot.expires_at = Some(Instant::now() + idle);
+                let slot_id = slot.id;
+                let owned_name = name.to_string();
+                slot.timer = Some(ctx.run_later(idle, move |act, ctx| act.expire(&owned_name, slot_id, ctx)));
+            }
+        }
+    }
+
+    fn expire(&mut self, name: &str, slot_id: u64, ctx: &mut Context<Self>) {
+        let due = self.loaded.get(name).is_some_and(|slot| {
+            slot.id == slot_id && slot.refcount == 0 && slot.expires_at.is_some_and(|at| at <= Instant::now())
+        });
+        if due {
+            self.unload(name, ctx, "keepalive expired");
+            self.pump(ctx);
+        }
+    }
+
+    fn unload(&mut self, name: &str, ctx: &mut Context<Self>, why: &str) {
+        if let Some(mut slot) = self.loaded.remove(name) {
+            if let Some(timer) = slot.timer.take() {
+                ctx.cancel_future(timer);
+            }
+            tracing::info!(model = %name, reason = why, "unloading model");
+            // The model actor stops when its last Arc goes; no lease holds one at refcount 0.
+            drop(slot);
+        }
+    }
+
+    fn status(&self) -> SupervisorStatus {
+        let now = Instant::now();
+        let wall_now = Utc::now();
+        let mut models: Vec<LoadedModelStatus> = self
+            .loaded
+            .iter()
+            .map(|(name, slot)| {
+                let expires_in = match (slot.expires_at, slot.keep_alive) {
+                    (Some(at), _) => Some(at.saturating_duration_since(now)),
+                    (None, keep_alive) => keep_alive.idle_duration(),
+                };
+                LoadedModelStatus {
+                    info: slot.model.info().clone(),
+                    requests_in_flight: slot.refcount,
+                    sequences_in_use: slot.model.sequences_in_use(),
+                    queue_depth: self.queue.iter().filter(|w| &w.model == name).count(),
+                    expires_at: expires_in.and_then(|d| chrono::Duration::from_std(d).ok()).map(|d| wall_now + d),
+                    keep_alive: slot.keep_alive.to_string(),
+                    loaded_at: slot.loaded_at,
+                    totals: slot.model.totals(),
+                }
+            })
+            .collect();
+        models.sort_by(|a, b| a.info.name.cmp(&b.info.name));
+        SupervisorStatus {
+            models,
+            queue_depth: self.queue.len(),
+            loading: self.loading.clone(),
+            max_loaded: self.config.max_loaded,
+            max_queue: self.config.max_queue,
+        }
+    }
+}
+
+impl Actor for Supervisor {
+    type Context = Context<Self>;
+}
+
+impl Handler<Acquire> for Supervisor {
+    type Result = MessageResult<Acquire>;
+
+    fn handle(&mut self, request: Acquire, ctx: &mut Context<Self>) -> Self::Result {
+        let (reply, ticket) = oneshot::channel();
+        if self.shutting_down {
+            let _ = reply.send(Err(CoreError::new(ErrorCode::ShuttingDown, "llamay is shutting down")));
+            return MessageResult(ticket);
+        }
+        let waiter = Waiter { model: request.model, keep_alive: request.keep_alive, reply, enqueued_at: Instant::now() };
+        if self.loaded.contains_key(&waiter.model) {
+            self.grant(waiter, ctx);
+            return MessageResult(ticket);
+        }
+        self.queue.retain(|w| !w.reply.is_closed());
+        if self.queue.len() >= self.config.max_queue {
+            let message = format!("{} requests are already waiting for a model; retry shortly", self.queue.len());
+            let _ = waiter.reply.send(Err(CoreError::new(ErrorCode::Overloaded, message)));
+            return MessageResult(ticket);
+        }
+        self.queue.push_back(waiter);
+        self.pump(ctx);
+        MessageResult(ticket)
+    }
+}
+
+impl Handler<Release> for Supervisor {
+    type Result = ();
+
+    fn handle(&mut self, release: Release, ctx: &mut Context<Self>) {
+        let Some(slot) = self.loaded.get_mut(&release.model) else { return };
+        if slot.id != release.slot_id {
+            return;
+        }
+        slot.refcount = slot.refcount.saturating_sub(1);
+        self.became_idle_if_unused(&release.model, ctx);
+        self.pump(ctx);
+    }
+}
+
+impl Handler<Snapshot> for Supervisor {
+    type Result = MessageResult<Snapshot>;
+
+    fn handle(&mut self, _: Snapshot, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.status())
+    }
+}
+
+impl Handler<Shutdown> for Supervisor {
+    type Result = usize;
+
+    fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) -> usize {
+        self.shutting_down = true;
+        for waiter in self.queue.drain(..) {
+            let _ = waiter.reply.send(Err(CoreError::new(ErrorCode::ShuttingDown, "llamay is shutting down")));
+        }
+        let idle: Vec<String> = self.loaded.iter().filter(|(_, s)| s.refcount == 0).map(|(n, _)| n.clone()).collect();
+        for name in idle {
+            self.unload(&name, ctx, "daemon stopping");
+        }
+        self.loaded.len()
+    }
+}
+
+#[cfg(test)]
+#[path = "supervisor_tests.rs"]
+mod tests;

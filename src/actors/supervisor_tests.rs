@@ -1,0 +1,265 @@
+//! Supervisor behaviour with a fake loader: loading on demand, eviction, keepalive, refcounts,
+//! the bounded queue, one load at a time, shutdown.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use super::*;
+use crate::actors::messages::Generation;
+use crate::core::ValidGenerateRequest;
+
+#[derive(Default)]
+struct Journal {
+    events: Mutex<Vec<String>>,
+    loads_running: AtomicUsize,
+    most_loads_at_once: AtomicUsize,
+}
+
+impl Journal {
+    fn record(&self, event: String) {
+        if let Ok(mut events) = self.events.lock() {
+            events.push(event);
+        }
+    }
+    fn events(&self) -> Vec<String> {
+        self.events.lock().map(|e| e.clone()).unwrap_or_default()
+    }
+}
+
+struct FakeModel {
+    info: ModelInfo,
+    journal: Arc<Journal>,
+}
+
+impl LoadedModel for FakeModel {
+    fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+    fn submit(&self, _: ValidGenerateRequest) -> Result<Generation, CoreError> {
+        Err(CoreError::internal("the fake model generates nothing"))
+    }
+    fn sequences_in_use(&self) -> usize {
+        0
+    }
+    fn totals(&self) -> ModelTotals {
+        ModelTotals::default()
+    }
+}
+
+impl Drop for FakeModel {
+    fn drop(&mut self) {
+        self.journal.record(format!("unload {}", self.info.name));
+    }
+}
+
+struct FakeLoader {
+    journal: Arc<Journal>,
+    delay: Duration,
+}
+
+impl ModelLoader for FakeLoader {
+    fn load(&self, name: &str) -> Result<Arc<dyn LoadedModel>, CoreError> {
+        let running = self.journal.loads_running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.journal.most_loads_at_once.fetch_max(running, Ordering::SeqCst);
+        std::thread::sleep(self.delay);
+        self.journal.loads_running.fetch_sub(1, Ordering::SeqCst);
+        if name.starts_with("missing") {
+            return Err(CoreError::model_not_found(name));
+        }
+        self.journal.record(format!("load {name}"));
+        let info = ModelInfo {
+            name: name.to_string(),
+            architecture: "fake".into(),
+            parameter_count: 1,
+            quantization: "F32".into(),
+            context_length: 64,
+            trained_context_length: 64,
+            size_bytes: 1,
+            digest: "sha256:00".into(),
+            parallel: 1,
+        };
+        Ok(Arc::new(FakeModel { info, journal: self.journal.clone() }))
+    }
+}
+
+fn start(max_loaded: usize, keep_alive: KeepAlive, max_queue: usize, delay_ms: u64) -> (Addr<Supervisor>, Arc<Journal>) {
+    let journal = Arc::new(Journal::default());
+    let loader = Arc::new(FakeLoader { journal: journal.clone(), delay: Duration::from_millis(delay_ms) });
+    let config = SupervisorConfig { max_loaded, default_keep_alive: keep_alive, max_queue };
+    (Supervisor::new(loader, config).start(), journal)
+}
+
+async fn acquire(addr: &Addr<Supervisor>, name: &str, keep_alive: Option<KeepAlive>) -> Result<ModelLease, CoreError> {
+    super::acquire(addr, name, keep_alive).await
+}
+
+async fn loaded_names(addr: &Addr<Supervisor>) -> Vec<String> {
+    match addr.send(Snapshot).await {
+        Ok(status) => status.models.into_iter().map(|m| m.info.name).collect(),
+        Err(_) => vec!["<mailbox closed>".into()],
+    }
+}
+
+async fn sleep_ms(ms: u64) {
+    actix::clock::sleep(Duration::from_millis(ms)).await;
+}
+
+const LONG: KeepAlive = KeepAlive::For(Duration::from_secs(600));
+
+#[actix::test]
+async fn loads_once_and_shares_between_requests() {
+    let (addr, journal) = start(2, LONG, 8, 0);
+    let first = acquire(&addr, "a", None).await.unwrap();
+    let second = acquire(&addr, "a", None).await.unwrap();
+    assert!(Arc::ptr_eq(first.model(), second.model()));
+    assert_eq!(journal.events(), vec!["load a"]);
+    let status = addr.send(Snapshot).await.unwrap();
+    assert_eq!(status.models[0].requests_in_flight, 2);
+}
+
+#[actix::test]
+async fn evicts_an_idle_model_when_full() {
+    let (addr, journal) = start(1, LONG, 8, 0);
+    drop(acquire(&addr, "a", None).await.unwrap());
+    let _b = acquire(&addr, "b", None).await.unwrap();
+    assert_eq!(journal.events(), vec!["load a", "unload a", "load b"]);
+    assert_eq!(loaded_names(&addr).await, vec!["b"]);
+}
+
+#[actix::test]
+async fn never_evicts_a_model_with_requests_in_flight() {
+    let (addr, journal) = start(1, LONG, 8, 0);
+    let a = acquire(&addr, "a", None).await.unwrap();
+    let waiting = actix::spawn({
+        let addr = addr.clone();
+        async move { acquire(&addr, "b", None).await.map(|lease| lease.model().info().name.clone()) }
+    });
+    sleep_ms(50).await;
+    let status = addr.send(Snapshot).await.unwrap();
+    assert_eq!(status.queue_depth, 1);
+    assert_eq!(journal.events(), vec!["load a"]);
+    drop(a);
+    assert_eq!(waiting.await.unwrap().unwrap(), "b");
+    assert_eq!(journal.events(), vec!["load a", "unload a", "load b"]);
+}
+
+#[actix::test]
+async fn evicts_the_model_that_expires_soonest() {
+    let (addr, journal) = start(2, LONG, 8, 0);
+    drop(acquire(&addr, "long", None).await.unwrap());
+    drop(acquire(&addr, "short", Some(KeepAlive::For(Duration::from_secs(60)))).await.unwrap());
+    drop(acquire(&addr, "forever", Some(KeepAlive::Forever)).await.unwrap());
+    assert!(journal.events().contains(&"unload short".to_string()), "{:?}", journal.events());
+    assert_eq!(loaded_names(&addr).await, vec!["forever", "long"]);
+    drop(acquire(&addr, "c", None).await.unwrap());
+    assert_eq!(loaded_names(&addr).await, vec!["c", "forever"], "a model kept forever is evicted last");
+}
+
+#[actix::test]
+async fn keepalive_expires_only_after_the_last_request() {
+    let (addr, _journal) = start(2, KeepAlive::For(Duration::from_millis(150)), 8, 0);
+    let lease = acquire(&addr, "a", None).await.unwrap();
+    sleep_ms(300).await;
+    assert_eq!(loaded_names(&addr).await, vec!["a"], "no idle timer while in use");
+    drop(lease);
+    sleep_ms(50).await;
+    assert_eq!(loaded_names(&addr).await, vec!["a"]);
+    let status = addr.send(Snapshot).await.unwrap();
+    assert!(status.models[0].expires_at.is_some());
+    sleep_ms(250).await;
+    assert!(loaded_names(&addr).await.is_empty(), "expired after keepalive");
+}
+
+#[actix::test]
+async fn a_new_request_cancels_the_idle_timer() {
+    let (addr, _journal) = start(2, KeepAlive::For(Duration::from_millis(150)), 8, 0);
+    drop(acquire(&addr, "a", None).await.unwrap());
+    sleep_ms(100).await;
+    let lease = acquire(&addr, "a", None).await.unwrap();
+    sleep_ms(200).await;
+    assert_eq!(loaded_names(&addr).await, vec!["a"]);
+    drop(lease);
+}
+
+#[actix::test]
+async fn keep_alive_zero_unloads_when_the_request_ends_and_negative_never() {
+    let (addr, journal) = start(2, KeepAlive::For(Duration::from_millis(100)), 8, 0);
+    drop(acquire(&addr, "now", Some(KeepAlive::UnloadNow)).await.unwrap());
+    assert!(!loaded_names(&addr).await.contains(&"now".to_string()));
+    drop(acquire(&addr, "kept", Some(KeepAlive::Forever)).await.unwrap());
+    sleep_ms(300).await;
+    assert_eq!(loaded_names(&addr).await, vec!["kept"]);
+    assert_eq!(journal.events(), vec!["load now", "unload now", "load kept"]);
+}
+
+#[actix::test]
+async fn a_full_queue_answers_overloaded() {
+    let (addr, _journal) = start(1, LONG, 1, 0);
+    let _a = acquire(&addr, "a", None).await.unwrap();
+    let _waiting = actix::spawn({
+        let addr = addr.clone();
+        async move { acquire(&addr, "b", None).await.map(|_| ()) }
+    });
+    sleep_ms(50).await;
+    let refused = acquire(&addr, "c", None).await.unwrap_err();
+    assert_eq!(refused.code, ErrorCode::Overloaded);
+    assert_eq!(refused.status(), 503);
+    // A request for the loaded model is not queued, so it still gets through.
+    assert!(acquire(&addr, "a", None).await.is_ok());
+}
+
+#[actix::test]
+async fn an_unknown_model_fails_its_waiters_and_nothing_else() {
+    let (addr, _journal) = start(2, LONG, 8, 20);
+    let missing = acquire(&addr, "missing-model", None);
+    let present = acquire(&addr, "a", None);
+    let (missing, present) = futures_util::join!(missing, present);
+    assert_eq!(missing.unwrap_err().code, ErrorCode::ModelNotFound);
+    assert_eq!(present.unwrap().model().info().name, "a");
+}
+
+#[actix::test]
+async fn loads_one_model_at_a_time() {
+    let (addr, journal) = start(3, LONG, 8, 60);
+    let (a, b, c) = futures_util::join!(acquire(&addr, "a", None), acquire(&addr, "b", None), acquire(&addr, "c", None));
+    assert!(a.is_ok() && b.is_ok() && c.is_ok());
+    assert_eq!(journal.most_loads_at_once.load(Ordering::SeqCst), 1);
+    assert!(a.unwrap().load_duration() > Duration::ZERO);
+}
+
+#[actix::test]
+async fn a_waiter_that_goes_away_leaves_the_queue() {
+    let (addr, _journal) = start(1, LONG, 1, 0);
+    let _a = acquire(&addr, "a", None).await.unwrap();
+    let waiting = actix::spawn({
+        let addr = addr.clone();
+        async move { acquire(&addr, "b", None).await.map(|_| ()) }
+    });
+    sleep_ms(30).await;
+    waiting.abort();
+    sleep_ms(30).await;
+    // The queue holds one; the abandoned waiter no longer counts against it.
+    let again = actix::spawn({
+        let addr = addr.clone();
+        async move { acquire(&addr, "c", None).await.map(|_| ()) }
+    });
+    sleep_ms(30).await;
+    assert!(!again.is_finished(), "c waits rather than being refused");
+}
+
+#[actix::test]
+async fn shutdown_fails_waiters_unloads_idle_and_refuses_new_requests() {
+    let (addr, journal) = start(1, LONG, 8, 0);
+    let busy = acquire(&addr, "a", None).await.unwrap();
+    let waiting = actix::spawn({
+        let addr = addr.clone();
+        async move { acquire(&addr, "b", None).await.map(|_| ()) }
+    });
+    sleep_ms(30).await;
+    assert_eq!(addr.send(Shutdown).await.unwrap(), 1, "a is still busy");
+    assert_eq!(waiting.await.unwrap().unwrap_err().code, ErrorCode::ShuttingDown);
+    assert_eq!(acquire(&addr, "a", None).await.unwrap_err().code, ErrorCode::ShuttingDown);
+    drop(busy);
+    assert!(loaded_names(&addr).await.is_empty());
+    assert_eq!(journal.events(), vec!["load a", "unload a"]);
+}

@@ -1,0 +1,21 @@
+//! API-neutral core types: what every API shape converts its requests into and renders its
+//! responses from. OpenAI, Anthropic and Ollama never import each other; they meet here.
+//!
+//! Key types: [`ValidGenerateRequest`] (the only request the actors accept), [`StreamEvent`] and
+//! [`Completion`] (what comes back), [`ModelInfo`] / [`ModelTotals`] (what a loaded model reports)
+//! and [`ModelCatalog`] (the store as the API sees it, behind a trait so `api` never imports sled).
+//! Plain data; nothing here allocates beyond the request it describes.
+
+pub mod keepalive;
+pub mod model;
+pub mod request;
+pub mod response;
+
+pub use crate::error::{CoreError, ErrorCode};
+pub use keepalive::KeepAlive;
+pub use model::{CatalogEntry, ModelCatalog, ModelDescription, ModelInfo, ModelTotals};
+pub use request::{
+    ChatMessage, Constraint, ConstraintKind, PromptInput, Role, SamplingParams, ToolCall, ToolChoice,
+    ToolSpec, ValidGenerateRequest,
+};
+pub use response::{Completion, FinishReason, StreamEvent, Timings, Usage};

@@ -1,0 +1,96 @@
+//! What the API knows about models: a loaded model's facts and running totals, and the catalog
+//! of installed models (the store, seen through a trait so `api` never imports it).
+//!
+//! Key types: [`ModelInfo`], [`ModelTotals`], [`ModelCatalog`], [`CatalogEntry`], [`ModelDescription`].
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use crate::error::CoreError;
+
+/// Facts about a loaded model, fixed at load.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelInfo {
+    /// The name it was asked for by (`smollm2:135m`).
+    pub name: String,
+    /// `general.architecture` (`llama`, `gemma3`).
+    pub architecture: String,
+    pub parameter_count: u64,
+    /// File type as a name (`Q8_0`, `F16`).
+    pub quantization: String,
+    /// The context the model was loaded with (tokens, all sequences share it).
+    pub context_length: u32,
+    /// The context the model was trained for.
+    pub trained_context_length: u32,
+    pub size_bytes: u64,
+    /// `sha256:<hex>` of the GGUF blob.
+    pub digest: String,
+    /// How many sequences decode together (`-parallel`).
+    pub parallel: u32,
+}
+
+/// Counters a loaded model keeps over its life, for `/v1/stats`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct ModelTotals {
+    pub requests: u64,
+    pub prompt_tokens: u64,
+    pub generated_tokens: u64,
+    /// Time spent decoding generated tokens, summed over steps (not over sequences).
+    #[serde(serialize_with = "serialize_seconds")]
+    pub generation_time: Duration,
+    #[serde(serialize_with = "serialize_seconds")]
+    pub prompt_eval_time: Duration,
+    /// The constraint caches (states, masks, hit rates, clears) as the engine reports them.
+    pub constraint_caches: Option<serde_json::Value>,
+}
+
+impl ModelTotals {
+    /// Generated tokens per second of decoding, 0 before the first token.
+    pub fn tokens_per_second(&self) -> f64 {
+        let seconds = self.generation_time.as_secs_f64();
+        if seconds > 0.0 {
+            self.generated_tokens as f64 / seconds
+        } else {
+            0.0
+        }
+    }
+}
+
+fn serialize_seconds<S: serde::Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_f64(duration.as_secs_f64())
+}
+
+/// One installed model, as `/api/tags` and `/v1/models` list it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CatalogEntry {
+    pub name: String,
+    pub size_bytes: u64,
+    pub digest: String,
+    pub modified_at: Option<DateTime<Utc>>,
+    /// `general.architecture`.
+    pub family: String,
+    /// Human parameter size (`135M`, `1.6B`).
+    pub parameter_size: String,
+    pub quantization_level: String,
+}
+
+/// One installed model in detail, for `/api/show`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelDescription {
+    pub entry: CatalogEntry,
+    pub parameter_count: u64,
+    pub context_length: u64,
+    /// The chat template from the GGUF metadata, if any.
+    pub template: Option<String>,
+    /// GGUF metadata, keys as in the file (`general.architecture`...), large arrays left out.
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The installed models. The lead wires this to the store; tests use an in-memory list.
+pub trait ModelCatalog: Send + Sync + 'static {
+    fn list(&self) -> Result<Vec<CatalogEntry>, CoreError>;
+    /// `ErrorCode::ModelNotFound` when `name` is not installed.
+    fn describe(&self, name: &str) -> Result<ModelDescription, CoreError>;
+}

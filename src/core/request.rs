@@ -1,0 +1,157 @@
+//! Validated generation requests: every API route converts its own JSON into a
+//! [`ValidGenerateRequest`]; the actors accept nothing else (validation is a type boundary).
+//!
+//! Key types: [`ChatMessage`], [`PromptInput`], [`SamplingParams`], [`Constraint`].
+//! Costs: a request owns its messages and stop strings; the compiled grammar is shared in an Arc.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::keepalive::KeepAlive;
+use crate::grammar::automaton::CompiledGrammar;
+
+/// Who wrote a message, in the chat template's vocabulary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        }
+    }
+}
+
+/// A function the model was offered (OpenAI `tools[].function`, Anthropic `tools[]`, Ollama `tools`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: Option<String>,
+    /// The JSON Schema of the arguments.
+    pub parameters: serde_json::Value,
+}
+
+/// A call the model made (or made earlier, when it comes back in the history).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    /// The arguments as a JSON object.
+    pub arguments: serde_json::Value,
+}
+
+/// How tools may be used (issue 6); `Auto` when a request names none.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum ToolChoice {
+    #[default]
+    Auto,
+    None,
+    Required,
+    Named(String),
+}
+
+/// One turn of the conversation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatMessage {
+    pub role: Role,
+    pub content: String,
+    pub tool_calls: Vec<ToolCall>,
+    pub name: Option<String>,
+    pub tool_call_id: Option<String>,
+}
+
+impl ChatMessage {
+    pub fn new(role: Role, content: impl Into<String>) -> Self {
+        ChatMessage { role, content: content.into(), tool_calls: Vec::new(), name: None, tool_call_id: None }
+    }
+}
+
+/// What the model reads: a conversation rendered through its chat template, or raw text
+/// (Ollama `/api/generate`; `template: false` is Ollama's `raw: true`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum PromptInput {
+    Chat { messages: Vec<ChatMessage>, tools: Vec<ToolSpec> },
+    Raw { prompt: String, system: Option<String>, template: bool },
+}
+
+/// Sampling knobs, already range-checked by the API conversion.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingParams {
+    pub temperature: f32,
+    pub top_k: i32,
+    pub top_p: f32,
+    pub min_p: f32,
+    pub repeat_penalty: f32,
+    pub repeat_last_n: i32,
+    pub seed: Option<u32>,
+    /// Generated-token budget; `None` = until the context is full.
+    pub max_tokens: Option<u32>,
+}
+
+impl Default for SamplingParams {
+    /// Ollama's defaults; the OpenAI and Anthropic conversions override what their APIs define.
+    fn default() -> Self {
+        SamplingParams {
+            temperature: 0.8,
+            top_k: 40,
+            top_p: 0.9,
+            min_p: 0.0,
+            repeat_penalty: 1.1,
+            repeat_last_n: 64,
+            seed: None,
+            max_tokens: None,
+        }
+    }
+}
+
+/// Which kind of structured output a constraint enforces (for logs, stats and refusals).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConstraintKind {
+    /// Any valid JSON (`json_object`, `format: "json"`, `llamay_format: "json"`).
+    Json,
+    /// A JSON Schema compiled to a grammar.
+    Schema,
+    /// GBNF text from the request or `-grammar-file`.
+    Grammar,
+    /// A forced tool call (issue 6).
+    Tool,
+}
+
+/// A compiled constraint the sampler enforces on every step.
+#[derive(Clone)]
+pub struct Constraint {
+    pub kind: ConstraintKind,
+    pub grammar: Arc<CompiledGrammar>,
+}
+
+impl std::fmt::Debug for Constraint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Constraint").field("kind", &self.kind).finish_non_exhaustive()
+    }
+}
+
+/// A request every field of which has been checked; the only thing a model actor accepts.
+#[derive(Debug, Clone)]
+pub struct ValidGenerateRequest {
+    pub model: String,
+    pub input: PromptInput,
+    pub sampling: SamplingParams,
+    pub stop: Vec<String>,
+    pub constraint: Option<Constraint>,
+    /// Ollama's `options.num_ctx`: a request may ask for less context than the model was loaded
+    /// with, never more.
+    pub num_ctx: Option<u32>,
+    pub keep_alive: Option<KeepAlive>,
+    pub tool_choice: ToolChoice,
+}

@@ -1,0 +1,70 @@
+//! What a generation sends back: a stream of [`StreamEvent`]s ending in one [`Completion`].
+//!
+//! Key types: [`StreamEvent`], [`Completion`], [`FinishReason`], [`Usage`], [`Timings`].
+//! Each API's stream.rs translates these into its wire format with a pure state machine.
+
+use std::time::Duration;
+
+use super::request::ToolCall;
+
+/// One event of a generation. The last event is always `Done`; an error after the first token
+/// arrives as `Done` with [`FinishReason::Error`], since the HTTP status is already sent.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamEvent {
+    Delta { text: String },
+    Done(Completion),
+}
+
+/// Why generation stopped.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FinishReason {
+    /// End of generation token, or the constraint reached an accepting state with nothing more allowed.
+    Stop,
+    /// One of the request's stop strings matched (it is not part of the output).
+    StopSequence(String),
+    /// The token budget (`max_tokens`) or the context ran out.
+    Length,
+    /// The output is tool calls (issue 6).
+    ToolCalls,
+    /// The client went away or the daemon is shutting down.
+    Cancelled,
+    /// Generation failed part way; the message says why.
+    Error(String),
+}
+
+/// Token counts for a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Usage {
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
+}
+
+/// Wall-clock durations of a request's phases (Ollama reports them in nanoseconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Timings {
+    /// Time spent loading the model for this request (zero when it was already loaded).
+    pub load: Duration,
+    pub prompt_eval: Duration,
+    pub eval: Duration,
+    /// From submission to the last token.
+    pub total: Duration,
+}
+
+/// The end of a generation.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Completion {
+    pub finish_reason: FinishReason,
+    pub usage: Usage,
+    pub timings: Timings,
+    /// Tool calls parsed from the output (issue 6); empty otherwise.
+    pub tool_calls: Vec<ToolCall>,
+    /// The matcher's per-request counters (fast path hits, masks computed...), as the engine
+    /// reports them; `None` without a constraint.
+    pub constraint_stats: Option<serde_json::Value>,
+}
+
+impl Default for FinishReason {
+    fn default() -> Self {
+        FinishReason::Stop
+    }
+}

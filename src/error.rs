@@ -1,0 +1,180 @@
+//! The one error table: every failure a request can meet has an [`ErrorCode`], and the code
+//! alone decides the HTTP status, the status text, and the type strings each API shape prints.
+//! The API modules render [`CoreError`] in their own shape (OpenAI, Anthropic, Ollama); nothing
+//! else chooses a status.
+//!
+//! Key types: [`ErrorCode`], [`CoreError`]. 429 and 503 carry `Retry-After`.
+
+use thiserror::Error;
+
+/// Every kind of failure a request can meet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    /// The body is not JSON, or a field has the wrong type.
+    MalformedJson,
+    /// A field is missing or out of range, or the request asks for something we refuse.
+    InvalidRequest,
+    /// The JSON Schema uses a keyword the constraint cannot honour.
+    SchemaRefused,
+    /// The GBNF grammar does not parse or is refused.
+    GrammarRefused,
+    /// A grammar and a schema on one request.
+    ConstraintConflict,
+    /// The prompt does not fit the context.
+    PromptTooLong,
+    /// No installed model by that name.
+    ModelNotFound,
+    /// No such route.
+    RouteNotFound,
+    /// A route or feature this version does not offer (`/v1/responses`).
+    NotOffered,
+    /// The body is over the size limit.
+    PayloadTooLarge,
+    /// The queue of waiting requests is full.
+    Overloaded,
+    /// The daemon is stopping.
+    ShuttingDown,
+    /// The model file exists but would not load.
+    ModelLoadFailed,
+    /// A bug or an unexpected failure inside the daemon.
+    Internal,
+}
+
+impl ErrorCode {
+    /// The HTTP status.
+    pub fn status(self) -> u16 {
+        match self {
+            ErrorCode::MalformedJson
+            | ErrorCode::InvalidRequest
+            | ErrorCode::SchemaRefused
+            | ErrorCode::GrammarRefused
+            | ErrorCode::ConstraintConflict
+            | ErrorCode::PromptTooLong => 400,
+            ErrorCode::ModelNotFound | ErrorCode::RouteNotFound | ErrorCode::NotOffered => 404,
+            ErrorCode::PayloadTooLarge => 413,
+            ErrorCode::Overloaded | ErrorCode::ShuttingDown => 503,
+            ErrorCode::ModelLoadFailed | ErrorCode::Internal => 500,
+        }
+    }
+
+    /// The status text, which the spec prints as the OpenAI-shape `type` (`"Bad Request"`).
+    pub fn status_text(self) -> &'static str {
+        match self.status() {
+            400 => "Bad Request",
+            404 => "Not Found",
+            413 => "Payload Too Large",
+            429 => "Too Many Requests",
+            503 => "Service Unavailable",
+            _ => "Internal Server Error",
+        }
+    }
+
+    /// A stable machine-readable name (OpenAI's `code`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::MalformedJson => "malformed_json",
+            ErrorCode::InvalidRequest => "invalid_request",
+            ErrorCode::SchemaRefused => "schema_refused",
+            ErrorCode::GrammarRefused => "grammar_refused",
+            ErrorCode::ConstraintConflict => "constraint_conflict",
+            ErrorCode::PromptTooLong => "prompt_too_long",
+            ErrorCode::ModelNotFound => "model_not_found",
+            ErrorCode::RouteNotFound => "route_not_found",
+            ErrorCode::NotOffered => "not_offered",
+            ErrorCode::PayloadTooLarge => "payload_too_large",
+            ErrorCode::Overloaded => "overloaded",
+            ErrorCode::ShuttingDown => "shutting_down",
+            ErrorCode::ModelLoadFailed => "model_load_failed",
+            ErrorCode::Internal => "internal_error",
+        }
+    }
+
+    /// Anthropic's `error.type`.
+    pub fn anthropic_type(self) -> &'static str {
+        match self.status() {
+            400 => "invalid_request_error",
+            404 => "not_found_error",
+            413 => "request_too_large",
+            429 => "rate_limit_error",
+            503 => "overloaded_error",
+            _ => "api_error",
+        }
+    }
+
+    /// Seconds a client should wait before retrying, for the statuses that invite a retry.
+    pub fn retry_after_seconds(self) -> Option<u32> {
+        match self {
+            ErrorCode::Overloaded => Some(1),
+            ErrorCode::ShuttingDown => Some(5),
+            _ => None,
+        }
+    }
+}
+
+/// A failure with its code and a message a user can act on.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{message}")]
+pub struct CoreError {
+    pub code: ErrorCode,
+    pub message: String,
+    /// The request field at fault (OpenAI's `param`), when there is one.
+    pub param: Option<String>,
+}
+
+impl CoreError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        CoreError { code, message: message.into(), param: None }
+    }
+
+    pub fn with_param(mut self, param: impl Into<String>) -> Self {
+        self.param = Some(param.into());
+        self
+    }
+
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::InvalidRequest, message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Internal, message)
+    }
+
+    pub fn model_not_found(name: &str) -> Self {
+        Self::new(ErrorCode::ModelNotFound, format!("model {name:?} not found; `llamay pull {name}` installs it"))
+    }
+
+    pub fn status(&self) -> u16 {
+        self.code.status()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_exactly_on_retryable_statuses() {
+        let all = [
+            ErrorCode::MalformedJson,
+            ErrorCode::InvalidRequest,
+            ErrorCode::SchemaRefused,
+            ErrorCode::GrammarRefused,
+            ErrorCode::ConstraintConflict,
+            ErrorCode::PromptTooLong,
+            ErrorCode::ModelNotFound,
+            ErrorCode::RouteNotFound,
+            ErrorCode::NotOffered,
+            ErrorCode::PayloadTooLarge,
+            ErrorCode::Overloaded,
+            ErrorCode::ShuttingDown,
+            ErrorCode::ModelLoadFailed,
+            ErrorCode::Internal,
+        ];
+        for code in all {
+            let retryable = matches!(code.status(), 429 | 503);
+            assert_eq!(code.retry_after_seconds().is_some(), retryable, "{code:?}");
+        }
+        assert_eq!(ErrorCode::SchemaRefused.status_text(), "Bad Request");
+        assert_eq!(ErrorCode::PayloadTooLarge.status(), 413);
+    }
+}
