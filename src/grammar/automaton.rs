@@ -1,0 +1,681 @@
+//! The byte-level pushdown automaton every constraint runs on, compiled from an
+//! [`ir::Grammar`](super::ir::Grammar).
+//!
+//! A *configuration* is the set of parse stacks still alive after the bytes read so far (an
+//! ambiguous grammar keeps several). A stack is a list of grammar positions: the top is the
+//! terminal to match next, the frames below are where to return when a rule completes; a
+//! stack with no frames has matched the whole root rule (accepting). Each stack also carries
+//! how much of the document's whitespace budget it has used. Calls in tail position push no
+//! return frame, so `item ::= x item | ""` runs in constant stack.
+//!
+//! Configurations are encoded canonically as one `Vec<u32>` so that `cache.rs` can intern them
+//! as state ids and fill a (state, byte class) table lazily. Bytes that no terminal of the
+//! grammar tells apart share a byte class, which keeps table rows short.
+//!
+//! Key types: [`CompiledGrammar`] (immutable, shared in an `Arc`), [`CheckOutcome`],
+//! [`check_input`]. Cost: compiling is linear in the grammar plus a left-recursion check;
+//! one byte step costs the stacks it touches (microseconds); the matcher caches steps.
+
+use std::collections::{HashMap, HashSet};
+
+use super::error::{GrammarError, Location};
+use super::ir::{ByteSet, Grammar, Symbol};
+use super::limits::Limits;
+
+/// The bytes `Symbol::Whitespace` consumes.
+pub(crate) const WHITESPACE_BYTES: [u8; 4] = [b' ', b'\t', b'\n', b'\r'];
+
+fn whitespace_set() -> ByteSet {
+    let mut set = ByteSet::EMPTY;
+    for byte in WHITESPACE_BYTES {
+        set.insert(byte);
+    }
+    set
+}
+
+/// One grammar position, as the automaton sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FlatSymbol {
+    Bytes(ByteSet),
+    Rule(u32),
+    Whitespace,
+    /// End of an alternative: return to the frame below.
+    End,
+}
+
+/// A grammar compiled for the automaton: immutable, `Send + Sync`, shared through an `Arc` by
+/// every request using it.
+#[derive(Debug)]
+pub struct CompiledGrammar {
+    /// All alternatives of all rules back to back, each closed by `End`; a position is an index.
+    symbols: Vec<FlatSymbol>,
+    /// Start positions of the alternatives of rule `r`: `alt_starts[alt_ranges[r].0..alt_ranges[r].1]`.
+    alt_starts: Vec<u32>,
+    alt_ranges: Vec<(u32, u32)>,
+    rule_names: Vec<String>,
+    whitespace_budget: u32,
+    byte_class: [u8; 256],
+    class_representatives: Vec<u8>,
+    /// Canonical encoding of the configuration before any byte.
+    initial: Vec<u32>,
+    limits: Limits,
+}
+
+/// Why a byte step could not be computed (the input itself is not at fault).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StepOverflow {
+    StackDepth,
+    TooManyStacks,
+    TooMuchWork,
+}
+
+impl StepOverflow {
+    pub(crate) fn describe(self, limits: &Limits) -> String {
+        match self {
+            StepOverflow::StackDepth => {
+                format!("nesting deeper than {} open rules", limits.max_stack_depth)
+            }
+            StepOverflow::TooManyStacks => {
+                format!("more than {} parse stacks alive at once (an ambiguous grammar)", limits.max_stacks)
+            }
+            StepOverflow::TooMuchWork => {
+                format!("more than {} expansion steps for one byte", limits.max_expansion_steps)
+            }
+        }
+    }
+}
+
+impl CompiledGrammar {
+    /// Compiles `grammar`, refusing left recursion (direct, indirect or behind nullable
+    /// prefixes), dangling rule references and grammars over `limits`.
+    pub fn new(grammar: Grammar, limits: &Limits) -> Result<Self, GrammarError> {
+        let rule_count = grammar.rules.len();
+        if rule_count > limits.max_rules {
+            return Err(GrammarError::TooLarge { what: "the rule count", actual: rule_count, limit: limits.max_rules });
+        }
+        if grammar.root.index() >= rule_count {
+            return Err(GrammarError::MissingRoot);
+        }
+        let mut symbols = Vec::new();
+        let mut alt_starts = Vec::new();
+        let mut alt_ranges = Vec::with_capacity(rule_count);
+        for rule in &grammar.rules {
+            let first_alt = alt_starts.len() as u32;
+            for alternative in &rule.alternatives {
+                alt_starts.push(symbols.len() as u32);
+                for symbol in alternative {
+                    symbols.push(match *symbol {
+                        Symbol::Bytes(set) => FlatSymbol::Bytes(set),
+                        Symbol::Whitespace => FlatSymbol::Whitespace,
+                        Symbol::Rule(id) => {
+                            if id.index() >= rule_count {
+                                return Err(GrammarError::Invalid(format!(
+                                    "rule `{}` refers to rule number {} but there are only {rule_count}",
+                                    rule.name, id.0
+                                )));
+                            }
+                            FlatSymbol::Rule(id.0)
+                        }
+                    });
+                }
+                symbols.push(FlatSymbol::End);
+                if symbols.len() > limits.max_symbols || symbols.len() >= u32::MAX as usize {
+                    return Err(GrammarError::TooLarge {
+                        what: "the expanded grammar (symbols)",
+                        actual: symbols.len(),
+                        limit: limits.max_symbols,
+                    });
+                }
+            }
+            alt_ranges.push((first_alt, alt_starts.len() as u32));
+        }
+        if let Some(cycle) = find_left_recursion(&grammar) {
+            let names: Vec<&str> = cycle.iter().map(|r| grammar.rules[*r].name.as_str()).collect();
+            let mut cycle_text = names.join(" -> ");
+            cycle_text.push_str(" -> ");
+            cycle_text.push_str(names[0]);
+            return Err(GrammarError::LeftRecursion {
+                rule: names[0].to_string(),
+                cycle: cycle_text,
+                at: Location::default(),
+            });
+        }
+        let (byte_class, class_representatives) = byte_classes(&symbols);
+        let mut compiled = CompiledGrammar {
+            symbols,
+            alt_starts,
+            alt_ranges,
+            rule_names: grammar.rules.iter().map(|r| r.name.clone()).collect(),
+            whitespace_budget: grammar.whitespace_budget,
+            byte_class,
+            class_representatives,
+            initial: Vec::new(),
+            limits: limits.clone(),
+        };
+        let mut stacks = StackSet::default();
+        let root_call = [u32::MAX];
+        compiled
+            .expand_call(grammar.root.0, &root_call[..0], 0, &mut stacks)
+            .map_err(|overflow| GrammarError::Invalid(format!("the start of the grammar needs {}", overflow.describe(limits))))?;
+        compiled.initial = stacks.into_encoded();
+        Ok(compiled)
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    pub fn rule_names(&self) -> &[String] {
+        &self.rule_names
+    }
+
+    pub(crate) fn initial_config(&self) -> &[u32] {
+        &self.initial
+    }
+
+    #[inline]
+    pub(crate) fn byte_class(&self) -> &[u8; 256] {
+        &self.byte_class
+    }
+
+    pub(crate) fn class_count(&self) -> usize {
+        self.class_representatives.len()
+    }
+
+    /// Pushes onto `out` every stack reached by calling `rule` with `frames` below it, after
+    /// following every path that consumes no byte.
+    fn expand_call(&self, rule: u32, frames: &[u32], ws_used: u32, out: &mut StackSet) -> Result<(), StepOverflow> {
+        let (lo, hi) = self.alt_ranges[rule as usize];
+        let mut work = Vec::new();
+        for alt in &self.alt_starts[lo as usize..hi as usize] {
+            let mut stack = frames.to_vec();
+            stack.push(*alt);
+            work.push((ws_used, stack));
+        }
+        self.expand(work, out)
+    }
+
+    /// Follows every byte-free path from the pending stacks in `work` (each may have a rule
+    /// call, an `End` or whitespace on top) and adds the resulting stacks, whose tops are
+    /// terminals, to `out`. Terminates because left recursion was refused at compile time.
+    fn expand(&self, mut work: Vec<(u32, Vec<u32>)>, out: &mut StackSet) -> Result<(), StepOverflow> {
+        let mut steps = 0usize;
+        let mut seen: HashSet<(u32, Vec<u32>)> = HashSet::new();
+        while let Some((ws_used, mut frames)) = work.pop() {
+            if !seen.insert((ws_used, frames.clone())) {
+                continue;
+            }
+            loop {
+                steps += 1;
+                if steps > self.limits.max_expansion_steps {
+                    return Err(StepOverflow::TooMuchWork);
+                }
+                let Some(&position) = frames.last() else {
+                    out.insert(ws_used, frames);
+                    break;
+                };
+                match self.symbols[position as usize] {
+                    FlatSymbol::Bytes(_) => {
+                        out.insert(ws_used, frames);
+                        break;
+                    }
+                    FlatSymbol::Whitespace => {
+                        if ws_used < self.whitespace_budget {
+                            out.insert(ws_used, frames.clone());
+                        }
+                        if let Some(top) = frames.last_mut() {
+                            *top = position + 1;
+                        }
+                    }
+                    FlatSymbol::End => {
+                        frames.pop();
+                    }
+                    FlatSymbol::Rule(rule) => {
+                        frames.pop();
+                        let return_to = position + 1;
+                        if self.symbols[return_to as usize] != FlatSymbol::End {
+                            frames.push(return_to);
+                        }
+                        if frames.len() >= self.limits.max_stack_depth {
+                            return Err(StepOverflow::StackDepth);
+                        }
+                        let (lo, hi) = self.alt_ranges[rule as usize];
+                        let alternatives = &self.alt_starts[lo as usize..hi as usize];
+                        let Some((first, rest)) = alternatives.split_first() else { break };
+                        for alt in rest {
+                            let mut other = frames.clone();
+                            other.push(*alt);
+                            work.push((ws_used, other));
+                        }
+                        frames.push(*first);
+                    }
+                }
+            }
+            if out.len() > self.limits.max_stacks {
+                return Err(StepOverflow::TooManyStacks);
+            }
+        }
+        Ok(())
+    }
+
+    /// The configuration after reading `byte` in configuration `config` (both encoded); an
+    /// empty result is the dead configuration.
+    pub(crate) fn step(&self, config: &[u32], byte: u8) -> Result<Vec<u32>, StepOverflow> {
+        let mut work = Vec::new();
+        let is_whitespace = WHITESPACE_BYTES.contains(&byte);
+        for (ws_used, frames) in decode(config) {
+            let Some(&top) = frames.last() else { continue };
+            match self.symbols[top as usize] {
+                FlatSymbol::Bytes(set) if set.contains(byte) => {
+                    let mut next = frames.to_vec();
+                    if let Some(t) = next.last_mut() {
+                        *t = top + 1;
+                    }
+                    work.push((ws_used, next));
+                }
+                FlatSymbol::Whitespace if is_whitespace && ws_used < self.whitespace_budget => {
+                    work.push((ws_used + 1, frames.to_vec()));
+                }
+                _ => {}
+            }
+        }
+        let mut out = StackSet::default();
+        self.expand(work, &mut out)?;
+        Ok(out.into_encoded())
+    }
+
+    /// The bytes some stack of `config` can read next.
+    pub(crate) fn allowed_bytes(&self, config: &[u32]) -> ByteSet {
+        let mut allowed = ByteSet::EMPTY;
+        for (ws_used, frames) in decode(config) {
+            let Some(&top) = frames.last() else { continue };
+            match self.symbols[top as usize] {
+                FlatSymbol::Bytes(set) => allowed = allowed.union(&set),
+                FlatSymbol::Whitespace if ws_used < self.whitespace_budget => {
+                    allowed = allowed.union(&whitespace_set())
+                }
+                _ => {}
+            }
+        }
+        allowed
+    }
+}
+
+/// Iterates the stacks of an encoded configuration as (whitespace used, frames bottom..top).
+/// Encoding: for each stack, `[frame count, whitespace used, frames...]`, stacks sorted.
+pub(crate) fn decode(config: &[u32]) -> impl Iterator<Item = (u32, &[u32])> {
+    let mut rest = config;
+    std::iter::from_fn(move || {
+        let (&len, tail) = rest.split_first()?;
+        let (&ws_used, tail) = tail.split_first()?;
+        let len = (len as usize).min(tail.len());
+        let (frames, tail) = tail.split_at(len);
+        rest = tail;
+        Some((ws_used, frames))
+    })
+}
+
+/// True when some stack of `config` has matched the whole root rule.
+pub(crate) fn config_is_accepting(config: &[u32]) -> bool {
+    decode(config).any(|(_, frames)| frames.is_empty())
+}
+
+/// True when some stack of `config` can still read a byte.
+pub(crate) fn config_can_continue(config: &[u32]) -> bool {
+    decode(config).any(|(_, frames)| !frames.is_empty())
+}
+
+/// The stacks of one configuration under construction; a stack that differs from another only
+/// by using more whitespace is dropped, since the thriftier one allows everything it allows.
+#[derive(Default)]
+struct StackSet {
+    stacks: HashMap<Vec<u32>, u32>,
+}
+
+impl StackSet {
+    fn insert(&mut self, ws_used: u32, frames: Vec<u32>) {
+        let entry = self.stacks.entry(frames).or_insert(ws_used);
+        *entry = (*entry).min(ws_used);
+    }
+
+    fn len(&self) -> usize {
+        self.stacks.len()
+    }
+
+    fn into_encoded(self) -> Vec<u32> {
+        let mut stacks: Vec<(Vec<u32>, u32)> = self.stacks.into_iter().collect();
+        stacks.sort_unstable();
+        let mut encoded = Vec::with_capacity(stacks.iter().map(|(f, _)| f.len() + 2).sum());
+        for (frames, ws_used) in stacks {
+            encoded.push(frames.len() as u32);
+            encoded.push(ws_used);
+            encoded.extend_from_slice(&frames);
+        }
+        encoded
+    }
+}
+
+/// Splits the 256 byte values into classes that every terminal of the grammar treats alike.
+fn byte_classes(symbols: &[FlatSymbol]) -> ([u8; 256], Vec<u8>) {
+    let mut sets: HashSet<ByteSet> = symbols
+        .iter()
+        .filter_map(|s| if let FlatSymbol::Bytes(set) = s { Some(*set) } else { None })
+        .collect();
+    sets.insert(whitespace_set());
+    let mut class_of = [0u16; 256];
+    let mut class_count = 1u16;
+    for set in sets {
+        let mut renumber: HashMap<(u16, bool), u16> = HashMap::new();
+        let mut next = 0u16;
+        for byte in 0..=255u8 {
+            let key = (class_of[byte as usize], set.contains(byte));
+            let id = *renumber.entry(key).or_insert_with(|| {
+                next += 1;
+                next - 1
+            });
+            class_of[byte as usize] = id;
+        }
+        class_count = next;
+    }
+    let mut representatives = vec![0u8; class_count as usize];
+    let mut seen = vec![false; class_count as usize];
+    let mut byte_class = [0u8; 256];
+    for byte in 0..=255u8 {
+        let class = class_of[byte as usize];
+        // At most 256 classes exist, so a class id always fits a u8 after the renumbering.
+        byte_class[byte as usize] = class as u8;
+        if !seen[class as usize] {
+            seen[class as usize] = true;
+            representatives[class as usize] = byte;
+        }
+    }
+    (byte_class, representatives)
+}
+
+/// Finds a cycle of rules that can call each other without reading a byte first, which would
+/// expand forever. Returns the rules on the cycle, or `None`.
+pub(crate) fn find_left_recursion(grammar: &Grammar) -> Option<Vec<usize>> {
+    let rule_count = grammar.rules.len();
+    let mut nullable = vec![false; rule_count];
+    let symbol_nullable = |symbol: &Symbol, nullable: &[bool]| match symbol {
+        Symbol::Bytes(_) => false,
+        Symbol::Whitespace => true,
+        Symbol::Rule(id) => nullable.get(id.index()).copied().unwrap_or(false),
+    };
+    loop {
+        let mut changed = false;
+        for (index, rule) in grammar.rules.iter().enumerate() {
+            if !nullable[index]
+                && rule.alternatives.iter().any(|alt| alt.iter().all(|s| symbol_nullable(s, &nullable)))
+            {
+                nullable[index] = true;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    // Edges: rule -> rules it can call before reading any byte.
+    let mut edges: Vec<Vec<usize>> = vec![Vec::new(); rule_count];
+    for (index, rule) in grammar.rules.iter().enumerate() {
+        for alternative in &rule.alternatives {
+            for symbol in alternative {
+                if let Symbol::Rule(id) = symbol {
+                    if id.index() < rule_count && !edges[index].contains(&id.index()) {
+                        edges[index].push(id.index());
+                    }
+                }
+                if !symbol_nullable(symbol, &nullable) {
+                    break;
+                }
+            }
+        }
+    }
+    // Iterative depth-first search with colours; a grey successor closes a cycle.
+    const WHITE: u8 = 0;
+    const GREY: u8 = 1;
+    const BLACK: u8 = 2;
+    let mut colour = vec![WHITE; rule_count];
+    for start in 0..rule_count {
+        if colour[start] != WHITE {
+            continue;
+        }
+        let mut path: Vec<(usize, usize)> = vec![(start, 0)];
+        colour[start] = GREY;
+        while let Some(&mut (node, ref mut next_edge)) = path.last_mut() {
+            if let Some(&successor) = edges[node].get(*next_edge) {
+                *next_edge += 1;
+                match colour[successor] {
+                    WHITE => {
+                        colour[successor] = GREY;
+                        path.push((successor, 0));
+                    }
+                    GREY => {
+                        let from = path.iter().position(|(n, _)| *n == successor).unwrap_or(0);
+                        return Some(path[from..].iter().map(|(n, _)| *n).collect());
+                    }
+                    _ => {}
+                }
+            } else {
+                colour[node] = BLACK;
+                path.pop();
+            }
+        }
+    }
+    None
+}
+
+/// The result of matching a whole input against a grammar.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CheckOutcome {
+    /// The input is a complete sentence of the grammar.
+    Match,
+    /// The input is a valid prefix, but the grammar needs more.
+    Incomplete { expected: String },
+    /// The automaton died at byte `offset` (line and column are 1-based, columns in bytes).
+    Mismatch { offset: usize, line: usize, column: usize, expected: String },
+}
+
+/// Matches `input` against the whole grammar, saying where and why it fails.
+pub fn check_input(grammar: &CompiledGrammar, input: &[u8]) -> CheckOutcome {
+    let mut config = grammar.initial_config().to_vec();
+    let (mut line, mut column) = (1usize, 1usize);
+    for (offset, &byte) in input.iter().enumerate() {
+        let next = match grammar.step(&config, byte) {
+            Ok(next) => next,
+            Err(overflow) => {
+                return CheckOutcome::Mismatch {
+                    offset,
+                    line,
+                    column,
+                    expected: format!("(cannot continue: {})", overflow.describe(grammar.limits())),
+                }
+            }
+        };
+        if next.is_empty() {
+            return CheckOutcome::Mismatch { offset, line, column, expected: describe_expected(grammar, &config) };
+        }
+        config = next;
+        if byte == b'\n' {
+            line += 1;
+            column = 1;
+        } else {
+            column += 1;
+        }
+    }
+    if config_is_accepting(&config) {
+        CheckOutcome::Match
+    } else {
+        CheckOutcome::Incomplete { expected: describe_expected(grammar, &config) }
+    }
+}
+
+/// A human description of what `config` accepts next, e.g. `one of "," "]"` or `[0-9]`.
+pub(crate) fn describe_expected(grammar: &CompiledGrammar, config: &[u32]) -> String {
+    let allowed = grammar.allowed_bytes(config);
+    let accepting = config_is_accepting(config);
+    let mut text = describe_byte_set(&allowed);
+    if accepting {
+        if allowed.is_empty() {
+            text = "the end of the input".to_string();
+        } else {
+            text.push_str(" or the end of the input");
+        }
+    }
+    text
+}
+
+/// Renders a byte set as a short list of quoted bytes or a bracketed class.
+pub(crate) fn describe_byte_set(set: &ByteSet) -> String {
+    let count = set.len();
+    if count == 0 {
+        return "nothing (the grammar cannot continue here)".to_string();
+    }
+    let quote = |byte: u8| -> String {
+        match byte {
+            b'"' => "'\"'".to_string(),
+            0x20..=0x7e => format!("\"{}\"", byte as char),
+            _ => format!("\"{}\"", byte.escape_ascii()),
+        }
+    };
+    if count == 1 {
+        return set.iter().map(quote).collect::<String>();
+    }
+    if count <= 6 {
+        let items: Vec<String> = set.iter().map(quote).collect();
+        return format!("one of {}", items.join(" "));
+    }
+    if count == 256 {
+        return "any byte".to_string();
+    }
+    format!("{set:?}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::grammar::ir::{literal_symbols, GrammarBuilder};
+
+    fn compile(grammar: Grammar) -> CompiledGrammar {
+        match CompiledGrammar::new(grammar, &Limits::default()) {
+            Ok(compiled) => compiled,
+            Err(error) => panic!("compile failed: {error}"),
+        }
+    }
+
+    /// root ::= "[" items? "]" ; items ::= digit ("," ws digit)*  (as right recursion)
+    fn list_grammar(budget: u32) -> Grammar {
+        let mut b = GrammarBuilder::new();
+        let root = b.declare("root");
+        let items = b.declare("items");
+        let more = b.declare("more");
+        let digit = Symbol::Bytes(ByteSet::range(b'0', b'9'));
+        b.define(root, vec![
+            vec![Symbol::Bytes(ByteSet::single(b'[')), Symbol::Rule(items), Symbol::Bytes(ByteSet::single(b']'))],
+            literal_symbols(b"[]"),
+        ]);
+        b.define(items, vec![vec![digit, Symbol::Rule(more)]]);
+        b.define(more, vec![vec![Symbol::Bytes(ByteSet::single(b',')), Symbol::Whitespace, digit, Symbol::Rule(more)], vec![]]);
+        b.finish(root, budget)
+    }
+
+    #[test]
+    fn accepts_and_rejects_whole_inputs() {
+        let g = compile(list_grammar(8));
+        assert_eq!(check_input(&g, b"[]"), CheckOutcome::Match);
+        assert_eq!(check_input(&g, b"[1,2, 3,\n\t4]"), CheckOutcome::Match);
+        assert_eq!(check_input(&g, b"[1,2"), CheckOutcome::Incomplete { expected: "one of \",\" \"]\"".into() });
+        assert_eq!(
+            check_input(&g, b"[1,\nx]"),
+            CheckOutcome::Mismatch { offset: 4, line: 2, column: 1, expected: "[\\t-\\n\\r 0-9]".into() }
+        );
+        assert_eq!(check_input(&g, b"[]]"), CheckOutcome::Mismatch { offset: 2, line: 1, column: 3, expected: "the end of the input".into() });
+    }
+
+    #[test]
+    fn whitespace_budget_is_shared_by_the_document() {
+        let g = compile(list_grammar(3));
+        assert_eq!(check_input(&g, b"[1,  2, 3]"), CheckOutcome::Match);
+        assert!(matches!(check_input(&g, b"[1,  2,  3]"), CheckOutcome::Mismatch { offset: 8, .. }));
+        let none = compile(list_grammar(0));
+        assert!(matches!(check_input(&none, b"[1, 2]"), CheckOutcome::Mismatch { offset: 3, .. }));
+    }
+
+    #[test]
+    fn deep_right_recursion_runs_in_constant_stack() {
+        let g = compile(list_grammar(0));
+        let mut input = b"[1".to_vec();
+        for _ in 0..5000 {
+            input.extend_from_slice(b",2");
+        }
+        input.push(b']');
+        assert_eq!(check_input(&g, &input), CheckOutcome::Match);
+    }
+
+    #[test]
+    fn nesting_past_the_stack_limit_is_rejected_not_a_crash() {
+        // value ::= "[" value "]" | "x"
+        let mut b = GrammarBuilder::new();
+        let value = b.declare("value");
+        b.define(value, vec![
+            vec![Symbol::Bytes(ByteSet::single(b'[')), Symbol::Rule(value), Symbol::Bytes(ByteSet::single(b']'))],
+            literal_symbols(b"x"),
+        ]);
+        let limits = Limits { max_stack_depth: 10, ..Limits::default() };
+        let g = CompiledGrammar::new(b.finish(value, 0), &limits).map_err(|e| e.to_string()).unwrap();
+        assert_eq!(check_input(&g, b"[[[x]]]"), CheckOutcome::Match);
+        let deep = format!("{}x{}", "[".repeat(20), "]".repeat(20));
+        match check_input(&g, deep.as_bytes()) {
+            CheckOutcome::Mismatch { expected, offset, .. } => {
+                assert!(expected.contains("nesting deeper than 10"), "{expected}");
+                assert!(offset < 12);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn left_recursive(through_nullable: bool) -> Grammar {
+        let mut b = GrammarBuilder::new();
+        let expr = b.declare("expr");
+        let term = b.literal("term", b"1");
+        let maybe = b.add("maybe-space", vec![vec![], literal_symbols(b" ")]);
+        let first = if through_nullable { vec![Symbol::Rule(maybe), Symbol::Rule(expr)] } else { vec![Symbol::Rule(expr)] };
+        let mut alt = first;
+        alt.extend(literal_symbols(b"+"));
+        alt.push(Symbol::Rule(term));
+        b.define(expr, vec![alt, vec![Symbol::Rule(term)]]);
+        let root = b.add("root", vec![vec![Symbol::Rule(expr)]]);
+        b.finish(root, 0)
+    }
+
+    #[test]
+    fn left_recursion_is_refused_naming_the_rule() {
+        for through_nullable in [false, true] {
+            match CompiledGrammar::new(left_recursive(through_nullable), &Limits::default()) {
+                Err(GrammarError::LeftRecursion { rule, cycle, .. }) => {
+                    assert_eq!(rule, "expr");
+                    assert_eq!(cycle, "expr -> expr");
+                }
+                other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+            }
+        }
+    }
+
+    #[test]
+    fn ambiguity_keeps_every_parse_alive() {
+        // root ::= a "x" | a "y" ; a ::= "p" | "pp" — two stacks until the choice is made.
+        let mut b = GrammarBuilder::new();
+        let a = b.add("a", vec![literal_symbols(b"p"), literal_symbols(b"pp")]);
+        let mut first = vec![Symbol::Rule(a)];
+        first.extend(literal_symbols(b"x"));
+        let mut second = vec![Symbol::Rule(a)];
+        second.extend(literal_symbols(b"y"));
+        let root = b.add("root", vec![first, second]);
+        let g = compile(b.finish(root, 0));
+        for input in [&b"px"[..], b"ppx", b"py", b"ppy"] {
+            assert_eq!(check_input(&g, input), CheckOutcome::Match, "{input:?}");
+        }
+        assert!(matches!(check_input(&g, b"pppx"), CheckOutcome::Mismatch { offset: 2, .. }));
+    }
+}

@@ -1,0 +1,213 @@
+//! The two bounded caches a matcher keeps, kept apart because their costs differ:
+//! [`StateTable`] interns automaton configurations as state ids and fills a (state, byte
+//! class) -> state table lazily, like a lazy DFA (cheap entries, many of them);
+//! [`MaskCache`] keeps the allowed-token bitset of a state (expensive, few).
+//!
+//! Both have a bound (`Limits::transition_states`, `Limits::mask_cache`). A full table is
+//! cleared, keeping only the states the caller still holds, and the clear is counted; it
+//! never grows past its bound. Clearing the state table also drops the masks, whose keys
+//! were state ids. Cost: a state costs its encoded configuration twice (vector and index)
+//! plus 4 bytes per byte class; a mask costs vocabulary/8 bytes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::automaton::{config_can_continue, config_is_accepting, CompiledGrammar};
+use super::mask::TokenMask;
+
+/// The state id of the dead configuration (no stack alive); every table has it.
+pub(crate) const DEAD: u32 = 0;
+const UNKNOWN: u32 = u32::MAX;
+/// Returned by [`StateTable::next`] when the table is full; clear it and retry.
+pub(crate) const FULL: u32 = u32::MAX - 1;
+
+/// The smallest bound honoured: a mask walk keeps one state per trie depth alive across a clear.
+const MIN_STATES: usize = 1024;
+
+pub(crate) struct StateTable {
+    grammar: Arc<CompiledGrammar>,
+    classes: usize,
+    configs: Vec<Box<[u32]>>,
+    ids: HashMap<Box<[u32]>, u32>,
+    transitions: Vec<u32>,
+    accepting: Vec<bool>,
+    can_continue: Vec<bool>,
+    capacity: usize,
+    pub(crate) peak: usize,
+    pub(crate) clears: u64,
+    /// Transitions treated as dead because computing them passed a limit (stack depth,
+    /// stack count, expansion work).
+    pub(crate) overflows: u64,
+}
+
+impl StateTable {
+    pub(crate) fn new(grammar: Arc<CompiledGrammar>) -> Self {
+        let classes = grammar.class_count();
+        let capacity = grammar.limits().transition_states.max(MIN_STATES);
+        let mut table = StateTable {
+            grammar,
+            classes,
+            configs: Vec::new(),
+            ids: HashMap::new(),
+            transitions: Vec::new(),
+            accepting: Vec::new(),
+            can_continue: Vec::new(),
+            capacity,
+            peak: 0,
+            clears: 0,
+            overflows: 0,
+        };
+        table.push_state(Box::new([]));
+        table
+    }
+
+    /// The state of the grammar before any byte.
+    pub(crate) fn initial(&mut self) -> u32 {
+        let config = self.grammar.initial_config().to_vec().into_boxed_slice();
+        self.intern(config).unwrap_or(DEAD)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.configs.len()
+    }
+
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    pub(crate) fn config(&self, state: u32) -> &[u32] {
+        self.configs.get(state as usize).map(|c| &c[..]).unwrap_or(&[])
+    }
+
+    #[inline]
+    pub(crate) fn is_accepting(&self, state: u32) -> bool {
+        self.accepting.get(state as usize).copied().unwrap_or(false)
+    }
+
+    #[inline]
+    pub(crate) fn can_continue(&self, state: u32) -> bool {
+        self.can_continue.get(state as usize).copied().unwrap_or(false)
+    }
+
+    /// The state after `byte`, [`DEAD`], or [`FULL`] when a new state would not fit.
+    #[inline]
+    pub(crate) fn next(&mut self, state: u32, byte: u8) -> u32 {
+        let index = state as usize * self.classes + self.grammar.byte_class()[byte as usize] as usize;
+        match self.transitions.get(index) {
+            Some(&target) if target != UNKNOWN => target,
+            Some(_) => self.fill(index, state, byte),
+            None => DEAD,
+        }
+    }
+
+    #[cold]
+    fn fill(&mut self, index: usize, state: u32, byte: u8) -> u32 {
+        let target = match self.grammar.step(&self.configs[state as usize], byte) {
+            Err(_) => {
+                self.overflows += 1;
+                DEAD
+            }
+            Ok(next) if next.is_empty() => DEAD,
+            Ok(next) => match self.intern(next.into_boxed_slice()) {
+                Some(id) => id,
+                None => return FULL,
+            },
+        };
+        self.transitions[index] = target;
+        target
+    }
+
+    fn intern(&mut self, config: Box<[u32]>) -> Option<u32> {
+        if config.is_empty() {
+            return Some(DEAD);
+        }
+        if let Some(&id) = self.ids.get(&config) {
+            return Some(id);
+        }
+        if self.configs.len() >= self.capacity {
+            return None;
+        }
+        Some(self.push_state(config))
+    }
+
+    fn push_state(&mut self, config: Box<[u32]>) -> u32 {
+        let id = self.configs.len() as u32;
+        self.accepting.push(config_is_accepting(&config));
+        self.can_continue.push(config_can_continue(&config));
+        self.transitions.extend(std::iter::repeat(UNKNOWN).take(self.classes));
+        if !config.is_empty() {
+            self.ids.insert(config.clone(), id);
+        }
+        self.configs.push(config);
+        self.peak = self.peak.max(self.configs.len());
+        id
+    }
+
+    /// Empties the table except for the states in `live`, whose ids are rewritten in place.
+    pub(crate) fn clear_keeping(&mut self, live: &mut [u32]) {
+        let old = std::mem::take(&mut self.configs);
+        self.ids.clear();
+        self.transitions.clear();
+        self.accepting.clear();
+        self.can_continue.clear();
+        self.clears += 1;
+        self.push_state(Box::new([]));
+        for state in live.iter_mut() {
+            let config = old.get(*state as usize).cloned().unwrap_or_default();
+            *state = match self.ids.get(&config) {
+                Some(&id) => id,
+                None if config.is_empty() => DEAD,
+                None => self.push_state(config),
+            };
+        }
+    }
+}
+
+/// Allowed-token masks by state id, bounded; cleared whole when full or when the state table
+/// is cleared.
+pub(crate) struct MaskCache {
+    index: HashMap<u32, usize>,
+    masks: Vec<TokenMask>,
+    capacity: usize,
+    pub(crate) clears: u64,
+}
+
+impl MaskCache {
+    pub(crate) fn new(capacity: usize) -> Self {
+        MaskCache { index: HashMap::new(), masks: Vec::new(), capacity: capacity.max(1), clears: 0 }
+    }
+
+    pub(crate) fn get(&self, state: u32) -> Option<usize> {
+        self.index.get(&state).copied()
+    }
+
+    pub(crate) fn mask(&self, slot: usize) -> &TokenMask {
+        &self.masks[slot]
+    }
+
+    /// Stores `mask` for `state`, clearing the cache first when it is full; returns its slot.
+    pub(crate) fn insert(&mut self, state: u32, mask: TokenMask) -> usize {
+        if self.masks.len() >= self.capacity {
+            self.clear();
+            self.clears += 1;
+        }
+        self.masks.push(mask);
+        let slot = self.masks.len() - 1;
+        self.index.insert(state, slot);
+        slot
+    }
+
+    /// Drops every mask (state ids changed); not counted as a clear of this cache.
+    pub(crate) fn clear(&mut self) {
+        self.index.clear();
+        self.masks.clear();
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.masks.len()
+    }
+
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
+    }
+}

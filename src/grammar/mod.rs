@@ -1,0 +1,29 @@
+//! Constraints on generated text: GBNF grammars and JSON Schemas compiled to one byte-level
+//! pushdown automaton, and per-request matchers that turn it into token masks.
+//!
+//! Pure: depends only on std, serde, thiserror and regex-syntax, never on the model runtime,
+//! the server or the store. Flow: a front end (`gbnf`, `schema`) lowers source text to an
+//! [`ir::Grammar`]; [`CompiledGrammar`] prepares it once (shared in an `Arc`); a [`TokenTrie`]
+//! over the model's vocabulary is built once per model; each request owns a [`Matcher`] that
+//! caches transitions and masks and reports [`MaskStats`].
+
+pub mod automaton;
+pub(crate) mod cache;
+pub mod error;
+
+pub mod ir;
+pub mod limits;
+pub mod mask;
+pub mod matcher;
+pub mod schema;
+pub mod stats;
+pub mod toktrie;
+
+pub use automaton::{check_input, CheckOutcome, CompiledGrammar};
+pub use error::{GrammarError, Location};
+
+pub use limits::Limits;
+pub use mask::TokenMask;
+pub use matcher::Matcher;
+pub use stats::MaskStats;
+pub use toktrie::TokenTrie;

@@ -1,0 +1,161 @@
+//! [`TokenTrie`]: the model's vocabulary as a flat prefix tree of token bytes, built once per
+//! model and shared in an `Arc` by every matcher.
+//!
+//! Nodes are stored in depth-first preorder in one array; each node knows its depth and where
+//! its subtree ends, so a mask walk is one forward pass that skips a whole subtree the moment
+//! the automaton dies on a prefix. Tokens with no bytes (control tokens) are never in the
+//! trie; end-of-generation tokens are kept aside and allowed exactly when the automaton
+//! accepts. Tokens longer than [`MAX_TOKEN_BYTES`] are left out (never allowed).
+//!
+//! Cost: building sorts the vocabulary (tens of ms at 262k tokens); ~12 bytes per node,
+//! about 2 nodes per token, plus the token bytes themselves.
+
+/// Longest token kept, in bytes; real vocabularies stay far below.
+pub const MAX_TOKEN_BYTES: usize = 512;
+
+pub(crate) const NO_TOKEN: u32 = u32::MAX;
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TrieNode {
+    /// Index one past the last node of this node's subtree.
+    pub(crate) subtree_end: u32,
+    /// The token ending here, or [`NO_TOKEN`]; further tokens with the same bytes are in
+    /// `TokenTrie::duplicates`.
+    pub(crate) token: u32,
+    pub(crate) byte: u8,
+    /// 1 for a first byte; the root is not stored.
+    pub(crate) depth: u16,
+}
+
+/// A vocabulary as a flat trie, with each token's bytes for single-token checks.
+#[derive(Debug)]
+pub struct TokenTrie {
+    pub(crate) nodes: Vec<TrieNode>,
+    /// (token with the same bytes as another, that other token).
+    pub(crate) duplicates: Vec<(u32, u32)>,
+    eog_tokens: Vec<u32>,
+    is_eog: Vec<bool>,
+    byte_offsets: Vec<u32>,
+    bytes: Vec<u8>,
+    max_depth: usize,
+}
+
+impl TokenTrie {
+    /// `token_bytes[id]` is the text of token `id` (empty for control tokens); `eog_tokens`
+    /// end generation.
+    pub fn new(token_bytes: &[Vec<u8>], eog_tokens: &[u32]) -> Self {
+        let vocab_size = token_bytes.len();
+        let mut is_eog = vec![false; vocab_size];
+        let mut eog: Vec<u32> = Vec::new();
+        for &token in eog_tokens {
+            if let Some(flag) = is_eog.get_mut(token as usize) {
+                if !*flag {
+                    *flag = true;
+                    eog.push(token);
+                }
+            }
+        }
+        let mut byte_offsets = Vec::with_capacity(vocab_size + 1);
+        let mut bytes = Vec::new();
+        byte_offsets.push(0u32);
+        for token in token_bytes {
+            bytes.extend_from_slice(token);
+            byte_offsets.push(bytes.len() as u32);
+        }
+        let mut order: Vec<u32> = (0..vocab_size as u32)
+            .filter(|&id| {
+                let text = &token_bytes[id as usize];
+                !is_eog[id as usize] && !text.is_empty() && text.len() <= MAX_TOKEN_BYTES
+            })
+            .collect();
+        order.sort_by(|a, b| token_bytes[*a as usize].cmp(&token_bytes[*b as usize]));
+
+        let mut nodes: Vec<TrieNode> = Vec::with_capacity(order.len() * 2);
+        let mut duplicates = Vec::new();
+        // Indices of the open nodes along the current path; path[d] is at depth d + 1.
+        let mut path: Vec<usize> = Vec::new();
+        let mut previous: &[u8] = &[];
+        let mut max_depth = 0;
+        for &id in &order {
+            let text = &token_bytes[id as usize][..];
+            let shared = previous.iter().zip(text).take_while(|(a, b)| a == b).count();
+            while path.len() > shared {
+                if let Some(closed) = path.pop() {
+                    nodes[closed].subtree_end = nodes.len() as u32;
+                }
+            }
+            for (offset, &byte) in text.iter().enumerate().skip(shared) {
+                path.push(nodes.len());
+                nodes.push(TrieNode { subtree_end: 0, token: NO_TOKEN, byte, depth: offset as u16 + 1 });
+            }
+            if let Some(&last) = path.last() {
+                if nodes[last].token == NO_TOKEN {
+                    nodes[last].token = id;
+                } else {
+                    duplicates.push((id, nodes[last].token));
+                }
+            }
+            max_depth = max_depth.max(text.len());
+            previous = text;
+        }
+        let end = nodes.len() as u32;
+        for open in path {
+            nodes[open].subtree_end = end;
+        }
+        TokenTrie { nodes, duplicates, eog_tokens: eog, is_eog, byte_offsets, bytes, max_depth }
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.is_eog.len()
+    }
+
+    pub fn eog_tokens(&self) -> &[u32] {
+        &self.eog_tokens
+    }
+
+    pub fn is_eog(&self, token: u32) -> bool {
+        self.is_eog.get(token as usize).copied().unwrap_or(false)
+    }
+
+    /// The bytes of `token`, or `None` outside the vocabulary.
+    pub fn token_bytes(&self, token: u32) -> Option<&[u8]> {
+        let start = *self.byte_offsets.get(token as usize)? as usize;
+        let end = *self.byte_offsets.get(token as usize + 1)? as usize;
+        self.bytes.get(start..end)
+    }
+
+    /// Whether `token` can ever be allowed by the trie (non-empty, not too long, not EOG).
+    pub(crate) fn is_walkable(&self, token: u32) -> bool {
+        !self.is_eog(token) && self.token_bytes(token).is_some_and(|b| !b.is_empty() && b.len() <= MAX_TOKEN_BYTES)
+    }
+
+    pub(crate) fn max_depth(&self) -> usize {
+        self.max_depth
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn preorder_layout_with_subtree_ends_and_duplicates() {
+        let vocab: Vec<Vec<u8>> =
+            vec![b"ab".to_vec(), b"a".to_vec(), b"b".to_vec(), vec![], b"abc".to_vec(), b"ab".to_vec()];
+        let trie = TokenTrie::new(&vocab, &[3]);
+        let shape: Vec<(u8, u16, u32, u32)> =
+            trie.nodes.iter().map(|n| (n.byte, n.depth, n.token, n.subtree_end)).collect();
+        assert_eq!(
+            shape,
+            vec![(b'a', 1, 1, 3), (b'b', 2, 0, 3), (b'c', 3, 4, 3), (b'b', 1, 2, 4)]
+        );
+        assert_eq!(trie.duplicates, vec![(5, 0)]);
+        assert_eq!(trie.eog_tokens(), &[3]);
+        assert_eq!(trie.token_bytes(4), Some(&b"abc"[..]));
+        assert_eq!(trie.max_depth(), 3);
+    }
+}
