@@ -1,0 +1,455 @@
+//! The daemon's settings: one [`Config`] built from defaults, then a TOML file, then `LLAMAY_*`
+//! environment variables, then `llamay serve` flags ([`ServeArgs`]), each overriding the last,
+//! and validated before anything starts. `configs/llamay.toml` documents every key.
+//!
+//! Key types: [`Config`], [`ServeArgs`] (clap), [`KvCacheType`], [`LogFormat`], [`ConfigError`].
+//! Costs: read once at start-up.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::Deserialize;
+use thiserror::Error;
+
+use crate::core::KeepAlive;
+
+/// Flags of `llamay serve`. The spec writes long flags with one dash (`-addr`); main.rs passes
+/// argv through [`normalize_single_dash_flags`] first so clap sees `--addr`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ServeArgs {
+    /// A model to load at start-up; others load on demand.
+    #[arg(short = 'm', long = "model")]
+    pub model: Option<String>,
+    /// Listen address, host:port.
+    #[arg(long = "addr")]
+    pub addr: Option<String>,
+    /// Models loaded at once; when full, the idle one that expires soonest is unloaded.
+    #[arg(long = "max-loaded")]
+    pub max_loaded: Option<usize>,
+    /// How long an idle model stays loaded: "5m", "1h", seconds, 0 (unload at once), -1 (forever).
+    #[arg(long = "keepalive", allow_hyphen_values = true)]
+    pub keepalive: Option<String>,
+    /// Context tokens per sequence.
+    #[arg(short = 'c', long = "context")]
+    pub context: Option<u32>,
+    /// CPU threads for decoding.
+    #[arg(short = 't', long = "threads")]
+    pub threads: Option<usize>,
+    /// KV cache type: f32, f16, q8_0 or q4_0.
+    #[arg(long = "kv")]
+    pub kv: Option<String>,
+    /// Sequences decoded together per model (continuous batching).
+    #[arg(long = "parallel")]
+    pub parallel: Option<u32>,
+    /// A GBNF grammar applied to every request.
+    #[arg(long = "grammar-file")]
+    pub grammar_file: Option<PathBuf>,
+    /// A TOML config file (default: $LLAMAY_CONFIG).
+    #[arg(long = "config")]
+    pub config: Option<PathBuf>,
+}
+
+/// Flags that the spec writes with a single dash; [`normalize_single_dash_flags`] rewrites them.
+pub const SINGLE_DASH_LONG_FLAGS: &[&str] =
+    &["addr", "max-loaded", "keepalive", "context", "threads", "kv", "parallel", "grammar-file", "config", "model"];
+
+/// Rewrites `-addr x` / `-addr=x` to `--addr x` / `--addr=x` for the flags in `long_flags`,
+/// leaving everything else (short flags, values such as `-1`) alone.
+pub fn normalize_single_dash_flags(args: impl IntoIterator<Item = String>, long_flags: &[&str]) -> Vec<String> {
+    args.into_iter()
+        .map(|arg| {
+            let Some(rest) = arg.strip_prefix('-') else { return arg };
+            if rest.starts_with('-') {
+                return arg;
+            }
+            let name = rest.split('=').next().unwrap_or(rest);
+            if long_flags.contains(&name) {
+                format!("-{arg}")
+            } else {
+                arg
+            }
+        })
+        .collect()
+}
+
+/// The KV cache element type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvCacheType {
+    F32,
+    F16,
+    Q8_0,
+    Q4_0,
+}
+
+impl KvCacheType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KvCacheType::F32 => "f32",
+            KvCacheType::F16 => "f16",
+            KvCacheType::Q8_0 => "q8_0",
+            KvCacheType::Q4_0 => "q4_0",
+        }
+    }
+}
+
+impl FromStr for KvCacheType {
+    type Err = ConfigError;
+    fn from_str(text: &str) -> Result<Self, ConfigError> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "f32" => Ok(KvCacheType::F32),
+            "f16" => Ok(KvCacheType::F16),
+            "q8_0" | "q8" => Ok(KvCacheType::Q8_0),
+            "q4_0" | "q4" => Ok(KvCacheType::Q4_0),
+            other => Err(ConfigError::Invalid { key: "kv", value: other.to_string(), expected: "f32, f16, q8_0 or q4_0" }),
+        }
+    }
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl FromStr for LogFormat {
+    type Err = ConfigError;
+    fn from_str(text: &str) -> Result<Self, ConfigError> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            other => Err(ConfigError::Invalid { key: "log_format", value: other.to_string(), expected: "text or json" }),
+        }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{key} = {value:?} is not valid: expected {expected}")]
+    Invalid { key: &'static str, value: String, expected: &'static str },
+}
+
+/// The validated settings of `llamay serve`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub addr: String,
+    pub model: Option<String>,
+    pub max_loaded: usize,
+    pub keep_alive: KeepAlive,
+    pub context: u32,
+    pub threads: usize,
+    pub kv: KvCacheType,
+    pub parallel: u32,
+    pub grammar_file: Option<PathBuf>,
+    pub max_queue: usize,
+    pub max_body_bytes: usize,
+    pub log_format: LogFormat,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            addr: "localhost:11435".into(),
+            model: None,
+            max_loaded: 2,
+            keep_alive: KeepAlive::For(Duration::from_secs(300)),
+            context: 4096,
+            threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4),
+            kv: KvCacheType::F32,
+            parallel: 4,
+            grammar_file: None,
+            max_queue: 512,
+            max_body_bytes: 8 * 1024 * 1024,
+            log_format: LogFormat::Text,
+        }
+    }
+}
+
+/// The TOML file's keys; all optional, unknown keys refused so a typo is not silently ignored.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    addr: Option<String>,
+    model: Option<String>,
+    max_loaded: Option<usize>,
+    keepalive: Option<toml::Value>,
+    context: Option<u32>,
+    threads: Option<usize>,
+    kv: Option<String>,
+    parallel: Option<u32>,
+    grammar_file: Option<PathBuf>,
+    max_queue: Option<usize>,
+    max_body_bytes: Option<usize>,
+    log_format: Option<String>,
+}
+
+/// Longest config file read; a config is a few hundred bytes.
+const MAX_CONFIG_FILE_BYTES: u64 = 1024 * 1024;
+
+impl Config {
+    /// Defaults, then the file (`-config` or `LLAMAY_CONFIG`), then the environment, then flags.
+    pub fn load(args: &ServeArgs) -> Result<Config, ConfigError> {
+        Self::load_with_env(args, |key| std::env::var(key).ok())
+    }
+
+    /// [`Config::load`] with the environment supplied (tests).
+    pub fn load_with_env(args: &ServeArgs, env: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let mut config = Config::default();
+        let file = args.config.clone().or_else(|| env("LLAMAY_CONFIG").map(PathBuf::from));
+        if let Some(path) = file {
+            config.apply_file(&path)?;
+        }
+        config.apply_env(&env)?;
+        config.apply_args(args)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn apply_file(&mut self, path: &Path) -> Result<(), ConfigError> {
+        let read_error = |source| ConfigError::Read { path: path.to_path_buf(), source };
+        let size = std::fs::metadata(path).map_err(read_error)?.len();
+        if size > MAX_CONFIG_FILE_BYTES {
+            return Err(ConfigError::Parse { path: path.into(), message: format!("{size} bytes is too large for a config") });
+        }
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        let file: FileConfig =
+            toml::from_str(&text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
+        set(&mut self.addr, file.addr);
+        if file.model.is_some() {
+            self.model = file.model;
+        }
+        set(&mut self.max_loaded, file.max_loaded);
+        if let Some(value) = file.keepalive {
+            self.keep_alive = match value {
+                toml::Value::Integer(seconds) => KeepAlive::from_seconds(seconds as f64),
+                toml::Value::Float(seconds) => KeepAlive::from_seconds(seconds),
+                toml::Value::String(text) => text.parse(),
+                other => Err(crate::core::keepalive::KeepAliveParseError { input: other.to_string() }),
+            }
+            .map_err(|e| ConfigError::Invalid { key: "keepalive", value: e.input, expected: "a duration such as \"5m\"" })?;
+        }
+        set(&mut self.context, file.context);
+        set(&mut self.threads, file.threads);
+        if let Some(kv) = file.kv {
+            self.kv = kv.parse()?;
+        }
+        set(&mut self.parallel, file.parallel);
+        if file.grammar_file.is_some() {
+            self.grammar_file = file.grammar_file;
+        }
+        set(&mut self.max_queue, file.max_queue);
+        set(&mut self.max_body_bytes, file.max_body_bytes);
+        if let Some(format) = file.log_format {
+            self.log_format = format.parse()?;
+        }
+        Ok(())
+    }
+
+    fn apply_env(&mut self, env: &impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+        if let Some(addr) = env("LLAMAY_ADDR") {
+            self.addr = addr;
+        }
+        if let Some(model) = env("LLAMAY_MODEL") {
+            self.model = Some(model);
+        }
+        parse_env(env, "LLAMAY_MAX_LOADED", "max_loaded", &mut self.max_loaded)?;
+        if let Some(text) = env("LLAMAY_KEEPALIVE") {
+            self.keep_alive = parse_keepalive(&text)?;
+        }
+        parse_env(env, "LLAMAY_CONTEXT", "context", &mut self.context)?;
+        parse_env(env, "LLAMAY_THREADS", "threads", &mut self.threads)?;
+        if let Some(kv) = env("LLAMAY_KV") {
+            self.kv = kv.parse()?;
+        }
+        parse_env(env, "LLAMAY_PARALLEL", "parallel", &mut self.parallel)?;
+        if let Some(path) = env("LLAMAY_GRAMMAR_FILE") {
+            self.grammar_file = Some(PathBuf::from(path));
+        }
+        parse_env(env, "LLAMAY_MAX_QUEUE", "max_queue", &mut self.max_queue)?;
+        parse_env(env, "LLAMAY_MAX_BODY_BYTES", "max_body_bytes", &mut self.max_body_bytes)?;
+        if let Some(format) = env("LLAMAY_LOG_FORMAT") {
+            self.log_format = format.parse()?;
+        }
+        Ok(())
+    }
+
+    fn apply_args(&mut self, args: &ServeArgs) -> Result<(), ConfigError> {
+        set(&mut self.addr, args.addr.clone());
+        if args.model.is_some() {
+            self.model = args.model.clone();
+        }
+        set(&mut self.max_loaded, args.max_loaded);
+        if let Some(text) = &args.keepalive {
+            self.keep_alive = parse_keepalive(text)?;
+        }
+        set(&mut self.context, args.context);
+        set(&mut self.threads, args.threads);
+        if let Some(kv) = &args.kv {
+            self.kv = kv.parse()?;
+        }
+        set(&mut self.parallel, args.parallel);
+        if args.grammar_file.is_some() {
+            self.grammar_file = args.grammar_file.clone();
+        }
+        Ok(())
+    }
+
+    /// Range checks, with a message naming the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key, value: String, expected| Err(ConfigError::Invalid { key, value, expected });
+        if self.socket_addrs().is_err() {
+            return invalid("addr", self.addr.clone(), "host:port, such as localhost:11435");
+        }
+        if !(1..=64).contains(&self.max_loaded) {
+            return invalid("max_loaded", self.max_loaded.to_string(), "1 to 64");
+        }
+        if !(128..=1 << 20).contains(&self.context) {
+            return invalid("context", self.context.to_string(), "128 to 1048576 tokens");
+        }
+        if !(1..=1024).contains(&self.threads) {
+            return invalid("threads", self.threads.to_string(), "1 to 1024");
+        }
+        if !(1..=256).contains(&self.parallel) {
+            return invalid("parallel", self.parallel.to_string(), "1 to 256 sequences");
+        }
+        if !(1..=1_000_000).contains(&self.max_queue) {
+            return invalid("max_queue", self.max_queue.to_string(), "1 to 1000000");
+        }
+        if !(1024..=1 << 30).contains(&self.max_body_bytes) {
+            return invalid("max_body_bytes", self.max_body_bytes.to_string(), "1 KiB to 1 GiB");
+        }
+        if let Some(path) = &self.grammar_file {
+            if !path.is_file() {
+                return invalid("grammar_file", path.display().to_string(), "a readable GBNF file");
+            }
+        }
+        Ok(())
+    }
+
+    /// The listen address resolved (`localhost` may give both IPv4 and IPv6).
+    pub fn socket_addrs(&self) -> std::io::Result<Vec<SocketAddr>> {
+        let addrs: Vec<SocketAddr> = self.addr.to_socket_addrs()?.collect();
+        if addrs.is_empty() {
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "address resolves to nothing"));
+        }
+        Ok(addrs)
+    }
+}
+
+fn set<T>(slot: &mut T, value: Option<T>) {
+    if let Some(value) = value {
+        *slot = value;
+    }
+}
+
+fn parse_env<T: FromStr>(
+    env: &impl Fn(&str) -> Option<String>,
+    variable: &str,
+    key: &'static str,
+    slot: &mut T,
+) -> Result<(), ConfigError> {
+    if let Some(text) = env(variable) {
+        *slot = text.trim().parse().map_err(|_| ConfigError::Invalid { key, value: text, expected: "a whole number" })?;
+    }
+    Ok(())
+}
+
+fn parse_keepalive(text: &str) -> Result<KeepAlive, ConfigError> {
+    text.parse().map_err(|_| ConfigError::Invalid {
+        key: "keepalive",
+        value: text.to_string(),
+        expected: "a duration such as \"5m\", seconds, 0 or -1",
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::io::Write;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn defaults_match_the_issue() {
+        let config = Config::load_with_env(&ServeArgs::default(), no_env).unwrap();
+        assert_eq!(config.addr, "localhost:11435");
+        assert_eq!(config.max_loaded, 2);
+        assert_eq!(config.keep_alive.to_string(), "5m0s");
+        assert_eq!(config.kv, KvCacheType::F32);
+        assert_eq!(config.parallel, 4);
+    }
+
+    #[test]
+    fn flags_beat_env_which_beats_the_file() {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        writeln!(file, "addr = \"127.0.0.1:9000\"\nmax_loaded = 3\nkeepalive = \"10m\"\nparallel = 2\nkv = \"f16\"").unwrap();
+        let env: HashMap<&str, &str> = [("LLAMAY_MAX_LOADED", "5"), ("LLAMAY_KEEPALIVE", "-1")].into();
+        let args = ServeArgs { config: Some(file.path().into()), parallel: Some(8), ..Default::default() };
+        let config = Config::load_with_env(&args, |k| env.get(k).map(|v| v.to_string())).unwrap();
+        assert_eq!(config.addr, "127.0.0.1:9000");
+        assert_eq!(config.max_loaded, 5);
+        assert_eq!(config.keep_alive, KeepAlive::Forever);
+        assert_eq!(config.parallel, 8);
+        assert_eq!(config.kv, KvCacheType::F16);
+    }
+
+    #[test]
+    fn refuses_bad_values_by_name() {
+        let cases: Vec<ServeArgs> = vec![
+            ServeArgs { max_loaded: Some(0), ..Default::default() },
+            ServeArgs { addr: Some("nowhere".into()), ..Default::default() },
+            ServeArgs { kv: Some("f8".into()), ..Default::default() },
+            ServeArgs { keepalive: Some("soon".into()), ..Default::default() },
+            ServeArgs { parallel: Some(0), ..Default::default() },
+            ServeArgs { grammar_file: Some("/definitely/not/here.gbnf".into()), ..Default::default() },
+        ];
+        for args in cases {
+            assert!(matches!(Config::load_with_env(&args, no_env), Err(ConfigError::Invalid { .. })), "{args:?}");
+        }
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        writeln!(file, "max_loadd = 3").unwrap();
+        let args = ServeArgs { config: Some(file.path().into()), ..Default::default() };
+        assert!(matches!(Config::load_with_env(&args, no_env), Err(ConfigError::Parse { .. })));
+        let env = |k: &str| (k == "LLAMAY_THREADS").then(|| "many".to_string());
+        assert!(Config::load_with_env(&ServeArgs::default(), env).is_err());
+    }
+
+    #[test]
+    fn single_dash_long_flags_become_double_dash() {
+        let argv = ["llamay", "serve", "-m", "smollm2:135m", "-addr", "localhost:1", "-keepalive=-1", "-max-loaded", "1", "--kv", "f16"];
+        let normalized = normalize_single_dash_flags(argv.iter().map(|s| s.to_string()), SINGLE_DASH_LONG_FLAGS);
+        assert_eq!(
+            normalized,
+            ["llamay", "serve", "-m", "smollm2:135m", "--addr", "localhost:1", "--keepalive=-1", "--max-loaded", "1", "--kv", "f16"]
+        );
+    }
+
+    #[test]
+    fn serve_args_parse_with_clap() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        let argv = normalize_single_dash_flags(
+            ["llamay", "-m", "a", "-c", "2048", "-t", "3", "-keepalive", "-1", "-parallel", "2"].iter().map(|s| s.to_string()),
+            SINGLE_DASH_LONG_FLAGS,
+        );
+        let cli = Cli::try_parse_from(argv).unwrap();
+        assert_eq!(cli.serve.model.as_deref(), Some("a"));
+        assert_eq!(cli.serve.context, Some(2048));
+        assert_eq!(cli.serve.threads, Some(3));
+        assert_eq!(cli.serve.keepalive.as_deref(), Some("-1"));
+        assert_eq!(cli.serve.parallel, Some(2));
+    }
+}
