@@ -135,6 +135,21 @@ impl CoreError {
         Self::new(ErrorCode::InvalidRequest, message)
     }
 
+    /// A request the daemon understood but will not serve as sent (400).
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::InvalidRequest, message)
+    }
+
+    pub fn prompt_too_long(prompt_tokens: usize, context: usize) -> Self {
+        Self::new(
+            ErrorCode::PromptTooLong,
+            format!(
+                "the prompt is {prompt_tokens} tokens, which does not fit the context of {context} tokens; \
+                 shorten it or load the model with a larger context (-c)"
+            ),
+        )
+    }
+
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::Internal, message)
     }
