@@ -10,7 +10,7 @@
 pub mod automaton;
 pub(crate) mod cache;
 pub mod error;
-
+pub mod gbnf;
 pub mod ir;
 pub mod limits;
 pub mod mask;
@@ -21,7 +21,7 @@ pub mod toktrie;
 
 pub use automaton::{check_input, CheckOutcome, CompiledGrammar};
 pub use error::{GrammarError, Location};
-
+pub use gbnf::{compile_gbnf, parse_gbnf};
 pub use limits::Limits;
 pub use mask::TokenMask;
 pub use matcher::Matcher;
