@@ -21,8 +21,6 @@ const UNKNOWN: u32 = u32::MAX;
 /// Returned by [`StateTable::next`] when the table is full; clear it and retry.
 pub(crate) const FULL: u32 = u32::MAX - 1;
 
-/// The smallest bound honoured: a mask walk keeps one state per trie depth alive across a clear.
-const MIN_STATES: usize = 1024;
 
 pub(crate) struct StateTable {
     grammar: Arc<CompiledGrammar>,
@@ -41,9 +39,11 @@ pub(crate) struct StateTable {
 }
 
 impl StateTable {
-    pub(crate) fn new(grammar: Arc<CompiledGrammar>) -> Self {
+    /// `min_capacity` must exceed the states a caller keeps alive across a clear (a mask walk
+    /// keeps one per trie depth), so that a cleared table always has room for the next state.
+    pub(crate) fn new(grammar: Arc<CompiledGrammar>, min_capacity: usize) -> Self {
         let classes = grammar.class_count();
-        let capacity = grammar.limits().transition_states.max(MIN_STATES);
+        let capacity = grammar.limits().transition_states.max(min_capacity);
         let mut table = StateTable {
             grammar,
             classes,

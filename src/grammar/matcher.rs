@@ -35,7 +35,8 @@ pub struct Matcher {
 
 impl Matcher {
     pub fn new(grammar: Arc<CompiledGrammar>, trie: Arc<TokenTrie>) -> Self {
-        let mut table = StateTable::new(grammar.clone());
+        // Room for the dead state, the current one, one per trie depth, and the next.
+        let mut table = StateTable::new(grammar.clone(), trie.max_depth() + 4);
         let state = table.initial();
         let masks = MaskCache::new(grammar.limits().mask_cache);
         let depth_states = vec![DEAD; trie.max_depth() + 1];
@@ -213,3 +214,7 @@ impl Matcher {
         self.stats.overflows = self.table.overflows;
     }
 }
+
+#[cfg(test)]
+#[path = "matcher_tests.rs"]
+mod tests;

@@ -1,0 +1,157 @@
+//! Mask exactness: on every state of seeded random walks through the sample grammars, a token
+//! is in the mask if and only if feeding its bytes one by one keeps the automaton alive (and
+//! an end-of-generation token exactly when the automaton accepts).
+
+use std::sync::Arc;
+
+use super::*;
+use crate::grammar::gbnf::compile_gbnf;
+use crate::grammar::limits::Limits;
+
+const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/corpora/gbnf");
+
+/// xorshift64*: deterministic and dependency-free.
+pub(crate) struct TestRng(u64);
+
+impl TestRng {
+    pub(crate) fn new(seed: u64) -> Self {
+        TestRng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub(crate) fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    pub(crate) fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// A vocabulary shaped like a real one: every single byte, multi-byte pieces of ASCII and of
+/// UTF-8 characters (some cut mid-character), duplicates, control tokens and one EOG token.
+pub(crate) fn synthetic_vocabulary(seed: u64, size: usize) -> (Vec<Vec<u8>>, Vec<u32>) {
+    let mut rng = TestRng::new(seed);
+    let mut tokens: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+    let pieces: Vec<&str> = vec![
+        " ", "\n", "\t", "- ", "\"", ",", ":", "{", "}", "[", "]", "=", "(", ")", "+", "1", "0", "9", ". ",
+        "e", "a", "x", "int", " ws", "true", "null", "\\", "\\u", "O-O", "Nf", "\u{e9}", "\u{3053}", "\u{3093}",
+        "\u{4e16}", "\u{1F600}", "ab", "hello", " the", "\r\n",
+    ];
+    while tokens.len() < size {
+        let mut token = Vec::new();
+        for _ in 0..1 + rng.below(3) {
+            token.extend_from_slice(pieces[rng.below(pieces.len())].as_bytes());
+        }
+        // Cut some tokens mid-character so partial UTF-8 crosses token boundaries.
+        if rng.below(5) == 0 && token.len() > 1 {
+            let cut = 1 + rng.below(token.len() - 1);
+            if rng.below(2) == 0 {
+                token.truncate(cut);
+            } else {
+                token.drain(..cut);
+            }
+        }
+        tokens.push(token);
+    }
+    tokens.push(Vec::new()); // a control token
+    tokens.push(b"ab".to_vec()); // a duplicate
+    tokens.push(Vec::new()); // the EOG token
+    let eog = tokens.len() as u32 - 1;
+    (tokens, vec![eog])
+}
+
+/// The brute-force definition of "allowed".
+fn allowed_by_definition(matcher: &Matcher, vocabulary: &[Vec<u8>], eog: &[u32], token: u32) -> bool {
+    if eog.contains(&token) {
+        return matcher.is_accepting();
+    }
+    let bytes = &vocabulary[token as usize];
+    if bytes.is_empty() {
+        return false;
+    }
+    let mut config = matcher.table.config(matcher.state).to_vec();
+    for &byte in bytes {
+        match matcher.grammar.step(&config, byte) {
+            Ok(next) if !next.is_empty() => config = next,
+            _ => return false,
+        }
+    }
+    true
+}
+
+fn check_walks(name: &str, source: &[u8], limits: &Limits, vocabulary: &[Vec<u8>], eog: &[u32], seeds: u64, steps: usize) {
+    let grammar = Arc::new(compile_gbnf(source, limits).unwrap_or_else(|e| panic!("{name}: {e}")));
+    let trie = Arc::new(TokenTrie::new(vocabulary, eog));
+    for seed in 0..seeds {
+        let mut rng = TestRng::new(seed + 1);
+        let mut matcher = Matcher::new(grammar.clone(), trie.clone());
+        for step in 0..steps {
+            let mask = matcher.compute_mask().clone();
+            for token in 0..vocabulary.len() as u32 {
+                let expected = allowed_by_definition(&matcher, vocabulary, eog, token);
+                assert_eq!(mask.is_set(token), expected, "{name} seed {seed} step {step} token {token} {:?}", String::from_utf8_lossy(&vocabulary[token as usize]));
+                assert_eq!(matcher.is_allowed(token), expected, "{name}: is_allowed disagrees on {token}");
+            }
+            let choices: Vec<u32> = mask.iter_set().filter(|t| !eog.contains(t)).collect();
+            assert_eq!(mask.count(), mask.iter_set().count());
+            if choices.is_empty() {
+                assert!(matcher.is_accepting(), "{name}: dead end that does not accept");
+                assert!(!matcher.can_continue() || matcher.stats().overflows > 0);
+                break;
+            }
+            let token = choices[rng.below(choices.len())];
+            matcher.commit(token).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+        assert!(matcher.stats().steps > 0);
+    }
+}
+
+#[test]
+fn masks_are_exact_on_the_sample_grammars() {
+    let (vocabulary, eog) = synthetic_vocabulary(7, 1500);
+    for name in ["arithmetic", "c", "chess", "english", "japanese", "json", "json_arr", "list"] {
+        let source = std::fs::read(format!("{CORPUS}/{name}.gbnf")).unwrap_or_default();
+        check_walks(name, &source, &Limits::default(), &vocabulary, &eog, 2, 40);
+    }
+}
+
+#[test]
+fn masks_stay_exact_across_table_and_cache_clears() {
+    let (vocabulary, eog) = synthetic_vocabulary(11, 800);
+    let limits = Limits { transition_states: 8, mask_cache: 2, ..Limits::default() };
+    let source = std::fs::read(format!("{CORPUS}/json.gbnf")).unwrap_or_default();
+    check_walks("json (tiny caches)", &source, &limits, &vocabulary, &eog, 2, 40);
+    let grammar = Arc::new(compile_gbnf(&source, &limits).unwrap_or_else(|e| panic!("{e}")));
+    let trie = Arc::new(TokenTrie::new(&vocabulary, &eog));
+    let mut matcher = Matcher::new(grammar, trie);
+    for token in [b'{' as u32, b'"' as u32, b'a' as u32, b'"' as u32, b':' as u32] {
+        matcher.compute_mask();
+        matcher.commit(token).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let stats = matcher.stats();
+    assert!(stats.table_clears > 0, "{stats:?}");
+    assert!(stats.states <= stats.states_capacity && stats.masks <= 2, "{stats:?}");
+}
+
+#[test]
+fn commit_refuses_and_keeps_state_eog_only_when_accepting() {
+    let vocabulary: Vec<Vec<u8>> = vec![b"a".to_vec(), b"b".to_vec(), b"ab".to_vec(), Vec::new(), Vec::new()];
+    let grammar = Arc::new(compile_gbnf(b"root ::= \"a\" \"b\"+", &Limits::default()).unwrap_or_else(|e| panic!("{e}")));
+    let trie = Arc::new(TokenTrie::new(&vocabulary, &[4]));
+    let mut matcher = Matcher::new(grammar, trie);
+    assert!(!matcher.is_allowed(4) && !matcher.is_allowed(3) && !matcher.is_allowed(1));
+    assert!(matches!(matcher.commit(1), Err(GrammarError::TokenRejected { token: 1, .. })));
+    assert!(matches!(matcher.commit(99), Err(GrammarError::UnknownToken { token: 99, .. })));
+    assert_eq!(matcher.compute_mask().iter_set().collect::<Vec<_>>(), vec![0, 2]);
+    matcher.commit(2).unwrap_or_else(|e| panic!("{e}"));
+    assert!(matcher.is_accepting() && matcher.can_continue());
+    assert_eq!(matcher.compute_mask().iter_set().collect::<Vec<_>>(), vec![1, 4]);
+    matcher.commit(1).unwrap_or_else(|e| panic!("{e}"));
+    matcher.compute_mask();
+    matcher.commit(4).unwrap_or_else(|e| panic!("{e}"));
+    let stats = matcher.stats();
+    assert_eq!((stats.steps, stats.masks_computed, stats.cached_steps), (3, 2, 1), "{stats:?}");
+}
