@@ -102,7 +102,8 @@ pub fn read_gguf_facts(path: &Path) -> Result<GgufFacts, GgufError> {
     if !metadata.is_file() {
         return Err(fail(GgufErrorKind::NotAFile));
     }
-    let mut reader = Bounded { inner: BufReader::with_capacity(64 * 1024, file), pos: 0, len: metadata.len() };
+    let mut reader =
+        Bounded { inner: BufReader::with_capacity(64 * 1024, file), pos: 0, len: metadata.len() };
     parse(&mut reader).map_err(fail)
 }
 
@@ -251,10 +252,12 @@ fn skip_array<R: Read + Seek>(reader: &mut Bounded<R>, key: &str) -> Parsed<()> 
             }
             Ok(())
         }
-        value_type::ARRAY => {
-            Err(GgufErrorKind::Malformed(format!("array '{key}' nests arrays, which GGUF does not allow")))
+        value_type::ARRAY => Err(GgufErrorKind::Malformed(format!(
+            "array '{key}' nests arrays, which GGUF does not allow"
+        ))),
+        other => {
+            Err(GgufErrorKind::Malformed(format!("array '{key}' has unknown element type {other}")))
         }
-        other => Err(GgufErrorKind::Malformed(format!("array '{key}' has unknown element type {other}"))),
     }
 }
 
@@ -473,10 +476,14 @@ fn parse<R: Read + Seek>(reader: &mut Bounded<R>) -> Parsed<GgufFacts> {
     })
 }
 
-fn read_tensor_infos<R: Read + Seek>(reader: &mut Bounded<R>, tensor_count: u64) -> Parsed<TensorTotals> {
+fn read_tensor_infos<R: Read + Seek>(
+    reader: &mut Bounded<R>,
+    tensor_count: u64,
+) -> Parsed<TensorTotals> {
     let mut totals =
         TensorTotals { parameter_count: 0, data_end: 0, elements_by_type: [0; GGML_TYPE_LIMIT] };
-    let malformed = |index: u64, reason: String| GgufErrorKind::Malformed(format!("tensor #{index}: {reason}"));
+    let malformed =
+        |index: u64, reason: String| GgufErrorKind::Malformed(format!("tensor #{index}: {reason}"));
     for index in 0..tensor_count {
         let what = format_args!("tensor info #{index}");
         let name_len = reader.u64(&what)?;
@@ -505,7 +512,10 @@ fn read_tensor_infos<R: Read + Seek>(reader: &mut Bounded<R>, tensor_count: u64)
         if shape[0] % block_elements != 0 {
             return Err(malformed(
                 index,
-                format!("row length {} is not a multiple of the block size {block_elements}", shape[0]),
+                format!(
+                    "row length {} is not a multiple of the block size {block_elements}",
+                    shape[0]
+                ),
             ));
         }
         // Bytes = blocks per row * block bytes * number of rows; each step checked.

@@ -77,7 +77,8 @@ fn missing_optional_keys_give_none_and_quantization_falls_back_to_the_dominant_t
 #[test]
 fn file_type_names_follow_llama_ftype() {
     for (file_type, name) in [(0, "F32"), (1, "F16"), (7, "Q8_0"), (15, "Q4_K_M"), (32, "BF16")] {
-        let bytes = GgufBuilder::llama_like().kv("general.file_type", TestValue::U32(file_type)).build();
+        let bytes =
+            GgufBuilder::llama_like().kv("general.file_type", TestValue::U32(file_type)).build();
         assert_eq!(facts_of(&bytes).expect("valid").quantization, name);
     }
     let bytes = GgufBuilder::llama_like().kv("general.file_type", TestValue::U32(999)).build();
@@ -166,10 +167,14 @@ fn huge_lengths_and_counts_are_refused_without_allocating() {
     put_str(&mut rest, "tokenizer.chat_template");
     rest.extend_from_slice(&8u32.to_le_bytes());
     put_str(&mut rest, &"x".repeat(MAX_KEPT_STRING as usize + 1));
-    assert!(matches!(kind_of(&header(0, 1, &rest)), GgufErrorKind::Malformed(m) if m.contains("limit")));
+    assert!(
+        matches!(kind_of(&header(0, 1, &rest)), GgufErrorKind::Malformed(m) if m.contains("limit"))
+    );
 
     // Arrays whose byte size overflows, or whose string count cannot fit.
-    for (element_type, count) in [(4u32, u64::MAX), (4, u64::MAX / 4 + 1), (8, u64::MAX), (8, 1 << 40)] {
+    for (element_type, count) in
+        [(4u32, u64::MAX), (4, u64::MAX / 4 + 1), (8, u64::MAX), (8, 1 << 40)]
+    {
         let mut rest = Vec::new();
         put_str(&mut rest, "tokenizer.ggml.tokens");
         rest.extend_from_slice(&9u32.to_le_bytes());
@@ -190,13 +195,17 @@ fn nested_arrays_and_unknown_types_are_malformed() {
     nested.extend_from_slice(&9u32.to_le_bytes());
     nested.extend_from_slice(&1u64.to_le_bytes());
     nested.extend_from_slice(&[0; 32]);
-    assert!(matches!(kind_of(&header(0, 1, &nested)), GgufErrorKind::Malformed(m) if m.contains("nests")));
+    assert!(
+        matches!(kind_of(&header(0, 1, &nested)), GgufErrorKind::Malformed(m) if m.contains("nests"))
+    );
 
     let mut unknown = Vec::new();
     put_str(&mut unknown, "x");
     unknown.extend_from_slice(&77u32.to_le_bytes());
     unknown.extend_from_slice(&[0; 32]);
-    assert!(matches!(kind_of(&header(0, 1, &unknown)), GgufErrorKind::Malformed(m) if m.contains("77")));
+    assert!(
+        matches!(kind_of(&header(0, 1, &unknown)), GgufErrorKind::Malformed(m) if m.contains("77"))
+    );
 }
 
 /// The metadata of `llama_like` followed by one hand-written tensor info.
@@ -231,17 +240,27 @@ fn hostile_tensor_infos_are_refused() {
     ];
     for (dims, ggml_type, offset, needle) in cases {
         let kind = kind_of(&with_raw_tensor(dims, ggml_type, offset));
-        assert!(matches!(&kind, GgufErrorKind::Malformed(m) if m.contains(needle)), "{dims:?}: {kind}");
+        assert!(
+            matches!(&kind, GgufErrorKind::Malformed(m) if m.contains(needle)),
+            "{dims:?}: {kind}"
+        );
     }
     // Data placed far beyond the end of the file, or at an offset that overflows.
-    assert!(matches!(kind_of(&with_raw_tensor(&[32], GGML_F32, 1 << 40)), GgufErrorKind::Truncated { .. }));
-    assert!(matches!(kind_of(&with_raw_tensor(&[32], GGML_F32, u64::MAX)), GgufErrorKind::Malformed(_)));
+    assert!(matches!(
+        kind_of(&with_raw_tensor(&[32], GGML_F32, 1 << 40)),
+        GgufErrorKind::Truncated { .. }
+    ));
+    assert!(matches!(
+        kind_of(&with_raw_tensor(&[32], GGML_F32, u64::MAX)),
+        GgufErrorKind::Malformed(_)
+    ));
 }
 
 #[test]
 fn a_bad_alignment_is_malformed() {
     for alignment in [0u32, 3, 48] {
-        let bytes = GgufBuilder::llama_like().kv("general.alignment", TestValue::U32(alignment)).build();
+        let bytes =
+            GgufBuilder::llama_like().kv("general.alignment", TestValue::U32(alignment)).build();
         assert!(matches!(kind_of(&bytes), GgufErrorKind::Malformed(m) if m.contains("alignment")));
     }
 }

@@ -1,0 +1,480 @@
+//! The model store: content-addressed GGUF blobs plus sled manifests mapping `name:tag` to them.
+//!
+//! Layout under the store's home (`$LLAMAY_HOME`, else `~/.llamay`):
+//! `blobs/sha256-<hex>` (the model files, named by their SHA-256) and `db/` (sled: the
+//! `manifests` tree keyed by `name:tag`, and the schema version, see [`migrate`]).
+//!
+//! Key types: [`Store`], [`Manifest`], [`ModelName`], [`ModelRef`], [`StoreError`].
+//!
+//! Atomicity: an import hashes while copying into a `.partial-*` file, fsyncs it and renames it
+//! to its digest name; the manifest is written last, so a failure at any step leaves nothing
+//! registered, and a partial file or orphaned blob left by a crash is swept at the next open.
+//! sled holds an exclusive lock on `db/`, so one process at a time has the store open; within
+//! that process, commits, removals and copies are serialized by a mutex so a blob is never
+//! deleted while another manifest is being pointed at it.
+//!
+//! Costs: import reads the source once (hash + copy, 1 MiB buffer) plus the GGUF header twice;
+//! resolve is one sled lookup; list, remove and open scan the manifests (a few per model).
+
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::gguf::{read_gguf_facts, GgufError, GgufErrorKind, GgufFacts};
+
+pub mod migrate;
+mod name;
+mod table;
+
+pub use name::{ModelName, ModelRef, DEFAULT_TAG, MAX_PART_LEN};
+pub use table::{human_age, human_size, render_list_table};
+
+/// Name of the sled tree holding manifests.
+pub const MANIFESTS_TREE: &str = "manifests";
+/// Environment variable overriding the store's home.
+pub const HOME_ENV: &str = "LLAMAY_HOME";
+const BLOB_PREFIX: &str = "sha256-";
+const DIGEST_PREFIX: &str = "sha256:";
+const PARTIAL_PREFIX: &str = ".partial-";
+const COPY_BUFFER: usize = 1 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("model '{name}' is not in the store (`llamay list` shows what is)")]
+    NotFound { name: String },
+    #[error("invalid model name '{name}': {reason}")]
+    InvalidName { name: String, reason: String },
+    #[error("{} does not exist", path.display())]
+    MissingFile { path: PathBuf },
+    #[error("{} is not a usable GGUF model: {reason}", path.display())]
+    NotGguf { path: PathBuf, reason: String },
+    #[error(
+        "the model store at {} is not writable: {source} (set {HOME_ENV} to a writable directory)",
+        path.display()
+    )]
+    NotWritable { path: PathBuf, source: io::Error },
+    #[error(
+        "the model store at {} was written by a newer llamay (schema version {found}; this build \
+         supports up to {supported}); upgrade llamay or point {HOME_ENV} at another directory",
+        path.display()
+    )]
+    NewerStore { path: PathBuf, found: u64, supported: u64 },
+    #[error("the model store at {} is in use by another llamay process", path.display())]
+    Locked { path: PathBuf },
+    #[error("could not {context}: {source}")]
+    Io { context: String, source: io::Error },
+    #[error("model store database: could not {context}: {source}")]
+    Db { context: String, source: sled::Error },
+    #[error("the model store entry '{key}' is corrupt: {reason}")]
+    Corrupt { key: String, reason: String },
+}
+
+impl StoreError {
+    fn io(context: impl Into<String>) -> impl FnOnce(io::Error) -> StoreError {
+        let context = context.into();
+        move |source| StoreError::Io { context, source }
+    }
+
+    fn db(context: &'static str) -> impl Fn(sled::Error) -> StoreError {
+        move |source| StoreError::Db { context: context.to_string(), source }
+    }
+
+    fn from_gguf(path: &Path, error: GgufError) -> StoreError {
+        match error.kind {
+            GgufErrorKind::Io(source) if source.kind() == io::ErrorKind::NotFound => {
+                StoreError::MissingFile { path: path.to_path_buf() }
+            }
+            GgufErrorKind::Io(source) => {
+                StoreError::Io { context: format!("read {}", path.display()), source }
+            }
+            kind => StoreError::NotGguf { path: path.to_path_buf(), reason: kind.to_string() },
+        }
+    }
+}
+
+/// One registered model: a name pointing at a blob, with the blob's facts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub name: ModelName,
+    /// `sha256:<64 lowercase hex>` of the blob.
+    pub digest: String,
+    /// Blob size in bytes.
+    pub size: u64,
+    pub facts: GgufFacts,
+    /// When this name was registered, in Unix seconds.
+    pub added_at: u64,
+}
+
+impl Manifest {
+    /// The first 12 hex digits of the digest, as `ollama list` shows.
+    pub fn short_id(&self) -> String {
+        self.digest_hex().chars().take(12).collect()
+    }
+
+    /// The digest without its `sha256:` prefix.
+    pub fn digest_hex(&self) -> &str {
+        self.digest.strip_prefix(DIGEST_PREFIX).unwrap_or(&self.digest)
+    }
+}
+
+/// The store home given `$LLAMAY_HOME` and `$HOME`.
+fn home_from(
+    llamay_home: Option<std::ffi::OsString>,
+    user_home: Option<std::ffi::OsString>,
+) -> PathBuf {
+    match (llamay_home, user_home) {
+        (Some(home), _) if !home.is_empty() => PathBuf::from(home),
+        (_, Some(user_home)) if !user_home.is_empty() => PathBuf::from(user_home).join(".llamay"),
+        _ => PathBuf::from(".llamay"),
+    }
+}
+
+fn is_sha256_hex(text: &str) -> bool {
+    text.len() == 64 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Current time in Unix seconds (0 if the clock is before 1970).
+pub fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// An open model store.
+pub struct Store {
+    home: PathBuf,
+    blobs: PathBuf,
+    db: sled::Db,
+    manifests: sled::Tree,
+    /// Serializes the steps that register or release blobs.
+    commit_lock: Mutex<()>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("home", &self.home).finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// `$LLAMAY_HOME` when set and non-empty, else `~/.llamay`.
+    pub fn default_home() -> PathBuf {
+        home_from(std::env::var_os(HOME_ENV), std::env::var_os("HOME"))
+    }
+
+    /// Opens (creating if needed) the store at `home`, runs pending migrations and sweeps
+    /// leftovers of interrupted imports.
+    pub fn open(home: &Path) -> Result<Store, StoreError> {
+        let not_writable = |source| StoreError::NotWritable { path: home.to_path_buf(), source };
+        let blobs = home.join("blobs");
+        fs::create_dir_all(&blobs).map_err(not_writable)?;
+        probe_writable(&blobs).map_err(not_writable)?;
+        let db_path = home.join("db");
+        let db = sled::Config::new().path(&db_path).open().map_err(|source| match source {
+            sled::Error::Io(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                StoreError::NotWritable { path: home.to_path_buf(), source: e }
+            }
+            sled::Error::Io(e)
+                if e.kind() == io::ErrorKind::WouldBlock || e.to_string().contains("lock") =>
+            {
+                StoreError::Locked { path: home.to_path_buf() }
+            }
+            source => StoreError::Db { context: format!("open {}", db_path.display()), source },
+        })?;
+        migrate::run(&db, migrate::MIGRATIONS, home)?;
+        let manifests =
+            db.open_tree(MANIFESTS_TREE).map_err(StoreError::db("open the manifests tree"))?;
+        let store =
+            Store { home: home.to_path_buf(), blobs, db, manifests, commit_lock: Mutex::new(()) };
+        store.sweep()?;
+        Ok(store)
+    }
+
+    pub fn home(&self) -> &Path {
+        &self.home
+    }
+
+    /// Registers the GGUF file at `path` as `name` (replacing what `name` pointed at). The file
+    /// is copied into the store; identical content shares one blob.
+    pub fn import_file(&self, path: &Path, name: &ModelName) -> Result<Manifest, StoreError> {
+        // Refuse non-GGUF and truncated files before copying a byte.
+        read_gguf_facts(path).map_err(|e| StoreError::from_gguf(path, e))?;
+        let mut source = File::open(path).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => StoreError::MissingFile { path: path.to_path_buf() },
+            _ => StoreError::Io { context: format!("open {}", path.display()), source: e },
+        })?;
+        let partial = self.write_partial(&mut source, path)?;
+        // The facts recorded are those of the bytes actually stored, even if the source changed.
+        let facts = read_gguf_facts(&partial.path).map_err(|e| StoreError::NotGguf {
+            path: path.to_path_buf(),
+            reason: format!("it changed while being imported: {}", e.kind),
+        })?;
+        self.commit(partial, facts, name)
+    }
+
+    /// The manifest registered as `name`.
+    pub fn resolve(&self, name: &ModelName) -> Result<Manifest, StoreError> {
+        let key = name.key();
+        let raw = self
+            .manifests
+            .get(key.as_bytes())
+            .map_err(StoreError::db("read a manifest"))?
+            .ok_or_else(|| StoreError::NotFound { name: key.clone() })?;
+        decode_manifest(&key, &raw)
+    }
+
+    /// Where the model file of `manifest` lives.
+    pub fn blob_path(&self, manifest: &Manifest) -> PathBuf {
+        let hex = manifest.digest_hex();
+        // A digest that is not hex must not name a file outside blobs/; it maps to no blob.
+        let file = if is_sha256_hex(hex) {
+            format!("{BLOB_PREFIX}{hex}")
+        } else {
+            format!("{BLOB_PREFIX}invalid")
+        };
+        self.blobs.join(file)
+    }
+
+    /// The file a model reference points at: the path itself, or the blob of a store name.
+    pub fn model_path(&self, model: &ModelRef) -> Result<PathBuf, StoreError> {
+        match model {
+            ModelRef::Path(path) => Ok(path.clone()),
+            ModelRef::Name(name) => Ok(self.blob_path(&self.resolve(name)?)),
+        }
+    }
+
+    /// Every manifest, newest first (ties by name).
+    pub fn list(&self) -> Result<Vec<Manifest>, StoreError> {
+        let mut all = self.all_manifests()?;
+        all.sort_by(|a, b| b.added_at.cmp(&a.added_at).then_with(|| a.name.cmp(&b.name)));
+        Ok(all)
+    }
+
+    /// Unregisters `name`; its blob is deleted when no other name uses it.
+    pub fn remove(&self, name: &ModelName) -> Result<(), StoreError> {
+        let _guard = self.commit_lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let key = name.key();
+        let raw = self
+            .manifests
+            .remove(key.as_bytes())
+            .map_err(StoreError::db("remove a manifest"))?
+            .ok_or_else(|| StoreError::NotFound { name: key.clone() })?;
+        self.flush()?;
+        let removed = decode_manifest(&key, &raw)?;
+        self.release_blob(&removed.digest)
+    }
+
+    /// Registers `to` as another name for the model `from` (sharing its blob).
+    pub fn copy(&self, from: &ModelName, to: &ModelName) -> Result<Manifest, StoreError> {
+        let _guard = self.commit_lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let source = self.resolve(from)?;
+        if from == to {
+            return Ok(source);
+        }
+        let blob = self.blob_path(&source);
+        if !blob.is_file() {
+            return Err(StoreError::Corrupt {
+                key: from.key(),
+                reason: format!("its blob {} is missing", blob.display()),
+            });
+        }
+        let copy = Manifest { name: to.clone(), added_at: unix_now(), ..source };
+        self.put_manifest(&copy)?;
+        Ok(copy)
+    }
+
+    /// Hashes `source` while copying it into a new partial file under `blobs/`.
+    fn write_partial(
+        &self,
+        source: &mut dyn Read,
+        origin: &Path,
+    ) -> Result<PartialBlob, StoreError> {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let unique = format!(
+            "{PARTIAL_PREFIX}{}-{}-{}",
+            std::process::id(),
+            SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos()),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
+        let path = self.blobs.join(unique);
+        let mut file = File::options()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|source| StoreError::NotWritable { path: self.home.clone(), source })?;
+        let mut partial = PartialBlob { path, hex: String::new(), size: 0, keep: false };
+        let mut hasher = Sha256::new();
+        let mut buffer = vec![0u8; COPY_BUFFER];
+        loop {
+            let read = match source.read(&mut buffer) {
+                Ok(0) => break,
+                Ok(read) => read,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(StoreError::io(format!("read {}", origin.display()))(e)),
+            };
+            let chunk = buffer.get(..read).unwrap_or_default();
+            hasher.update(chunk);
+            file.write_all(chunk)
+                .map_err(StoreError::io(format!("write {}", partial.path.display())))?;
+            partial.size += read as u64;
+        }
+        file.sync_all().map_err(StoreError::io(format!("sync {}", partial.path.display())))?;
+        partial.hex = hex::encode(hasher.finalize());
+        Ok(partial)
+    }
+
+    /// Moves `partial` to its blob name (unless that blob exists) and writes the manifest.
+    fn commit(
+        &self,
+        mut partial: PartialBlob,
+        facts: GgufFacts,
+        name: &ModelName,
+    ) -> Result<Manifest, StoreError> {
+        let _guard = self.commit_lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let blob = self.blobs.join(format!("{BLOB_PREFIX}{}", partial.hex));
+        let reused = fs::metadata(&blob).is_ok_and(|m| m.is_file() && m.len() == partial.size);
+        if !reused {
+            fs::rename(&partial.path, &blob)
+                .map_err(StoreError::io(format!("rename into {}", blob.display())))?;
+            partial.keep = true;
+            sync_dir(&self.blobs);
+        }
+        let manifest = Manifest {
+            name: name.clone(),
+            digest: format!("{DIGEST_PREFIX}{}", partial.hex),
+            size: partial.size,
+            facts,
+            added_at: unix_now(),
+        };
+        if let Err(error) = self.put_manifest(&manifest) {
+            if !reused {
+                // Best effort: the blob is unreferenced; if this fails, the next open sweeps it.
+                let _ = self.release_blob(&manifest.digest);
+            }
+            return Err(error);
+        }
+        Ok(manifest)
+    }
+
+    /// Writes `manifest` (replacing any under its name) and releases a blob it displaced.
+    /// Callers hold `commit_lock`.
+    fn put_manifest(&self, manifest: &Manifest) -> Result<(), StoreError> {
+        let key = manifest.name.key();
+        let bytes = serde_json::to_vec(manifest)
+            .map_err(|e| StoreError::Corrupt { key: key.clone(), reason: e.to_string() })?;
+        let previous = self
+            .manifests
+            .insert(key.as_bytes(), bytes)
+            .map_err(StoreError::db("write a manifest"))?;
+        self.flush()?;
+        if let Some(previous) = previous {
+            if let Ok(previous) = decode_manifest(&key, &previous) {
+                if previous.digest != manifest.digest {
+                    self.release_blob(&previous.digest)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes the blob of `digest` if no manifest refers to it. Callers hold `commit_lock`.
+    fn release_blob(&self, digest: &str) -> Result<(), StoreError> {
+        if self.all_manifests()?.iter().any(|m| m.digest == digest) {
+            return Ok(());
+        }
+        let Some(hex) = digest.strip_prefix(DIGEST_PREFIX).filter(|h| is_sha256_hex(h)) else {
+            return Ok(());
+        };
+        let blob = self.blobs.join(format!("{BLOB_PREFIX}{hex}"));
+        match fs::remove_file(&blob) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                Err(StoreError::io(format!("remove {}", blob.display()))(e))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn all_manifests(&self) -> Result<Vec<Manifest>, StoreError> {
+        let mut all = Vec::new();
+        for entry in self.manifests.iter() {
+            let (key, value) = entry.map_err(StoreError::db("read the manifests"))?;
+            all.push(decode_manifest(&String::from_utf8_lossy(&key), &value)?);
+        }
+        Ok(all)
+    }
+
+    fn flush(&self) -> Result<(), StoreError> {
+        self.db.flush().map_err(StoreError::db("flush the store"))?;
+        Ok(())
+    }
+
+    /// Deletes partial files and blobs no manifest names: leftovers of a crash mid-import or
+    /// mid-remove. Safe at open because sled's lock keeps other processes out of this store.
+    fn sweep(&self) -> Result<(), StoreError> {
+        let referenced: std::collections::HashSet<String> =
+            self.all_manifests()?.into_iter().map(|m| m.digest_hex().to_string()).collect();
+        let entries = fs::read_dir(&self.blobs)
+            .map_err(StoreError::io(format!("list {}", self.blobs.display())))?;
+        for entry in entries.flatten() {
+            let file_name = entry.file_name();
+            let Some(file_name) = file_name.to_str() else { continue };
+            let orphan = file_name
+                .strip_prefix(BLOB_PREFIX)
+                .is_some_and(|hex| is_sha256_hex(hex) && !referenced.contains(hex));
+            if orphan || file_name.starts_with(PARTIAL_PREFIX) {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A file being written under `blobs/`; deleted on drop unless it was renamed into place.
+struct PartialBlob {
+    path: PathBuf,
+    hex: String,
+    size: u64,
+    keep: bool,
+}
+
+impl Drop for PartialBlob {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+fn decode_manifest(key: &str, raw: &[u8]) -> Result<Manifest, StoreError> {
+    let corrupt = |reason: String| StoreError::Corrupt { key: key.to_string(), reason };
+    let manifest: Manifest = serde_json::from_slice(raw).map_err(|e| corrupt(e.to_string()))?;
+    if manifest.name.key() != key {
+        return Err(corrupt(format!("it is stored under '{key}' but names '{}'", manifest.name)));
+    }
+    if !manifest.digest.strip_prefix(DIGEST_PREFIX).is_some_and(is_sha256_hex) {
+        return Err(corrupt(format!("digest '{}' is not sha256:<64 hex>", manifest.digest)));
+    }
+    Ok(manifest)
+}
+
+/// Creates and deletes a file in `dir`: creating a directory can succeed where writing in it
+/// fails (a read-only mount, or permissions when not root).
+fn probe_writable(dir: &Path) -> io::Result<()> {
+    let probe = dir.join(format!(".probe-{}", std::process::id()));
+    File::create(&probe)?;
+    fs::remove_file(&probe)
+}
+
+/// Makes a rename durable; failure only weakens crash safety, so it is not an error.
+fn sync_dir(dir: &Path) {
+    if let Ok(handle) = File::open(dir) {
+        let _ = handle.sync_all();
+    }
+}
+
+#[cfg(test)]
+mod tests;
