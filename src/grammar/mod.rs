@@ -19,6 +19,9 @@ pub mod schema;
 pub mod stats;
 pub mod toktrie;
 
+#[cfg(test)]
+mod reference_tests;
+
 pub use automaton::{check_input, CheckOutcome, CompiledGrammar};
 pub use error::{GrammarError, Location};
 pub use gbnf::{compile_gbnf, parse_gbnf};
