@@ -57,6 +57,10 @@ pub enum GgufErrorKind {
     #[error("GGUF version {version} is not supported (this reader handles versions 2 and 3)")]
     UnsupportedVersion { version: u32 },
     #[error(
+        "big-endian GGUF files are not supported (convert the model on a little-endian machine)"
+    )]
+    BigEndian,
+    #[error(
         "truncated: {what} needs {needed} bytes at offset {offset}, \
          but the file ends at {file_size}"
     )]
@@ -246,7 +250,10 @@ fn skip_array<R: Read + Seek>(reader: &mut Bounded<R>, key: &str) -> Parsed<()> 
         value_type::STRING => {
             // Each string has at least its 8-byte length, so a count the file cannot hold is
             // refused before the loop, not after billions of iterations.
-            reader.ensure(count.saturating_mul(8), &what)?;
+            reader.ensure(
+                count.saturating_mul(8),
+                &format_args!("array '{key}' of {count} strings"),
+            )?;
             for _ in 0..count {
                 reader.skip_string(&what)?;
             }
@@ -421,6 +428,10 @@ fn parse<R: Read + Seek>(reader: &mut Bounded<R>) -> Parsed<GgufFacts> {
     }
     let version = reader.u32(&"the GGUF version")?;
     if !(2..=3).contains(&version) {
+        // Big-endian files store the version byte-swapped, so it reads as 0x0300_0000.
+        if (2..=3).contains(&version.swap_bytes()) {
+            return Err(GgufErrorKind::BigEndian);
+        }
         return Err(GgufErrorKind::UnsupportedVersion { version });
     }
     let tensor_count = reader.u64(&"the tensor count")?;

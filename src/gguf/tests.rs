@@ -123,6 +123,13 @@ fn unsupported_versions_are_refused() {
 }
 
 #[test]
+fn big_endian_files_are_named_as_such() {
+    let mut builder = GgufBuilder::llama_like();
+    builder.version = 3u32.swap_bytes();
+    assert!(matches!(kind_of(&builder.build()), GgufErrorKind::BigEndian));
+}
+
+#[test]
 fn every_truncation_of_a_valid_file_is_an_error() {
     let full = GgufBuilder::llama_like().build();
     assert!(facts_of(&full).is_ok());

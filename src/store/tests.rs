@@ -427,3 +427,38 @@ fn gguf_facts_of_real_models_in_the_store() {
         );
     }
 }
+
+#[test]
+fn the_store_can_be_shared_across_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Store>();
+}
+
+/// A smoke test of shared use: unique partial names, shared blobs, counts. The race the commit
+/// lock closes (a removal deleting a blob a concurrent import is about to reuse) has a window of
+/// microseconds, which this test does not reliably hit.
+#[test]
+fn concurrent_imports_and_removals_keep_names_and_blobs_consistent() {
+    let fx = Fixture::new();
+    let source = fx.model_file("shared.gguf", &GgufBuilder::llama_like());
+    std::thread::scope(|scope| {
+        for worker in 0..4 {
+            let (store, source) = (&fx.store, &source);
+            scope.spawn(move || {
+                for round in 0..10 {
+                    let own = name(&format!("w{worker}:r{round}"));
+                    store.import_file(source, &own).expect("import");
+                    if round % 2 == 0 {
+                        store.remove(&own).expect("remove");
+                    }
+                }
+            });
+        }
+    });
+    let listed = fx.store.list().expect("list");
+    assert_eq!(listed.len(), 4 * 5);
+    for manifest in &listed {
+        assert!(fx.store.blob_path(manifest).is_file(), "{} lost its blob", manifest.name);
+    }
+    assert_eq!(fx.blob_files().len(), 1, "{:?}", fx.blob_files());
+}
