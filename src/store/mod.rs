@@ -33,7 +33,7 @@ mod name;
 mod table;
 
 pub use name::{ModelName, ModelRef, DEFAULT_TAG, MAX_PART_LEN};
-pub use table::{human_age, human_size, render_list_table};
+pub use table::{human_age, human_size, render_list_table, UnixSeconds};
 
 /// Name of the sled tree holding manifests.
 pub const MANIFESTS_TREE: &str = "manifests";

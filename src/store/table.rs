@@ -1,14 +1,40 @@
 //! The `llamay list` table: NAME, ID, SIZE, MODIFIED, in the shape `ollama list` prints.
 //!
-//! Key functions: [`render_list_table`], [`human_size`] (decimal units: "98 MB"),
+//! Key items: [`render_list_table`], [`UnixSeconds`], [`human_size`] (decimal units: "98 MB"),
 //! [`human_age`] ("2 minutes ago"). Cost: one pass over the manifests; pure functions.
+
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::Manifest;
 
 const COLUMN_GAP: usize = 4;
 
-/// Renders `manifests` in the given order; `now` is the current time in Unix seconds.
-pub fn render_list_table(manifests: &[Manifest], now: u64) -> String {
+/// A moment as whole seconds since the Unix epoch (what [`Manifest::added_at`] holds), so the
+/// table can be rendered against `u64`, `SystemTime` or chrono's `DateTime<Utc>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct UnixSeconds(pub u64);
+
+impl From<u64> for UnixSeconds {
+    fn from(seconds: u64) -> Self {
+        UnixSeconds(seconds)
+    }
+}
+
+impl From<SystemTime> for UnixSeconds {
+    fn from(time: SystemTime) -> Self {
+        UnixSeconds(time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()))
+    }
+}
+
+impl From<chrono::DateTime<chrono::Utc>> for UnixSeconds {
+    fn from(time: chrono::DateTime<chrono::Utc>) -> Self {
+        UnixSeconds(u64::try_from(time.timestamp()).unwrap_or(0))
+    }
+}
+
+/// Renders `manifests` in the given order, ages measured up to `now`.
+pub fn render_list_table(manifests: &[Manifest], now: impl Into<UnixSeconds>) -> String {
+    let UnixSeconds(now) = now.into();
     let header = ["NAME", "ID", "SIZE", "MODIFIED"].map(str::to_string);
     let rows: Vec<[String; 4]> = manifests
         .iter()
@@ -155,6 +181,19 @@ mod tests {
         }
         assert!(lines[1].starts_with("smollm2:135m "));
         assert!(lines.iter().all(|l| !l.ends_with(' ')));
+    }
+
+    #[test]
+    fn now_can_be_given_as_seconds_system_time_or_chrono() {
+        let rows = [manifest("m", 'c', 1, 1_700_000_000)];
+        let later = 1_700_000_000 + 3 * 3_600;
+        let expected = render_list_table(&rows, later);
+        assert!(expected.contains("3 hours ago"), "{expected}");
+        let system = UNIX_EPOCH + std::time::Duration::from_secs(later);
+        assert_eq!(render_list_table(&rows, system), expected);
+        let chrono_now = chrono::DateTime::from_timestamp(later as i64, 0).expect("valid");
+        assert_eq!(render_list_table(&rows, chrono_now), expected);
+        assert_eq!(UnixSeconds::from(chrono::DateTime::from_timestamp(-5, 0).expect("valid")).0, 0);
     }
 
     #[test]
