@@ -1,0 +1,216 @@
+//! Anthropic Messages request -> core request. Pure: the system prompt, text / tool_use /
+//! tool_result blocks, sampling (temperature 0..1 as Anthropic allows), stop_sequences, tools and
+//! the llamay_* structured-output fields. Images and hosted tools are refused by name.
+
+use serde_json::Value;
+
+use super::types::{ContentBlock, InputContent, MessagesRequest, SystemField, ToolChoiceField, ToolDefinition};
+use crate::api::common::{check_range, check_stops};
+use crate::api::constraint::ConstraintSources;
+use crate::core::{ChatMessage, PromptInput, Role, SamplingParams, ToolCall, ToolChoice, ToolSpec, ValidGenerateRequest};
+use crate::error::CoreError;
+
+#[derive(Debug)]
+pub struct Converted {
+    pub request: ValidGenerateRequest,
+    pub constraint: ConstraintSources,
+    pub stream: bool,
+}
+
+pub fn convert(body: MessagesRequest) -> Result<Converted, CoreError> {
+    if body.model.trim().is_empty() {
+        return Err(CoreError::invalid("model: field required"));
+    }
+    if body.max_tokens == 0 {
+        return Err(CoreError::invalid("max_tokens: must be at least 1"));
+    }
+    if body.messages.is_empty() {
+        return Err(CoreError::invalid("messages: at least one message is required"));
+    }
+    let mut messages = Vec::new();
+    if let Some(system) = body.system {
+        let text = match system {
+            SystemField::Text(text) => text,
+            SystemField::Blocks(blocks) => text_of_blocks("system", blocks)?,
+        };
+        messages.push(ChatMessage::new(Role::System, text));
+    }
+    for (index, message) in body.messages.into_iter().enumerate() {
+        let role = match message.role.as_str() {
+            "user" => Role::User,
+            "assistant" => Role::Assistant,
+            other => return Err(CoreError::invalid(format!("messages.{index}.role: {other:?} is not \"user\" or \"assistant\""))),
+        };
+        match message.content {
+            InputContent::Text(text) => messages.push(ChatMessage::new(role, text)),
+            InputContent::Blocks(blocks) => push_blocks(&mut messages, role, index, blocks)?,
+        }
+    }
+    let tools = body.tools.unwrap_or_default().into_iter().map(convert_tool).collect::<Result<Vec<_>, _>>()?;
+    let tool_choice = convert_tool_choice(body.tool_choice, &tools)?;
+
+    let mut sampling = SamplingParams { temperature: 1.0, top_p: 1.0, repeat_penalty: 1.0, ..SamplingParams::default() };
+    if let Some(t) = check_range("temperature", body.temperature, 0.0, 1.0)? {
+        sampling.temperature = t;
+    }
+    if let Some(p) = check_range("top_p", body.top_p, 0.0, 1.0)? {
+        sampling.top_p = p;
+    }
+    if let Some(k) = body.top_k {
+        sampling.top_k = k.max(0);
+    }
+    sampling.max_tokens = Some(body.max_tokens);
+    let stop = check_stops("stop_sequences", body.stop_sequences.unwrap_or_default())?;
+
+    let mut constraint = ConstraintSources::default();
+    if let Some(format) = body.llamay_format {
+        if format != "json" {
+            return Err(CoreError::invalid(format!("llamay_format: {format:?} is not offered; the one value is \"json\"")));
+        }
+        constraint.any_json = Some("llamay_format");
+    }
+    if let Some(schema) = body.llamay_schema {
+        constraint.schema = Some((schema, "llamay_schema"));
+        constraint.any_json = None;
+    }
+    constraint.grammar = body.llamay_grammar.map(|g| (g, "llamay_grammar")).or(body.grammar.map(|g| (g, "grammar")));
+
+    let request = ValidGenerateRequest {
+        model: body.model,
+        input: PromptInput::Chat { messages, tools },
+        sampling,
+        stop,
+        constraint: None,
+        num_ctx: None,
+        keep_alive: None,
+        tool_choice,
+    };
+    Ok(Converted { request, constraint, stream: body.stream })
+}
+
+fn text_of_blocks(field: &str, blocks: Vec<ContentBlock>) -> Result<String, CoreError> {
+    let mut text = String::new();
+    for block in blocks {
+        match (block.kind.as_str(), block.text) {
+            ("text", Some(piece)) => text.push_str(&piece),
+            (kind, _) => return Err(CoreError::invalid(format!("{field}: a {kind:?} block is not offered here; send text"))),
+        }
+    }
+    Ok(text)
+}
+
+fn push_blocks(messages: &mut Vec<ChatMessage>, role: Role, index: usize, blocks: Vec<ContentBlock>) -> Result<(), CoreError> {
+    let mut current = ChatMessage::new(role, String::new());
+    for block in blocks {
+        match block.kind.as_str() {
+            "text" => current.content.push_str(block.text.as_deref().unwrap_or("")),
+            "tool_use" if role == Role::Assistant => current.tool_calls.push(ToolCall {
+                id: block.id.unwrap_or_default(),
+                name: block.name.unwrap_or_default(),
+                arguments: block.input.unwrap_or(Value::Object(Default::default())),
+            }),
+            "tool_result" if role == Role::User => {
+                let content = match block.content {
+                    None => String::new(),
+                    Some(Value::String(text)) => text,
+                    Some(Value::Array(parts)) => parts
+                        .iter()
+                        .filter_map(|part| part.get("text").and_then(Value::as_str))
+                        .collect::<Vec<_>>()
+                        .join(""),
+                    Some(other) => other.to_string(),
+                };
+                let mut result = ChatMessage::new(Role::Tool, content);
+                result.tool_call_id = block.tool_use_id;
+                messages.push(result);
+            }
+            kind => {
+                return Err(CoreError::invalid(format!(
+                    "messages.{index}.content: a {kind:?} block is not offered in this version (for {} messages)",
+                    role.as_str()
+                )))
+            }
+        }
+    }
+    if !current.content.is_empty() || !current.tool_calls.is_empty() {
+        messages.push(current);
+    }
+    Ok(())
+}
+
+fn convert_tool(tool: ToolDefinition) -> Result<ToolSpec, CoreError> {
+    match tool.kind.as_deref() {
+        None | Some("custom") => Ok(ToolSpec {
+            name: tool.name,
+            description: tool.description,
+            parameters: tool.input_schema.unwrap_or_else(|| serde_json::json!({"type": "object"})),
+        }),
+        Some(kind) => Err(CoreError::invalid(format!(
+            "tools: the hosted tool type {kind:?} is refused: llamay runs nothing on your behalf; offer client tools with an input_schema"
+        ))),
+    }
+}
+
+fn convert_tool_choice(choice: Option<ToolChoiceField>, tools: &[ToolSpec]) -> Result<ToolChoice, CoreError> {
+    let Some(choice) = choice else { return Ok(ToolChoice::Auto) };
+    let converted = match (choice.kind.as_str(), choice.name) {
+        ("auto", _) => ToolChoice::Auto,
+        ("none", _) => ToolChoice::None,
+        ("any", _) => ToolChoice::Required,
+        ("tool", Some(name)) if tools.iter().any(|t| t.name == name) => ToolChoice::Named(name),
+        ("tool", Some(name)) => return Err(CoreError::invalid(format!("tool_choice: {name:?} is not among the tools"))),
+        _ => return Err(CoreError::invalid("tool_choice: expected {\"type\": \"auto\" | \"any\" | \"none\"} or {\"type\": \"tool\", \"name\": ...}")),
+    };
+    let _ = choice.disable_parallel_tool_use;
+    if matches!(converted, ToolChoice::Required | ToolChoice::Named(_)) && tools.is_empty() {
+        return Err(CoreError::invalid("tool_choice forces a tool call but no tools were offered"));
+    }
+    Ok(converted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(value: Value) -> Result<Converted, CoreError> {
+        convert(serde_json::from_value(value).map_err(|e| CoreError::invalid(e.to_string()))?)
+    }
+
+    #[test]
+    fn system_blocks_and_tool_results_become_messages() {
+        let converted = parse(json!({
+            "model": "m", "max_tokens": 10, "system": [{"type": "text", "text": "sys"}],
+            "stop_sequences": ["END"], "temperature": 0.5,
+            "messages": [
+                {"role": "user", "content": "weather?"},
+                {"role": "assistant", "content": [{"type": "text", "text": "checking"}, {"type": "tool_use", "id": "t1", "name": "w", "input": {"city": "Lyon"}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "sunny"}]}]}
+            ]
+        }))
+        .unwrap();
+        let PromptInput::Chat { messages, .. } = converted.request.input else { panic!("chat expected") };
+        let roles: Vec<Role> = messages.iter().map(|m| m.role).collect();
+        assert_eq!(roles, vec![Role::System, Role::User, Role::Assistant, Role::Tool]);
+        assert_eq!(messages[2].tool_calls[0].arguments, json!({"city": "Lyon"}));
+        assert_eq!(messages[3].content, "sunny");
+        assert_eq!(messages[3].tool_call_id.as_deref(), Some("t1"));
+        assert_eq!(converted.request.stop, vec!["END"]);
+        assert_eq!(converted.request.sampling.max_tokens, Some(10));
+    }
+
+    #[test]
+    fn refuses_missing_max_tokens_images_hosted_tools_and_hot_temperatures() {
+        assert!(serde_json::from_value::<MessagesRequest>(json!({"model": "m", "messages": []})).is_err());
+        let base = json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]});
+        let with = |key: &str, value: Value| {
+            let mut body = base.clone();
+            body[key] = value;
+            parse(body).unwrap_err().message
+        };
+        assert!(with("temperature", json!(1.5)).contains("temperature"));
+        assert!(with("tools", json!([{"type": "web_search_20250305", "name": "web_search"}])).contains("web_search_20250305"));
+        assert!(with("messages", json!([{"role": "user", "content": [{"type": "image", "source": {}}]}])).contains("image"));
+        assert!(with("llamay_format", json!("xml")).contains("llamay_format"));
+    }
+}

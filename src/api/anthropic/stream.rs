@@ -1,0 +1,163 @@
+//! Anthropic Messages streaming as a pure state machine: core events in, named SSE events out.
+//! Sequence: `message_start`, `content_block_start` (text, index 0), `ping`,
+//! `content_block_delta`*, `content_block_stop`, then one start/delta/stop triple per tool call,
+//! `message_delta` (stop reason, usage), `message_stop`. An error part way is an `error` event.
+
+use actix_web::web::Bytes;
+use serde_json::{json, Value};
+
+use crate::api::common::{sse_frame, StreamTranslator};
+use crate::core::{Completion, FinishReason, StreamEvent, ToolCall};
+
+/// Anthropic's `stop_reason` and `stop_sequence` for a core finish reason.
+pub fn stop_reason(reason: &FinishReason) -> (Option<&'static str>, Option<String>) {
+    match reason {
+        FinishReason::Stop | FinishReason::Cancelled => (Some("end_turn"), None),
+        FinishReason::StopSequence(sequence) => (Some("stop_sequence"), Some(sequence.clone())),
+        FinishReason::Length => (Some("max_tokens"), None),
+        FinishReason::ToolCalls => (Some("tool_use"), None),
+        FinishReason::Error(_) => (None, None),
+    }
+}
+
+pub fn tool_use_block(call: &ToolCall) -> Value {
+    json!({"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments})
+}
+
+pub struct MessageStream {
+    id: String,
+    model: String,
+    finished: bool,
+}
+
+impl MessageStream {
+    pub fn new(id: String, model: String) -> Self {
+        MessageStream { id, model, finished: false }
+    }
+
+    fn finish(&self, completion: Completion) -> Vec<Bytes> {
+        if let FinishReason::Error(message) = &completion.finish_reason {
+            return vec![sse_frame(Some("error"), &json!({"type": "error", "error": {"type": "api_error", "message": message}}))];
+        }
+        let mut frames = vec![sse_frame(Some("content_block_stop"), &json!({"type": "content_block_stop", "index": 0}))];
+        for (offset, call) in completion.tool_calls.iter().enumerate() {
+            let index = offset + 1;
+            frames.push(sse_frame(
+                Some("content_block_start"),
+                &json!({"type": "content_block_start", "index": index,
+                        "content_block": {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}}),
+            ));
+            frames.push(sse_frame(
+                Some("content_block_delta"),
+                &json!({"type": "content_block_delta", "index": index,
+                        "delta": {"type": "input_json_delta", "partial_json": call.arguments.to_string()}}),
+            ));
+            frames.push(sse_frame(Some("content_block_stop"), &json!({"type": "content_block_stop", "index": index})));
+        }
+        let (reason, sequence) = stop_reason(&completion.finish_reason);
+        frames.push(sse_frame(
+            Some("message_delta"),
+            &json!({"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence},
+                    "usage": {"input_tokens": completion.usage.prompt_tokens, "output_tokens": completion.usage.completion_tokens}}),
+        ));
+        frames.push(sse_frame(Some("message_stop"), &json!({"type": "message_stop"})));
+        frames
+    }
+}
+
+impl StreamTranslator for MessageStream {
+    fn start(&mut self) -> Vec<Bytes> {
+        vec![
+            sse_frame(
+                Some("message_start"),
+                &json!({"type": "message_start", "message": {
+                    "id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": [],
+                    "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 0, "output_tokens": 0}}}),
+            ),
+            sse_frame(
+                Some("content_block_start"),
+                &json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            ),
+            sse_frame(Some("ping"), &json!({"type": "ping"})),
+        ]
+    }
+
+    fn event(&mut self, event: StreamEvent) -> Vec<Bytes> {
+        if self.finished {
+            return Vec::new();
+        }
+        match event {
+            StreamEvent::Delta { text } if text.is_empty() => Vec::new(),
+            StreamEvent::Delta { text } => vec![sse_frame(
+                Some("content_block_delta"),
+                &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
+            )],
+            StreamEvent::Done(completion) => {
+                self.finished = true;
+                self.finish(completion)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::Usage;
+
+    fn parse(frame: &Bytes) -> (String, Value) {
+        let text = std::str::from_utf8(frame).unwrap();
+        let mut lines = text.lines();
+        let event = lines.next().unwrap().strip_prefix("event: ").unwrap().to_string();
+        let data = lines.next().unwrap().strip_prefix("data: ").unwrap();
+        assert!(text.ends_with("\n\n"));
+        (event, serde_json::from_str(data).unwrap())
+    }
+
+    #[test]
+    fn the_real_event_sequence() {
+        let mut stream = MessageStream::new("msg_1".into(), "m".into());
+        let mut frames = stream.start();
+        frames.extend(stream.event(StreamEvent::Delta { text: "Hi".into() }));
+        let done = Completion {
+            finish_reason: FinishReason::StopSequence("END".into()),
+            usage: Usage { prompt_tokens: 4, completion_tokens: 1 },
+            ..Completion::default()
+        };
+        frames.extend(stream.event(StreamEvent::Done(done)));
+        let parsed: Vec<(String, Value)> = frames.iter().map(parse).collect();
+        let names: Vec<&str> = parsed.iter().map(|(e, _)| e.as_str()).collect();
+        assert_eq!(
+            names,
+            ["message_start", "content_block_start", "ping", "content_block_delta", "content_block_stop", "message_delta", "message_stop"]
+        );
+        for (event, data) in &parsed {
+            assert_eq!(&data["type"], event.as_str(), "data.type repeats the event name");
+        }
+        assert_eq!(parsed[3].1["delta"]["text"], "Hi");
+        assert_eq!(parsed[5].1["delta"]["stop_reason"], "stop_sequence");
+        assert_eq!(parsed[5].1["delta"]["stop_sequence"], "END");
+        assert_eq!(parsed[5].1["usage"]["output_tokens"], 1);
+    }
+
+    #[test]
+    fn tool_calls_come_whole_after_the_text_block() {
+        let mut stream = MessageStream::new("msg_1".into(), "m".into());
+        let call = ToolCall { id: "toolu_1".into(), name: "get_weather".into(), arguments: json!({"city": "Pune"}) };
+        let done = Completion { finish_reason: FinishReason::ToolCalls, tool_calls: vec![call], ..Completion::default() };
+        let parsed: Vec<(String, Value)> = stream.event(StreamEvent::Done(done)).iter().map(parse).collect();
+        assert_eq!(parsed[1].1["content_block"]["name"], "get_weather");
+        assert_eq!(parsed[2].1["delta"]["partial_json"], "{\"city\":\"Pune\"}");
+        assert_eq!(parsed[4].1["delta"]["stop_reason"], "tool_use");
+    }
+
+    #[test]
+    fn an_error_is_an_error_event() {
+        let mut stream = MessageStream::new("msg_1".into(), "m".into());
+        let done = Completion { finish_reason: FinishReason::Error("boom".into()), ..Completion::default() };
+        let parsed: Vec<(String, Value)> = stream.event(StreamEvent::Done(done)).iter().map(parse).collect();
+        assert_eq!(parsed.len(), 1);
+        assert_eq!(parsed[0].0, "error");
+        assert_eq!(parsed[0].1["error"]["message"], "boom");
+    }
+}

@@ -1,0 +1,110 @@
+//! The HTTP API: OpenAI, Anthropic and Ollama shapes over one supervisor, plus stats and health.
+//! The shapes never import each other; they meet in `crate::core`, and reach models only through
+//! the supervisor's messages (never `llm`, llama.cpp or the store).
+//!
+//! Key items: [`AppState`], [`configure`] / [`build_app`] (the real app, also mounted by tests),
+//! [`serve::serve`] (the `llamay serve` entry). Costs: one `AppState` shared by all workers.
+
+pub mod anthropic;
+pub mod common;
+pub mod constraint;
+pub mod ollama;
+pub mod openai;
+pub mod serve;
+pub mod stats;
+
+#[cfg(test)]
+mod route_tests;
+#[cfg(test)]
+pub(crate) mod test_support;
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix::Addr;
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceFactory, ServiceRequest, ServiceResponse};
+use actix_web::{web, App, HttpRequest, HttpResponse};
+
+use crate::actors::supervisor::Supervisor;
+use crate::core::ModelCatalog;
+use crate::error::{CoreError, ErrorCode};
+use crate::grammar::automaton::CompiledGrammar;
+use constraint::ConstraintCache;
+
+/// Compiled constraints kept for reuse (schemas and grammars sent again and again).
+pub const CONSTRAINT_CACHE_ENTRIES: usize = 64;
+
+/// What every handler shares.
+pub struct AppState {
+    pub supervisor: Addr<Supervisor>,
+    pub catalog: Arc<dyn ModelCatalog>,
+    /// `-grammar-file`, applied to requests that bring no constraint of their own.
+    pub default_grammar: Option<Arc<CompiledGrammar>>,
+    pub constraints: ConstraintCache,
+    pub max_body_bytes: usize,
+    pub started_at: Instant,
+    pub shutting_down: AtomicBool,
+}
+
+impl AppState {
+    pub fn new(
+        supervisor: Addr<Supervisor>,
+        catalog: Arc<dyn ModelCatalog>,
+        default_grammar: Option<Arc<CompiledGrammar>>,
+        max_body_bytes: usize,
+    ) -> Self {
+        AppState {
+            supervisor,
+            catalog,
+            default_grammar,
+            constraints: ConstraintCache::new(CONSTRAINT_CACHE_ENTRIES),
+            max_body_bytes,
+            started_at: Instant::now(),
+            shutting_down: AtomicBool::new(false),
+        }
+    }
+}
+
+/// Every route, for `App::configure`.
+pub fn configure(config: &mut web::ServiceConfig) {
+    config
+        .route("/v1/chat/completions", web::post().to(openai::handlers::chat_completions))
+        .route("/v1/models", web::get().to(openai::handlers::list_models))
+        .route("/v1/models/{name:.*}", web::get().to(openai::handlers::get_model))
+        .route("/v1/responses", web::route().to(openai::handlers::responses_not_offered))
+        .route("/v1/responses/{rest:.*}", web::route().to(openai::handlers::responses_not_offered))
+        .route("/v1/messages", web::post().to(anthropic::handlers::messages))
+        .route("/v1/stats", web::get().to(stats::stats))
+        .route("/api/chat", web::post().to(ollama::handlers::chat))
+        .route("/api/generate", web::post().to(ollama::handlers::generate))
+        .route("/api/tags", web::get().to(ollama::handlers::tags))
+        .route("/api/ps", web::get().to(ollama::handlers::ps))
+        .route("/api/show", web::post().to(ollama::handlers::show))
+        .route("/api/version", web::get().to(ollama::handlers::version))
+        .route("/health", web::get().to(stats::health))
+        .route("/", web::get().to(stats::root))
+        .route("/", web::head().to(stats::root));
+}
+
+/// The whole application over `state`: what `serve` runs and what route tests mount.
+pub fn build_app(
+    state: web::Data<AppState>,
+) -> App<impl ServiceFactory<ServiceRequest, Config = (), Response = ServiceResponse<impl MessageBody>, Error = actix_web::Error, InitError = ()>>
+{
+    App::new().app_data(state).configure(configure).default_service(web::to(not_found))
+}
+
+/// Unknown routes answer in the shape of the API their path belongs to.
+async fn not_found(request: HttpRequest) -> HttpResponse {
+    let path = request.path().to_string();
+    let error = CoreError::new(ErrorCode::RouteNotFound, format!("{} {path} is not a llamay route", request.method()));
+    if path.starts_with("/api/") {
+        ollama::handlers::render_error(&error)
+    } else if path.starts_with("/v1/messages") {
+        anthropic::handlers::render_error(&error)
+    } else {
+        openai::handlers::render_error(&error)
+    }
+}

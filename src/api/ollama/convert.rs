@@ -1,0 +1,223 @@
+//! Ollama chat/generate requests -> core requests. Pure: messages, `options` (temperature,
+//! num_predict, seed, stop, num_ctx...), `format` (a schema or "json"), the grammar fields,
+//! `keep_alive`, and the load/unload form (an empty prompt or no messages).
+
+use serde_json::Value;
+
+use super::types::{ChatRequest, GenerateRequest, Message, Options};
+use crate::api::common::{check_range, check_stops};
+use crate::api::constraint::ConstraintSources;
+use crate::core::{ChatMessage, KeepAlive, PromptInput, Role, SamplingParams, ToolCall, ToolChoice, ToolSpec, ValidGenerateRequest};
+use crate::error::CoreError;
+
+#[derive(Debug)]
+pub struct Converted {
+    pub request: ValidGenerateRequest,
+    pub constraint: ConstraintSources,
+    pub stream: bool,
+    /// Nothing to generate: load the model (or unload it, with keep_alive 0) and answer at once.
+    pub load_only: bool,
+}
+
+pub fn convert_chat(body: ChatRequest) -> Result<Converted, CoreError> {
+    check_model(&body.model)?;
+    let load_only = body.messages.is_empty();
+    let messages = body.messages.into_iter().enumerate().map(|(i, m)| convert_message(i, m)).collect::<Result<Vec<_>, _>>()?;
+    let mut tools = Vec::new();
+    for tool in body.tools.unwrap_or_default() {
+        match (tool.kind.as_deref(), tool.function) {
+            (None | Some("function"), Some(function)) => tools.push(ToolSpec {
+                name: function.name,
+                description: function.description,
+                parameters: function.parameters.unwrap_or_else(|| serde_json::json!({"type": "object"})),
+            }),
+            (kind, _) => {
+                return Err(CoreError::invalid(format!("tools: a tool of type {:?} is not offered; send function tools", kind.unwrap_or(""))))
+            }
+        }
+    }
+    let (sampling, stop, num_ctx) = convert_options(body.options)?;
+    let request = ValidGenerateRequest {
+        model: body.model,
+        input: PromptInput::Chat { messages, tools },
+        sampling,
+        stop,
+        constraint: None,
+        num_ctx,
+        keep_alive: convert_keep_alive(body.keep_alive)?,
+        tool_choice: ToolChoice::Auto,
+    };
+    Ok(Converted {
+        request,
+        constraint: constraint_sources(body.format, body.llamay_grammar, body.grammar)?,
+        stream: body.stream.unwrap_or(true),
+        load_only,
+    })
+}
+
+pub fn convert_generate(body: GenerateRequest) -> Result<Converted, CoreError> {
+    check_model(&body.model)?;
+    if body.template.as_deref().is_some_and(|t| !t.is_empty()) {
+        return Err(CoreError::invalid("template: a per-request template is not offered; the model's own chat template is used (raw: true sends the prompt as is)"));
+    }
+    if body.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
+        return Err(CoreError::invalid("suffix: fill-in-the-middle is not offered in this version"));
+    }
+    if body.images.as_ref().is_some_and(|i| !i.is_empty()) {
+        return Err(CoreError::invalid("images: image input is not offered in this version"));
+    }
+    if body.context.as_ref().is_some_and(|c| !c.is_empty()) {
+        return Err(CoreError::invalid("context: token context from an earlier answer is not offered; send the conversation to /api/chat"));
+    }
+    let prompt = body.prompt.unwrap_or_default();
+    let load_only = prompt.is_empty();
+    let (sampling, stop, num_ctx) = convert_options(body.options)?;
+    let request = ValidGenerateRequest {
+        model: body.model,
+        input: PromptInput::Raw { prompt, system: body.system, template: !body.raw.unwrap_or(false) },
+        sampling,
+        stop,
+        constraint: None,
+        num_ctx,
+        keep_alive: convert_keep_alive(body.keep_alive)?,
+        tool_choice: ToolChoice::Auto,
+    };
+    Ok(Converted {
+        request,
+        constraint: constraint_sources(body.format, body.llamay_grammar, body.grammar)?,
+        stream: body.stream.unwrap_or(true),
+        load_only,
+    })
+}
+
+fn check_model(model: &str) -> Result<(), CoreError> {
+    if model.trim().is_empty() {
+        return Err(CoreError::invalid("model is required"));
+    }
+    Ok(())
+}
+
+fn convert_message(index: usize, message: Message) -> Result<ChatMessage, CoreError> {
+    let role = match message.role.as_str() {
+        "system" => Role::System,
+        "user" => Role::User,
+        "assistant" => Role::Assistant,
+        "tool" => Role::Tool,
+        other => return Err(CoreError::invalid(format!("messages[{index}].role {other:?} is not one of system, user, assistant, tool"))),
+    };
+    if message.images.as_ref().is_some_and(|i| !i.is_empty()) {
+        return Err(CoreError::invalid(format!("messages[{index}].images: image input is not offered in this version")));
+    }
+    let tool_calls = message
+        .tool_calls
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+        .map(|(i, call)| ToolCall { id: format!("call_{index}_{i}"), name: call.function.name, arguments: call.function.arguments })
+        .collect();
+    Ok(ChatMessage { role, content: message.content.unwrap_or_default(), tool_calls, name: message.tool_name, tool_call_id: None })
+}
+
+fn convert_options(options: Option<Options>) -> Result<(SamplingParams, Vec<String>, Option<u32>), CoreError> {
+    let options = options.unwrap_or_default();
+    let mut sampling = SamplingParams::default();
+    if let Some(t) = check_range("options.temperature", options.temperature, 0.0, 100.0)? {
+        sampling.temperature = t;
+    }
+    if let Some(p) = check_range("options.top_p", options.top_p, 0.0, 1.0)? {
+        sampling.top_p = p;
+    }
+    if let Some(p) = check_range("options.min_p", options.min_p, 0.0, 1.0)? {
+        sampling.min_p = p;
+    }
+    if let Some(p) = check_range("options.repeat_penalty", options.repeat_penalty, 0.0, 100.0)? {
+        sampling.repeat_penalty = p;
+    }
+    if let Some(k) = options.top_k {
+        sampling.top_k = k.max(0);
+    }
+    if let Some(n) = options.repeat_last_n {
+        sampling.repeat_last_n = n.max(-1);
+    }
+    sampling.seed = options.seed.filter(|s| *s >= 0).map(|s| (s as u64 & u64::from(u32::MAX)) as u32);
+    sampling.max_tokens = match options.num_predict {
+        None => None,
+        Some(0) => return Err(CoreError::invalid("options.num_predict is 0, which generates nothing; use a positive count, or -1 for no limit")),
+        Some(n) if n < 0 => None,
+        Some(n) => Some(u32::try_from(n).unwrap_or(u32::MAX)),
+    };
+    if options.num_ctx == Some(0) {
+        return Err(CoreError::invalid("options.num_ctx must be at least 1"));
+    }
+    let stop = check_stops("options.stop", options.stop.unwrap_or_default())?;
+    Ok((sampling, stop, options.num_ctx))
+}
+
+fn convert_keep_alive(value: Option<Value>) -> Result<Option<KeepAlive>, CoreError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => KeepAlive::from_json(&value).map(Some).map_err(|e| CoreError::invalid(format!("keep_alive: {e}"))),
+    }
+}
+
+fn constraint_sources(format: Option<Value>, llamay_grammar: Option<String>, grammar: Option<String>) -> Result<ConstraintSources, CoreError> {
+    let mut sources = ConstraintSources::default();
+    match format {
+        None | Some(Value::Null) => {}
+        Some(Value::String(text)) if text.is_empty() => {}
+        Some(Value::String(text)) if text == "json" => sources.any_json = Some("format"),
+        Some(schema @ Value::Object(_)) => sources.schema = Some((schema, "format")),
+        Some(other) => return Err(CoreError::invalid(format!("format must be \"json\" or a JSON schema object, not {other}"))),
+    }
+    sources.grammar = llamay_grammar.map(|g| (g, "llamay_grammar")).or(grammar.map(|g| (g, "grammar")));
+    Ok(sources)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::time::Duration;
+
+    fn chat(value: Value) -> Result<Converted, CoreError> {
+        convert_chat(serde_json::from_value(value).map_err(|e| CoreError::invalid(e.to_string()))?)
+    }
+
+    #[test]
+    fn options_format_stream_and_keep_alive() {
+        let converted = chat(json!({
+            "model": "m", "messages": [{"role": "user", "content": "x"}], "format": {"type": "object"},
+            "options": {"temperature": 0.0, "num_predict": 12, "seed": 42, "stop": ["\n\n"], "num_ctx": 512, "mirostat": 0},
+            "keep_alive": "10m"
+        }))
+        .unwrap();
+        assert!(converted.stream, "streaming is on by default, as in Ollama");
+        assert!(!converted.load_only);
+        let request = converted.request;
+        assert_eq!(request.sampling.temperature, 0.0);
+        assert_eq!(request.sampling.max_tokens, Some(12));
+        assert_eq!(request.sampling.seed, Some(42));
+        assert_eq!(request.num_ctx, Some(512));
+        assert_eq!(request.keep_alive, Some(KeepAlive::For(Duration::from_secs(600))));
+        assert_eq!(converted.constraint.schema.map(|(_, p)| p), Some("format"));
+        let converted = chat(json!({"model": "m", "messages": [], "keep_alive": 0, "format": "json", "options": {"num_predict": -1}})).unwrap();
+        assert!(converted.load_only);
+        assert_eq!(converted.request.keep_alive, Some(KeepAlive::UnloadNow));
+        assert_eq!(converted.request.sampling.max_tokens, None);
+        assert_eq!(converted.constraint.any_json, Some("format"));
+    }
+
+    #[test]
+    fn refusals() {
+        assert!(chat(json!({"model": "m", "messages": [], "format": 3})).is_err());
+        assert!(chat(json!({"model": "m", "messages": [], "keep_alive": "soon"})).is_err());
+        assert!(chat(json!({"model": "m", "messages": [{"role": "user", "content": "x", "images": ["AAAA"]}]})).is_err());
+        assert!(chat(json!({"model": "m", "messages": [], "options": {"num_predict": 0}})).is_err());
+        let generate = |value: Value| convert_generate(serde_json::from_value(value).unwrap());
+        assert!(generate(json!({"model": "m", "prompt": "x", "context": [1, 2]})).is_err());
+        assert!(generate(json!({"model": "m", "prompt": "x", "template": "{{ .Prompt }}"})).is_err());
+        let raw = generate(json!({"model": "m", "prompt": "x", "raw": true, "stream": false})).unwrap();
+        assert!(matches!(raw.request.input, PromptInput::Raw { template: false, .. }));
+        assert!(!raw.stream);
+    }
+}

@@ -1,0 +1,277 @@
+//! OpenAI chat request -> core request. Pure: checks every field, maps roles and content parts,
+//! collects the structured-output sources (llamay_schema and llamay_format win over
+//! response_format), and refuses what this daemon does not do (n > 1, images, hosted tools).
+
+use super::types::{ChatCompletionRequest, MessageContent, RequestMessage, ResponseFormat, StopField, Tool};
+use crate::api::common::{check_range, check_stops};
+use crate::api::constraint::ConstraintSources;
+use crate::core::{ChatMessage, PromptInput, Role, SamplingParams, ToolCall, ToolChoice, ToolSpec, ValidGenerateRequest};
+use crate::error::CoreError;
+
+/// A converted request; the handler compiles `constraint` and sets it on `request`.
+#[derive(Debug)]
+pub struct Converted {
+    pub request: ValidGenerateRequest,
+    pub constraint: ConstraintSources,
+    pub stream: bool,
+    pub include_usage: bool,
+}
+
+pub fn convert(body: ChatCompletionRequest) -> Result<Converted, CoreError> {
+    if body.model.trim().is_empty() {
+        return Err(CoreError::invalid("model is required").with_param("model"));
+    }
+    if let Some(n) = body.n {
+        if n != 1 {
+            return Err(CoreError::invalid(format!("n is {n}: llamay returns one choice per request; send n = 1 or leave it out")).with_param("n"));
+        }
+    }
+    if body.logprobs == Some(true) {
+        return Err(CoreError::invalid("logprobs are not offered in this version").with_param("logprobs"));
+    }
+    if body.messages.is_empty() {
+        return Err(CoreError::invalid("messages is empty; send at least one message").with_param("messages"));
+    }
+    let messages = body.messages.into_iter().enumerate().map(|(i, m)| convert_message(i, m)).collect::<Result<Vec<_>, _>>()?;
+    let tools = body.tools.unwrap_or_default().into_iter().map(convert_tool).collect::<Result<Vec<_>, _>>()?;
+    let tool_choice = convert_tool_choice(body.tool_choice.as_ref(), &tools)?;
+
+    let mut sampling = SamplingParams { temperature: 1.0, top_p: 1.0, repeat_penalty: 1.0, ..SamplingParams::default() };
+    if let Some(t) = check_range("temperature", body.temperature, 0.0, 2.0)? {
+        sampling.temperature = t;
+    }
+    if let Some(p) = check_range("top_p", body.top_p, 0.0, 1.0)? {
+        sampling.top_p = p;
+    }
+    if let Some(p) = check_range("min_p", body.min_p, 0.0, 1.0)? {
+        sampling.min_p = p;
+    }
+    if let Some(p) = check_range("repeat_penalty", body.repeat_penalty, 0.0, 10.0)? {
+        sampling.repeat_penalty = p;
+    }
+    if let Some(k) = body.top_k {
+        sampling.top_k = k.max(0);
+    }
+    sampling.seed = body.seed.map(|seed| (seed as u64 & u64::from(u32::MAX)) as u32);
+    let max_tokens = body.max_completion_tokens.or(body.max_tokens);
+    if max_tokens == Some(0) {
+        return Err(CoreError::invalid("max_tokens must be at least 1").with_param("max_tokens"));
+    }
+    sampling.max_tokens = max_tokens;
+    let stop = match body.stop {
+        None => Vec::new(),
+        Some(StopField::One(s)) => vec![s],
+        Some(StopField::Many(list)) => list,
+    };
+    let stop = check_stops("stop", stop)?;
+
+    let constraint = constraint_sources(body.response_format, body.llamay_schema, body.llamay_format, body.llamay_grammar, body.grammar)?;
+    let request = ValidGenerateRequest {
+        model: body.model,
+        input: PromptInput::Chat { messages, tools },
+        sampling,
+        stop,
+        constraint: None,
+        num_ctx: None,
+        keep_alive: None,
+        tool_choice,
+    };
+    Ok(Converted {
+        request,
+        constraint,
+        stream: body.stream,
+        include_usage: body.stream_options.is_some_and(|o| o.include_usage),
+    })
+}
+
+fn convert_message(index: usize, message: RequestMessage) -> Result<ChatMessage, CoreError> {
+    let param = format!("messages[{index}]");
+    let role = match message.role.as_str() {
+        "system" | "developer" => Role::System,
+        "user" => Role::User,
+        "assistant" => Role::Assistant,
+        "tool" | "function" => Role::Tool,
+        other => return Err(CoreError::invalid(format!("{param}.role {other:?} is not one of system, developer, user, assistant, tool")).with_param(param)),
+    };
+    let content = match message.content {
+        None => String::new(),
+        Some(MessageContent::Text(text)) => text,
+        Some(MessageContent::Parts(parts)) => {
+            let mut text = String::new();
+            for part in parts {
+                match (part.kind.as_str(), part.text) {
+                    ("text", Some(piece)) => text.push_str(&piece),
+                    (kind, _) => {
+                        return Err(CoreError::invalid(format!("{param}.content has a {kind:?} part; only text is offered in this version")).with_param(param))
+                    }
+                }
+            }
+            text
+        }
+    };
+    let tool_calls = message
+        .tool_calls
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+        .map(|(i, call)| ToolCall {
+            id: call.id.unwrap_or_else(|| format!("call_{i}")),
+            name: call.function.name,
+            arguments: serde_json::from_str(&call.function.arguments).unwrap_or(serde_json::Value::String(call.function.arguments)),
+        })
+        .collect();
+    Ok(ChatMessage { role, content, tool_calls, name: message.name, tool_call_id: message.tool_call_id })
+}
+
+fn convert_tool(tool: Tool) -> Result<ToolSpec, CoreError> {
+    match (tool.kind.as_str(), tool.function) {
+        ("function", Some(function)) => Ok(ToolSpec {
+            name: function.name,
+            description: function.description,
+            parameters: function.parameters.unwrap_or_else(|| serde_json::json!({"type": "object"})),
+        }),
+        ("function", None) => Err(CoreError::invalid("a function tool needs its function object").with_param("tools")),
+        (kind, _) => Err(CoreError::invalid(format!(
+            "the hosted tool type {kind:?} is refused: llamay runs nothing on your behalf; offer client tools of type \"function\""
+        ))
+        .with_param("tools")),
+    }
+}
+
+fn convert_tool_choice(choice: Option<&serde_json::Value>, tools: &[ToolSpec]) -> Result<ToolChoice, CoreError> {
+    let bad = || CoreError::invalid("tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}").with_param("tool_choice");
+    let choice = match choice {
+        None | Some(serde_json::Value::Null) => return Ok(ToolChoice::Auto),
+        Some(serde_json::Value::String(s)) => match s.as_str() {
+            "auto" => ToolChoice::Auto,
+            "none" => ToolChoice::None,
+            "required" => ToolChoice::Required,
+            _ => return Err(bad()),
+        },
+        Some(object) => {
+            let name = object.pointer("/function/name").and_then(|n| n.as_str()).ok_or_else(bad)?;
+            if !tools.iter().any(|t| t.name == name) {
+                return Err(CoreError::invalid(format!("tool_choice names {name:?}, which is not among the tools")).with_param("tool_choice"));
+            }
+            ToolChoice::Named(name.to_string())
+        }
+    };
+    if !matches!(choice, ToolChoice::Auto | ToolChoice::None) && tools.is_empty() {
+        return Err(CoreError::invalid("tool_choice forces a tool call but no tools were offered").with_param("tool_choice"));
+    }
+    Ok(choice)
+}
+
+fn constraint_sources(
+    response_format: Option<ResponseFormat>,
+    llamay_schema: Option<serde_json::Value>,
+    llamay_format: Option<String>,
+    llamay_grammar: Option<String>,
+    grammar: Option<String>,
+) -> Result<ConstraintSources, CoreError> {
+    let mut sources = ConstraintSources::default();
+    if let Some(format) = llamay_format {
+        if format != "json" {
+            return Err(CoreError::invalid(format!("llamay_format {format:?} is not offered; the one value is \"json\"")).with_param("llamay_format"));
+        }
+        sources.any_json = Some("llamay_format");
+    }
+    if let Some(schema) = llamay_schema {
+        sources.schema = Some((schema, "llamay_schema"));
+        sources.any_json = None;
+    } else if sources.any_json.is_none() {
+        match response_format {
+            None => {}
+            Some(format) => match format.kind.as_str() {
+                "text" => {}
+                "json_object" => sources.any_json = Some("response_format"),
+                "json_schema" => {
+                    let schema = format.json_schema.and_then(|s| s.schema).ok_or_else(|| {
+                        CoreError::invalid("response_format json_schema needs json_schema.schema").with_param("response_format")
+                    })?;
+                    sources.schema = Some((schema, "response_format"));
+                }
+                other => {
+                    return Err(CoreError::invalid(format!(
+                        "response_format type {other:?} is not one of \"text\", \"json_object\", \"json_schema\""
+                    ))
+                    .with_param("response_format"))
+                }
+            },
+        }
+    }
+    if let Some(text) = llamay_grammar {
+        sources.grammar = Some((text, "llamay_grammar"));
+    } else if let Some(text) = grammar {
+        sources.grammar = Some((text, "grammar"));
+    }
+    Ok(sources)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(value: serde_json::Value) -> Result<Converted, CoreError> {
+        convert(serde_json::from_value(value).map_err(|e| CoreError::invalid(e.to_string()))?)
+    }
+
+    #[test]
+    fn maps_messages_sampling_and_stops() {
+        let converted = parse(json!({
+            "model": "smollm2:135m", "temperature": 0, "max_completion_tokens": 20, "seed": -1,
+            "stop": "\n", "stream": true, "stream_options": {"include_usage": true},
+            "messages": [{"role": "developer", "content": "be brief"},
+                         {"role": "user", "content": [{"type": "text", "text": "hi "}, {"type": "text", "text": "there"}]}]
+        }))
+        .unwrap();
+        let request = converted.request;
+        assert_eq!(request.sampling.temperature, 0.0);
+        assert_eq!(request.sampling.max_tokens, Some(20));
+        assert_eq!(request.sampling.seed, Some(u32::MAX));
+        assert_eq!(request.stop, vec!["\n"]);
+        assert!(converted.stream && converted.include_usage);
+        let PromptInput::Chat { messages, .. } = request.input else { panic!("chat input expected") };
+        assert_eq!(messages[0].role, Role::System);
+        assert_eq!(messages[1].content, "hi there");
+    }
+
+    #[test]
+    fn refuses_what_is_not_offered() {
+        let base = json!({"model": "m", "messages": [{"role": "user", "content": "x"}]});
+        let with = |key: &str, value: serde_json::Value| {
+            let mut body = base.clone();
+            body[key] = value;
+            parse(body).unwrap_err()
+        };
+        assert_eq!(with("n", json!(2)).param.as_deref(), Some("n"));
+        assert_eq!(with("temperature", json!(3.5)).param.as_deref(), Some("temperature"));
+        assert_eq!(with("max_tokens", json!(0)).param.as_deref(), Some("max_tokens"));
+        assert_eq!(with("llamay_format", json!("yaml")).param.as_deref(), Some("llamay_format"));
+        assert_eq!(with("response_format", json!({"type": "xml"})).param.as_deref(), Some("response_format"));
+        assert!(with("tools", json!([{"type": "web_search"}])).message.contains("web_search"));
+        assert_eq!(with("messages", json!([])).param.as_deref(), Some("messages"));
+        assert!(with("messages", json!([{"role": "user", "content": [{"type": "image_url"}]}])).message.contains("image_url"));
+        assert!(with("stop", json!(vec!["x"; 17])).message.contains("at most"));
+    }
+
+    #[test]
+    fn llamay_schema_wins_over_response_format() {
+        let converted = parse(json!({
+            "model": "m", "messages": [{"role": "user", "content": "x"}],
+            "response_format": {"type": "json_object"},
+            "llamay_schema": {"type": "integer"}
+        }))
+        .unwrap();
+        assert_eq!(converted.constraint.schema.as_ref().map(|(s, p)| (s.clone(), *p)), Some((json!({"type": "integer"}), "llamay_schema")));
+        assert_eq!(converted.constraint.any_json, None);
+        let converted = parse(json!({
+            "model": "m", "messages": [{"role": "user", "content": "x"}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "o", "schema": {"type": "object"}}},
+            "grammar": "root ::= \"a\""
+        }))
+        .unwrap();
+        assert!(converted.constraint.schema.is_some() && converted.constraint.grammar.is_some());
+    }
+}

@@ -1,0 +1,184 @@
+//! `llamay serve`: starts the supervisor, preloads `-m`, prints the spec's banner (the structured
+//! `llamay serving` log line and the route table), serves until SIGINT or SIGTERM, then stops
+//! accepting, fails waiting requests, lets running ones finish (up to a grace period), and unloads.
+//!
+//! Key items: [`serve`] (async, inside an actix system), [`serve_blocking`] (makes the system).
+
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use actix::Actor;
+use actix_web::{web, HttpServer};
+
+use super::{build_app, AppState};
+use crate::actors::messages::ModelLoader;
+use crate::actors::supervisor::{acquire, Shutdown, Supervisor, SupervisorConfig};
+use crate::config::Config;
+use crate::core::{ModelCatalog, ModelInfo};
+use crate::grammar::automaton::CompiledGrammar;
+
+/// Seconds running requests get to finish after a stop signal.
+pub const SHUTDOWN_GRACE_SECONDS: u64 = 10;
+/// Largest `-grammar-file` read.
+const MAX_GRAMMAR_FILE_BYTES: u64 = 1024 * 1024;
+
+/// Runs [`serve`] in a fresh actix system (what `main` calls).
+pub fn serve_blocking(config: Config, loader: Arc<dyn ModelLoader>, catalog: Arc<dyn ModelCatalog>) -> io::Result<()> {
+    actix_web::rt::System::new().block_on(serve(config, loader, catalog))
+}
+
+/// Serves until a stop signal. Must run inside an actix system.
+pub async fn serve(config: Config, loader: Arc<dyn ModelLoader>, catalog: Arc<dyn ModelCatalog>) -> io::Result<()> {
+    let default_grammar = match &config.grammar_file {
+        Some(path) => Some(Arc::new(load_grammar_file(path)?)),
+        None => None,
+    };
+    let supervisor = Supervisor::new(
+        loader,
+        SupervisorConfig { max_loaded: config.max_loaded, default_keep_alive: config.keep_alive, max_queue: config.max_queue },
+    )
+    .start();
+
+    let preloaded: Option<ModelInfo> = match &config.model {
+        Some(name) => {
+            let lease = acquire(&supervisor, name, None)
+                .await
+                .map_err(|e| io::Error::new(io::ErrorKind::Other, format!("cannot load {name}: {e}")))?;
+            Some(lease.model().info().clone())
+        }
+        None => None,
+    };
+
+    let state = web::Data::new(AppState::new(supervisor.clone(), catalog, default_grammar, config.max_body_bytes));
+    let app_state = state.clone();
+    let server = HttpServer::new(move || build_app(app_state.clone()))
+        .disable_signals()
+        .shutdown_timeout(SHUTDOWN_GRACE_SECONDS)
+        .bind(config.socket_addrs()?.as_slice())?;
+    let bound: Vec<String> = server.addrs().iter().map(ToString::to_string).collect();
+    print_banner(&config, preloaded.as_ref(), &bound);
+    let server = server.run();
+    let handle = server.handle();
+    let mut running = actix_web::rt::spawn(server);
+
+    tokio::select! {
+        finished = &mut running => {
+            return finished.map_err(|e| io::Error::new(io::ErrorKind::Other, e.to_string()))?;
+        }
+        signal = stop_signal() => {
+            tracing::info!(signal, "stopping: no new connections, waiting requests fail, running ones finish");
+        }
+    }
+    state.shutting_down.store(true, Ordering::Release);
+    let busy = supervisor.send(Shutdown).await.unwrap_or(0);
+    if busy > 0 {
+        tracing::info!(models = busy, grace_seconds = SHUTDOWN_GRACE_SECONDS, "waiting for running requests");
+    }
+    handle.stop(true).await;
+    let _ = running.await;
+    let still_loaded = supervisor.send(Shutdown).await.unwrap_or(0);
+    tracing::info!(still_loaded, "llamay stopped");
+    Ok(())
+}
+
+fn load_grammar_file(path: &std::path::Path) -> io::Result<CompiledGrammar> {
+    let size = std::fs::metadata(path)?.len();
+    if size > MAX_GRAMMAR_FILE_BYTES {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{}: {size} bytes is too large for a grammar", path.display())));
+    }
+    let source = std::fs::read(path)?;
+    crate::grammar::gbnf::compile_gbnf(&source, &crate::grammar::limits::Limits::default())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{}: {e}", path.display())))
+}
+
+/// `1.59 GB`, as the banner prints a model's size.
+pub fn human_bytes(bytes: u64) -> String {
+    let bytes = bytes as f64;
+    if bytes >= 1e9 {
+        format!("{:.2} GB", bytes / 1e9)
+    } else if bytes >= 1e6 {
+        format!("{:.0} MB", bytes / 1e6)
+    } else {
+        format!("{:.0} KB", bytes / 1e3)
+    }
+}
+
+/// The route table printed under the `llamay serving` line.
+pub fn route_table(base: &str) -> String {
+    let routes = [
+        ("OpenAI", "POST", "/v1/chat/completions", ""),
+        ("Anthropic", "POST", "/v1/messages", ""),
+        ("Ollama", "POST", "/api/chat", "(and /api/generate)"),
+        ("Models", "GET", "/api/tags", "(and /api/ps, /api/show, /v1/models)"),
+        ("Stats", "GET", "/v1/stats", ""),
+        ("Health", "GET", "/health", ""),
+    ];
+    let mut table = String::from("\n");
+    for (api, method, path, note) in routes {
+        let url = format!("{base}{path}");
+        let line = format!("  {api:<11} {method:<4} {url:<45} {note}");
+        table.push_str(line.trim_end());
+        table.push('\n');
+    }
+    table
+}
+
+fn print_banner(config: &Config, model: Option<&ModelInfo>, bound: &[String]) {
+    let (name, arch, params, context) = match model {
+        Some(info) => (info.name.as_str(), info.architecture.as_str(), human_bytes(info.size_bytes), info.context_length),
+        None => ("", "", String::new(), config.context),
+    };
+    tracing::info!(
+        addr = %config.addr,
+        model = name,
+        arch,
+        "max-loaded" = config.max_loaded,
+        keepalive = %config.keep_alive,
+        params = %params,
+        context,
+        threads = config.threads,
+        kv = config.kv.as_str(),
+        parallel = config.parallel,
+        listening = %bound.join(","),
+        "llamay serving"
+    );
+    println!("{}", route_table(&format!("http://{}", config.addr)));
+}
+
+/// Resolves on SIGINT or SIGTERM, naming which.
+async fn stop_signal() -> &'static str {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut terminate) => tokio::select! {
+                _ = tokio::signal::ctrl_c() => "SIGINT",
+                _ = terminate.recv() => "SIGTERM",
+            },
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                "SIGINT"
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+        "SIGINT"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn banner_pieces() {
+        assert_eq!(human_bytes(1_590_000_000), "1.59 GB");
+        assert_eq!(human_bytes(270_000_000), "270 MB");
+        let table = route_table("http://localhost:11439");
+        assert!(table.contains("  OpenAI      POST http://localhost:11439/v1/chat/completions\n"));
+        assert!(table.contains("  Stats       GET  http://localhost:11439/v1/stats\n"));
+    }
+}

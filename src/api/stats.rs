@@ -1,0 +1,67 @@
+//! `GET /v1/stats` (loaded models with size, expiry, sequences in use and queue depth; per-model
+//! totals and tok/s; the constraint caches) and `GET /health` for service managers.
+
+use std::sync::atomic::Ordering;
+
+use actix_web::{web, HttpResponse};
+use serde_json::json;
+
+use super::AppState;
+use crate::actors::supervisor::Snapshot;
+
+pub async fn stats(state: web::Data<AppState>) -> HttpResponse {
+    let Ok(status) = state.supervisor.send(Snapshot).await else {
+        return HttpResponse::ServiceUnavailable().json(json!({"error": {"message": "llamay is shutting down", "type": "Service Unavailable"}}));
+    };
+    let models: Vec<serde_json::Value> = status
+        .models
+        .iter()
+        .map(|model| {
+            let totals = &model.totals;
+            json!({
+                "name": model.info.name,
+                "architecture": model.info.architecture,
+                "size_bytes": model.info.size_bytes,
+                "parameter_count": model.info.parameter_count,
+                "quantization": model.info.quantization,
+                "context_length": model.info.context_length,
+                "parallel": model.info.parallel,
+                "sequences_in_use": model.sequences_in_use,
+                "requests_in_flight": model.requests_in_flight,
+                "queue_depth": model.queue_depth,
+                "keep_alive": model.keep_alive,
+                "expires_at": model.expires_at.map(|t| t.to_rfc3339()),
+                "loaded_at": model.loaded_at.to_rfc3339(),
+                "totals": {
+                    "requests": totals.requests,
+                    "prompt_tokens": totals.prompt_tokens,
+                    "generated_tokens": totals.generated_tokens,
+                    "generation_seconds": totals.generation_time.as_secs_f64(),
+                    "prompt_eval_seconds": totals.prompt_eval_time.as_secs_f64(),
+                    "tokens_per_second": totals.tokens_per_second(),
+                },
+                "constraint_caches": totals.constraint_caches,
+            })
+        })
+        .collect();
+    HttpResponse::Ok().json(json!({
+        "uptime_seconds": state.started_at.elapsed().as_secs_f64(),
+        "max_loaded": status.max_loaded,
+        "max_queue": status.max_queue,
+        "queue_depth": status.queue_depth,
+        "loading": status.loading,
+        "models": models,
+        "compiled_constraints": state.constraints.stats(),
+    }))
+}
+
+pub async fn health(state: web::Data<AppState>) -> HttpResponse {
+    if state.shutting_down.load(Ordering::Acquire) {
+        return HttpResponse::ServiceUnavailable().insert_header(("Retry-After", "5")).json(json!({"status": "stopping"}));
+    }
+    HttpResponse::Ok().json(json!({"status": "ok", "version": env!("CARGO_PKG_VERSION")}))
+}
+
+pub async fn root() -> HttpResponse {
+    HttpResponse::Ok().content_type("text/plain; charset=utf-8").body("llamay is running")
+}
