@@ -107,6 +107,11 @@ impl Matcher {
         &self.stats
     }
 
+    /// Forgets every cached mask (transitions stay); for measuring the cost of a mask walk.
+    pub fn forget_masks(&mut self) {
+        self.masks.clear();
+    }
+
     /// What the grammar expects next, for messages.
     pub fn expected(&self) -> String {
         describe_expected(&self.grammar, self.table.config(self.state))
