@@ -424,6 +424,27 @@ mod tests {
     }
 
     #[test]
+    fn the_documented_config_file_loads_and_documents_every_key() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/configs/llamay.toml");
+        let args = ServeArgs { config: Some(path.into()), ..Default::default() };
+        let config = Config::load_with_env(&args, no_env).unwrap();
+        assert_eq!(config.addr, Config::default().addr);
+        assert_eq!(config.keep_alive, Config::default().keep_alive);
+        let text = std::fs::read_to_string(path).unwrap();
+        let keys = [
+            "addr", "model", "max_loaded", "keepalive", "context", "threads", "kv", "parallel", "grammar_file",
+            "max_queue", "max_body_bytes", "log_format",
+        ];
+        for key in keys {
+            assert!(text.contains(&format!("{key} = ")), "configs/llamay.toml does not document {key}");
+            let probe = format!("{key} = \"x\"");
+            if let Err(error) = toml::from_str::<FileConfig>(&probe) {
+                assert!(!error.to_string().contains("unknown field"), "{key} is documented but not a config key");
+            }
+        }
+    }
+
+    #[test]
     fn single_dash_long_flags_become_double_dash() {
         let argv = ["llamay", "serve", "-m", "smollm2:135m", "-addr", "localhost:1", "-keepalive=-1", "-max-loaded", "1", "--kv", "f16"];
         let normalized = normalize_single_dash_flags(argv.iter().map(|s| s.to_string()), SINGLE_DASH_LONG_FLAGS);
