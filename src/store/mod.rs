@@ -9,9 +9,11 @@
 //! Atomicity: an import hashes while copying into a `.partial-*` file, fsyncs it and renames it
 //! to its digest name; the manifest is written last, so a failure at any step leaves nothing
 //! registered, and a partial file or orphaned blob left by a crash is swept at the next open.
-//! sled holds an exclusive lock on `db/`, so one process at a time has the store open; within
-//! that process, commits, removals and copies are serialized by a mutex so a blob is never
-//! deleted while another manifest is being pointed at it.
+//! sled holds an exclusive lock on `db/`, so one process at a time has the store open for
+//! writing; within that process, commits, removals and copies are serialized by a mutex so a
+//! blob is never deleted while another manifest is being pointed at it. Other processes open the
+//! store read-only from a snapshot the owner keeps (see [`snapshot`]): they can resolve and list
+//! models, and get [`StoreError::Locked`] if they try to change anything.
 //!
 //! Costs: import reads the source once (hash + copy, 1 MiB buffer) plus the GGUF header twice;
 //! resolve is one sled lookup; list, remove and open scan the manifests (a few per model).
@@ -30,6 +32,7 @@ use crate::gguf::{read_gguf_facts, GgufError, GgufErrorKind, GgufFacts};
 
 pub mod migrate;
 mod name;
+mod snapshot;
 mod table;
 
 pub use name::{ModelName, ModelRef, DEFAULT_TAG, MAX_PART_LEN};
@@ -65,7 +68,11 @@ pub enum StoreError {
         path.display()
     )]
     NewerStore { path: PathBuf, found: u64, supported: u64 },
-    #[error("the model store at {} is in use by another llamay process", path.display())]
+    #[error(
+        "the model store at {} is in use by another llamay process (a running `llamay serve`?); \
+         stop it to import, remove or copy models",
+        path.display()
+    )]
     Locked { path: PathBuf },
     #[error("could not {context}: {source}")]
     Io { context: String, source: io::Error },
@@ -148,10 +155,16 @@ pub fn unix_now() -> u64 {
 pub struct Store {
     home: PathBuf,
     blobs: PathBuf,
-    db: sled::Db,
-    manifests: sled::Tree,
+    /// The database, or `None` when another process holds it and this store is a read-only
+    /// view of that process's snapshot.
+    database: Option<Database>,
     /// Serializes the steps that register or release blobs.
     commit_lock: Mutex<()>,
+}
+
+struct Database {
+    db: sled::Db,
+    manifests: sled::Tree,
 }
 
 impl std::fmt::Debug for Store {
@@ -167,14 +180,16 @@ impl Store {
     }
 
     /// Opens (creating if needed) the store at `home`, runs pending migrations and sweeps
-    /// leftovers of interrupted imports.
+    /// leftovers of interrupted imports. When another process has the store open, this one
+    /// gets a read-only view ([`Store::is_read_only`]) if that process left a snapshot, else
+    /// [`StoreError::Locked`].
     pub fn open(home: &Path) -> Result<Store, StoreError> {
         let not_writable = |source| StoreError::NotWritable { path: home.to_path_buf(), source };
         let blobs = home.join("blobs");
         fs::create_dir_all(&blobs).map_err(not_writable)?;
         probe_writable(&blobs).map_err(not_writable)?;
         let db_path = home.join("db");
-        let db = sled::Config::new().path(&db_path).open().map_err(|source| match source {
+        let opened = sled::Config::new().path(&db_path).open().map_err(|source| match source {
             sled::Error::Io(e) if e.kind() == io::ErrorKind::PermissionDenied => {
                 StoreError::NotWritable { path: home.to_path_buf(), source: e }
             }
@@ -184,14 +199,40 @@ impl Store {
                 StoreError::Locked { path: home.to_path_buf() }
             }
             source => StoreError::Db { context: format!("open {}", db_path.display()), source },
-        })?;
+        });
+        let db = match opened {
+            Ok(db) => db,
+            Err(StoreError::Locked { path }) => {
+                // Validates the snapshot's version and entries before anyone relies on them.
+                return match snapshot::read(home)? {
+                    Some(_) => Ok(Store {
+                        home: home.to_path_buf(),
+                        blobs,
+                        database: None,
+                        commit_lock: Mutex::new(()),
+                    }),
+                    None => Err(StoreError::Locked { path }),
+                };
+            }
+            Err(error) => return Err(error),
+        };
         migrate::run(&db, migrate::MIGRATIONS, home)?;
         let manifests =
             db.open_tree(MANIFESTS_TREE).map_err(StoreError::db("open the manifests tree"))?;
-        let store =
-            Store { home: home.to_path_buf(), blobs, db, manifests, commit_lock: Mutex::new(()) };
+        let store = Store {
+            home: home.to_path_buf(),
+            blobs,
+            database: Some(Database { db, manifests }),
+            commit_lock: Mutex::new(()),
+        };
         store.sweep()?;
+        store.write_snapshot();
         Ok(store)
+    }
+
+    /// True when another process holds the database and this store can only read.
+    pub fn is_read_only(&self) -> bool {
+        self.database.is_none()
     }
 
     pub fn home(&self) -> &Path {
@@ -201,6 +242,7 @@ impl Store {
     /// Registers the GGUF file at `path` as `name` (replacing what `name` pointed at). The file
     /// is copied into the store; identical content shares one blob.
     pub fn import_file(&self, path: &Path, name: &ModelName) -> Result<Manifest, StoreError> {
+        self.writable()?;
         // Refuse non-GGUF and truncated files before copying a byte.
         read_gguf_facts(path).map_err(|e| StoreError::from_gguf(path, e))?;
         let mut source = File::open(path).map_err(|e| match e.kind() {
@@ -219,11 +261,19 @@ impl Store {
     /// The manifest registered as `name`.
     pub fn resolve(&self, name: &ModelName) -> Result<Manifest, StoreError> {
         let key = name.key();
-        let raw = self
+        let not_found = || StoreError::NotFound { name: key.clone() };
+        let Some(database) = &self.database else {
+            return self
+                .read_snapshot()?
+                .into_iter()
+                .find(|m| m.name == *name)
+                .ok_or_else(not_found);
+        };
+        let raw = database
             .manifests
             .get(key.as_bytes())
             .map_err(StoreError::db("read a manifest"))?
-            .ok_or_else(|| StoreError::NotFound { name: key.clone() })?;
+            .ok_or_else(not_found)?;
         decode_manifest(&key, &raw)
     }
 
@@ -256,20 +306,23 @@ impl Store {
 
     /// Unregisters `name`; its blob is deleted when no other name uses it.
     pub fn remove(&self, name: &ModelName) -> Result<(), StoreError> {
+        let database = self.writable()?;
         let _guard = self.commit_lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let key = name.key();
-        let raw = self
+        let raw = database
             .manifests
             .remove(key.as_bytes())
             .map_err(StoreError::db("remove a manifest"))?
             .ok_or_else(|| StoreError::NotFound { name: key.clone() })?;
         self.flush()?;
+        self.write_snapshot();
         let removed = decode_manifest(&key, &raw)?;
         self.release_blob(&removed.digest)
     }
 
     /// Registers `to` as another name for the model `from` (sharing its blob).
     pub fn copy(&self, from: &ModelName, to: &ModelName) -> Result<Manifest, StoreError> {
+        self.writable()?;
         let _guard = self.commit_lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let source = self.resolve(from)?;
         if from == to {
@@ -367,10 +420,12 @@ impl Store {
         let bytes = serde_json::to_vec(manifest)
             .map_err(|e| StoreError::Corrupt { key: key.clone(), reason: e.to_string() })?;
         let previous = self
+            .writable()?
             .manifests
             .insert(key.as_bytes(), bytes)
             .map_err(StoreError::db("write a manifest"))?;
         self.flush()?;
+        self.write_snapshot();
         if let Some(previous) = previous {
             if let Ok(previous) = decode_manifest(&key, &previous) {
                 if previous.digest != manifest.digest {
@@ -399,8 +454,11 @@ impl Store {
     }
 
     fn all_manifests(&self) -> Result<Vec<Manifest>, StoreError> {
+        let Some(database) = &self.database else {
+            return self.read_snapshot();
+        };
         let mut all = Vec::new();
-        for entry in self.manifests.iter() {
+        for entry in database.manifests.iter() {
             let (key, value) = entry.map_err(StoreError::db("read the manifests"))?;
             all.push(decode_manifest(&String::from_utf8_lossy(&key), &value)?);
         }
@@ -408,8 +466,29 @@ impl Store {
     }
 
     fn flush(&self) -> Result<(), StoreError> {
-        self.db.flush().map_err(StoreError::db("flush the store"))?;
+        self.writable()?.db.flush().map_err(StoreError::db("flush the store"))?;
         Ok(())
+    }
+
+    fn writable(&self) -> Result<&Database, StoreError> {
+        self.database.as_ref().ok_or_else(|| StoreError::Locked { path: self.home.clone() })
+    }
+
+    /// Re-read on every call, so a long-lived reader sees the owner's later changes.
+    fn read_snapshot(&self) -> Result<Vec<Manifest>, StoreError> {
+        snapshot::read(&self.home)?.ok_or_else(|| StoreError::Locked { path: self.home.clone() })
+    }
+
+    /// Refreshes the snapshot other processes read. A failure is logged, not returned: the
+    /// database already holds the change, and only other processes' view is stale.
+    fn write_snapshot(&self) {
+        let result = self.all_manifests().and_then(|all| {
+            snapshot::write(&self.home, &all)
+                .map_err(StoreError::io("write the manifests snapshot"))
+        });
+        if let Err(error) = result {
+            tracing::warn!(home = %self.home.display(), %error, "model store snapshot not updated");
+        }
     }
 
     /// Deletes partial files and blobs no manifest names: leftovers of a crash mid-import or
@@ -450,15 +529,26 @@ impl Drop for PartialBlob {
 }
 
 fn decode_manifest(key: &str, raw: &[u8]) -> Result<Manifest, StoreError> {
+    let manifest: Manifest = serde_json::from_slice(raw)
+        .map_err(|e| StoreError::Corrupt { key: key.to_string(), reason: e.to_string() })?;
+    validate_manifest(key, &manifest)?;
+    Ok(manifest)
+}
+
+/// Checks what deserialization cannot: the manifest belongs under `key` and its digest is a
+/// SHA-256 (so it can only ever name a file inside `blobs/`).
+fn validate_manifest(key: &str, manifest: &Manifest) -> Result<(), StoreError> {
     let corrupt = |reason: String| StoreError::Corrupt { key: key.to_string(), reason };
-    let manifest: Manifest = serde_json::from_slice(raw).map_err(|e| corrupt(e.to_string()))?;
+    if ModelName::parse(key).ok().as_ref() != Some(&manifest.name) {
+        return Err(corrupt(format!("it is stored under '{key}' but names '{}'", manifest.name)));
+    }
     if manifest.name.key() != key {
         return Err(corrupt(format!("it is stored under '{key}' but names '{}'", manifest.name)));
     }
     if !manifest.digest.strip_prefix(DIGEST_PREFIX).is_some_and(is_sha256_hex) {
         return Err(corrupt(format!("digest '{}' is not sha256:<64 hex>", manifest.digest)));
     }
-    Ok(manifest)
+    Ok(())
 }
 
 /// Creates and deletes a file in `dir`: creating a directory can succeed where writing in it

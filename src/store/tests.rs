@@ -32,6 +32,14 @@ impl Fixture {
     }
 }
 
+fn db(store: &Store) -> &sled::Db {
+    &store.database.as_ref().expect("a writable store").db
+}
+
+fn manifests(store: &Store) -> &sled::Tree {
+    &store.database.as_ref().expect("a writable store").manifests
+}
+
 fn name(text: &str) -> ModelName {
     ModelName::parse(text).expect("valid name")
 }
@@ -79,7 +87,7 @@ fn manifests_survive_reopening_the_store() {
     let store = Store::open(&home).expect("reopen");
     assert_eq!(store.resolve(&name("m:latest")).expect("resolve"), manifest);
     assert!(store.blob_path(&manifest).is_file());
-    assert_eq!(migrate::stored_version(&store.db).expect("version"), migrate::current_version());
+    assert_eq!(migrate::stored_version(db(&store)).expect("version"), migrate::current_version());
 }
 
 #[test]
@@ -286,7 +294,7 @@ fn a_store_written_by_a_newer_version_is_refused() {
     let home = dir.path().join("home");
     {
         let store = Store::open(&home).expect("open");
-        migrate::write_version(&store.db, migrate::current_version() + 1).expect("stamp");
+        migrate::write_version(db(&store), migrate::current_version() + 1).expect("stamp");
     }
     match Store::open(&home) {
         Err(error @ StoreError::NewerStore { .. }) => {
@@ -304,8 +312,11 @@ fn a_store_written_by_a_newer_version_is_refused() {
 #[test]
 fn a_fresh_store_is_at_the_current_schema_version() {
     let fx = Fixture::new();
-    assert_eq!(migrate::stored_version(&fx.store.db).expect("version"), migrate::current_version());
-    assert!(fx.store.db.tree_names().iter().any(|t| t.as_ref() == MANIFESTS_TREE.as_bytes()));
+    assert_eq!(
+        migrate::stored_version(db(&fx.store)).expect("version"),
+        migrate::current_version()
+    );
+    assert!(db(&fx.store).tree_names().iter().any(|t| t.as_ref() == MANIFESTS_TREE.as_bytes()));
 }
 
 #[test]
@@ -352,8 +363,48 @@ fn a_read_only_directory_is_not_writable_for_other_users() {
 }
 
 #[test]
-fn a_second_open_of_the_same_store_is_refused_while_the_first_is_live() {
+fn a_second_open_reads_the_snapshot_and_refuses_changes() {
     let fx = Fixture::new();
+    let source = fx.model_file("a.gguf", &GgufBuilder::llama_like());
+    let manifest = fx.store.import_file(&source, &name("a")).expect("import");
+
+    let reader = Store::open(fx.store.home()).expect("read-only open while the owner is live");
+    assert!(reader.is_read_only() && !fx.store.is_read_only());
+    assert_eq!(reader.resolve(&name("a")).expect("resolve"), manifest);
+    assert_eq!(reader.list().expect("list"), fx.store.list().expect("list"));
+    assert!(reader.blob_path(&manifest).is_file());
+    assert!(matches!(reader.resolve(&name("zzz")), Err(StoreError::NotFound { .. })));
+    for refused in [
+        reader.import_file(&source, &name("b")).map(|_| ()),
+        reader.remove(&name("a")),
+        reader.copy(&name("a"), &name("c")).map(|_| ()),
+    ] {
+        match refused {
+            Err(error @ StoreError::Locked { .. }) => {
+                assert!(error.to_string().contains("in use by another llamay process"), "{error}")
+            }
+            other => panic!("expected Locked, got {other:?}"),
+        }
+    }
+    assert_eq!(fx.blob_files().len(), 1, "a refused import copies nothing");
+
+    // The reader follows the owner's later changes.
+    let copy = fx.store.copy(&name("a"), &name("c")).expect("copy");
+    assert_eq!(reader.resolve(&name("c")).expect("resolve the copy"), copy);
+    fx.store.remove(&name("a")).expect("remove");
+    assert!(matches!(reader.resolve(&name("a")), Err(StoreError::NotFound { .. })));
+
+    // Once the owner is gone, the next open owns the database again.
+    let home = fx.store.home().to_path_buf();
+    drop(reader);
+    drop(fx.store);
+    assert!(!Store::open(&home).expect("reopen").is_read_only());
+}
+
+#[test]
+fn a_locked_store_without_a_snapshot_is_refused_as_in_use() {
+    let fx = Fixture::new();
+    fs::remove_file(fx.store.home().join("manifests.json")).expect("snapshot written at open");
     match Store::open(fx.store.home()) {
         Err(StoreError::Locked { .. }) => {}
         other => panic!("expected Locked, got {other:?}"),
@@ -361,17 +412,39 @@ fn a_second_open_of_the_same_store_is_refused_while_the_first_is_live() {
 }
 
 #[test]
+fn a_snapshot_from_a_newer_store_or_with_bad_entries_is_refused() {
+    let fx = Fixture::new();
+    let source = fx.model_file("a.gguf", &GgufBuilder::llama_like());
+    fx.store.import_file(&source, &name("a")).expect("import");
+    let snapshot_path = fx.store.home().join("manifests.json");
+    let original = fs::read_to_string(&snapshot_path).expect("snapshot");
+
+    let mut json: serde_json::Value = serde_json::from_str(&original).expect("json");
+    json["schema_version"] = serde_json::json!(migrate::current_version() + 1);
+    fs::write(&snapshot_path, json.to_string()).expect("write");
+    assert!(matches!(Store::open(fx.store.home()), Err(StoreError::NewerStore { .. })));
+
+    let mut json: serde_json::Value = serde_json::from_str(&original).expect("json");
+    json["manifests"][0]["digest"] = serde_json::json!("sha256:../../../etc/passwd");
+    fs::write(&snapshot_path, json.to_string()).expect("write");
+    assert!(matches!(Store::open(fx.store.home()), Err(StoreError::Corrupt { .. })));
+
+    fs::write(&snapshot_path, b"{ half a file").expect("write");
+    assert!(matches!(Store::open(fx.store.home()), Err(StoreError::Corrupt { .. })));
+}
+
+#[test]
 fn corrupt_manifests_are_reported_not_trusted() {
     let fx = Fixture::new();
-    fx.store.manifests.insert("bad:latest", b"{not json".as_ref()).expect("insert");
+    manifests(&fx.store).insert("bad:latest", b"{not json".as_ref()).expect("insert");
     assert!(matches!(fx.store.resolve(&name("bad")), Err(StoreError::Corrupt { .. })));
-    fx.store.manifests.remove("bad:latest").expect("remove");
+    manifests(&fx.store).remove("bad:latest").expect("remove");
 
     let source = fx.model_file("a.gguf", &GgufBuilder::llama_like());
     let mut manifest = fx.store.import_file(&source, &name("good")).expect("import");
     manifest.digest = "sha256:../../etc/passwd".into();
     let bytes = serde_json::to_vec(&manifest).expect("json");
-    fx.store.manifests.insert("good:latest", bytes).expect("insert");
+    manifests(&fx.store).insert("good:latest", bytes).expect("insert");
     assert!(matches!(fx.store.resolve(&name("good")), Err(StoreError::Corrupt { .. })));
     assert_eq!(fx.store.blob_path(&manifest), fx.store.home().join("blobs").join("sha256-invalid"));
 }

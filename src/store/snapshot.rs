@@ -1,0 +1,68 @@
+//! The manifests snapshot: `<home>/manifests.json`, a read-only view of the store for other
+//! processes.
+//!
+//! sled lets one process at a time open the database, so while `llamay serve` holds the store,
+//! `llamay list` or `llamay run -m NAME` in another shell could not even read it. The process
+//! holding the database therefore rewrites this file (temp file + rename, so readers never see
+//! half of it) after every change and at open, and a process that finds the database locked
+//! reads the snapshot instead. It is a copy, never the source of truth: it can lag the database
+//! only if its owner crashed between the two writes, until that store is next opened.
+//! Cost: one small JSON file per change, O(models).
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{migrate, validate_manifest, Manifest, StoreError};
+
+pub const SNAPSHOT_FILE: &str = "manifests.json";
+
+#[derive(Serialize, Deserialize)]
+struct Snapshot {
+    schema_version: u64,
+    manifests: Vec<Manifest>,
+}
+
+pub fn path(home: &Path) -> PathBuf {
+    home.join(SNAPSHOT_FILE)
+}
+
+/// Replaces the snapshot with `manifests`.
+pub fn write(home: &Path, manifests: &[Manifest]) -> io::Result<()> {
+    let snapshot =
+        Snapshot { schema_version: migrate::current_version(), manifests: manifests.to_vec() };
+    let bytes = serde_json::to_vec_pretty(&snapshot).map_err(io::Error::other)?;
+    let temp = home.join(format!(".{SNAPSHOT_FILE}.tmp-{}", std::process::id()));
+    fs::write(&temp, bytes)?;
+    fs::rename(&temp, path(home)).inspect_err(|_| {
+        let _ = fs::remove_file(&temp);
+    })
+}
+
+/// The manifests in the snapshot; `Ok(None)` when there is none.
+pub fn read(home: &Path) -> Result<Option<Vec<Manifest>>, StoreError> {
+    let file = path(home);
+    let bytes = match fs::read(&file) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(StoreError::Io { context: format!("read {}", file.display()), source: e })
+        }
+    };
+    let corrupt = |reason: String| StoreError::Corrupt { key: SNAPSHOT_FILE.into(), reason };
+    let snapshot: Snapshot = serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
+    let supported = migrate::current_version();
+    if snapshot.schema_version > supported {
+        return Err(StoreError::NewerStore {
+            path: home.to_path_buf(),
+            found: snapshot.schema_version,
+            supported,
+        });
+    }
+    for manifest in &snapshot.manifests {
+        validate_manifest(&manifest.name.key(), manifest)?;
+    }
+    Ok(Some(snapshot.manifests))
+}
