@@ -282,3 +282,21 @@ fn signed_and_wide_integer_values_are_accepted() {
     assert_eq!(facts.context_length, Some(4096));
     assert_eq!(facts.quantization, "Q4_K_M");
 }
+
+#[test]
+fn no_single_byte_corruption_panics_or_overallocates() {
+    let valid = GgufBuilder::llama_like().build();
+    let mut outcomes = [0usize; 2];
+    for index in 0..valid.len() {
+        for replace in [|_| 0x00, |_| 0xFF, |_| 0x7F, |b: u8| b ^ 0x80] {
+            let mut bytes = valid.clone();
+            bytes[index] = replace(bytes[index]);
+            let len = bytes.len() as u64;
+            let mut reader = Bounded { inner: io::Cursor::new(bytes), pos: 0, len };
+            // A panic or an allocation failure here fails the test; either outcome is fine.
+            outcomes[usize::from(parse(&mut reader).is_ok())] += 1;
+        }
+    }
+    // Corrupting the header must be caught somewhere; tensor data bytes are opaque.
+    assert!(outcomes[0] > valid.len(), "{outcomes:?}");
+}
