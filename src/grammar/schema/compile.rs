@@ -1,0 +1,625 @@
+//! From schema to rules: `$ref`/`allOf` expansion, `anyOf`/`oneOf` distribution, merging the
+//! keywords of a conjunction, and lowering the merged form per JSON type.
+//!
+//! A schema position is compiled as a conjunction of [`Part`]s (subschemas that must all
+//! hold). `$ref` and `allOf` add parts; an `anyOf` splits the conjunction into one conjunction
+//! per alternative (so sibling keywords are merged into each). A conjunction with no split left
+//! is merged keyword by keyword ([`super::merge`]) and lowered. Conjunctions are memoised by the
+//! set of parts they contain, which is what makes recursive `$ref`s finite: the second visit
+//! finds the rule the first one declared.
+//!
+//! Key type: [`Compiler`]. Cost: one rule set per distinct conjunction; alternatives capped
+//! at [`MAX_ALTERNATIVES`], rules at [`MAX_SCHEMA_RULES`].
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::rc::Rc;
+
+use serde_json::Value;
+
+use super::json::{byte, canonical_char_alternatives, canonical_json_string, RuleSink};
+use super::keywords::{child_location, display_location, resolve_reference};
+use super::merge::{Additional, Merged, ObjectPart, TypeSet};
+use super::numbers::{number_rule, NumberSpec};
+use super::regex::{pattern_rule, LengthBounds};
+use super::SchemaError;
+use crate::grammar::ir::{complement_char_ranges, literal_symbols, RuleId, Symbol};
+
+pub const MAX_ALTERNATIVES: usize = 256;
+pub const MAX_PROPERTIES: usize = 64;
+/// Objects with at most this many properties accept them in any order (one rule per subset
+/// of properties written so far); larger ones take them in declared order.
+pub const ANY_ORDER_MAX_PROPERTIES: usize = 6;
+/// Largest count a length or item bound is expanded to; larger maxima are clamped (which only
+/// rejects more) and larger minima refused.
+pub const MAX_EXPANDED_COUNT: u64 = 4096;
+pub const MAX_SCHEMA_RULES: usize = 100_000;
+/// `$ref`s followed while expanding one position (guards against reference chains).
+const MAX_REFERENCES_PER_POSITION: usize = 64;
+
+/// One subschema that must hold, with where it is.
+#[derive(Clone, Debug)]
+pub struct Part<'a> {
+    pub schema: &'a Value,
+    pub location: Rc<str>,
+    /// Bit 1: its `anyOf` was already split; bit 2: its `oneOf`.
+    pub consumed: u8,
+}
+
+impl<'a> Part<'a> {
+    pub fn new(schema: &'a Value, location: impl Into<Rc<str>>) -> Self {
+        Part { schema, location: location.into(), consumed: 0 }
+    }
+
+    fn key(&self) -> String {
+        format!("{}#{}", self.location, self.consumed)
+    }
+
+    pub fn child(&self, keyword: &str) -> Option<Part<'a>> {
+        let schema = self.schema.as_object()?.get(keyword)?;
+        Some(Part::new(schema, child_location(&self.location, keyword)))
+    }
+}
+
+/// Keywords that neither constrain nor need merging: a part made only of these (a bare
+/// `$ref`, an `allOf` holder) is left out of the conjunction's identity.
+const TRANSPARENT: &[&str] = &[
+    "$ref", "allOf", "$defs", "definitions", "$schema", "$id", "$comment", "title", "description",
+    "default", "examples", "deprecated", "readOnly", "writeOnly",
+];
+
+pub(crate) struct Expansion<'a> {
+    pub flat: Vec<Part<'a>>,
+    /// The first `anyOf`/`oneOf` still to split: holder, keyword bit, alternatives.
+    pub split: Option<(Part<'a>, u8, &'a [Value])>,
+    pub alternatives_product: usize,
+    /// Location of an `allOf` (or `$ref` with siblings) that contributed parts.
+    pub conjunction_origin: Option<Rc<str>>,
+    pub unsatisfiable: bool,
+}
+
+pub(crate) struct Compiler<'a> {
+    pub root: &'a Value,
+    pub sink: RuleSink,
+    memo: HashMap<Vec<String>, Option<RuleId>>,
+}
+
+impl<'a> Compiler<'a> {
+    pub fn new(root: &'a Value) -> Self {
+        Compiler { root, sink: RuleSink::new(), memo: HashMap::new() }
+    }
+
+    /// Expands `$ref` and `allOf`, and finds the first `anyOf`/`oneOf` to split.
+    pub fn expand(&self, parts: &[Part<'a>]) -> Result<Expansion<'a>, SchemaError> {
+        let mut queue: Vec<Part<'a>> = parts.iter().rev().cloned().collect();
+        let mut seen = HashSet::new();
+        let mut expansion = Expansion {
+            flat: Vec::new(),
+            split: None,
+            alternatives_product: 1,
+            conjunction_origin: None,
+            unsatisfiable: false,
+        };
+        let mut references = 0;
+        while let Some(part) = queue.pop() {
+            if !seen.insert(part.key()) {
+                continue;
+            }
+            let map = match part.schema {
+                Value::Bool(true) => continue,
+                Value::Bool(false) => {
+                    expansion.unsatisfiable = true;
+                    continue;
+                }
+                Value::Object(map) => map,
+                _ => {
+                    return Err(SchemaError::new(
+                        "schema",
+                        &part.location,
+                        "which is neither an object nor a boolean, so it is not a schema",
+                    ))
+                }
+            };
+            if let Some(reference) = map.get("$ref") {
+                references += 1;
+                if references > MAX_REFERENCES_PER_POSITION {
+                    return Err(SchemaError::new(
+                        "$ref",
+                        &part.location,
+                        "which leads through more than 64 references without reaching a schema",
+                    ));
+                }
+                let (target, location) = resolve_reference(self.root, reference)
+                    .map_err(|reason| SchemaError::new("$ref", &part.location, reason))?;
+                if map.keys().any(|k| !TRANSPARENT.contains(&k.as_str())) {
+                    expansion.conjunction_origin.get_or_insert_with(|| part.location.clone());
+                }
+                queue.push(Part::new(target, location));
+            }
+            if let Some(list) = map.get("allOf") {
+                let Value::Array(list) = list else {
+                    return Err(SchemaError::new("allOf", &part.location, "which is not a list of schemas"));
+                };
+                let here: Rc<str> = child_location(&part.location, "allOf").into();
+                expansion.conjunction_origin.get_or_insert_with(|| here.clone());
+                for (index, subschema) in list.iter().enumerate().rev() {
+                    queue.push(Part::new(subschema, child_location(&here, &index.to_string())));
+                }
+            }
+            for (keyword, bit) in [("anyOf", 1u8), ("oneOf", 2u8)] {
+                if part.consumed & bit != 0 {
+                    continue;
+                }
+                if let Some(list) = map.get(keyword) {
+                    let Value::Array(list) = list else {
+                        return Err(SchemaError::new(keyword, &part.location, "which is not a list of schemas"));
+                    };
+                    expansion.alternatives_product = expansion.alternatives_product.saturating_mul(list.len().max(1));
+                    if expansion.split.is_none() {
+                        expansion.split = Some((part.clone(), bit, list.as_slice()));
+                    }
+                }
+            }
+            if map.keys().any(|k| !TRANSPARENT.contains(&k.as_str())) {
+                expansion.flat.push(part);
+            }
+        }
+        Ok(expansion)
+    }
+
+    /// The rule for the conjunction of `parts`, or `None` when nothing satisfies it.
+    /// `strict`: an unsatisfiable `allOf` is refused rather than dropped (false inside
+    /// `anyOf` alternatives, where dropping the alternative is the meaning).
+    pub fn compile(&mut self, parts: Vec<Part<'a>>, strict: bool) -> Result<Option<RuleId>, SchemaError> {
+        let expansion = self.expand(&parts)?;
+        let contradiction = |expansion: &Expansion<'a>, reason: &str| {
+            let location = expansion.conjunction_origin.clone().unwrap_or_else(|| "".into());
+            SchemaError::new("allOf", &location, format!("which cannot be satisfied: {reason}; remove the contradiction"))
+        };
+        if expansion.unsatisfiable {
+            if strict && expansion.conjunction_origin.is_some() {
+                return Err(contradiction(&expansion, "one of its schemas is `false`"));
+            }
+            return Ok(None);
+        }
+        if expansion.flat.is_empty() {
+            return Ok(Some(self.sink.any_value()));
+        }
+        let mut key: Vec<String> = expansion.flat.iter().map(Part::key).collect();
+        key.sort();
+        key.dedup();
+        if let Some(found) = self.memo.get(&key) {
+            return Ok(*found);
+        }
+        if self.sink.rule_count() > MAX_SCHEMA_RULES {
+            return Err(SchemaError::new(
+                "schema",
+                "",
+                format!("which compiles to more than {MAX_SCHEMA_RULES} rules; simplify it or split it"),
+            ));
+        }
+        let name = display_location(&expansion.flat[0].location);
+        let id = self.sink.builder.declare(name);
+        self.memo.insert(key.clone(), Some(id));
+        let alternatives = match &expansion.split {
+            Some((holder, bit, list)) => {
+                if expansion.alternatives_product > MAX_ALTERNATIVES {
+                    let keyword = if *bit == 1 { "anyOf" } else { "oneOf" };
+                    return Err(SchemaError::new(
+                        keyword,
+                        &holder.location,
+                        format!("which leads to more than {MAX_ALTERNATIVES} alternatives (counting those it is combined with)"),
+                    ));
+                }
+                let keyword = if *bit == 1 { "anyOf" } else { "oneOf" };
+                let here = child_location(&holder.location, keyword);
+                let mut alternatives = Vec::new();
+                for (index, alternative) in list.iter().enumerate() {
+                    let mut next: Vec<Part<'a>> = expansion
+                        .flat
+                        .iter()
+                        .map(|p| {
+                            let mut p = p.clone();
+                            if p.key() == holder.key() {
+                                p.consumed |= bit;
+                            }
+                            p
+                        })
+                        .collect();
+                    next.push(Part::new(alternative, child_location(&here, &index.to_string())));
+                    if let Some(rule) = self.compile(next, false)? {
+                        if !alternatives.contains(&vec![Symbol::Rule(rule)]) {
+                            alternatives.push(vec![Symbol::Rule(rule)]);
+                        }
+                    }
+                }
+                if alternatives.is_empty() && strict {
+                    return Err(SchemaError::new(keyword, &holder.location, "which cannot be satisfied: no alternative is consistent with the keywords beside it"));
+                }
+                alternatives
+            }
+            None => match Merged::from_parts(&expansion.flat)? {
+                Ok(merged) => self.lower(&merged)?,
+                Err(reason) => {
+                    if strict && expansion.conjunction_origin.is_some() {
+                        return Err(contradiction(&expansion, &reason));
+                    }
+                    Vec::new()
+                }
+            },
+        };
+        if alternatives.is_empty() {
+            if strict && expansion.conjunction_origin.is_some() {
+                return Err(contradiction(&expansion, "no JSON value satisfies all of its schemas together"));
+            }
+            self.memo.insert(key, None);
+            return Ok(None);
+        }
+        self.sink.builder.define(id, alternatives);
+        Ok(Some(id))
+    }
+
+    fn lower(&mut self, merged: &Merged<'a>) -> Result<Vec<Vec<Symbol>>, SchemaError> {
+        if let Some(members) = &merged.enumeration {
+            let mut alternatives = Vec::new();
+            for member in members {
+                if self.value_satisfies(merged, member)? {
+                    alternatives.push(vec![Symbol::Rule(self.sink.literal_value(member))]);
+                }
+            }
+            return Ok(alternatives);
+        }
+        let types = merged.types;
+        let mut alternatives = Vec::new();
+        if types.contains(TypeSet::NULL) {
+            alternatives.push(literal_symbols(b"null"));
+        }
+        if types.contains(TypeSet::BOOLEAN) {
+            alternatives.push(literal_symbols(b"true"));
+            alternatives.push(literal_symbols(b"false"));
+        }
+        if types.contains(TypeSet::STRING) {
+            if let Some(rule) = self.lower_string(merged)? {
+                alternatives.push(vec![Symbol::Rule(rule)]);
+            }
+        }
+        if types.contains(TypeSet::INTEGER) {
+            if let Some(rule) = self.lower_number(merged)? {
+                alternatives.push(vec![Symbol::Rule(rule)]);
+            }
+        }
+        if types.contains(TypeSet::OBJECT) {
+            if let Some(rule) = self.lower_object(merged)? {
+                alternatives.push(vec![Symbol::Rule(rule)]);
+            }
+        }
+        if types.contains(TypeSet::ARRAY) {
+            if let Some(rule) = self.lower_array(merged)? {
+                alternatives.push(vec![Symbol::Rule(rule)]);
+            }
+        }
+        Ok(alternatives)
+    }
+
+    fn lower_string(&mut self, merged: &Merged<'a>) -> Result<Option<RuleId>, SchemaError> {
+        let (min, max) = (merged.min_length.value, merged.max_length.as_ref().map(|b| b.value));
+        if min > MAX_EXPANDED_COUNT {
+            return Err(SchemaError::new(
+                "minLength",
+                &merged.min_length.location,
+                format!("which is above {MAX_EXPANDED_COUNT}, the longest length llamay expands"),
+            ));
+        }
+        let max = max.map(|m| m.min(MAX_EXPANDED_COUNT));
+        if max.is_some_and(|max| max < min) {
+            return Ok(None);
+        }
+        if let Some((pattern, location)) = &merged.pattern {
+            let body = pattern_rule(&mut self.sink, pattern, LengthBounds { min, max })
+                .map_err(|refusal| SchemaError::new("pattern", location, refusal.0))?;
+            return Ok(body.map(|body| self.sink.add("pattern-string", vec![vec![byte(b'"'), Symbol::Rule(body)]])));
+        }
+        if min == 0 && max.is_none() {
+            return Ok(Some(self.sink.any_string()));
+        }
+        let ch = self.sink.string_char();
+        let body = self.sink.bounded_list_sep("string-chars", vec![Symbol::Rule(ch)], vec![], min, max);
+        Ok(Some(self.sink.add("bounded-string", vec![vec![byte(b'"'), Symbol::Rule(body), byte(b'"')]])))
+    }
+
+    fn lower_number(&mut self, merged: &Merged<'a>) -> Result<Option<RuleId>, SchemaError> {
+        let spec = NumberSpec {
+            integer: !merged.types.contains(TypeSet::NUMBER),
+            lower: merged.lower.clone(),
+            upper: merged.upper.clone(),
+            step: merged.step.whole,
+            fraction_digits: merged.step.fraction_digits,
+        };
+        number_rule(&mut self.sink, &spec).map_err(|too_complex| {
+            let location = merged.step.location.clone().unwrap_or_else(|| "".into());
+            SchemaError::new("multipleOf", &location, format!("which cannot be enforced here: {}", too_complex.0))
+        })
+    }
+
+    /// The parts constraining property `name`, or `None` when some part forbids it.
+    fn property_parts(objects: &[ObjectPart<'a>], name: &str) -> Option<Vec<Part<'a>>> {
+        let mut parts = Vec::new();
+        for object in objects {
+            match object.properties.iter().find(|(n, _)| *n == name) {
+                Some((_, part)) => parts.push(part.clone()),
+                None => match &object.additional {
+                    Additional::Open | Additional::Default => {}
+                    Additional::Closed => return None,
+                    Additional::Schema(part) => parts.push(part.clone()),
+                },
+            }
+        }
+        Some(parts)
+    }
+
+    fn parts_rule(&mut self, parts: Vec<Part<'a>>) -> Result<Option<RuleId>, SchemaError> {
+        if parts.is_empty() {
+            return Ok(Some(self.sink.any_value()));
+        }
+        self.compile(parts, true)
+    }
+
+    fn lower_object(&mut self, merged: &Merged<'a>) -> Result<Option<RuleId>, SchemaError> {
+        let names = merged.property_names();
+        if names.len() > MAX_PROPERTIES {
+            let location = merged.objects.first().map(|o| o.location.clone()).unwrap_or_else(|| "".into());
+            return Err(SchemaError::new(
+                "properties",
+                &location,
+                format!("which declares {} properties, above the limit of {MAX_PROPERTIES} per object", names.len()),
+            ));
+        }
+        for (name, location) in &merged.required {
+            if !names.contains(&name.as_str()) {
+                return Err(SchemaError::new(
+                    "required",
+                    location,
+                    format!("which names {name:?}, not one of the properties; declare it under properties or drop it from required"),
+                ));
+            }
+        }
+        let mut properties: Vec<(&'a str, RuleId, bool)> = Vec::new();
+        for name in names {
+            let required = merged.required.iter().any(|(r, _)| r == name);
+            let rule = match Self::property_parts(&merged.objects, name) {
+                Some(parts) => self.parts_rule(parts)?,
+                None => None,
+            };
+            match rule {
+                Some(rule) => {
+                    let key = literal_symbols(canonical_json_string(name).as_bytes());
+                    let mut pair = key;
+                    pair.extend([Symbol::Whitespace, byte(b':'), Symbol::Whitespace, Symbol::Rule(rule)]);
+                    let pair = self.sink.add(format!("property {name}"), vec![pair]);
+                    properties.push((name, pair, required));
+                }
+                None if required => return Ok(None),
+                None => {}
+            }
+        }
+        let extra = self.extra_pair(merged, &properties)?;
+        let body = if properties.len() <= ANY_ORDER_MAX_PROPERTIES {
+            self.any_order_body(&properties, extra)
+        } else {
+            self.declared_order_body(&properties, extra)
+        };
+        let mut alternatives = vec![vec![byte(b'{'), Symbol::Whitespace, Symbol::Rule(body), byte(b'}')]];
+        if properties.iter().all(|(_, _, required)| !required) {
+            alternatives.push(vec![byte(b'{'), Symbol::Whitespace, byte(b'}')]);
+        }
+        Ok(Some(self.sink.add("object", alternatives)))
+    }
+
+    /// A pair with a key that is none of the declared names, when extra keys are allowed.
+    fn extra_pair(&mut self, merged: &Merged<'a>, properties: &[(&'a str, RuleId, bool)]) -> Result<Option<RuleId>, SchemaError> {
+        let mut parts = Vec::new();
+        for object in &merged.objects {
+            match &object.additional {
+                Additional::Open => {}
+                Additional::Closed | Additional::Default => return Ok(None),
+                Additional::Schema(part) => parts.push(part.clone()),
+            }
+        }
+        let Some(value) = self.parts_rule(parts)? else { return Ok(None) };
+        // Declared names, even those whose schema forbids them, are never extra keys.
+        let declared: Vec<&str> = merged.property_names();
+        let _ = properties;
+        let key = self.key_other_than(&declared);
+        Ok(Some(self.sink.add(
+            "extra property",
+            vec![vec![Symbol::Rule(key), Symbol::Whitespace, byte(b':'), Symbol::Whitespace, Symbol::Rule(value)]],
+        )))
+    }
+
+    /// A quoted key (canonical encoding) equal to none of `names`: a trie of the names whose
+    /// every node may leave the trie by a character none of its children starts with.
+    fn key_other_than(&mut self, names: &[&str]) -> RuleId {
+        if names.is_empty() {
+            return self.sink.any_string();
+        }
+        #[derive(Default)]
+        struct Node {
+            children: BTreeMap<char, usize>,
+            terminal: bool,
+        }
+        let mut nodes = vec![Node::default()];
+        for name in names {
+            let mut at = 0;
+            for c in name.chars() {
+                at = match nodes[at].children.get(&c) {
+                    Some(next) => *next,
+                    None => {
+                        nodes.push(Node::default());
+                        let next = nodes.len() - 1;
+                        nodes[at].children.insert(c, next);
+                        next
+                    }
+                };
+            }
+            nodes[at].terminal = true;
+        }
+        let tail = self.sink.canonical_tail();
+        let ids: Vec<RuleId> = (0..nodes.len()).map(|_| self.sink.builder.declare("other-key")).collect();
+        for (index, node) in nodes.iter().enumerate() {
+            let mut alternatives = Vec::new();
+            if !node.terminal {
+                alternatives.push(vec![byte(b'"')]);
+            }
+            let taken: Vec<(char, char)> = node.children.keys().map(|c| (*c, *c)).collect();
+            for (c, child) in &node.children {
+                let mut sequence = canonical_char_alternatives(&[(*c, *c)]).into_iter().next().unwrap_or_default();
+                sequence.push(Symbol::Rule(ids[*child]));
+                alternatives.push(sequence);
+            }
+            for mut sequence in canonical_char_alternatives(&complement_char_ranges(&taken)) {
+                sequence.push(Symbol::Rule(tail));
+                alternatives.push(sequence);
+            }
+            self.sink.builder.define(ids[index], alternatives);
+        }
+        self.sink.add("other-key-quoted", vec![vec![byte(b'"'), Symbol::Rule(ids[0])]])
+    }
+
+    /// Properties in any order, each at most once: one rule per subset written so far.
+    fn any_order_body(&mut self, properties: &[(&'a str, RuleId, bool)], extra: Option<RuleId>) -> RuleId {
+        let required_mask: u32 = properties.iter().enumerate().filter(|(_, p)| p.2).fold(0, |m, (i, _)| m | (1 << i));
+        let count = properties.len();
+        let mut states: HashMap<u32, RuleId> = HashMap::new();
+        let mut pending = Vec::new();
+        let state_of = |mask: u32, states: &mut HashMap<u32, RuleId>, sink: &mut RuleSink, pending: &mut Vec<u32>| {
+            *states.entry(mask).or_insert_with(|| {
+                pending.push(mask);
+                sink.builder.declare("object-after")
+            })
+        };
+        let separator = [Symbol::Whitespace, byte(b','), Symbol::Whitespace];
+        let mut first = Vec::new();
+        for (index, (_, pair, _)) in properties.iter().enumerate() {
+            let next = state_of(1 << index, &mut states, &mut self.sink, &mut pending);
+            first.push(vec![Symbol::Rule(*pair), Symbol::Rule(next)]);
+        }
+        if let Some(extra) = extra {
+            let next = state_of(0, &mut states, &mut self.sink, &mut pending);
+            first.push(vec![Symbol::Rule(extra), Symbol::Rule(next)]);
+        }
+        while let Some(mask) = pending.pop() {
+            let mut alternatives = Vec::new();
+            if mask & required_mask == required_mask {
+                alternatives.push(vec![Symbol::Whitespace]);
+            }
+            for index in 0..count {
+                if mask & (1 << index) == 0 {
+                    let next = state_of(mask | (1 << index), &mut states, &mut self.sink, &mut pending);
+                    let mut sequence = separator.to_vec();
+                    sequence.extend([Symbol::Rule(properties[index].1), Symbol::Rule(next)]);
+                    alternatives.push(sequence);
+                }
+            }
+            if let Some(extra) = extra {
+                let mut sequence = separator.to_vec();
+                sequence.extend([Symbol::Rule(extra), Symbol::Rule(states[&mask])]);
+                alternatives.push(sequence);
+            }
+            self.sink.builder.define(states[&mask], alternatives);
+        }
+        self.sink.add("object-body", first)
+    }
+
+    /// Properties in declared order, optional ones skippable, extra keys after them.
+    fn declared_order_body(&mut self, properties: &[(&'a str, RuleId, bool)], extra: Option<RuleId>) -> RuleId {
+        let separator = [Symbol::Whitespace, byte(b','), Symbol::Whitespace];
+        // After all declared properties: extra pairs, then the closing whitespace.
+        let end_after_some = self.sink.builder.declare("object-end");
+        let mut end_alternatives = vec![vec![Symbol::Whitespace]];
+        if let Some(extra) = extra {
+            let mut sequence = separator.to_vec();
+            sequence.extend([Symbol::Rule(extra), Symbol::Rule(end_after_some)]);
+            end_alternatives.push(sequence);
+        }
+        self.sink.builder.define(end_after_some, end_alternatives);
+        let mut end_after_none = Vec::new();
+        if let Some(extra) = extra {
+            end_after_none.push(vec![Symbol::Rule(extra), Symbol::Rule(end_after_some)]);
+        }
+        let mut after_some = end_after_some;
+        let mut after_none = self.sink.add("object-end-empty", end_after_none);
+        for (_, pair, required) in properties.iter().rev() {
+            let mut take_after_some = separator.to_vec();
+            take_after_some.extend([Symbol::Rule(*pair), Symbol::Rule(after_some)]);
+            let take_first = vec![Symbol::Rule(*pair), Symbol::Rule(after_some)];
+            let (mut some, mut none) = (vec![take_after_some], vec![take_first]);
+            if !required {
+                some.push(vec![Symbol::Rule(after_some)]);
+                none.push(vec![Symbol::Rule(after_none)]);
+            }
+            after_some = self.sink.add("object-next", some);
+            after_none = self.sink.add("object-first", none);
+        }
+        after_none
+    }
+
+    fn lower_array(&mut self, merged: &Merged<'a>) -> Result<Option<RuleId>, SchemaError> {
+        let min = merged.min_items.value;
+        if min > MAX_EXPANDED_COUNT {
+            return Err(SchemaError::new(
+                "minItems",
+                &merged.min_items.location,
+                format!("which is above {MAX_EXPANDED_COUNT}, the most items llamay expands"),
+            ));
+        }
+        let prefix = merged.prefix_items as u64;
+        let mut max = merged.max_items.as_ref().map(|b| b.value.min(MAX_EXPANDED_COUNT));
+        let item = if merged.items.is_empty() {
+            Some(self.sink.any_value())
+        } else {
+            self.compile(merged.items.clone(), true)?
+        };
+        let any = self.sink.any_value();
+        let item = match item {
+            Some(item) => item,
+            None => {
+                max = Some(max.map_or(prefix, |m| m.min(prefix)));
+                any
+            }
+        };
+        if max.is_some_and(|max| max < min) {
+            return Ok(None);
+        }
+        let element = |index: u64| if index < prefix { any } else { item };
+        let separator = [Symbol::Whitespace, byte(b','), Symbol::Whitespace];
+        let mut alternatives = Vec::new();
+        if min == 0 {
+            alternatives.push(vec![byte(b'['), Symbol::Whitespace, byte(b']')]);
+        }
+        if max != Some(0) {
+            // tail(i): what may follow once i elements are written, built from the far end.
+            let steady = prefix.max(min).max(1);
+            let (mut tail, mut index) = match max {
+                Some(max) => (self.sink.add("array-end", vec![vec![Symbol::Whitespace]]), max),
+                None => {
+                    let tail = self.sink.builder.declare("array-more");
+                    let mut more = separator.to_vec();
+                    more.extend([Symbol::Rule(item), Symbol::Rule(tail)]);
+                    self.sink.builder.define(tail, vec![vec![Symbol::Whitespace], more]);
+                    (tail, steady)
+                }
+            };
+            while index > 1 {
+                index -= 1;
+                let mut more = separator.to_vec();
+                more.extend([Symbol::Rule(element(index)), Symbol::Rule(tail)]);
+                let mut options = vec![more];
+                if index >= min {
+                    options.push(vec![Symbol::Whitespace]);
+                }
+                tail = self.sink.add("array-next", options);
+            }
+            alternatives.push(vec![byte(b'['), Symbol::Whitespace, Symbol::Rule(element(0)), Symbol::Rule(tail), byte(b']')]);
+        }
+        Ok(Some(self.sink.add("array", alternatives)))
+    }
+}

@@ -1,0 +1,435 @@
+//! JSON building blocks shared by every schema rule: whitespace-aware punctuation, any JSON
+//! value, strings (any escape, or the canonical encoding used where a string must be compared
+//! with known text), numbers, bounded lists, and literal values for `enum`/`const`.
+//!
+//! Key type: [`RuleSink`], a [`GrammarBuilder`] plus the lazily built shared rules, so a
+//! schema with fifty string properties has one string rule, not fifty.
+//! Cost: each shared rule is built once per grammar; lists cost one rule per optional element.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use crate::grammar::ir::{
+    char_ranges_to_alternatives, literal_symbols, ByteSet, GrammarBuilder, RuleId, Symbol,
+};
+
+/// Structural whitespace allowed per document (the spec's budget).
+pub const WHITESPACE_BUDGET: u32 = 64;
+
+pub(crate) fn byte(b: u8) -> Symbol {
+    Symbol::Bytes(ByteSet::single(b))
+}
+
+/// A grammar under construction plus the shared JSON rules built so far.
+pub(crate) struct RuleSink {
+    pub builder: GrammarBuilder,
+    any_value: Option<RuleId>,
+    any_string: Option<RuleId>,
+    string_char: Option<RuleId>,
+    canonical_char: Option<RuleId>,
+    canonical_tail: Option<RuleId>,
+    any_number: Option<RuleId>,
+    any_integer: Option<RuleId>,
+    literal_cache: HashMap<String, RuleId>,
+}
+
+impl RuleSink {
+    pub fn new() -> Self {
+        RuleSink {
+            builder: GrammarBuilder::new(),
+            any_value: None,
+            any_string: None,
+            string_char: None,
+            canonical_char: None,
+            canonical_tail: None,
+            any_number: None,
+            any_integer: None,
+            literal_cache: HashMap::new(),
+        }
+    }
+
+    pub fn add(&mut self, name: impl Into<String>, alternatives: Vec<Vec<Symbol>>) -> RuleId {
+        self.builder.add(name, alternatives)
+    }
+
+    pub fn rule_count(&self) -> usize {
+        self.builder.rule_count()
+    }
+
+    /// Any RFC 8259 value.
+    pub fn any_value(&mut self) -> RuleId {
+        if let Some(id) = self.any_value {
+            return id;
+        }
+        let value = self.builder.declare("json-value");
+        self.any_value = Some(value);
+        let string = self.any_string();
+        let number = self.any_number();
+        let pair = self.add(
+            "json-member",
+            vec![vec![
+                Symbol::Rule(string),
+                Symbol::Whitespace,
+                byte(b':'),
+                Symbol::Whitespace,
+                Symbol::Rule(value),
+            ]],
+        );
+        // The empty forms are separate alternatives so that two whitespace spots never touch
+        // (`{ }` would otherwise split its spaces between them in many ways).
+        let members = self.bounded_list("json-members", vec![Symbol::Rule(pair)], 1, None);
+        let object = self.add(
+            "json-object",
+            vec![
+                vec![byte(b'{'), Symbol::Whitespace, byte(b'}')],
+                vec![byte(b'{'), Symbol::Whitespace, Symbol::Rule(members), Symbol::Whitespace, byte(b'}')],
+            ],
+        );
+        let elements = self.bounded_list("json-elements", vec![Symbol::Rule(value)], 1, None);
+        let array = self.add(
+            "json-array",
+            vec![
+                vec![byte(b'['), Symbol::Whitespace, byte(b']')],
+                vec![byte(b'['), Symbol::Whitespace, Symbol::Rule(elements), Symbol::Whitespace, byte(b']')],
+            ],
+        );
+        self.builder.define(
+            value,
+            vec![
+                vec![Symbol::Rule(object)],
+                vec![Symbol::Rule(array)],
+                vec![Symbol::Rule(string)],
+                vec![Symbol::Rule(number)],
+                literal_symbols(b"true"),
+                literal_symbols(b"false"),
+                literal_symbols(b"null"),
+            ],
+        );
+        value
+    }
+
+    /// One character of a JSON string as written: any unescaped character, or any escape.
+    /// `\u` escapes never produce a lone surrogate, so every accepted string decodes.
+    pub fn string_char(&mut self) -> RuleId {
+        if let Some(id) = self.string_char {
+            return id;
+        }
+        let hex = hex_set();
+        let not_d = ByteSet::range(b'0', b'9')
+            .union(&ByteSet::range(b'a', b'c'))
+            .union(&ByteSet::range(b'A', b'C'))
+            .union(&ByteSet::range(b'e', b'f'))
+            .union(&ByteSet::range(b'E', b'F'));
+        let d = ByteSet::single(b'd').union(&ByteSet::single(b'D'));
+        let high = ByteSet::range(b'8', b'9').union(&ByteSet::range(b'a', b'b')).union(&ByteSet::range(b'A', b'B'));
+        let low = ByteSet::range(b'c', b'f').union(&ByteSet::range(b'C', b'F'));
+        let h = Symbol::Bytes(hex);
+        let mut alternatives = char_ranges_to_alternatives(&[('\u{20}', '\u{21}'), ('\u{23}', '\u{5B}'), ('\u{5D}', char::MAX)]);
+        let mut short = ByteSet::EMPTY;
+        for b in b"\"\\/bfnrt" {
+            short.insert(*b);
+        }
+        alternatives.push(vec![byte(b'\\'), Symbol::Bytes(short)]);
+        alternatives.push(vec![byte(b'\\'), byte(b'u'), Symbol::Bytes(not_d), h, h, h]);
+        alternatives.push(vec![byte(b'\\'), byte(b'u'), Symbol::Bytes(d), Symbol::Bytes(ByteSet::range(b'0', b'7')), h, h]);
+        alternatives.push(vec![
+            byte(b'\\'), byte(b'u'), Symbol::Bytes(d), Symbol::Bytes(high), h, h,
+            byte(b'\\'), byte(b'u'), Symbol::Bytes(d), Symbol::Bytes(low), h, h,
+        ]);
+        let id = self.add("json-char", alternatives);
+        self.string_char = Some(id);
+        id
+    }
+
+    /// Any JSON string, quotes included.
+    pub fn any_string(&mut self) -> RuleId {
+        if let Some(id) = self.any_string {
+            return id;
+        }
+        let ch = self.string_char();
+        let body = self.bounded_list_sep("json-chars", vec![Symbol::Rule(ch)], vec![], 0, None);
+        let id = self.add("json-string", vec![vec![byte(b'"'), Symbol::Rule(body), byte(b'"')]]);
+        self.any_string = Some(id);
+        id
+    }
+
+    /// One character in its canonical encoding (see [`canonical_char_alternatives`]).
+    pub fn canonical_char(&mut self) -> RuleId {
+        if let Some(id) = self.canonical_char {
+            return id;
+        }
+        let alternatives = canonical_char_alternatives(&[('\0', char::MAX)]);
+        let id = self.add("json-canonical-char", alternatives);
+        self.canonical_char = Some(id);
+        id
+    }
+
+    /// Canonical characters up to and including the closing quote.
+    pub fn canonical_tail(&mut self) -> RuleId {
+        if let Some(id) = self.canonical_tail {
+            return id;
+        }
+        let ch = self.canonical_char();
+        let tail = self.builder.declare("json-canonical-tail");
+        self.builder.define(tail, vec![vec![byte(b'"')], vec![Symbol::Rule(ch), Symbol::Rule(tail)]]);
+        self.canonical_tail = Some(tail);
+        tail
+    }
+
+    /// Any JSON number.
+    pub fn any_number(&mut self) -> RuleId {
+        if let Some(id) = self.any_number {
+            return id;
+        }
+        let integer = self.any_integer();
+        let digits = self.digits_rule();
+        let fraction = self.add("json-fraction", vec![vec![], vec![byte(b'.'), Symbol::Rule(digits)]]);
+        let mut sign = ByteSet::single(b'+');
+        sign.insert(b'-');
+        let e = ByteSet::single(b'e').union(&ByteSet::single(b'E'));
+        let exponent = self.add(
+            "json-exponent",
+            vec![
+                vec![],
+                vec![Symbol::Bytes(e), Symbol::Rule(digits)],
+                vec![Symbol::Bytes(e), Symbol::Bytes(sign), Symbol::Rule(digits)],
+            ],
+        );
+        let id = self.add(
+            "json-number",
+            vec![vec![Symbol::Rule(integer), Symbol::Rule(fraction), Symbol::Rule(exponent)]],
+        );
+        self.any_number = Some(id);
+        id
+    }
+
+    /// Any integer written without fraction or exponent: `-?(0|[1-9][0-9]*)`.
+    pub fn any_integer(&mut self) -> RuleId {
+        if let Some(id) = self.any_integer {
+            return id;
+        }
+        let magnitude = self.unsigned_integer_rule();
+        let id = self.add(
+            "json-integer",
+            vec![vec![Symbol::Rule(magnitude)], vec![byte(b'-'), Symbol::Rule(magnitude)]],
+        );
+        self.any_integer = Some(id);
+        id
+    }
+
+    pub fn unsigned_integer_rule(&mut self) -> RuleId {
+        let digits = self.digits_rule_optional();
+        self.add(
+            "json-uint",
+            vec![vec![byte(b'0')], vec![Symbol::Bytes(ByteSet::range(b'1', b'9')), Symbol::Rule(digits)]],
+        )
+    }
+
+    /// `[0-9]+`
+    pub fn digits_rule(&mut self) -> RuleId {
+        let rest = self.digits_rule_optional();
+        self.add("json-digits", vec![vec![Symbol::Bytes(ByteSet::range(b'0', b'9')), Symbol::Rule(rest)]])
+    }
+
+    /// `[0-9]*`
+    pub fn digits_rule_optional(&mut self) -> RuleId {
+        let id = self.builder.declare("json-digits-opt");
+        self.builder.define(id, vec![vec![], vec![Symbol::Bytes(ByteSet::range(b'0', b'9')), Symbol::Rule(id)]]);
+        id
+    }
+
+    /// `item (WS "," WS item)*` with `min..=max` items (an empty list allowed when `min` is 0).
+    pub fn bounded_list(&mut self, name: &str, item: Vec<Symbol>, min: u64, max: Option<u64>) -> RuleId {
+        let separator = vec![Symbol::Whitespace, byte(b','), Symbol::Whitespace];
+        self.bounded_list_sep(name, item, separator, min, max)
+    }
+
+    /// A list of `min..=max` copies of `item` separated by `separator`.
+    pub fn bounded_list_sep(
+        &mut self,
+        name: &str,
+        item: Vec<Symbol>,
+        separator: Vec<Symbol>,
+        min: u64,
+        max: Option<u64>,
+    ) -> RuleId {
+        let mut with_separator = separator.clone();
+        with_separator.extend(item.iter().copied());
+        if max == Some(0) {
+            return self.add(name, vec![vec![]]);
+        }
+        let first_required = min.max(1);
+        let tail = match max {
+            None => {
+                let tail = self.builder.declare(format!("{name}-more"));
+                let mut more = with_separator.clone();
+                more.push(Symbol::Rule(tail));
+                self.builder.define(tail, vec![vec![], more]);
+                tail
+            }
+            Some(max) => {
+                let mut tail = self.add(format!("{name}-end"), vec![vec![]]);
+                for _ in first_required..max {
+                    let mut more = with_separator.clone();
+                    more.push(Symbol::Rule(tail));
+                    tail = self.add(format!("{name}-opt"), vec![vec![], more]);
+                }
+                tail
+            }
+        };
+        let mut sequence = item.clone();
+        for _ in 1..first_required {
+            sequence.extend(with_separator.iter().copied());
+        }
+        sequence.push(Symbol::Rule(tail));
+        let mut alternatives = vec![sequence];
+        if min == 0 {
+            alternatives.push(vec![]);
+        }
+        self.add(name, alternatives)
+    }
+
+    /// A rule matching `value` as JSON, with structural whitespace allowed inside containers.
+    /// Integral numbers also match written with a `.0` fraction; object keys keep their order.
+    pub fn literal_value(&mut self, value: &Value) -> RuleId {
+        let key = value.to_string();
+        if let Some(id) = self.literal_cache.get(&key) {
+            return *id;
+        }
+        let alternatives = self.literal_alternatives(value);
+        let id = self.add(format!("literal {}", truncate(&key, 40)), alternatives);
+        self.literal_cache.insert(key, id);
+        id
+    }
+
+    fn literal_alternatives(&mut self, value: &Value) -> Vec<Vec<Symbol>> {
+        match value {
+            Value::Array(elements) if elements.is_empty() => {
+                vec![vec![byte(b'['), Symbol::Whitespace, byte(b']')]]
+            }
+            Value::Object(members) if members.is_empty() => {
+                vec![vec![byte(b'{'), Symbol::Whitespace, byte(b'}')]]
+            }
+            Value::Array(elements) => {
+                let mut sequence = vec![byte(b'['), Symbol::Whitespace];
+                for (index, element) in elements.iter().enumerate() {
+                    if index > 0 {
+                        sequence.extend([Symbol::Whitespace, byte(b','), Symbol::Whitespace]);
+                    }
+                    sequence.push(Symbol::Rule(self.literal_value(element)));
+                }
+                sequence.extend([Symbol::Whitespace, byte(b']')]);
+                vec![sequence]
+            }
+            Value::Object(members) => {
+                let mut sequence = vec![byte(b'{'), Symbol::Whitespace];
+                for (index, (name, element)) in members.iter().enumerate() {
+                    if index > 0 {
+                        sequence.extend([Symbol::Whitespace, byte(b','), Symbol::Whitespace]);
+                    }
+                    sequence.extend(literal_symbols(canonical_json_string(name).as_bytes()));
+                    sequence.extend([Symbol::Whitespace, byte(b':'), Symbol::Whitespace]);
+                    sequence.push(Symbol::Rule(self.literal_value(element)));
+                }
+                sequence.extend([Symbol::Whitespace, byte(b'}')]);
+                vec![sequence]
+            }
+            Value::String(text) => vec![literal_symbols(canonical_json_string(text).as_bytes())],
+            Value::Number(number) => {
+                let written = number.to_string();
+                let mut alternatives = vec![literal_symbols(written.as_bytes())];
+                if let Some(whole) = written.strip_suffix(".0") {
+                    alternatives.push(literal_symbols(whole.as_bytes()));
+                } else if number.is_i64() || number.is_u64() {
+                    alternatives.push(literal_symbols(format!("{written}.0").as_bytes()));
+                }
+                alternatives
+            }
+            other => vec![literal_symbols(other.to_string().as_bytes())],
+        }
+    }
+}
+
+fn truncate(text: &str, limit: usize) -> String {
+    text.chars().take(limit).collect()
+}
+
+fn hex_set() -> ByteSet {
+    ByteSet::range(b'0', b'9').union(&ByteSet::range(b'a', b'f')).union(&ByteSet::range(b'A', b'F'))
+}
+
+/// How a character is written when it must be compared with known text (property names,
+/// patterns): literally, unless JSON requires an escape, then the escape serde_json writes.
+pub(crate) fn canonical_escape(c: char) -> Option<String> {
+    match c {
+        '"' => Some("\\\"".into()),
+        '\\' => Some("\\\\".into()),
+        '\u{08}' => Some("\\b".into()),
+        '\u{0C}' => Some("\\f".into()),
+        '\n' => Some("\\n".into()),
+        '\r' => Some("\\r".into()),
+        '\t' => Some("\\t".into()),
+        c if (c as u32) < 0x20 => Some(format!("\\u{:04x}", c as u32)),
+        _ => None,
+    }
+}
+
+/// `text` as a quoted JSON string in canonical encoding.
+pub(crate) fn canonical_json_string(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match canonical_escape(c) {
+            Some(escape) => out.push_str(&escape),
+            None => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Alternatives writing exactly one character of `ranges` in canonical encoding.
+pub(crate) fn canonical_char_alternatives(ranges: &[(char, char)]) -> Vec<Vec<Symbol>> {
+    let mut plain = Vec::new();
+    let mut escaped = Vec::new();
+    for &(lo, hi) in ranges {
+        let mut start = lo as u32;
+        let end = hi as u32;
+        // Characters needing an escape are all below 0x5D; walk them one by one.
+        while start <= end && start <= 0x5C {
+            if let Some(c) = char::from_u32(start) {
+                match canonical_escape(c) {
+                    Some(escape) => escaped.push(literal_symbols(escape.as_bytes())),
+                    None => plain.push((c, c)),
+                }
+            }
+            start += 1;
+        }
+        if start <= end {
+            if let (Some(a), Some(b)) = (char::from_u32(start), char::from_u32(end)) {
+                plain.push((a, b));
+            }
+        }
+    }
+    let mut alternatives = char_ranges_to_alternatives(&merge_ranges(plain));
+    alternatives.extend(escaped);
+    alternatives
+}
+
+fn merge_ranges(mut ranges: Vec<(char, char)>) -> Vec<(char, char)> {
+    ranges.sort_unstable();
+    let mut merged: Vec<(char, char)> = Vec::new();
+    for (lo, hi) in ranges {
+        if let Some(last) = merged.last_mut() {
+            if (lo as u32) <= (last.1 as u32).saturating_add(1) {
+                if hi > last.1 {
+                    last.1 = hi;
+                }
+                continue;
+            }
+        }
+        merged.push((lo, hi));
+    }
+    merged
+}

@@ -1,0 +1,192 @@
+//! JSON Schema compiled onto the byte-level grammar IR, keyword by keyword as the spec's
+//! table says: enforced, ignored (parsed, listed, not enforced) or refused with an error that
+//! names the keyword and where it is.
+//!
+//! Public API: [`any_json`] (RFC 8259 JSON), [`compile_schema`] (a schema to a
+//! [`Grammar`]), [`review_schema`] (every keyword with its verdict, for `llamay schema
+//! check`), [`SchemaError`]. Locations are dotted paths from the root (`properties.a`,
+//! `$defs.line.properties.qty`, `anyOf.1`); the root is written `(root)`.
+//!
+//! Choices the spec leaves open, made here:
+//! - Objects with at most [`compile::ANY_ORDER_MAX_PROPERTIES`] properties accept them in any
+//!   order; larger objects take them in declared order (optional ones may be skipped; extra
+//!   keys, where allowed, come last).
+//! - Keys, pattern-matched strings and `enum` strings are compared with known text, so they
+//!   must be written in canonical form: literal characters, escaping only `"`, `\` and control
+//!   characters. Other strings accept every JSON escape.
+//! - `integer` values are written without fraction or exponent; bounded numbers without an
+//!   exponent; a length or item maximum above 4096 is clamped to 4096.
+//! - `pattern` with `minLength`/`maxLength` is intersected (DFA state x character count);
+//!   two different patterns on one value are refused.
+//!
+//! Cost: compiling is linear in the schema except where the spec allows blow-ups, each capped:
+//! alternatives (256), pattern DFA states (2,000), subsets of properties (2^6), digit automata.
+
+mod compile;
+mod json;
+mod keywords;
+mod merge;
+mod numbers;
+mod regex;
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+
+use serde_json::Value;
+
+use crate::grammar::ir::{Grammar, RuleId, Symbol};
+
+pub use json::WHITESPACE_BUDGET;
+pub use keywords::{Occurrence, SchemaReport, Verdict};
+
+/// Why a schema is refused: the keyword, where it is, and the reason.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct SchemaError {
+    pub keyword: String,
+    /// Dotted path from the root; `(root)` for the root itself.
+    pub location: String,
+    /// Completes "LOCATION uses "KEYWORD", ...".
+    pub message: String,
+}
+
+impl SchemaError {
+    pub(crate) fn new(keyword: &str, location: &str, message: impl Into<String>) -> Self {
+        SchemaError {
+            keyword: keyword.to_string(),
+            location: keywords::display_location(location),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for SchemaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} uses \"{}\", {}", self.location, self.keyword, self.message)
+    }
+}
+
+/// Any RFC 8259 JSON document (`-json`, `format: "json"`, `json_object`).
+pub fn any_json() -> Grammar {
+    let mut sink = json::RuleSink::new();
+    let value = sink.any_value();
+    let root = sink.add("root", vec![vec![Symbol::Whitespace, Symbol::Rule(value), Symbol::Whitespace]]);
+    sink.builder.finish(root, WHITESPACE_BUDGET)
+}
+
+/// Compiles `schema` to a grammar of the documents it allows, or says which keyword, where,
+/// cannot be enforced.
+pub fn compile_schema(schema: &Value) -> Result<Grammar, SchemaError> {
+    let occurrences = keywords::scan(schema);
+    if let Some(refusal) = keywords::first_refusal(&occurrences) {
+        return Err(refusal);
+    }
+    let mut compiler = compile::Compiler::new(schema);
+    let value = compiler.compile(vec![compile::Part::new(schema, "")], true)?.ok_or_else(|| {
+        SchemaError::new("schema", "", "which no JSON document can satisfy")
+    })?;
+    let root = compiler
+        .sink
+        .add("root", vec![vec![Symbol::Whitespace, Symbol::Rule(value), Symbol::Whitespace]]);
+    let grammar = compiler.sink.builder.finish(root, WHITESPACE_BUDGET);
+    prune(grammar).ok_or_else(|| SchemaError::new("schema", "", "which no JSON document can satisfy"))
+}
+
+/// Every keyword reachable from the root with its verdict, plus the refusal (from a keyword or
+/// from compiling) if there is one.
+pub fn review_schema(schema: &Value) -> SchemaReport {
+    let occurrences = keywords::scan(schema);
+    let (refusal, rule_count) = match compile_schema(schema) {
+        Ok(grammar) => (None, Some(grammar.rules.len())),
+        Err(error) => (Some(error), None),
+    };
+    let mut report = SchemaReport { occurrences, refusal, rule_count };
+    if let Some(refusal) = &report.refusal {
+        let listed = report
+            .occurrences
+            .iter_mut()
+            .find(|o| o.keyword == refusal.keyword && o.location == refusal.location);
+        match listed {
+            Some(occurrence) => {
+                occurrence.verdict = Verdict::Refused;
+                occurrence.note = refusal.message.clone();
+            }
+            None => report.occurrences.push(Occurrence {
+                keyword: refusal.keyword.clone(),
+                location: refusal.location.clone(),
+                verdict: Verdict::Refused,
+                note: refusal.message.clone(),
+            }),
+        }
+    }
+    report
+}
+
+/// Drops alternatives that can never finish (a dead end would let a sampler walk into a state
+/// with no way out) and rules the root cannot reach. `None` when the root itself is dead.
+fn prune(grammar: Grammar) -> Option<Grammar> {
+    let count = grammar.rules.len();
+    let mut productive = vec![false; count];
+    let symbol_ok = |symbol: &Symbol, productive: &[bool]| match symbol {
+        Symbol::Bytes(set) => !set.is_empty(),
+        Symbol::Rule(id) => productive.get(id.index()).copied().unwrap_or(false),
+        Symbol::Whitespace => true,
+    };
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for (index, rule) in grammar.rules.iter().enumerate() {
+            if !productive[index] && rule.alternatives.iter().any(|alt| alt.iter().all(|s| symbol_ok(s, &productive))) {
+                productive[index] = true;
+                changed = true;
+            }
+        }
+    }
+    if !productive.get(grammar.root.index()).copied().unwrap_or(false) {
+        return None;
+    }
+    let mut new_index: Vec<Option<u32>> = vec![None; count];
+    let mut order = vec![grammar.root.index()];
+    new_index[grammar.root.index()] = Some(0);
+    let mut cursor = 0;
+    while cursor < order.len() {
+        let rule = &grammar.rules[order[cursor]];
+        cursor += 1;
+        for alternative in &rule.alternatives {
+            if !alternative.iter().all(|s| symbol_ok(s, &productive)) {
+                continue;
+            }
+            for symbol in alternative {
+                if let Symbol::Rule(id) = symbol {
+                    if new_index[id.index()].is_none() {
+                        new_index[id.index()] = Some(order.len() as u32);
+                        order.push(id.index());
+                    }
+                }
+            }
+        }
+    }
+    let rules = order
+        .iter()
+        .map(|&old| {
+            let rule = &grammar.rules[old];
+            let alternatives = rule
+                .alternatives
+                .iter()
+                .filter(|alt| alt.iter().all(|s| symbol_ok(s, &productive)))
+                .map(|alt| {
+                    alt.iter()
+                        .map(|s| match s {
+                            Symbol::Rule(id) => Symbol::Rule(RuleId(new_index[id.index()].unwrap_or(0))),
+                            other => *other,
+                        })
+                        .collect()
+                })
+                .collect();
+            crate::grammar::ir::Rule { name: rule.name.clone(), alternatives }
+        })
+        .collect();
+    Some(Grammar { rules, root: RuleId(0), whitespace_budget: grammar.whitespace_budget })
+}

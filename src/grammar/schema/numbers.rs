@@ -1,0 +1,547 @@
+//! Numbers with bounds and steps, compiled to digit automata.
+//!
+//! A bounded value is written as plain decimal digits (no exponent), and the automaton walks
+//! them the way one compares numbers by hand: per length of the integer part, a state is the
+//! position plus whether the digits so far equal the lower (upper) bound's, so "integer in
+//! [lo, hi]" costs about four states per digit. A step on integers adds the value modulo the
+//! step to the state. Non-integer bounds are compared exactly in decimal; to keep that exact
+//! for validators that compare as binary floats, such a number carries at most 15 digits.
+//!
+//! Key type: [`NumberSpec`]. Cost: O(digits x 4 x step) rules, capped by [`MAX_NUMBER_RULES`].
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use super::json::{byte, RuleSink};
+use crate::grammar::ir::{ByteSet, RuleId, Symbol};
+
+/// Integers are exact up to this many digits; bounds beyond it are clamped.
+pub const MAX_INTEGER_DIGITS: usize = 18;
+/// Digits a bounded non-integer may carry in all.
+pub const MAX_DECIMAL_DIGITS: usize = 15;
+/// At most this many multiples are listed as literals instead of an automaton.
+const ENUMERATE_LIMIT: u128 = 64;
+/// Rules one number may cost before it is refused.
+pub const MAX_NUMBER_RULES: usize = 20_000;
+
+/// An exact decimal: sign, integer digits without leading zeros (`[0]` for zero) and fraction
+/// digits without trailing zeros.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decimal {
+    pub negative: bool,
+    pub int: Vec<u8>,
+    pub frac: Vec<u8>,
+}
+
+impl Decimal {
+    /// The exact decimal a JSON number denotes (binary floats through their shortest form).
+    pub fn from_json(value: &Value) -> Option<Decimal> {
+        let number = value.as_number()?;
+        let text = if let Some(i) = number.as_i64() {
+            i.to_string()
+        } else if let Some(u) = number.as_u64() {
+            u.to_string()
+        } else {
+            let f = number.as_f64()?;
+            if !f.is_finite() {
+                return None;
+            }
+            format!("{f}")
+        };
+        Decimal::parse(&text)
+    }
+
+    pub fn parse(text: &str) -> Option<Decimal> {
+        let (negative, rest) = match text.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, text),
+        };
+        let (int_text, frac_text) = rest.split_once('.').unwrap_or((rest, ""));
+        if int_text.is_empty() || !int_text.bytes().all(|b| b.is_ascii_digit()) || !frac_text.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let mut int: Vec<u8> = int_text.bytes().map(|b| b - b'0').skip_while(|d| *d == 0).collect();
+        if int.is_empty() {
+            int.push(0);
+        }
+        let mut frac: Vec<u8> = frac_text.bytes().map(|b| b - b'0').collect();
+        while frac.last() == Some(&0) {
+            frac.pop();
+        }
+        let is_zero = int == [0] && frac.is_empty();
+        Some(Decimal { negative: negative && !is_zero, int, frac })
+    }
+
+    pub fn is_integer(&self) -> bool {
+        self.frac.is_empty()
+    }
+
+    /// The integer part as i128, saturating far beyond the 18-digit range.
+    fn int_value(&self) -> i128 {
+        let mut value: i128 = 0;
+        for d in &self.int {
+            value = value.saturating_mul(10).saturating_add(*d as i128);
+            if value > 10i128.pow(30) {
+                break;
+            }
+        }
+        if self.negative { -value } else { value }
+    }
+
+    /// The smallest integer >= self (or > self when `exclusive`).
+    pub fn ceil_int(&self, exclusive: bool) -> i128 {
+        let truncated = self.int_value();
+        if self.frac.is_empty() {
+            if exclusive { truncated + 1 } else { truncated }
+        } else if self.negative {
+            truncated
+        } else {
+            truncated + 1
+        }
+    }
+
+    /// The largest integer <= self (or < self when `exclusive`).
+    pub fn floor_int(&self, exclusive: bool) -> i128 {
+        let truncated = self.int_value();
+        if self.frac.is_empty() {
+            if exclusive { truncated - 1 } else { truncated }
+        } else if self.negative {
+            truncated - 1
+        } else {
+            truncated
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Bound {
+    pub value: Decimal,
+    pub exclusive: bool,
+}
+
+/// What a number must satisfy. `step` is a whole step (integers only); `fraction_digits`
+/// caps the digits after the point (a power-of-ten step, or 0 for integers).
+#[derive(Clone, Debug, Default)]
+pub struct NumberSpec {
+    pub integer: bool,
+    pub lower: Option<Bound>,
+    pub upper: Option<Bound>,
+    pub step: Option<u64>,
+    pub fraction_digits: Option<usize>,
+}
+
+#[derive(Debug)]
+pub struct NumberTooComplex(pub String);
+
+/// Compiles `spec`; `Ok(None)` when no number satisfies it.
+pub fn number_rule(sink: &mut RuleSink, spec: &NumberSpec) -> Result<Option<RuleId>, NumberTooComplex> {
+    let whole = spec.integer || spec.step.is_some() || spec.fraction_digits == Some(0);
+    if whole {
+        integer_rule(sink, spec)
+    } else {
+        decimal_rule(sink, spec)
+    }
+}
+
+fn integer_rule(sink: &mut RuleSink, spec: &NumberSpec) -> Result<Option<RuleId>, NumberTooComplex> {
+    let limit = 10i128.pow(MAX_INTEGER_DIGITS as u32) - 1;
+    let step = spec.step.unwrap_or(1).max(1) as u128;
+    if spec.lower.is_none() && spec.upper.is_none() {
+        if step == 1 {
+            return Ok(Some(sink.any_integer()));
+        }
+        return unbounded_multiples(sink, step).map(Some);
+    }
+    let lo = spec.lower.as_ref().map_or(-limit, |b| b.value.ceil_int(b.exclusive).max(-limit));
+    let hi = spec.upper.as_ref().map_or(limit, |b| b.value.floor_int(b.exclusive).min(limit));
+    if lo > hi {
+        return Ok(None);
+    }
+    let mut alternatives = Vec::new();
+    let mut digits = DigitAutomaton::new(step);
+    if hi >= 0 {
+        if let Some(rule) = digits.magnitudes(sink, lo.max(0) as u128, hi as u128)? {
+            alternatives.push(vec![Symbol::Rule(rule)]);
+        }
+    }
+    if lo < 0 {
+        if let Some(rule) = digits.magnitudes(sink, (-hi).max(1) as u128, (-lo) as u128)? {
+            alternatives.push(vec![byte(b'-'), Symbol::Rule(rule)]);
+        }
+    }
+    if alternatives.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(sink.add("integer-range", alternatives)))
+}
+
+/// Multiples of `step` without bounds: the value modulo `step` is the state.
+fn unbounded_multiples(sink: &mut RuleSink, step: u128) -> Result<RuleId, NumberTooComplex> {
+    if step > 1000 {
+        return Err(NumberTooComplex(format!(
+            "a step of {step} without bounds needs more states than allowed; add minimum and maximum"
+        )));
+    }
+    let states: Vec<RuleId> = (0..step).map(|r| sink.builder.declare(format!("mod-{step}-{r}"))).collect();
+    for residue in 0..step {
+        let mut by_next: Vec<ByteSet> = vec![ByteSet::EMPTY; step as usize];
+        for d in 0..10u128 {
+            by_next[((residue * 10 + d) % step) as usize].insert(b'0' + d as u8);
+        }
+        let mut alternatives: Vec<Vec<Symbol>> = by_next
+            .iter()
+            .enumerate()
+            .filter(|(_, set)| !set.is_empty())
+            .map(|(next, set)| vec![Symbol::Bytes(*set), Symbol::Rule(states[next])])
+            .collect();
+        if residue == 0 {
+            alternatives.push(vec![]);
+        }
+        sink.builder.define(states[residue as usize], alternatives);
+    }
+    let mut first: Vec<ByteSet> = vec![ByteSet::EMPTY; step as usize];
+    for d in 1..10u128 {
+        first[(d % step) as usize].insert(b'0' + d as u8);
+    }
+    let mut magnitude: Vec<Vec<Symbol>> = first
+        .iter()
+        .enumerate()
+        .filter(|(_, set)| !set.is_empty())
+        .map(|(next, set)| vec![Symbol::Bytes(*set), Symbol::Rule(states[next])])
+        .collect();
+    magnitude.push(vec![byte(b'0')]);
+    let magnitude = sink.add("multiple-magnitude", magnitude);
+    Ok(sink.add(
+        "multiple",
+        vec![vec![Symbol::Rule(magnitude)], vec![byte(b'-'), Symbol::Rule(magnitude)]],
+    ))
+}
+
+fn digits_of(value: u128) -> Vec<u8> {
+    value.to_string().bytes().map(|b| b - b'0').collect()
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct IntState {
+    length: usize,
+    position: usize,
+    tight_low: bool,
+    tight_high: bool,
+    residue: u128,
+}
+
+/// Builds "integer magnitude in [lo, hi], a multiple of step" automata.
+struct DigitAutomaton {
+    step: u128,
+    memo: HashMap<IntState, Option<RuleId>>,
+    low: Vec<u8>,
+    high: Vec<u8>,
+    built: usize,
+}
+
+impl DigitAutomaton {
+    fn new(step: u128) -> Self {
+        DigitAutomaton { step, memo: HashMap::new(), low: Vec::new(), high: Vec::new(), built: 0 }
+    }
+
+    fn magnitudes(&mut self, sink: &mut RuleSink, lo: u128, hi: u128) -> Result<Option<RuleId>, NumberTooComplex> {
+        if lo > hi {
+            return Ok(None);
+        }
+        let step = self.step;
+        let first_multiple = lo.div_ceil(step) * step;
+        if first_multiple > hi {
+            return Ok(None);
+        }
+        if (hi - first_multiple) / step < ENUMERATE_LIMIT {
+            let alternatives = (0..)
+                .map(|i| first_multiple + i * step)
+                .take_while(|v| *v <= hi)
+                .map(|v| v.to_string().bytes().map(byte).collect())
+                .collect();
+            return Ok(Some(sink.add("integer-values", alternatives)));
+        }
+        self.memo.clear();
+        let mut alternatives = Vec::new();
+        let (lo_len, hi_len) = (digits_of(lo).len(), digits_of(hi).len());
+        for length in lo_len..=hi_len {
+            let band_low = if length == 1 { 0 } else { 10u128.pow(length as u32 - 1) };
+            let band_high = 10u128.pow(length as u32) - 1;
+            self.low = digits_of(lo.max(band_low));
+            self.high = digits_of(hi.min(band_high));
+            self.memo.clear();
+            let start = IntState { length, position: 0, tight_low: true, tight_high: true, residue: 0 };
+            if let Some(rule) = self.state(sink, start)? {
+                alternatives.push(vec![Symbol::Rule(rule)]);
+            }
+        }
+        if alternatives.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(sink.add("integer-magnitude", alternatives)))
+    }
+
+    fn state(&mut self, sink: &mut RuleSink, state: IntState) -> Result<Option<RuleId>, NumberTooComplex> {
+        if let Some(found) = self.memo.get(&state) {
+            return Ok(*found);
+        }
+        if state.position == state.length {
+            let accepted = state.residue == 0;
+            let rule = accepted.then(|| sink.add("integer-end", vec![vec![]]));
+            self.memo.insert(state, rule);
+            return Ok(rule);
+        }
+        self.built += 1;
+        if self.built > MAX_NUMBER_RULES {
+            return Err(NumberTooComplex(format!(
+                "a step of {} over these bounds needs more than {MAX_NUMBER_RULES} states",
+                self.step
+            )));
+        }
+        let position = state.position;
+        let min_digit = if state.tight_low { self.low[position] } else { 0 };
+        let max_digit = if state.tight_high { self.high[position] } else { 9 };
+        let mut transitions: Vec<(RuleId, ByteSet)> = Vec::new();
+        for digit in min_digit..=max_digit {
+            let next = IntState {
+                length: state.length,
+                position: position + 1,
+                tight_low: state.tight_low && digit == self.low[position],
+                tight_high: state.tight_high && digit == self.high[position],
+                residue: (state.residue * 10 + digit as u128) % self.step,
+            };
+            if let Some(rule) = self.state(sink, next)? {
+                add_transition(&mut transitions, rule, b'0' + digit);
+            }
+        }
+        let rule = if transitions.is_empty() {
+            None
+        } else {
+            Some(sink.add("integer-digit", transitions_to_alternatives(transitions)))
+        };
+        self.memo.insert(state, rule);
+        Ok(rule)
+    }
+}
+
+fn add_transition(transitions: &mut Vec<(RuleId, ByteSet)>, target: RuleId, b: u8) {
+    match transitions.iter_mut().find(|(t, _)| *t == target) {
+        Some((_, set)) => set.insert(b),
+        None => transitions.push((target, ByteSet::single(b))),
+    }
+}
+
+fn transitions_to_alternatives(transitions: Vec<(RuleId, ByteSet)>) -> Vec<Vec<Symbol>> {
+    transitions.into_iter().map(|(rule, set)| vec![Symbol::Bytes(set), Symbol::Rule(rule)]).collect()
+}
+
+/// A magnitude bound for the decimal automaton: digits plus exclusivity.
+#[derive(Clone)]
+struct MagnitudeBound {
+    int: Vec<u8>,
+    frac: Vec<u8>,
+    exclusive: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum DecimalState {
+    Int { length: usize, position: usize, tight_low: bool, tight_high: bool },
+    Frac { cap: usize, position: usize, tight_low: bool, tight_high: bool, after_point: bool },
+}
+
+struct DecimalAutomaton {
+    low: MagnitudeBound,
+    high: Option<MagnitudeBound>,
+    fraction_cap: usize,
+    memo: HashMap<DecimalState, Option<RuleId>>,
+    low_digits: Vec<u8>,
+    high_digits: Vec<u8>,
+}
+
+fn decimal_rule(sink: &mut RuleSink, spec: &NumberSpec) -> Result<Option<RuleId>, NumberTooComplex> {
+    let fraction_cap = spec.fraction_digits.unwrap_or(MAX_DECIMAL_DIGITS).min(MAX_DECIMAL_DIGITS);
+    if spec.lower.is_none() && spec.upper.is_none() {
+        let integer = sink.any_integer();
+        let digit = Symbol::Bytes(ByteSet::range(b'0', b'9'));
+        let fraction = sink.bounded_list_sep("fraction-digits", vec![digit], vec![], 1, Some(fraction_cap as u64));
+        return Ok(Some(sink.add(
+            "decimal",
+            vec![vec![Symbol::Rule(integer)], vec![Symbol::Rule(integer), byte(b'.'), Symbol::Rule(fraction)]],
+        )));
+    }
+    let zero = MagnitudeBound { int: vec![0], frac: vec![], exclusive: false };
+    let magnitude = |b: &Bound| MagnitudeBound { int: b.value.int.clone(), frac: b.value.frac.clone(), exclusive: b.exclusive };
+    let mut alternatives = Vec::new();
+    // Non-negative values.
+    let upper_allows_nonnegative = spec.upper.as_ref().is_none_or(|b| !b.value.negative);
+    if upper_allows_nonnegative {
+        let low = match &spec.lower {
+            Some(b) if !b.value.negative => magnitude(b),
+            _ => zero.clone(),
+        };
+        let high = spec.upper.as_ref().map(magnitude);
+        if let Some(rule) = DecimalAutomaton::build(sink, low, high, fraction_cap)? {
+            alternatives.push(vec![Symbol::Rule(rule)]);
+        }
+    }
+    // Negative values, as magnitudes: the bounds swap sides.
+    let lower_allows_negative = spec.lower.as_ref().is_none_or(|b| b.value.negative);
+    if lower_allows_negative {
+        let low = match &spec.upper {
+            Some(b) if b.value.negative => magnitude(b),
+            _ => MagnitudeBound { exclusive: true, ..zero.clone() },
+        };
+        let high = spec.lower.as_ref().map(magnitude);
+        if let Some(rule) = DecimalAutomaton::build(sink, low, high, fraction_cap)? {
+            alternatives.push(vec![byte(b'-'), Symbol::Rule(rule)]);
+        }
+    }
+    if alternatives.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(sink.add("decimal-range", alternatives)))
+}
+
+impl DecimalAutomaton {
+    fn build(
+        sink: &mut RuleSink,
+        low: MagnitudeBound,
+        high: Option<MagnitudeBound>,
+        fraction_cap: usize,
+    ) -> Result<Option<RuleId>, NumberTooComplex> {
+        let max_int_digits = MAX_DECIMAL_DIGITS;
+        if low.int.len() > max_int_digits {
+            return Ok(None);
+        }
+        // An upper bound past the digit cap constrains nothing we can write.
+        let high = high.filter(|h| h.int.len() <= max_int_digits);
+        let top_length = high.as_ref().map_or(max_int_digits, |h| h.int.len());
+        let mut automaton = DecimalAutomaton {
+            low,
+            high,
+            fraction_cap,
+            memo: HashMap::new(),
+            low_digits: Vec::new(),
+            high_digits: Vec::new(),
+        };
+        let mut alternatives = Vec::new();
+        for length in automaton.low.int.len()..=top_length {
+            let is_low_band = length == automaton.low.int.len();
+            let is_high_band = automaton.high.as_ref().is_some_and(|h| h.int.len() == length);
+            automaton.low_digits = if is_low_band { automaton.low.int.clone() } else { lowest_of_length(length) };
+            automaton.high_digits = match (&automaton.high, is_high_band) {
+                (Some(h), true) => h.int.clone(),
+                _ => vec![9; length],
+            };
+            automaton.memo.clear();
+            let start = DecimalState::Int { length, position: 0, tight_low: is_low_band, tight_high: is_high_band };
+            if let Some(rule) = automaton.state(sink, start)? {
+                alternatives.push(vec![Symbol::Rule(rule)]);
+            }
+        }
+        if alternatives.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(sink.add("decimal-magnitude", alternatives)))
+    }
+
+    fn state(&mut self, sink: &mut RuleSink, state: DecimalState) -> Result<Option<RuleId>, NumberTooComplex> {
+        if let Some(found) = self.memo.get(&state) {
+            return Ok(*found);
+        }
+        if self.memo.len() > MAX_NUMBER_RULES {
+            return Err(NumberTooComplex("the bounds need too many states".into()));
+        }
+        let mut alternatives: Vec<Vec<Symbol>> = Vec::new();
+        match state {
+            DecimalState::Int { length, position, tight_low, tight_high } if position == length => {
+                let cap = self.fraction_cap.min(MAX_DECIMAL_DIGITS.saturating_sub(length));
+                let bare = DecimalState::Frac { cap, position: 0, tight_low, tight_high, after_point: false };
+                if self.may_stop(bare) {
+                    alternatives.push(vec![]);
+                }
+                let point = DecimalState::Frac { cap, position: 0, tight_low, tight_high, after_point: true };
+                if let Some(rule) = self.state(sink, point)? {
+                    alternatives.push(vec![byte(b'.'), Symbol::Rule(rule)]);
+                }
+            }
+            DecimalState::Int { length, position, tight_low, tight_high } => {
+                let min_digit = if tight_low { self.low_digits[position] } else { u8::from(position == 0 && length > 1) };
+                let max_digit = if tight_high { self.high_digits[position] } else { 9 };
+                let mut transitions = Vec::new();
+                for digit in min_digit..=max_digit {
+                    let next = DecimalState::Int {
+                        length,
+                        position: position + 1,
+                        tight_low: tight_low && digit == self.low_digits[position],
+                        tight_high: tight_high && digit == self.high_digits[position],
+                    };
+                    if let Some(rule) = self.state(sink, next)? {
+                        add_transition(&mut transitions, rule, b'0' + digit);
+                    }
+                }
+                alternatives = transitions_to_alternatives(transitions);
+            }
+            DecimalState::Frac { cap, position, tight_low, tight_high, after_point } => {
+                if !after_point && self.may_stop(state) {
+                    alternatives.push(vec![]);
+                }
+                if position < cap {
+                    let low_digit = if tight_low { self.low.frac.get(position).copied().unwrap_or(0) } else { 0 };
+                    let high_digit = match (&self.high, tight_high) {
+                        (Some(h), true) => h.frac.get(position).copied().unwrap_or(0),
+                        _ => 9,
+                    };
+                    let mut transitions = Vec::new();
+                    for digit in low_digit..=high_digit {
+                        let next = DecimalState::Frac {
+                            cap,
+                            position: position + 1,
+                            tight_low: tight_low && digit == low_digit,
+                            tight_high: tight_high && digit == high_digit,
+                            after_point: false,
+                        };
+                        if let Some(rule) = self.state(sink, next)? {
+                            add_transition(&mut transitions, rule, b'0' + digit);
+                        }
+                    }
+                    alternatives.extend(transitions_to_alternatives(transitions));
+                }
+            }
+        }
+        let rule = (!alternatives.is_empty()).then(|| sink.add("decimal-digit", alternatives));
+        self.memo.insert(state, rule);
+        Ok(rule)
+    }
+
+    /// Whether the number may end here: the digits so far, padded with zeros, are in range.
+    fn may_stop(&self, state: DecimalState) -> bool {
+        let DecimalState::Frac { position, tight_low, tight_high, .. } = state else {
+            return false;
+        };
+        if tight_low {
+            let equal = position >= self.low.frac.len();
+            if !equal || self.low.exclusive {
+                return false;
+            }
+        }
+        if tight_high {
+            if let Some(high) = &self.high {
+                let equal = position >= high.frac.len();
+                if equal && high.exclusive {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+}
+
+fn lowest_of_length(length: usize) -> Vec<u8> {
+    let mut digits = vec![0; length];
+    if length > 1 {
+        digits[0] = 1;
+    }
+    digits
+}

@@ -1,0 +1,327 @@
+//! Unit tests: every keyword enforced, every refusal naming keyword and location.
+
+use serde_json::{json, Value};
+
+use super::{any_json, compile_schema, review_schema, Verdict};
+use crate::grammar::automaton::{check_input, CheckOutcome, CompiledGrammar};
+use crate::grammar::ir::Grammar;
+use crate::grammar::limits::Limits;
+
+fn compiled(grammar: Grammar) -> CompiledGrammar {
+    match CompiledGrammar::new(grammar, &Limits::default()) {
+        Ok(compiled) => compiled,
+        Err(error) => panic!("the automaton refused the grammar: {error}"),
+    }
+}
+
+fn schema(schema: Value) -> CompiledGrammar {
+    match compile_schema(&schema) {
+        Ok(grammar) => compiled(grammar),
+        Err(error) => panic!("schema refused: {error}"),
+    }
+}
+
+fn accepts(grammar: &CompiledGrammar, text: &str) -> bool {
+    check_input(grammar, text.as_bytes()) == CheckOutcome::Match
+}
+
+fn assert_accepts(grammar: &CompiledGrammar, docs: &[&str]) {
+    for doc in docs {
+        assert_eq!(check_input(grammar, doc.as_bytes()), CheckOutcome::Match, "should accept {doc}");
+    }
+}
+
+fn assert_rejects(grammar: &CompiledGrammar, docs: &[&str]) {
+    for doc in docs {
+        assert!(!accepts(grammar, doc), "should reject {doc}");
+    }
+}
+
+fn refusal(schema: Value) -> super::SchemaError {
+    match compile_schema(&schema) {
+        Ok(_) => panic!("schema should be refused: {schema}"),
+        Err(error) => error,
+    }
+}
+
+#[test]
+fn any_json_accepts_json_and_rejects_the_rest() {
+    let grammar = compiled(any_json());
+    assert_accepts(
+        &grammar,
+        &[
+            "{}", "[]", "0", "-1.5e+3", "\"a\\u00e9\\n\\\"\"", "true", "null",
+            "{\"a\": [1, 2, {\"b\": null}], \"c\": \"\u{e9}\u{1F600}\"}",
+            " { } ", "\"\\ud83d\\ude00\"",
+        ],
+    );
+    assert_rejects(&grammar, &["{", "01", "[1,]", "{\"a\"}", "\"\\x\"", "tru", "\"\\ud800\"", "1.", "\"a\nb\""]);
+}
+
+#[test]
+fn whitespace_beyond_the_budget_is_rejected() {
+    let grammar = compiled(any_json());
+    let within = format!("[{}1]", " ".repeat(60));
+    let beyond = format!("[{}1]", " ".repeat(70));
+    assert!(accepts(&grammar, &within));
+    assert!(!accepts(&grammar, &beyond));
+}
+
+#[test]
+fn types_one_or_a_list() {
+    let grammar = schema(json!({"type": ["string", "null"]}));
+    assert_accepts(&grammar, &["\"x\"", "null", " null "]);
+    assert_rejects(&grammar, &["1", "{}", "true"]);
+    let integer = schema(json!({"type": "integer"}));
+    assert_accepts(&integer, &["0", "-12", "123456789012345678901234"]);
+    assert_rejects(&integer, &["1.5", "\"1\"", "01", "1e3"]);
+    let boolean = schema(json!({"type": "boolean"}));
+    assert_accepts(&boolean, &["true", "false"]);
+    assert_rejects(&boolean, &["null", "0"]);
+}
+
+#[test]
+fn properties_imply_object_and_are_closed_by_default() {
+    let grammar = schema(json!({"properties": {"a": {"type": "integer"}, "b": {"type": "string"}}, "required": ["a"]}));
+    assert_accepts(&grammar, &["{\"a\": 1}", "{\"a\":1,\"b\":\"x\"}", "{\"b\": \"x\", \"a\": 1}", "{ \"a\" : 1 }"]);
+    assert_rejects(&grammar, &["{}", "{\"b\":\"x\"}", "{\"a\":1,\"c\":2}", "{\"a\":\"1\"}", "{\"a\":1,\"a\":1}", "[]"]);
+}
+
+#[test]
+fn additional_properties_true_opens_and_a_schema_constrains_extras() {
+    let open = schema(json!({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": true}));
+    assert_accepts(&open, &["{\"a\":1,\"zz\":[1]}", "{\"zz\":null}", "{\"ab\":1}", "{\"\":1}"]);
+    assert_rejects(&open, &["{\"a\":\"no\"}", "{\"zz\":1,\"a\":\"x\"}"]);
+    let typed = schema(json!({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": {"type": "boolean"}}));
+    assert_accepts(&typed, &["{\"a\":1,\"b\":true}", "{\"b\":false}"]);
+    assert_rejects(&typed, &["{\"b\":1}", "{\"a\":true}"]);
+    let none = schema(json!({"type": "object"}));
+    assert_accepts(&none, &["{\"x\":{\"y\":[1,2]}}", "{}"]);
+}
+
+#[test]
+fn many_properties_take_declared_order() {
+    let mut properties = serde_json::Map::new();
+    for name in ["p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7"] {
+        properties.insert(name.to_string(), json!({"type": "integer"}));
+    }
+    let grammar = schema(json!({"type": "object", "properties": properties, "required": ["p1", "p6"]}));
+    assert_accepts(&grammar, &["{\"p1\":1,\"p6\":2}", "{\"p0\":0,\"p1\":1,\"p2\":2,\"p6\":6,\"p7\":7}"]);
+    assert_rejects(&grammar, &["{\"p6\":2,\"p1\":1}", "{\"p1\":1}", "{\"p1\":1,\"p6\":2,\"p9\":0}"]);
+}
+
+#[test]
+fn items_min_and_max_items() {
+    let grammar = schema(json!({"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 3}));
+    assert_accepts(&grammar, &["[1]", "[1, 2, 3]", "[ 1 ]"]);
+    assert_rejects(&grammar, &["[]", "[1,2,3,4]", "[\"a\"]", "[1,]"]);
+    let implied = schema(json!({"items": {"type": "string"}}));
+    assert_accepts(&implied, &["[]", "[\"a\",\"b\"]"]);
+    assert_rejects(&implied, &["{}", "[1]"]);
+    let forbidden = schema(json!({"type": "array", "items": false}));
+    assert_accepts(&forbidden, &["[]"]);
+    assert_rejects(&forbidden, &["[1]"]);
+}
+
+#[test]
+fn enum_and_const_with_members_other_keywords_rule_out_dropped() {
+    let grammar = schema(json!({"enum": ["a", 1, null, {"k": [true]}]}));
+    assert_accepts(&grammar, &["\"a\"", "1", "1.0", "null", "{\"k\":[true]}", "{ \"k\" : [ true ] }"]);
+    assert_rejects(&grammar, &["\"b\"", "2", "{\"k\":[false]}"]);
+    let typed = schema(json!({"type": "string", "enum": ["a", 1, "bb"], "maxLength": 1}));
+    assert_accepts(&typed, &["\"a\""]);
+    assert_rejects(&typed, &["1", "\"bb\""]);
+    let constant = schema(json!({"const": "x\"y"}));
+    assert_accepts(&constant, &["\"x\\\"y\""]);
+    assert_rejects(&constant, &["\"xy\""]);
+}
+
+#[test]
+fn lengths_count_characters_not_bytes() {
+    let grammar = schema(json!({"type": "string", "minLength": 2, "maxLength": 3}));
+    assert_accepts(&grammar, &["\"ab\"", "\"\u{e9}\u{e9}\u{e9}\"", "\"a\\n\"", "\"\\u00e9x\""]);
+    assert_rejects(&grammar, &["\"a\"", "\"abcd\"", "\"\u{e9}\""]);
+}
+
+#[test]
+fn patterns_are_unanchored_unless_anchored() {
+    let anchored = schema(json!({"type": "string", "pattern": "^[0-9]{5}$"}));
+    assert_accepts(&anchored, &["\"69001\""]);
+    assert_rejects(&anchored, &["\"6900\"", "\"690012\"", "\"a69001\""]);
+    let unanchored = schema(json!({"type": "string", "pattern": "ab+"}));
+    assert_accepts(&unanchored, &["\"xxabbby\"", "\"ab\""]);
+    assert_rejects(&unanchored, &["\"a\"", "\"ba\""]);
+    let quoted = schema(json!({"type": "string", "pattern": "^\"\\\\\\n$"}));
+    assert_accepts(&quoted, &["\"\\\"\\\\\\n\""]);
+    let unicode = schema(json!({"type": "string", "pattern": "^.$"}));
+    assert_accepts(&unicode, &["\"\u{e9}\"", "\"\u{1F600}\""]);
+    assert_rejects(&unicode, &["\"ab\""]);
+}
+
+#[test]
+fn pattern_and_length_bounds_intersect() {
+    let grammar = schema(json!({"type": "string", "pattern": "^a*$", "minLength": 2, "maxLength": 3}));
+    assert_accepts(&grammar, &["\"aa\"", "\"aaa\""]);
+    assert_rejects(&grammar, &["\"a\"", "\"aaaa\"", "\"ab\""]);
+}
+
+#[test]
+fn integer_bounds_are_exact() {
+    let grammar = schema(json!({"type": "integer", "minimum": -15, "maximum": 1234}));
+    assert_accepts(&grammar, &["-15", "-1", "0", "9", "10", "999", "1234", "1000"]);
+    assert_rejects(&grammar, &["-16", "1235", "2000", "12345", "-100", "01", "1.5"]);
+    let exclusive = schema(json!({"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 100}));
+    assert_accepts(&exclusive, &["1", "99"]);
+    assert_rejects(&exclusive, &["0", "100"]);
+    let wide = schema(json!({"type": "integer", "minimum": 5}));
+    assert_accepts(&wide, &["5", "999999999999999999"]);
+    assert_rejects(&wide, &["4", "-5"]);
+    let fractional_bounds = schema(json!({"type": "integer", "minimum": 1.5, "maximum": 3.5}));
+    assert_accepts(&fractional_bounds, &["2", "3"]);
+    assert_rejects(&fractional_bounds, &["1", "4"]);
+}
+
+#[test]
+fn decimal_bounds_are_exact_without_exponent() {
+    let grammar = schema(json!({"type": "number", "minimum": -1.5, "exclusiveMaximum": 2.25}));
+    assert_accepts(&grammar, &["-1.5", "-1.49", "0", "2", "2.2499", "1.000", "-0.5"]);
+    assert_rejects(&grammar, &["-1.51", "2.25", "2.250", "3", "1e0", "-2"]);
+    let positive = schema(json!({"type": "number", "exclusiveMinimum": 0}));
+    assert_accepts(&positive, &["0.001", "5", "123.25"]);
+    assert_rejects(&positive, &["0", "0.000", "-0.1"]);
+}
+
+#[test]
+fn multiple_of_on_integers_any_step() {
+    let grammar = schema(json!({"type": "integer", "multipleOf": 7}));
+    assert_accepts(&grammar, &["0", "7", "-14", "700000000000007"]);
+    assert_rejects(&grammar, &["1", "8", "-13", "700000000000008"]);
+    let bounded = schema(json!({"type": "integer", "multipleOf": 3, "minimum": 10, "maximum": 1000}));
+    assert_accepts(&bounded, &["12", "999"]);
+    assert_rejects(&bounded, &["9", "1002", "13"]);
+}
+
+#[test]
+fn multiple_of_on_numbers_whole_or_power_of_ten() {
+    let cents = schema(json!({"type": "number", "minimum": 0, "multipleOf": 0.01}));
+    assert_accepts(&cents, &["4.50", "4.5", "0", "12"]);
+    assert_rejects(&cents, &["4.505", "-1"]);
+    let whole = schema(json!({"type": "number", "multipleOf": 5}));
+    assert_accepts(&whole, &["10", "-5"]);
+    assert_rejects(&whole, &["7", "2.5"]);
+}
+
+#[test]
+fn local_refs_and_recursion() {
+    let grammar = schema(json!({
+        "$defs": {"node": {"type": "object", "properties": {"value": {"type": "integer"}, "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}}, "required": ["value"]}},
+        "$ref": "#/$defs/node"
+    }));
+    assert_accepts(&grammar, &["{\"value\":1}", "{\"value\":1,\"children\":[{\"value\":2,\"children\":[{\"value\":3}]}]}"]);
+    assert_rejects(&grammar, &["{\"value\":1,\"children\":[{}]}"]);
+    let definitions = schema(json!({"definitions": {"a": {"type": "string"}}, "properties": {"x": {"$ref": "#/definitions/a"}}}));
+    assert_accepts(&definitions, &["{\"x\":\"s\"}"]);
+    assert_rejects(&definitions, &["{\"x\":1}"]);
+}
+
+#[test]
+fn any_of_merges_sibling_keywords_into_each_alternative() {
+    let grammar = schema(json!({"type": "string", "anyOf": [{"maxLength": 1}, {"pattern": "^x+$"}]}));
+    assert_accepts(&grammar, &["\"a\"", "\"xxxx\""]);
+    assert_rejects(&grammar, &["\"ab\"", "1"]);
+    let one_of = schema(json!({"oneOf": [{"type": "integer"}, {"type": "null"}]}));
+    assert_accepts(&one_of, &["1", "null"]);
+    assert_rejects(&one_of, &["\"a\""]);
+}
+
+#[test]
+fn all_of_is_merged() {
+    let grammar = schema(json!({"allOf": [
+        {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}, "required": ["a"]},
+        {"properties": {"a": {"maximum": 10}, "b": {"type": "string"}}, "additionalProperties": true}
+    ]}));
+    assert_accepts(&grammar, &["{\"a\":5}", "{\"a\":10,\"b\":\"x\"}"]);
+    assert_rejects(&grammar, &["{\"a\":11}", "{\"a\":-1}", "{\"b\":\"x\"}", "{\"a\":1,\"c\":1}"]);
+}
+
+fn assert_refused(value: Value, keyword: &str, location: &str) {
+    let error = refusal(value);
+    assert_eq!((error.keyword.as_str(), error.location.as_str()), (keyword, location), "{error}");
+    let text = error.to_string();
+    assert!(text.contains(keyword) && text.contains(location), "{text}");
+}
+
+#[test]
+fn refusals_name_the_keyword_and_where() {
+    assert_refused(json!({"properties": {"a": {"not": {"type": "string"}}}}), "not", "properties.a");
+    assert_refused(json!({"if": {"type": "string"}, "then": {"minLength": 1}}), "if", "(root)");
+    assert_refused(json!({"type": "object", "patternProperties": {"^x": {}}}), "patternProperties", "(root)");
+    assert_refused(json!({"properties": {"t": {"items": [{"type": "string"}]}}}), "items", "properties.t");
+    assert_refused(json!({"properties": {"r": {"$ref": "https://example.com/s.json"}}}), "$ref", "properties.r");
+    assert_refused(json!({"$defs": {"a": {"$anchor": "x"}}, "$ref": "#/$defs/a"}), "$anchor", "$defs.a");
+    assert_refused(json!({"properties": {"p": {"type": "string", "pattern": "(?=a)b"}}}), "pattern", "properties.p");
+    assert_refused(json!({"properties": {"p": {"type": "string", "pattern": "\\bword"}}}), "pattern", "properties.p");
+    assert_refused(json!({"properties": {"p": {"type": "string", "pattern": "(?m)^a$"}}}), "pattern", "properties.p");
+    assert_refused(json!({"properties": {"n": {"type": "number", "multipleOf": 0.3}}}), "multipleOf", "properties.n");
+    assert_refused(json!({"allOf": [{"type": "string"}, {"type": "integer"}]}), "allOf", "allOf");
+    assert_refused(json!({"properties": {"a": {}}, "required": ["b"]}), "required", "required");
+    assert_refused(json!({"unevaluatedProperties": false}), "unevaluatedProperties", "(root)");
+    assert_refused(json!({"dependentSchemas": {"a": {}}}), "dependentSchemas", "(root)");
+    assert_refused(json!({"$dynamicRef": "#meta"}), "$dynamicRef", "(root)");
+    assert_refused(json!({"anyOf": [{"not": {}}]}), "not", "anyOf.0");
+}
+
+#[test]
+fn refusal_message_is_the_specs() {
+    let error = refusal(json!({"properties": {"a": {"not": {}}}}));
+    assert_eq!(
+        error.to_string(),
+        "properties.a uses \"not\", which llamay's constraint cannot honour; send a schema without it rather than one that is silently not enforced"
+    );
+}
+
+#[test]
+fn ignored_keywords_are_listed_not_enforced() {
+    let value = json!({"type": "array", "uniqueItems": true, "items": {"type": "string", "format": "email"}, "title": "t"});
+    let grammar = schema(value.clone());
+    assert_accepts(&grammar, &["[\"a\",\"a\"]"]);
+    let report = review_schema(&value);
+    let ignored: Vec<(&str, &str)> =
+        report.with_verdict(Verdict::Ignored).map(|o| (o.keyword.as_str(), o.location.as_str())).collect();
+    assert_eq!(ignored.len(), 3, "{ignored:?}");
+    for expected in [("uniqueItems", "(root)"), ("format", "items"), ("title", "(root)")] {
+        assert!(ignored.contains(&expected), "{expected:?} missing from {ignored:?}");
+    }
+    assert!(report.with_verdict(Verdict::Enforced).any(|o| o.keyword == "type" && o.location == "items"));
+    assert!(!report.is_refused());
+}
+
+#[test]
+fn review_reports_a_compile_time_refusal() {
+    let report = review_schema(&json!({"properties": {"n": {"multipleOf": 0.3}}}));
+    assert!(report.is_refused());
+    let refused: Vec<&super::Occurrence> = report.with_verdict(Verdict::Refused).collect();
+    assert_eq!(refused.len(), 1);
+    assert_eq!((refused[0].keyword.as_str(), refused[0].location.as_str()), ("multipleOf", "properties.n"));
+    assert!(report.to_string().contains("refused"));
+}
+
+#[test]
+fn the_specs_order_schema_accepts_the_specs_output() {
+    let order: Value = match serde_json::from_str(include_str!("../../../testdata/schemas/order.json")) {
+        Ok(value) => value,
+        Err(error) => panic!("order.json: {error}"),
+    };
+    let grammar = schema(order);
+    assert_accepts(&grammar, &[
+        "{ \"order_id\": \"7\", \"delivery\": { \"postcode\": \"69001\", \"city\": \"Lyon\" }, \"lines\": [ { \"item\": \"Widget 1\", \"unit_price\": 4.50, \"qty\": 3 } ] }",
+        "{\"order_id\":\"123456\",\"lines\":[{\"item\":\"a\",\"qty\":999,\"unit_price\":0}],\"delivery\":null}",
+    ]);
+    assert_rejects(&grammar, &[
+        "{\"order_id\":\"1234567\",\"lines\":[{\"item\":\"a\",\"qty\":1,\"unit_price\":0}],\"delivery\":null}",
+        "{\"order_id\":\"1\",\"lines\":[],\"delivery\":null}",
+        "{\"order_id\":\"1\",\"lines\":[{\"item\":\"a\",\"qty\":1000,\"unit_price\":0}],\"delivery\":null}",
+        "{\"order_id\":\"1\",\"lines\":[{\"item\":\"a\",\"qty\":1,\"unit_price\":4.505}],\"delivery\":null}",
+        "{\"order_id\":\"1\",\"lines\":[{\"item\":\"a\",\"qty\":1,\"unit_price\":1}],\"delivery\":{\"city\":\"x\",\"postcode\":\"6900\"}}",
+    ]);
+}
