@@ -1,8 +1,9 @@
 //! The model store: content-addressed GGUF blobs plus sled manifests mapping `name:tag` to them.
 //!
 //! Layout under the store's home (`$LLAMAY_HOME`, else `~/.llamay`):
-//! `blobs/sha256-<hex>` (the model files, named by their SHA-256) and `db/` (sled: the
-//! `manifests` tree keyed by `name:tag`, and the schema version, see [`migrate`]).
+//! `blobs/sha256-<hex>` (the model files, named by their SHA-256), `db/` (sled: the
+//! `manifests` tree keyed by `name:tag`, and the schema version, see [`migrate`]) and
+//! `manifests.json` (a copy of the manifests for other processes, see [`snapshot`]).
 //!
 //! Key types: [`Store`], [`Manifest`], [`ModelName`], [`ModelRef`], [`StoreError`].
 //!
@@ -16,7 +17,8 @@
 //! models, and get [`StoreError::Locked`] if they try to change anything.
 //!
 //! Costs: import reads the source once (hash + copy, 1 MiB buffer) plus the GGUF header twice;
-//! resolve is one sled lookup; list, remove and open scan the manifests (a few per model).
+//! resolve is one sled lookup (one small file read when read-only); list, remove, copy and
+//! open scan the manifests and rewrite the snapshot (both a few hundred bytes per model).
 
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
