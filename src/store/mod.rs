@@ -3,7 +3,7 @@
 //! Layout under the store's home (`$LLAMAY_HOME`, else `~/.llamay`):
 //! `blobs/sha256-<hex>` (the model files, named by their SHA-256), `db/` (sled: the
 //! `manifests` tree keyed by `name:tag`, and the schema version, see [`migrate`]) and
-//! `manifests.json` (a copy of the manifests for other processes, see [`snapshot`]).
+//! `manifests.json` (a copy of the manifests for other processes, see `snapshot.rs`).
 //!
 //! Key types: [`Store`], [`Manifest`], [`ModelName`], [`ModelRef`], [`StoreError`].
 //!
@@ -13,7 +13,7 @@
 //! sled holds an exclusive lock on `db/`, so one process at a time has the store open for
 //! writing; within that process, commits, removals and copies are serialized by a mutex so a
 //! blob is never deleted while another manifest is being pointed at it. Other processes open the
-//! store read-only from a snapshot the owner keeps (see [`snapshot`]): they can resolve and list
+//! store read-only from a snapshot the owner keeps (see `snapshot.rs`): they can resolve and list
 //! models, and get [`StoreError::Locked`] if they try to change anything.
 //!
 //! Costs: import reads the source once (hash + copy, 1 MiB buffer) plus the GGUF header twice;
