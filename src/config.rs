@@ -194,8 +194,8 @@ const MAX_CONFIG_FILE_BYTES: u64 = 1024 * 1024;
 
 impl Config {
     /// Defaults, then the file (`-config` or `LLAMAY_CONFIG`), then the environment, then flags.
-    pub fn load(args: &ServeArgs) -> Result<Config, ConfigError> {
-        Self::load_with_env(args, |key| std::env::var(key).ok())
+    pub fn load(args: impl std::borrow::Borrow<ServeArgs>) -> Result<Config, ConfigError> {
+        Self::load_with_env(args.borrow(), |key| std::env::var(key).ok())
     }
 
     /// [`Config::load`] with the environment supplied (tests).

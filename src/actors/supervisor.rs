@@ -35,7 +35,8 @@ pub struct SupervisorConfig {
 #[rtype(result = "AcquireTicket")]
 pub struct Acquire {
     pub model: String,
-    /// This request's `keep_alive`; it becomes the model's keepalive, as in Ollama.
+    /// This request's `keep_alive`; it becomes the model's keepalive, as in Ollama (`None`: the
+    /// daemon's default).
     pub keep_alive: Option<KeepAlive>,
 }
 
@@ -214,9 +215,8 @@ impl Supervisor {
             ctx.cancel_future(timer);
         }
         slot.expires_at = None;
-        if let Some(keep_alive) = waiter.keep_alive {
-            slot.keep_alive = keep_alive;
-        }
+        // As in Ollama, each request sets the keepalive: its own, or the daemon's default.
+        slot.keep_alive = waiter.keep_alive.unwrap_or(self.config.default_keep_alive);
         slot.refcount += 1;
         let lease = ModelLease {
             model: slot.model.clone(),
@@ -309,9 +309,8 @@ impl Supervisor {
 
     fn grant_loaded(&mut self, waiter: Waiter, load_duration: Duration, ctx: &mut Context<Self>) {
         let Some(slot) = self.loaded.get_mut(&waiter.model) else { return };
-        if let Some(keep_alive) = waiter.keep_alive {
-            slot.keep_alive = keep_alive;
-        }
+        // As in Ollama, each request sets the keepalive: its own, or the daemon's default.
+        slot.keep_alive = waiter.keep_alive.unwrap_or(self.config.default_keep_alive);
         slot.refcount += 1;
         let lease = ModelLease {
             model: slot.model.clone(),

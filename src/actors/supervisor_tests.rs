@@ -171,6 +171,15 @@ async fn keepalive_expires_only_after_the_last_request() {
 }
 
 #[actix::test]
+async fn each_request_sets_the_keepalive_and_none_means_the_default() {
+    let (addr, _journal) = start(2, LONG, 8, 0);
+    drop(acquire(&addr, "a", Some(KeepAlive::Forever)).await.unwrap());
+    assert_eq!(addr.send(Snapshot).await.unwrap().models[0].keep_alive, "-1");
+    drop(acquire(&addr, "a", None).await.unwrap());
+    assert_eq!(addr.send(Snapshot).await.unwrap().models[0].keep_alive, "10m0s");
+}
+
+#[actix::test]
 async fn a_new_request_cancels_the_idle_timer() {
     let (addr, _journal) = start(2, KeepAlive::For(Duration::from_millis(150)), 8, 0);
     drop(acquire(&addr, "a", None).await.unwrap());
