@@ -30,6 +30,9 @@ pub(crate) struct StateTable {
     transitions: Vec<u32>,
     accepting: Vec<bool>,
     can_continue: Vec<bool>,
+    /// Per state: the ASCII bytes that lead back to the same state (see `toktrie::ascii_bit`),
+    /// once computed; `None` until then.
+    loop_bytes: Vec<Option<u128>>,
     capacity: usize,
     pub(crate) peak: usize,
     pub(crate) clears: u64,
@@ -52,6 +55,7 @@ impl StateTable {
             transitions: Vec::new(),
             accepting: Vec::new(),
             can_continue: Vec::new(),
+            loop_bytes: Vec::new(),
             capacity,
             peak: 0,
             clears: 0,
@@ -87,6 +91,29 @@ impl StateTable {
     #[inline]
     pub(crate) fn can_continue(&self, state: u32) -> bool {
         self.can_continue.get(state as usize).copied().unwrap_or(false)
+    }
+
+    /// The bytes that loop on `state`, if computed (see [`StateTable::compute_loop_bytes`]).
+    #[inline]
+    pub(crate) fn loop_bytes(&self, state: u32) -> Option<u128> {
+        self.loop_bytes.get(state as usize).copied().flatten()
+    }
+
+    /// Computes which ASCII bytes lead from `state` back to itself (filling those
+    /// transitions); `None` when the table filled up on the way.
+    pub(crate) fn compute_loop_bytes(&mut self, state: u32) -> Option<u128> {
+        let mut set = 0u128;
+        for byte in 1..0x80u8 {
+            match self.next(state, byte) {
+                FULL => return None,
+                next if next == state => set |= 1u128 << byte,
+                _ => {}
+            }
+        }
+        if let Some(slot) = self.loop_bytes.get_mut(state as usize) {
+            *slot = Some(set);
+        }
+        Some(set)
     }
 
     /// The state after `byte`, [`DEAD`], or [`FULL`] when a new state would not fit.
@@ -134,6 +161,7 @@ impl StateTable {
         let id = self.configs.len() as u32;
         self.accepting.push(config_is_accepting(&config));
         self.can_continue.push(config_can_continue(&config));
+        self.loop_bytes.push(None);
         self.transitions.extend(std::iter::repeat(UNKNOWN).take(self.classes));
         if !config.is_empty() {
             self.ids.insert(config.clone(), id);
@@ -150,6 +178,7 @@ impl StateTable {
         self.transitions.clear();
         self.accepting.clear();
         self.can_continue.clear();
+        self.loop_bytes.clear();
         self.clears += 1;
         self.push_state(Box::new([]));
         for state in live.iter_mut() {

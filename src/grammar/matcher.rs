@@ -28,6 +28,8 @@ pub struct Matcher {
     state: u32,
     /// One state per trie depth during a walk; kept to reuse the allocation.
     depth_states: Vec<u32>,
+    /// The loop byte set of each state in `depth_states` (0: none known).
+    depth_loops: Vec<u128>,
     /// Whether this step needed a new mask (for the hit rate).
     computed_this_step: bool,
     stats: MaskStats,
@@ -41,7 +43,7 @@ impl Matcher {
         let masks = MaskCache::new(grammar.limits().mask_cache);
         let depth_states = vec![DEAD; trie.max_depth() + 1];
         let mut matcher =
-            Matcher { grammar, trie, table, masks, state, depth_states, computed_this_step: false, stats: MaskStats::default() };
+            Matcher { grammar, trie, table, masks, state, depth_states, depth_loops: Vec::new(), computed_this_step: false, stats: MaskStats::default() };
         matcher.refresh_stats();
         matcher
     }
@@ -162,17 +164,34 @@ impl Matcher {
         self.masks.clear();
     }
 
-    /// One forward pass over the trie from the current state.
+    /// One forward pass over the trie from the current state. A subtree is skipped as soon as
+    /// its prefix kills the automaton; from a state that loops on a set of ASCII bytes, a
+    /// subtree made only of those bytes is allowed whole without being walked.
     fn walk_trie(&mut self) -> TokenMask {
         let trie = self.trie.clone();
         let mut mask = TokenMask::new(trie.vocab_size());
-        let nodes = &trie.nodes;
+        let nodes = &trie.nodes[..];
+        let subtree_ascii = &trie.subtree_ascii[..];
         let mut depth_states = std::mem::take(&mut self.depth_states);
         depth_states.resize(trie.max_depth() + 1, DEAD);
+        let mut depth_loops = std::mem::take(&mut self.depth_loops);
+        depth_loops.resize(trie.max_depth() + 1, 0);
         depth_states[0] = self.state;
+        depth_loops[0] = self.table.loop_bytes(self.state).unwrap_or(0);
         let mut index = 0usize;
         while let Some(node) = nodes.get(index) {
             let depth = node.depth as usize;
+            let parent_loop = depth_loops[depth - 1];
+            if parent_loop != 0 && subtree_ascii.get(index).is_some_and(|bytes| bytes & !parent_loop == 0) {
+                let end = node.subtree_end as usize;
+                let first = trie.first_token.get(index).copied().unwrap_or(0) as usize;
+                let last = trie.first_token.get(end).copied().unwrap_or(0) as usize;
+                for &token in trie.preorder_tokens.get(first..last).unwrap_or_default() {
+                    mask.set(token);
+                }
+                index = end;
+                continue;
+            }
             let parent = depth_states[depth - 1];
             let next = self.table.next(parent, node.byte);
             if next == DEAD {
@@ -185,7 +204,14 @@ impl Matcher {
                 depth_states[0] = self.state;
                 continue;
             }
+            if next == parent && self.table.loop_bytes(parent).is_none() {
+                // A state that loops: learn on which bytes, so its big subtrees can be skipped.
+                if let Some(loop_set) = self.table.compute_loop_bytes(parent) {
+                    depth_loops[depth - 1] = loop_set;
+                }
+            }
             depth_states[depth] = next;
+            depth_loops[depth] = self.table.loop_bytes(next).unwrap_or(0);
             if node.token != NO_TOKEN {
                 mask.set(node.token);
             }
@@ -202,6 +228,7 @@ impl Matcher {
             }
         }
         self.depth_states = depth_states;
+        self.depth_loops = depth_loops;
         mask
     }
 

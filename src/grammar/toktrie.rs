@@ -7,8 +7,13 @@
 //! trie; end-of-generation tokens are kept aside and allowed exactly when the automaton
 //! accepts. Tokens longer than [`MAX_TOKEN_BYTES`] are left out (never allowed).
 //!
-//! Cost: building sorts the vocabulary (tens of ms at 262k tokens); ~12 bytes per node,
-//! about 2 nodes per token, plus the token bytes themselves.
+//! For each node the trie also keeps the set of ASCII bytes in its subtree and where its
+//! tokens start in a preorder token list, so that from a state that loops on a set of bytes
+//! (inside a string, a comment, a list item) a whole subtree made only of those bytes is
+//! allowed at once without walking it.
+//!
+//! Cost: building sorts the vocabulary (tens of ms at 262k tokens); ~32 bytes per node,
+//! about 2.2 nodes per token, plus the token bytes themselves (~20 MB at 262k tokens).
 
 /// Longest token kept, in bytes; real vocabularies stay far below.
 pub const MAX_TOKEN_BYTES: usize = 512;
@@ -35,9 +40,26 @@ pub struct TokenTrie {
     pub(crate) duplicates: Vec<(u32, u32)>,
     eog_tokens: Vec<u32>,
     is_eog: Vec<bool>,
+    /// Per node: the ASCII bytes found in its subtree (itself included), bit `b` for byte `b`;
+    /// bit 0 stands for "a NUL or non-ASCII byte", which no loop set ever contains.
+    pub(crate) subtree_ascii: Vec<u128>,
+    /// Per node (and one past the end): where its subtree's tokens start in `preorder_tokens`.
+    pub(crate) first_token: Vec<u32>,
+    /// Token ids in trie preorder, so a subtree's tokens are one slice.
+    pub(crate) preorder_tokens: Vec<u32>,
     byte_offsets: Vec<u32>,
     bytes: Vec<u8>,
     max_depth: usize,
+}
+
+/// The bit of `byte` in a subtree or loop byte set.
+#[inline]
+pub(crate) fn ascii_bit(byte: u8) -> u128 {
+    if byte == 0 || byte >= 0x80 {
+        1
+    } else {
+        1u128 << byte
+    }
 }
 
 impl TokenTrie {
@@ -71,6 +93,7 @@ impl TokenTrie {
         order.sort_by(|a, b| token_bytes[*a as usize].cmp(&token_bytes[*b as usize]));
 
         let mut nodes: Vec<TrieNode> = Vec::with_capacity(order.len() * 2);
+        let mut parents: Vec<u32> = Vec::with_capacity(order.len() * 2);
         let mut duplicates = Vec::new();
         // Indices of the open nodes along the current path; path[d] is at depth d + 1.
         let mut path: Vec<usize> = Vec::new();
@@ -85,6 +108,7 @@ impl TokenTrie {
                 }
             }
             for (offset, &byte) in text.iter().enumerate().skip(shared) {
+                parents.push(path.last().map(|p| *p as u32).unwrap_or(u32::MAX));
                 path.push(nodes.len());
                 nodes.push(TrieNode { subtree_end: 0, token: NO_TOKEN, byte, depth: offset as u16 + 1 });
             }
@@ -102,7 +126,33 @@ impl TokenTrie {
         for open in path {
             nodes[open].subtree_end = end;
         }
-        TokenTrie { nodes, duplicates, eog_tokens: eog, is_eog, byte_offsets, bytes, max_depth }
+        let mut subtree_ascii: Vec<u128> = nodes.iter().map(|n| ascii_bit(n.byte)).collect();
+        for index in (0..nodes.len()).rev() {
+            if let Some(parent) = subtree_ascii.get(parents[index] as usize).copied() {
+                subtree_ascii[parents[index] as usize] = parent | subtree_ascii[index];
+            }
+        }
+        let mut first_token = Vec::with_capacity(nodes.len() + 1);
+        let mut preorder_tokens = Vec::with_capacity(order.len());
+        for node in &nodes {
+            first_token.push(preorder_tokens.len() as u32);
+            if node.token != NO_TOKEN {
+                preorder_tokens.push(node.token);
+            }
+        }
+        first_token.push(preorder_tokens.len() as u32);
+        TokenTrie {
+            nodes,
+            duplicates,
+            eog_tokens: eog,
+            is_eog,
+            subtree_ascii,
+            first_token,
+            preorder_tokens,
+            byte_offsets,
+            bytes,
+            max_depth,
+        }
     }
 
     pub fn vocab_size(&self) -> usize {
@@ -157,5 +207,9 @@ mod tests {
         assert_eq!(trie.eog_tokens(), &[3]);
         assert_eq!(trie.token_bytes(4), Some(&b"abc"[..]));
         assert_eq!(trie.max_depth(), 3);
+        let ab_c = ascii_bit(b'a') | ascii_bit(b'b') | ascii_bit(b'c');
+        assert_eq!(trie.subtree_ascii, vec![ab_c, ascii_bit(b'b') | ascii_bit(b'c'), ascii_bit(b'c'), ascii_bit(b'b')]);
+        assert_eq!(trie.preorder_tokens, vec![1, 0, 4, 2]);
+        assert_eq!(trie.first_token, vec![0, 1, 2, 3, 4]);
     }
 }
