@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# End-to-end tests: start the real daemon with smollm2:135m on a free loopback port, drive it
+# with the official openai, anthropic and ollama Python clients (installed into a virtual
+# environment from PyPI) and curl, then stop it with SIGTERM and check it exits cleanly.
+#
+#   integration/run.sh                 all tests
+#   integration/run.sh -k eviction     pytest arguments pass through
+#   integration/run.sh --bench         the load benchmark instead of the tests
+#
+# Environment: LLAMAY_BIN (default target/release/llamay), LLAMAY_MODEL (smollm2:135m),
+# LLAMAY_OTHER_MODEL (gemma3:270m, for eviction; its tests skip when it is not installed).
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+bin=${LLAMAY_BIN:-$root/target/release/llamay}
+venv=$root/integration/.venv
+model=${LLAMAY_MODEL:-smollm2:135m}
+
+if [ ! -x "$bin" ]; then
+  cargo build --release
+fi
+if [ ! -x "$venv/bin/pytest" ]; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --upgrade pip
+  "$venv/bin/pip" install --quiet -r integration/requirements.txt
+fi
+
+port=$("$venv/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+log=$(mktemp -t llamay-integration.XXXXXX)
+RUST_LOG=${RUST_LOG:-info} "$bin" serve -m "$model" -addr "127.0.0.1:$port" -max-loaded 1 -keepalive 5m -parallel 4 >"$log" 2>&1 &
+pid=$!
+stop() {
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  fi
+}
+trap stop EXIT
+
+for _ in $(seq 1 120); do
+  if curl -sf "http://127.0.0.1:$port/health" >/dev/null; then break; fi
+  if ! kill -0 "$pid" 2>/dev/null; then
+    echo "llamay exited during start-up:" >&2
+    cat "$log" >&2
+    exit 1
+  fi
+  sleep 0.5
+done
+curl -sf "http://127.0.0.1:$port/health" >/dev/null || { echo "llamay did not answer /health" >&2; cat "$log" >&2; exit 1; }
+grep -q "llamay serving" "$log" || { echo "the start-up banner is missing" >&2; cat "$log" >&2; exit 1; }
+
+export LLAMAY_URL="http://127.0.0.1:$port" LLAMAY_MODEL="$model"
+status=0
+if [ "${1:-}" = "--bench" ]; then
+  shift
+  "$venv/bin/python" integration/bench_load.py "$@" || status=$?
+else
+  "$venv/bin/pytest" -q integration "$@" || status=$?
+fi
+
+# A clean stop: SIGTERM, running requests finish, exit status 0.
+kill -TERM "$pid"
+if wait "$pid"; then
+  echo "llamay stopped cleanly"
+else
+  echo "llamay exited with status $? on SIGTERM" >&2
+  tail -20 "$log" >&2
+  status=1
+fi
+trap - EXIT
+rm -f "$log"
+exit $status
