@@ -5,4 +5,6 @@
 //! `actors` never imports `api`.
 
 pub mod messages;
+pub mod model;
+pub mod sampler;
 pub mod supervisor;
