@@ -362,3 +362,38 @@ async fn a_client_that_goes_away_frees_its_sequence() {
     let stats = call!(app, get, "/v1/stats").json();
     assert_eq!(stats["models"][0]["requests_in_flight"], 0, "the lease was released");
 }
+
+#[actix_web::test]
+async fn the_grammar_file_applies_unless_the_request_brings_its_own_constraint() {
+    let loader = ScriptedLoader::new();
+    let config = SupervisorConfig { max_loaded: 1, default_keep_alive: KeepAlive::For(Duration::from_secs(60)), max_queue: 4 };
+    let supervisor = Supervisor::new(Arc::new(loader), config).start();
+    let limits = crate::grammar::limits::Limits::default();
+    let grammar = crate::grammar::gbnf::compile_gbnf(b"root ::= \"yes\" | \"no\"", &limits).unwrap();
+    let state = web::Data::new(AppState::new(supervisor, Arc::new(FakeCatalog), Some(Arc::new(grammar)), BODY_LIMIT));
+    let app = test::init_service(build_app(state.clone())).await;
+    let body = call!(app, post, "/v1/chat/completions", chat_body("tiny:1m", "x")).json();
+    assert_eq!(body["choices"][0]["message"]["content"], "{\"ok\":true}", "the scripted model saw a constraint");
+    let mut with_schema = chat_body("tiny:1m", "x");
+    with_schema["llamay_schema"] = json!({"type": "integer"});
+    assert_eq!(call!(app, post, "/v1/chat/completions", with_schema).status, StatusCode::OK, "a request schema replaces the file's grammar");
+}
+
+#[actix_web::test]
+async fn grammar_refusals_name_the_problem_and_compiled_constraints_are_reused() {
+    let h = harness(2, 8);
+    let app = test::init_service(build_app(h.state.clone())).await;
+    let mut left_recursive = chat_body("tiny:1m", "x");
+    left_recursive["grammar"] = json!("root ::= root \"a\" | \"a\"");
+    let answer = call!(app, post, "/v1/chat/completions", left_recursive);
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST);
+    assert!(answer.json()["error"]["message"].as_str().unwrap().contains("left-recursive"), "{}", answer.text);
+    let mut schema = chat_body("tiny:1m", "x");
+    schema["response_format"] = json!({"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "integer", "minimum": 3}}});
+    for _ in 0..3 {
+        assert_eq!(call!(app, post, "/v1/chat/completions", schema.clone()).status, StatusCode::OK);
+    }
+    let stats = call!(app, get, "/v1/stats").json();
+    assert_eq!(stats["compiled_constraints"]["hits"], 2);
+    assert_eq!(stats["compiled_constraints"]["entries"], 1);
+}

@@ -44,7 +44,7 @@ pub async fn serve(config: Config, loader: Arc<dyn ModelLoader>, catalog: Arc<dy
         Some(name) => {
             let lease = acquire(&supervisor, name, None)
                 .await
-                .map_err(|e| io::Error::new(io::ErrorKind::Other, format!("cannot load {name}: {e}")))?;
+                .map_err(|e| io::Error::other(format!("cannot load {name}: {e}")))?;
             Some(lease.model().info().clone())
         }
         None => None,
@@ -64,7 +64,7 @@ pub async fn serve(config: Config, loader: Arc<dyn ModelLoader>, catalog: Arc<dy
 
     tokio::select! {
         finished = &mut running => {
-            return finished.map_err(|e| io::Error::new(io::ErrorKind::Other, e.to_string()))?;
+            return finished.map_err(|e| io::Error::other(e.to_string()))?;
         }
         signal = stop_signal() => {
             tracing::info!(signal, "stopping: no new connections, waiting requests fail, running ones finish");

@@ -16,9 +16,10 @@ pub enum StreamEvent {
 }
 
 /// Why generation stopped.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub enum FinishReason {
     /// End of generation token, or the constraint reached an accepting state with nothing more allowed.
+    #[default]
     Stop,
     /// One of the request's stop strings matched (it is not part of the output).
     StopSequence(String),
@@ -61,10 +62,4 @@ pub struct Completion {
     /// The matcher's per-request counters (fast path hits, masks computed...), as the engine
     /// reports them; `None` without a constraint.
     pub constraint_stats: Option<serde_json::Value>,
-}
-
-impl Default for FinishReason {
-    fn default() -> Self {
-        FinishReason::Stop
-    }
 }
