@@ -62,7 +62,7 @@ pub fn parse_calls_with_ids(text: &str, offered: &[ToolSpec], mut new_id: impl F
     }
     // No well-formed block: the whole answer may be a bare call. Only when every call in it
     // names an offered tool, since a JSON answer that merely has a "name" key is content.
-    if let Some(decoded) = decode_calls(text) {
+    if let Some(decoded) = decode_bare_answer(text) {
         if !decoded.is_empty() && decoded.iter().all(|(name, _)| is_offered(name)) {
             let calls =
                 decoded.into_iter().map(|(name, arguments)| ToolCall { id: new_id(), name, arguments }).collect();
@@ -119,12 +119,19 @@ fn tidy_leftover(content: &str) -> String {
     tidy.trim_end().to_string()
 }
 
-/// The calls a block (or a whole answer) holds, or `None` when it is not a well-formed call,
-/// or list of calls.
-fn decode_calls(text: &str) -> Option<Vec<(String, Value)>> {
-    decode_value(serde_json::from_str(text.trim()).ok()?)
+/// The calls a whole answer holds when it is nothing but a call or a list of calls, possibly
+/// inside one Markdown code fence (small models like to fence JSON).
+fn decode_bare_answer(text: &str) -> Option<Vec<(String, Value)>> {
+    let trimmed = text.trim();
+    let unfenced = trimmed
+        .strip_prefix("```")
+        .and_then(|rest| rest.strip_suffix("```"))
+        .map(|inner| inner.strip_prefix("json").unwrap_or(inner))
+        .unwrap_or(trimmed);
+    decode_value(serde_json::from_str(unfenced.trim()).ok()?)
 }
 
+/// The calls a JSON value holds: one call object, or a non-empty list of them.
 fn decode_value(value: Value) -> Option<Vec<(String, Value)>> {
     match value {
         Value::Array(items) if !items.is_empty() => items.into_iter().map(decode_call).collect(),
@@ -315,6 +322,9 @@ mod tests {
         let wrapped =
             parse(r#"[{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Kyiv"}}}]"#);
         assert_eq!(wrapped.calls.len(), 1);
+        let fenced = parse("```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n```");
+        assert_eq!(fenced.calls.len(), 1);
+        assert_eq!(fenced.calls[0].arguments, json!({"city": "Oslo"}));
         let person = r#"{"name": "Ada", "arguments": {}}"#;
         let parsed = parse(person);
         assert!(parsed.calls.is_empty());
@@ -347,5 +357,52 @@ mod tests {
         assert!(tail.bytes().all(|b| b.is_ascii_alphanumeric()), "{anthropic}");
         assert_ne!(openai_call_id(), openai_call_id());
         assert_ne!(anthropic_call_id(), anthropic_call_id());
+    }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+        use crate::tools::render_calls_as_text;
+
+        fn argument_value() -> impl Strategy<Value = Value> {
+            prop_oneof![
+                any::<i64>().prop_map(Value::from),
+                any::<bool>().prop_map(Value::from),
+                // Text that looks like the convention itself must survive inside a string.
+                prop_oneof![Just("</tool_call>".to_string()), Just("<tool_call>".to_string()), ".{0,12}"]
+                    .prop_map(Value::from),
+            ]
+        }
+
+        fn call() -> impl Strategy<Value = ToolCall> {
+            (
+                prop_oneof![Just("get_weather".to_string()), Just("launch_rocket".to_string())],
+                prop::collection::btree_map("[a-z]{1,6}", argument_value(), 0..4),
+            )
+                .prop_map(|(name, arguments)| ToolCall {
+                    id: String::new(),
+                    name,
+                    arguments: Value::Object(arguments.into_iter().collect()),
+                })
+        }
+
+        proptest! {
+            #[test]
+            fn rendered_calls_read_back_as_the_same_calls(calls in prop::collection::vec(call(), 1..4)) {
+                let text = render_calls_as_text(&calls);
+                let parsed = parse_calls_with_ids(&text, &weather_tools(), String::new);
+                let offered: Vec<ToolCall> = calls.into_iter().filter(|c| c.name == "get_weather").collect();
+                prop_assert_eq!(parsed.calls, offered);
+                prop_assert_eq!(parsed.content, "");
+            }
+
+            #[test]
+            fn any_text_parses_without_panicking(text in "(<tool_call>|</tool_call>|[{}\\[\\]\":, a-z]|\\n){0,40}") {
+                let parsed = parse(&text);
+                prop_assert!(parsed.content.len() <= text.len());
+                prop_assert!(parsed.calls.iter().all(|c| c.name == "get_weather" && c.arguments.is_object()));
+            }
+        }
     }
 }
