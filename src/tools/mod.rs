@@ -18,7 +18,10 @@ use crate::core::{CoreError, ErrorCode};
 
 pub use forced::{embed_grammar, forced_call_grammar};
 pub use parse::{anthropic_call_id, openai_call_id, parse_calls, parse_calls_with_ids, ParsedOutput};
-pub use prompt::{hermes_tools_prompt, messages_for_plain_template, render_calls_as_text, render_tool_result};
+pub use prompt::{
+    calls_as_template_json, hermes_tools_prompt, messages_for_plain_template, render_calls_as_text, render_tool_result,
+    tools_as_template_json,
+};
 pub use validate::{check_hosted_type, validate_choice, validate_tools, MAX_TOOLS};
 
 /// Why a request's tools or `tool_choice` are refused. Every variant is the client's mistake

@@ -35,8 +35,36 @@ pub fn hermes_tools_prompt(tools: &[ToolSpec]) -> String {
     text
 }
 
+/// The tools as a Hugging Face chat template expects its `tools` variable (for templates with
+/// their own tools section): `{"type": "function", "function": {"name", "description",
+/// "parameters"}}` per tool, the same objects the Hermes block lists.
+pub fn tools_as_template_json(tools: &[ToolSpec]) -> Vec<Value> {
+    tools.iter().map(tool_description).collect()
+}
+
+/// An assistant's calls as a Hugging Face template expects a message's `tool_calls`:
+/// `{"id", "type": "function", "function": {"name", "arguments": {...}}}`, arguments an object.
+pub fn calls_as_template_json(calls: &[ToolCall]) -> Value {
+    Value::Array(
+        calls
+            .iter()
+            .map(|call| {
+                let arguments = match &call.arguments {
+                    Value::Null => Value::Object(Map::new()),
+                    other => other.clone(),
+                };
+                json!({"id": call.id, "type": "function", "function": {"name": call.name, "arguments": arguments}})
+            })
+            .collect(),
+    )
+}
+
 /// One tool as the model reads it: `{"type":"function","function":{"name",...}}`.
 fn tool_description_json(tool: &ToolSpec) -> String {
+    tool_description(tool).to_string()
+}
+
+fn tool_description(tool: &ToolSpec) -> Value {
     let mut function = Map::new();
     function.insert("name".to_string(), Value::String(tool.name.clone()));
     if let Some(description) = tool.description.as_deref().filter(|d| !d.is_empty()) {
@@ -47,7 +75,7 @@ fn tool_description_json(tool: &ToolSpec) -> String {
         other => other.clone(),
     };
     function.insert("parameters".to_string(), parameters);
-    json!({"type": "function", "function": Value::Object(function)}).to_string()
+    json!({"type": "function", "function": Value::Object(function)})
 }
 
 /// An assistant's calls as text, one `<tool_call>` block per call separated by newlines: the
@@ -178,6 +206,20 @@ mod tests {
                 r#"{"type":"function","function":{"name":"now","parameters":{"type":"object","properties":{}}}}"#
             ),
             "{prompt}"
+        );
+    }
+
+    #[test]
+    fn template_json_has_the_hugging_face_shape() {
+        let tools = fixture_tools();
+        let listed = tools_as_template_json(&tools);
+        assert_eq!(listed.len(), 2);
+        assert_eq!(listed[1]["function"]["name"], "issue_refund");
+        assert_eq!(listed[1]["function"]["parameters"], tools[1].parameters);
+        let calls = vec![ToolCall { id: "call_1".into(), name: "issue_refund".into(), arguments: Value::Null }];
+        assert_eq!(
+            calls_as_template_json(&calls),
+            json!([{"id": "call_1", "type": "function", "function": {"name": "issue_refund", "arguments": {}}}])
         );
     }
 
