@@ -96,13 +96,13 @@ fn read_block(after_open: &str) -> Option<(Vec<(String, Value)>, usize)> {
 /// How much of the text a block that is not a call covers: up to its closing tag, or the next
 /// opening tag, or the end of the text, whichever comes first.
 fn malformed_block_extent(after_open: &str) -> usize {
-    let close = after_open.find(CLOSE_TAG).map(|at| at + CLOSE_TAG.len());
-    let next_open = after_open.find(OPEN_TAG);
-    match (close, next_open) {
-        (Some(close), Some(open)) if open < close => open,
-        (Some(close), _) => close,
-        (None, Some(open)) => open,
-        (None, None) => after_open.len(),
+    // The closing tag is looked for only before the next opening tag, so text of many unclosed
+    // tags costs one pass, not one pass per tag.
+    let next_open = after_open.find(OPEN_TAG).unwrap_or(after_open.len());
+    let before_next = after_open.get(..next_open).unwrap_or(after_open);
+    match before_next.find(CLOSE_TAG) {
+        Some(close) => close + CLOSE_TAG.len(),
+        None => next_open,
     }
 }
 
@@ -292,6 +292,14 @@ mod tests {
     fn junk_between_the_json_and_the_closing_tag_is_text() {
         let text = "<tool_call>{\"name\": \"get_weather\", \"arguments\": {}} and more</tool_call>";
         let parsed = parse(text);
+        assert!(parsed.calls.is_empty());
+        assert_eq!(parsed.content, text);
+    }
+
+    #[test]
+    fn many_unclosed_tags_are_text() {
+        let text = "<tool_call>{".repeat(2000);
+        let parsed = parse(&text);
         assert!(parsed.calls.is_empty());
         assert_eq!(parsed.content, text);
     }
