@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::automaton::{config_can_continue, config_is_accepting, CompiledGrammar};
+use super::ir::ByteSet;
 use super::mask::TokenMask;
 
 /// The state id of the dead configuration (no stack alive); every table has it.
@@ -30,9 +31,9 @@ pub(crate) struct StateTable {
     transitions: Vec<u32>,
     accepting: Vec<bool>,
     can_continue: Vec<bool>,
-    /// Per state: the ASCII bytes that lead back to the same state (see `toktrie::ascii_bit`),
-    /// once computed; `None` until then.
-    loop_bytes: Vec<Option<u128>>,
+    /// Per state, once computed: its *skip bytes* (see [`StateTable::compute_skip_bytes`]) and
+    /// whether they loop on the state itself.
+    skip_bytes: Vec<Option<(ByteSet, bool)>>,
     capacity: usize,
     pub(crate) peak: usize,
     pub(crate) clears: u64,
@@ -55,7 +56,7 @@ impl StateTable {
             transitions: Vec::new(),
             accepting: Vec::new(),
             can_continue: Vec::new(),
-            loop_bytes: Vec::new(),
+            skip_bytes: Vec::new(),
             capacity,
             peak: 0,
             clears: 0,
@@ -93,27 +94,100 @@ impl StateTable {
         self.can_continue.get(state as usize).copied().unwrap_or(false)
     }
 
-    /// The bytes that loop on `state`, if computed (see [`StateTable::compute_loop_bytes`]).
+    /// The skip bytes of `state` and whether they loop on it, if computed.
     #[inline]
-    pub(crate) fn loop_bytes(&self, state: u32) -> Option<u128> {
-        self.loop_bytes.get(state as usize).copied().flatten()
+    pub(crate) fn skip_bytes(&self, state: u32) -> Option<&(ByteSet, bool)> {
+        self.skip_bytes.get(state as usize).and_then(|set| set.as_ref())
     }
 
-    /// Computes which ASCII bytes lead from `state` back to itself (filling those
-    /// transitions); `None` when the table filled up on the way.
-    pub(crate) fn compute_loop_bytes(&mut self, state: u32) -> Option<u128> {
-        let mut set = 0u128;
+    /// Computes the *skip bytes* of `state` towards `target`: ASCII bytes leading from
+    /// `state` to `target`, plus the non-ASCII bytes appearing in no character that fails to.
+    /// So any valid UTF-8 character made only of skip bytes leads from `state` to `target`.
+    /// With `target == state` these are the state's loop bytes; otherwise `target` must loop
+    /// and the result is cut down to its loop bytes, so that any valid UTF-8 text made of skip
+    /// bytes leads from `state` into the loop and stays there, alive. Explores the UTF-8
+    /// encodings one byte class at a time (hundreds of transitions at most); `None` when the
+    /// table filled up on the way.
+    /// Which bytes to give up is chosen by `byte_weights` (tokens containing each byte), so
+    /// that the bytes excluded are the rarest in the vocabulary.
+    pub(crate) fn compute_skip_bytes(&mut self, state: u32, target: u32, byte_weights: &[u32; 256]) -> Option<ByteSet> {
+        let target_loop = if target == state {
+            ByteSet::ALL
+        } else {
+            match self.skip_bytes(target) {
+                Some((set, true)) => *set,
+                _ => return None,
+            }
+        };
+        let mut set = ByteSet::EMPTY;
         for byte in 1..0x80u8 {
             match self.next(state, byte) {
                 FULL => return None,
-                next if next == state => set |= 1u128 << byte,
+                next if next == target => set.insert(byte),
                 _ => {}
             }
         }
-        if let Some(slot) = self.loop_bytes.get_mut(state as usize) {
-            *slot = Some(set);
+        let mut unclean = ByteSet::EMPTY;
+        for sequence in regex_syntax::utf8::Utf8Sequences::new('\u{80}', '\u{10FFFF}') {
+            let ranges: Vec<(u8, u8)> = sequence.as_slice().iter().map(|r| (r.start, r.end)).collect();
+            let mut path = Vec::with_capacity(4);
+            self.mark_unclean(target, &ranges, state, &mut path, byte_weights, &mut unclean)?;
+        }
+        for byte in 0x80..=0xFFu8 {
+            if !unclean.contains(byte) {
+                set.insert(byte);
+            }
+        }
+        let set = set.intersect(&target_loop);
+        if let Some(slot) = self.skip_bytes.get_mut(state as usize) {
+            *slot = Some((set, target == state));
         }
         Some(set)
+    }
+
+    /// Follows every byte-class path through the UTF-8 byte ranges `ranges` from `at`. Where
+    /// a path dies, or ends anywhere but `origin`, every character on it must contain an
+    /// unclean byte: unless one of its byte groups already is, the group whose bytes occur in
+    /// the fewest tokens becomes unclean.
+    fn mark_unclean(
+        &mut self,
+        origin: u32,
+        ranges: &[(u8, u8)],
+        at: u32,
+        path: &mut Vec<ByteSet>,
+        byte_weights: &[u32; 256],
+        unclean: &mut ByteSet,
+    ) -> Option<()> {
+        let Some((&(low, high), rest)) = ranges.split_first() else { return Some(()) };
+        let mut groups: Vec<(u8, ByteSet)> = Vec::new();
+        for byte in low..=high {
+            let class = self.grammar.byte_class()[byte as usize];
+            match groups.iter_mut().find(|(c, _)| *c == class) {
+                Some((_, bytes)) => bytes.insert(byte),
+                None => groups.push((class, ByteSet::single(byte))),
+            }
+        }
+        for (_, bytes) in groups {
+            let representative = bytes.iter().next().unwrap_or(low);
+            let next = self.next(at, representative);
+            if next == FULL {
+                return None;
+            }
+            path.push(bytes);
+            if next == DEAD || (rest.is_empty() && next != origin) {
+                let covered = path.iter().any(|group| group.intersect(unclean) == *group);
+                if !covered {
+                    let weight = |group: &ByteSet| group.iter().map(|b| byte_weights[b as usize] as u64).sum::<u64>();
+                    if let Some(cheapest) = path.iter().min_by_key(|group| weight(group)) {
+                        *unclean = unclean.union(cheapest);
+                    }
+                }
+            } else if !rest.is_empty() {
+                self.mark_unclean(origin, rest, next, path, byte_weights, unclean)?;
+            }
+            path.pop();
+        }
+        Some(())
     }
 
     /// The state after `byte`, [`DEAD`], or [`FULL`] when a new state would not fit.
@@ -161,7 +235,7 @@ impl StateTable {
         let id = self.configs.len() as u32;
         self.accepting.push(config_is_accepting(&config));
         self.can_continue.push(config_can_continue(&config));
-        self.loop_bytes.push(None);
+        self.skip_bytes.push(None);
         self.transitions.extend(std::iter::repeat(UNKNOWN).take(self.classes));
         if !config.is_empty() {
             self.ids.insert(config.clone(), id);
@@ -178,7 +252,7 @@ impl StateTable {
         self.transitions.clear();
         self.accepting.clear();
         self.can_continue.clear();
-        self.loop_bytes.clear();
+        self.skip_bytes.clear();
         self.clears += 1;
         self.push_state(Box::new([]));
         for state in live.iter_mut() {

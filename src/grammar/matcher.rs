@@ -15,6 +15,7 @@ use std::time::Instant;
 use super::automaton::{describe_expected, CompiledGrammar};
 use super::cache::{MaskCache, StateTable, DEAD, FULL};
 use super::error::GrammarError;
+use super::ir::ByteSet;
 use super::mask::TokenMask;
 use super::stats::MaskStats;
 use super::toktrie::{TokenTrie, NO_TOKEN};
@@ -28,8 +29,12 @@ pub struct Matcher {
     state: u32,
     /// One state per trie depth during a walk; kept to reuse the allocation.
     depth_states: Vec<u32>,
-    /// The loop byte set of each state in `depth_states` (0: none known).
-    depth_loops: Vec<u128>,
+    /// Per trie depth during a walk: the bytes whose subtrees may be skipped, and the UTF-8
+    /// continuation bytes still owed.
+    depth_skips: Vec<ByteSet>,
+    depth_pending: Vec<u8>,
+    /// UTF-8 continuation bytes the committed text still owes (it may end mid-character).
+    pending_continuations: u8,
     /// Whether this step needed a new mask (for the hit rate).
     computed_this_step: bool,
     stats: MaskStats,
@@ -43,7 +48,7 @@ impl Matcher {
         let masks = MaskCache::new(grammar.limits().mask_cache);
         let depth_states = vec![DEAD; trie.max_depth() + 1];
         let mut matcher =
-            Matcher { grammar, trie, table, masks, state, depth_states, depth_loops: Vec::new(), computed_this_step: false, stats: MaskStats::default() };
+            Matcher { grammar, trie, table, masks, state, depth_states, depth_skips: Vec::new(), depth_pending: Vec::new(), pending_continuations: 0, computed_this_step: false, stats: MaskStats::default() };
         matcher.refresh_stats();
         matcher
     }
@@ -81,6 +86,9 @@ impl Matcher {
         let result = match self.state_after(token) {
             Some(next) => {
                 self.state = next;
+                for &byte in self.trie.token_bytes(token).unwrap_or_default() {
+                    self.pending_continuations = pending_after(self.pending_continuations, byte);
+                }
                 self.stats.steps += 1;
                 if !self.computed_this_step {
                     self.stats.cached_steps += 1;
@@ -165,24 +173,34 @@ impl Matcher {
     }
 
     /// One forward pass over the trie from the current state. A subtree is skipped as soon as
-    /// its prefix kills the automaton; from a state that loops on a set of ASCII bytes, a
-    /// subtree made only of those bytes is allowed whole without being walked.
+    /// its prefix kills the automaton. From a state that loops on a set of characters (or
+    /// leads into such a loop), a subtree of valid UTF-8 tokens made only of their bytes is
+    /// allowed whole without being walked; inside a character the set of the state where the
+    /// character began still applies while the character's bytes belong to it.
     fn walk_trie(&mut self) -> TokenMask {
         let trie = self.trie.clone();
         let mut mask = TokenMask::new(trie.vocab_size());
         let nodes = &trie.nodes[..];
-        let subtree_ascii = &trie.subtree_ascii[..];
+        let subtree_bytes = &trie.subtree_bytes[..];
+        let depth_count = trie.max_depth() + 1;
         let mut depth_states = std::mem::take(&mut self.depth_states);
-        depth_states.resize(trie.max_depth() + 1, DEAD);
-        let mut depth_loops = std::mem::take(&mut self.depth_loops);
-        depth_loops.resize(trie.max_depth() + 1, 0);
+        depth_states.resize(depth_count, DEAD);
+        // depth_skips[d]: bytes whose valid UTF-8 subtrees below the node at depth d are allowed.
+        let mut depth_skips = std::mem::take(&mut self.depth_skips);
+        depth_skips.resize(depth_count, ByteSet::EMPTY);
+        // depth_pending[d]: continuation bytes still owed after the node at depth d.
+        let mut depth_pending = std::mem::take(&mut self.depth_pending);
+        depth_pending.resize(depth_count, 0);
         depth_states[0] = self.state;
-        depth_loops[0] = self.table.loop_bytes(self.state).unwrap_or(0);
+        depth_pending[0] = self.pending_continuations;
+        depth_skips[0] = match self.pending_continuations {
+            0 => self.table.skip_bytes(self.state).map(|(set, _)| *set).unwrap_or(ByteSet::EMPTY),
+            _ => ByteSet::EMPTY,
+        };
         let mut index = 0usize;
         while let Some(node) = nodes.get(index) {
             let depth = node.depth as usize;
-            let parent_loop = depth_loops[depth - 1];
-            if parent_loop != 0 && subtree_ascii.get(index).is_some_and(|bytes| bytes & !parent_loop == 0) {
+            if subtree_bytes.get(index).is_some_and(|bytes| is_subset(bytes, &depth_skips[depth - 1])) {
                 let end = node.subtree_end as usize;
                 let first = trie.first_token.get(index).copied().unwrap_or(0) as usize;
                 let last = trie.first_token.get(end).copied().unwrap_or(0) as usize;
@@ -204,14 +222,31 @@ impl Matcher {
                 depth_states[0] = self.state;
                 continue;
             }
-            if next == parent && self.table.loop_bytes(parent).is_none() {
-                // A state that loops: learn on which bytes, so its big subtrees can be skipped.
-                if let Some(loop_set) = self.table.compute_loop_bytes(parent) {
-                    depth_loops[depth - 1] = loop_set;
+            let parent_pending = depth_pending[depth - 1];
+            if parent_pending == 0 && self.table.skip_bytes(parent).is_none() {
+                // A state that loops, or leads into a loop, learns on which bytes, so that its
+                // big subtrees can be allowed without a walk.
+                let target = if next == parent {
+                    Some(parent)
+                } else if matches!(self.table.skip_bytes(next), Some((_, true))) {
+                    Some(next)
+                } else {
+                    None
+                };
+                if let Some(set) = target.and_then(|target| self.table.compute_skip_bytes(parent, target, &trie.byte_weights)) {
+                    depth_skips[depth - 1] = set;
                 }
             }
+            let pending = pending_after(parent_pending, node.byte);
+            depth_pending[depth] = pending;
+            depth_skips[depth] = if pending == 0 {
+                self.table.skip_bytes(next).map(|(set, _)| *set).unwrap_or(ByteSet::EMPTY)
+            } else if depth_skips[depth - 1].contains(node.byte) {
+                depth_skips[depth - 1]
+            } else {
+                ByteSet::EMPTY
+            };
             depth_states[depth] = next;
-            depth_loops[depth] = self.table.loop_bytes(next).unwrap_or(0);
             if node.token != NO_TOKEN {
                 mask.set(node.token);
             }
@@ -228,7 +263,8 @@ impl Matcher {
             }
         }
         self.depth_states = depth_states;
-        self.depth_loops = depth_loops;
+        self.depth_skips = depth_skips;
+        self.depth_pending = depth_pending;
         mask
     }
 
@@ -245,6 +281,23 @@ impl Matcher {
         self.stats.table_clears = self.table.clears + self.masks.clears;
         self.stats.overflows = self.table.overflows;
     }
+}
+
+/// UTF-8 continuation bytes still owed after `byte`, when `pending` were owed before it.
+#[inline]
+fn pending_after(pending: u8, byte: u8) -> u8 {
+    match byte {
+        0x80..=0xBF => pending.saturating_sub(1),
+        0xC0..=0xDF => 1,
+        0xE0..=0xEF => 2,
+        0xF0..=0xFF => 3,
+        _ => 0,
+    }
+}
+
+#[inline]
+fn is_subset(bytes: &ByteSet, of: &ByteSet) -> bool {
+    (bytes.0[0] & !of.0[0]) | (bytes.0[1] & !of.0[1]) | (bytes.0[2] & !of.0[2]) | (bytes.0[3] & !of.0[3]) == 0
 }
 
 #[cfg(test)]

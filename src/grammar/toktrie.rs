@@ -7,16 +7,18 @@
 //! trie; end-of-generation tokens are kept aside and allowed exactly when the automaton
 //! accepts. Tokens longer than [`MAX_TOKEN_BYTES`] are left out (never allowed).
 //!
-//! For each node the trie also keeps the set of ASCII bytes in its subtree and where its
-//! tokens start in a preorder token list, so that from a state that loops on a set of bytes
-//! (inside a string, a comment, a list item) a whole subtree made only of those bytes is
-//! allowed at once without walking it.
+//! For each node the trie also keeps the set of bytes in its subtree and where its tokens
+//! start in a preorder token list, so that from a state that loops on a set of characters
+//! (inside a string, a comment, a list item) a whole subtree made only of those is allowed at
+//! once without walking it.
 //!
-//! Cost: building sorts the vocabulary (tens of ms at 262k tokens); ~32 bytes per node,
-//! about 2.2 nodes per token, plus the token bytes themselves (~20 MB at 262k tokens).
+//! Cost: building sorts the vocabulary (~100 ms at 262k tokens); ~50 bytes per node, about
+//! 2.2 nodes per token, plus the token bytes themselves (~30 MB at 262k tokens).
 
 /// Longest token kept, in bytes; real vocabularies stay far below.
 pub const MAX_TOKEN_BYTES: usize = 512;
+
+use super::ir::ByteSet;
 
 pub(crate) const NO_TOKEN: u32 = u32::MAX;
 
@@ -40,27 +42,22 @@ pub struct TokenTrie {
     pub(crate) duplicates: Vec<(u32, u32)>,
     eog_tokens: Vec<u32>,
     is_eog: Vec<bool>,
-    /// Per node: the ASCII bytes found in its subtree (itself included), bit `b` for byte `b`;
-    /// bit 0 stands for "a NUL or non-ASCII byte", which no loop set ever contains.
-    pub(crate) subtree_ascii: Vec<u128>,
+    /// Per node: the bytes found in its subtree (itself included); byte 0 also stands for "a
+    /// token here is not valid UTF-8", and no loop set ever contains it.
+    pub(crate) subtree_bytes: Vec<ByteSet>,
     /// Per node (and one past the end): where its subtree's tokens start in `preorder_tokens`.
     pub(crate) first_token: Vec<u32>,
     /// Token ids in trie preorder, so a subtree's tokens are one slice.
     pub(crate) preorder_tokens: Vec<u32>,
+    /// How many tokens contain each byte: what excluding a byte from a skip set costs.
+    pub(crate) byte_weights: [u32; 256],
     byte_offsets: Vec<u32>,
     bytes: Vec<u8>,
     max_depth: usize,
 }
 
-/// The bit of `byte` in a subtree or loop byte set.
-#[inline]
-pub(crate) fn ascii_bit(byte: u8) -> u128 {
-    if byte == 0 || byte >= 0x80 {
-        1
-    } else {
-        1u128 << byte
-    }
-}
+/// The byte that marks a subtree holding a token that is not valid UTF-8.
+pub(crate) const INVALID_MARK: u8 = 0;
 
 impl TokenTrie {
     /// `token_bytes[id]` is the text of token `id` (empty for control tokens); `eog_tokens`
@@ -126,10 +123,21 @@ impl TokenTrie {
         for open in path {
             nodes[open].subtree_end = end;
         }
-        let mut subtree_ascii: Vec<u128> = nodes.iter().map(|n| ascii_bit(n.byte)).collect();
+        let mut subtree_bytes: Vec<ByteSet> = nodes
+            .iter()
+            .map(|n| {
+                let mut set = ByteSet::single(n.byte);
+                let invalid = n.token != NO_TOKEN && std::str::from_utf8(&token_bytes[n.token as usize]).is_err();
+                if invalid {
+                    set.insert(INVALID_MARK);
+                }
+                set
+            })
+            .collect();
         for index in (0..nodes.len()).rev() {
-            if let Some(parent) = subtree_ascii.get(parents[index] as usize).copied() {
-                subtree_ascii[parents[index] as usize] = parent | subtree_ascii[index];
+            let parent = parents[index] as usize;
+            if parent < subtree_bytes.len() {
+                subtree_bytes[parent] = subtree_bytes[parent].union(&subtree_bytes[index]);
             }
         }
         let mut first_token = Vec::with_capacity(nodes.len() + 1);
@@ -141,12 +149,23 @@ impl TokenTrie {
             }
         }
         first_token.push(preorder_tokens.len() as u32);
+        let mut byte_weights = [0u32; 256];
+        for token in token_bytes {
+            let mut seen = ByteSet::EMPTY;
+            for &byte in token {
+                seen.insert(byte);
+            }
+            for byte in seen.iter() {
+                byte_weights[byte as usize] += 1;
+            }
+        }
         TokenTrie {
+            byte_weights,
             nodes,
             duplicates,
             eog_tokens: eog,
             is_eog,
-            subtree_ascii,
+            subtree_bytes,
             first_token,
             preorder_tokens,
             byte_offsets,
@@ -207,8 +226,10 @@ mod tests {
         assert_eq!(trie.eog_tokens(), &[3]);
         assert_eq!(trie.token_bytes(4), Some(&b"abc"[..]));
         assert_eq!(trie.max_depth(), 3);
-        let ab_c = ascii_bit(b'a') | ascii_bit(b'b') | ascii_bit(b'c');
-        assert_eq!(trie.subtree_ascii, vec![ab_c, ascii_bit(b'b') | ascii_bit(b'c'), ascii_bit(b'c'), ascii_bit(b'b')]);
+        let set = |bytes: &[u8]| bytes.iter().fold(ByteSet::EMPTY, |s, b| s.union(&ByteSet::single(*b)));
+        assert_eq!(trie.subtree_bytes, vec![set(b"abc"), set(b"bc"), set(b"c"), set(b"b")]);
+        let split = TokenTrie::new(&[vec![0xC3], vec![0xC3, 0xA9], b"x".to_vec()], &[]);
+        assert_eq!(split.subtree_bytes, vec![set(b"x"), set(&[0, 0xC3, 0xA9]), set(&[0xA9])]);
         assert_eq!(trie.preorder_tokens, vec![1, 0, 4, 2]);
         assert_eq!(trie.first_token, vec![0, 1, 2, 3, 4]);
     }
