@@ -262,3 +262,91 @@ fn every_forced_output_parses_into_calls_matching_their_schemas() {
         assert!(checked >= 100, "only {checked} walks finished");
     }
 }
+
+/// The path a sampler takes: a toy vocabulary (every byte, some words, one end-of-generation
+/// token) behind the engine's token masks; a random "model" picks among allowed tokens and
+/// stops when the end token is allowed. What it writes must read back as valid calls.
+#[test]
+fn token_masks_only_let_a_model_write_valid_calls() {
+    use std::sync::Arc;
+
+    use crate::grammar::matcher::Matcher;
+    use crate::grammar::toktrie::TokenTrie;
+
+    let tools = weather_tools();
+    let words: [&[u8]; 12] = [
+        b"<tool_call>",
+        b"<tool_call>\n",
+        b"{\"name\": \"",
+        b"get_weather",
+        b"get_time",
+        b"\", \"arguments\": {",
+        b"\"city\": \"",
+        b"Paris",
+        b"\", \"unit\": \"",
+        b"k",
+        b"\"}}\n</tool_call>",
+        b"\n</tool_call>",
+    ];
+    let mut vocabulary: Vec<Vec<u8>> = (0u8..=255).map(|b| vec![b]).collect();
+    vocabulary.extend(words.iter().map(|w| w.to_vec()));
+    let end_of_generation = vocabulary.len() as u32;
+    vocabulary.push(Vec::new());
+    let trie = Arc::new(TokenTrie::new(&vocabulary, &[end_of_generation]));
+
+    let token_of = |word: &[u8]| vocabulary.iter().rposition(|t| t == word).expect("in the vocabulary") as u32;
+    let grammar = Arc::new(compiled(&tools, &ToolChoice::Required, true));
+    let mut at_name = Matcher::new(grammar.clone(), trie.clone());
+    for word in [&b"<tool_call>\n"[..], b"{\"name\": \""] {
+        at_name.commit(token_of(word)).expect("the wrapper commits");
+    }
+    assert!(at_name.is_allowed(token_of(b"get_weather")));
+    assert!(!at_name.is_allowed(token_of(b"get_time")), "a tool not offered can be named");
+    assert!(!at_name.is_allowed(end_of_generation));
+
+    for parallel in [true, false] {
+        let grammar = Arc::new(compiled(&tools, &ToolChoice::Required, parallel));
+        let mut rng = StdRng::seed_from_u64(11);
+        let mut finished = 0;
+        for _ in 0..40 {
+            let mut matcher = Matcher::new(grammar.clone(), trie.clone());
+            let mut text = Vec::new();
+            for _ in 0..600 {
+                let allowed: Vec<u32> = matcher.compute_mask().iter_set().collect();
+                assert!(!allowed.is_empty(), "a forced call never leaves the sampler without a token");
+                if allowed.contains(&end_of_generation) && rng.gen_bool(0.4) {
+                    finished += 1;
+                    let parsed = parse_calls(std::str::from_utf8(&text).expect("UTF-8"), &tools);
+                    assert_eq!(parsed.content, "");
+                    assert!(!parsed.calls.is_empty());
+                    if !parallel {
+                        assert_eq!(parsed.calls.len(), 1);
+                    }
+                    for call in &parsed.calls {
+                        assert_eq!(call.name, "get_weather");
+                        assert!(call.arguments["city"].is_string(), "{}", call.arguments);
+                        assert!(matches!(call.arguments["unit"].as_str(), Some("c" | "f")), "{}", call.arguments);
+                    }
+                    break;
+                }
+                let long: Vec<u32> = allowed.iter().copied().filter(|&t| t >= 256 && t != end_of_generation).collect();
+                let closing: Vec<u32> =
+                    allowed.iter().copied().filter(|&t| t < 256 && b"\"}".contains(&(t as u8))).collect();
+                let token = if !long.is_empty() && rng.gen_bool(0.7) {
+                    long[rng.gen_range(0..long.len())]
+                } else if !closing.is_empty() && rng.gen_bool(0.3) {
+                    closing[rng.gen_range(0..closing.len())]
+                } else {
+                    let ordinary: Vec<u32> = allowed.iter().copied().filter(|&t| t != end_of_generation).collect();
+                    if ordinary.is_empty() {
+                        continue;
+                    }
+                    ordinary[rng.gen_range(0..ordinary.len())]
+                };
+                matcher.commit(token).expect("an allowed token commits");
+                text.extend_from_slice(&vocabulary[token as usize]);
+            }
+        }
+        assert!(finished >= 20, "only {finished} of 40 generations ended");
+    }
+}
