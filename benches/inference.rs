@@ -1,0 +1,169 @@
+//! Inference throughput: llamay's whole path (model worker, sampler, detokenizer, stats)
+//! against a plain llama.cpp decode loop with none of those layers, same model, same threads,
+//! same context settings, in the same run. Prints prompt and generation tok/s and the ratio.
+//!
+//! `cargo bench --bench inference` (models from the store: run scripts/setup first).
+//! Env: LLAMAY_BENCH_THREADS (default 2), LLAMAY_BENCH_TOKENS (default 64), LLAMAY_BENCH_ROUNDS (3).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use llama_cpp_2::context::params::{KvCacheType, LlamaContextParams};
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::token::LlamaToken;
+
+use llamay::actors::messages::LoadedModel;
+use llamay::actors::model::{locate_model, LlamaModelHandle, WorkerSettings};
+use llamay::core::{PromptInput, SamplingParams, StreamEvent, ToolChoice, ValidGenerateRequest};
+use llamay::llm::{ContextParams, KvType, Model};
+use llamay::store::Store;
+
+const PROMPT: &str = "The history of the printing press begins in the fifteenth century, when Johannes Gutenberg combined movable metal type, oil-based inks and a wooden press adapted from wine making. Within fifty years";
+
+fn env_number(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+#[derive(Default, Clone, Copy)]
+struct Measure {
+    prompt_tokens: u32,
+    prompt_time: Duration,
+    generated: u32,
+    generation_time: Duration,
+}
+
+impl Measure {
+    fn prompt_rate(&self) -> f64 {
+        self.prompt_tokens as f64 / self.prompt_time.as_secs_f64()
+    }
+    fn generation_rate(&self) -> f64 {
+        self.generated as f64 / self.generation_time.as_secs_f64()
+    }
+    fn best(self, other: Measure) -> Measure {
+        Measure {
+            prompt_tokens: self.prompt_tokens,
+            prompt_time: if self.prompt_time.is_zero() { other.prompt_time } else { self.prompt_time.min(other.prompt_time) },
+            generated: self.generated.max(other.generated),
+            generation_time: if self.generation_time.is_zero() { other.generation_time } else { self.generation_time.min(other.generation_time) },
+        }
+    }
+}
+
+/// llama.cpp alone: decode the prompt in one batch, then greedy argmax token by token.
+fn plain_loop(backend: &LlamaBackend, path: &std::path::Path, threads: i32, tokens: u32) -> Measure {
+    let model = LlamaModel::load_from_file(backend, path, &LlamaModelParams::default()).expect("model loads");
+    let params = LlamaContextParams::default()
+        .with_n_ctx(std::num::NonZeroU32::new(1024))
+        .with_n_batch(512)
+        .with_n_ubatch(512)
+        .with_n_seq_max(1)
+        .with_kv_unified(true)
+        .with_n_threads(threads)
+        .with_n_threads_batch(threads)
+        .with_type_k(KvCacheType::F32)
+        .with_type_v(KvCacheType::F32);
+    let mut context = model.new_context(backend, params).expect("context");
+    let prompt = model.vocab().tokenize(PROMPT.as_bytes(), true, false);
+    let mut batch = LlamaBatch::new(512, 1);
+    batch.add_sequence(&prompt, 0, false).expect("batch");
+    let start = Instant::now();
+    context.decode(&mut batch).expect("decode prompt");
+    let prompt_time = start.elapsed();
+    let mut position = prompt.len() as i32;
+    let mut row = batch.n_tokens() - 1;
+    let start = Instant::now();
+    let mut generated = 0;
+    while generated < tokens {
+        let logits = context.get_logits_ith(row);
+        let next = logits
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map(|(i, _)| i as i32)
+            .unwrap_or(0);
+        batch.clear();
+        batch.add(LlamaToken(next), position, &[0], true).expect("batch");
+        context.decode(&mut batch).expect("decode");
+        position += 1;
+        row = 0;
+        generated += 1;
+    }
+    Measure { prompt_tokens: prompt.len() as u32, prompt_time, generated, generation_time: start.elapsed() }
+}
+
+/// llamay: the same prompt through the model worker, greedy, budget `tokens`.
+fn through_llamay(handle: &LlamaModelHandle, tokens: u32) -> Measure {
+    let request = ValidGenerateRequest {
+        model: handle.info().name.clone(),
+        input: PromptInput::Raw { prompt: PROMPT.into(), system: None, template: false },
+        sampling: SamplingParams {
+            temperature: 0.0,
+            repeat_penalty: 1.0,
+            max_tokens: Some(tokens),
+            ..Default::default()
+        },
+        stop: Vec::new(),
+        constraint: None,
+        num_ctx: None,
+        keep_alive: None,
+        tool_choice: ToolChoice::None,
+    };
+    let mut generation = handle.submit(request).expect("submit");
+    while let Some(event) = generation.events.blocking_recv() {
+        if let StreamEvent::Done(done) = event {
+            return Measure {
+                prompt_tokens: done.usage.prompt_tokens,
+                prompt_time: done.timings.prompt_eval,
+                generated: done.usage.completion_tokens,
+                generation_time: done.timings.eval,
+            };
+        }
+    }
+    panic!("generation ended without a completion");
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let threads = env_number("LLAMAY_BENCH_THREADS", 2) as i32;
+    let tokens = env_number("LLAMAY_BENCH_TOKENS", 64) as u32;
+    let rounds = env_number("LLAMAY_BENCH_ROUNDS", 3);
+    let store = Store::open(&Store::default_home()).expect("model store (run scripts/setup)");
+    println!("inference: {threads} threads, {tokens} generated tokens, best of {rounds} rounds, greedy");
+    println!("{:<14} {:<8} {:>12} {:>12} {:>10} {:>10}", "model", "path", "prompt t/s", "gen t/s", "prompt x", "gen x");
+    for name in ["smollm2:135m", "gemma3:270m"] {
+        let (path, info) = locate_model(name, Some(&store)).expect("model in the store (run scripts/setup)");
+        // Loading through llamay first initialises the shared backend the plain loop reuses.
+        let model = Arc::new(Model::load(&path).expect("model loads"));
+        let settings = WorkerSettings {
+            context: ContextParams { n_ctx: 1024, threads, batch: 512, sequences: 1, kv_type: KvType::F32 },
+        };
+        let handle = LlamaModelHandle::start(model, info, &settings).expect("worker starts");
+        let backend = llamay::llm::llama_backend().expect("backend");
+        let mut plain = Measure::default();
+        let mut ours = Measure::default();
+        for _ in 0..rounds {
+            // Interleaved so that both see the same machine load.
+            plain = plain_loop(backend, &path, threads, tokens).best(plain);
+            ours = through_llamay(&handle, tokens).best(ours);
+        }
+        println!(
+            "{:<14} {:<8} {:>12.1} {:>12.1}",
+            name, "llama", plain.prompt_rate(), plain.generation_rate()
+        );
+        println!(
+            "{:<14} {:<8} {:>12.1} {:>12.1} {:>10.3} {:>10.3}",
+            name,
+            "llamay",
+            ours.prompt_rate(),
+            ours.generation_rate(),
+            ours.prompt_rate() / plain.prompt_rate(),
+            ours.generation_rate() / plain.generation_rate()
+        );
+    }
+    println!("goal: llamay/llama >= 0.97 for generation");
+}

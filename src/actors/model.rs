@@ -1,0 +1,512 @@
+//! The model actor: a dedicated thread that owns one llama.cpp context and, every step, decodes
+//! one batch holding all live sequences (continuous batching). A request that arrives while
+//! others generate joins at the next step; a finished or cancelled one leaves and frees its slot.
+//!
+//! Key types: [`LlamaModelHandle`] (the [`LoadedModel`] the supervisor holds), [`WorkerSettings`],
+//! [`StoreLoader`] (the real [`ModelLoader`]: store name -> file -> loaded model).
+//! Cost: one thread and one KV cache per loaded model; each step is one `llama_decode` call of
+//! (live sequences + prompt chunk) tokens, plus one sampling pass per generating sequence.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc as std_mpsc, Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+
+use super::messages::{CancelToken, Generation, LoadedModel, ModelLoader};
+use super::sampler::{SequenceSampler, Step};
+use crate::core::{
+    Completion, ConstraintKind, CoreError, FinishReason, ModelInfo, ModelTotals, PromptInput, StreamEvent,
+    Timings, Usage, ValidGenerateRequest,
+};
+use crate::grammar::matcher::Matcher;
+use crate::grammar::toktrie::TokenTrie;
+use crate::llm::sampling::SamplingConfig;
+use crate::llm::template::TemplateMessage;
+use crate::llm::{BatchEntry, Context, ContextParams, Model};
+
+/// How a model's context is set up when it loads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerSettings {
+    pub context: ContextParams,
+}
+
+/// A request waiting for, or holding, a sequence slot.
+struct Job {
+    prompt: Vec<u32>,
+    sampler: SequenceSampler,
+    constraint: Option<ConstraintKind>,
+    events: mpsc::Sender<StreamEvent>,
+    cancel: CancelToken,
+    submitted: Instant,
+}
+
+/// A job in a slot: how far its prompt has been decoded, and its timings.
+struct Live {
+    job: Job,
+    prompt_done: usize,
+    /// The token sampled last step, decoded this step.
+    next_token: Option<u32>,
+    position: u32,
+    prompt_started: Option<Instant>,
+    prompt_finished: Option<Instant>,
+}
+
+/// Counters shared between the handle (which reads them) and the worker (which writes them).
+#[derive(Default)]
+struct Shared {
+    in_use: AtomicUsize,
+    totals: Mutex<ModelTotals>,
+}
+
+/// A loaded model with its worker thread. Dropping it stops the thread: live requests end as
+/// cancelled and the context is freed.
+pub struct LlamaModelHandle {
+    info: ModelInfo,
+    model: Arc<Model>,
+    trie: OnceLock<Arc<TokenTrie>>,
+    jobs: Option<std_mpsc::Sender<Job>>,
+    shared: Arc<Shared>,
+    worker: Option<JoinHandle<()>>,
+    per_sequence_ctx: u32,
+}
+
+impl LlamaModelHandle {
+    /// Starts the worker thread for `model`; fails if the context cannot be created.
+    pub fn start(model: Arc<Model>, mut info: ModelInfo, settings: &WorkerSettings) -> Result<Self, CoreError> {
+        let (jobs, inbox) = std_mpsc::channel::<Job>();
+        let (ready_tx, ready_rx) = std_mpsc::channel::<Result<u32, String>>();
+        let shared = Arc::new(Shared::default());
+        let worker = {
+            let model = Arc::clone(&model);
+            let shared = Arc::clone(&shared);
+            let params = settings.context.clone();
+            std::thread::Builder::new()
+                .name(format!("model-{}", info.name))
+                .spawn(move || match model.new_context(&params) {
+                    Ok(context) => {
+                        let _ = ready_tx.send(Ok(context.per_sequence_ctx()));
+                        run_worker(context, inbox, &shared);
+                    }
+                    Err(error) => {
+                        let _ = ready_tx.send(Err(error.to_string()));
+                    }
+                })
+                .map_err(|e| CoreError::internal(format!("could not start the model thread: {e}")))?
+        };
+        let per_sequence_ctx = match ready_rx.recv() {
+            Ok(Ok(ctx)) => ctx,
+            Ok(Err(message)) => return Err(CoreError::internal(message)),
+            Err(_) => return Err(CoreError::internal("the model thread stopped while starting")),
+        };
+        info.context_length = per_sequence_ctx;
+        info.parallel = settings.context.sequences;
+        Ok(Self {
+            info,
+            model,
+            trie: OnceLock::new(),
+            jobs: Some(jobs),
+            shared,
+            worker: Some(worker),
+            per_sequence_ctx,
+        })
+    }
+
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+
+    /// The token trie for masks, built on the first constrained request and shared after.
+    fn trie(&self) -> Arc<TokenTrie> {
+        Arc::clone(self.trie.get_or_init(|| {
+            let vocabulary = self.model.vocabulary();
+            Arc::new(TokenTrie::new(vocabulary.pieces(), vocabulary.end_of_generation()))
+        }))
+    }
+
+    /// The prompt as tokens, rendered through the chat template where the input asks for it.
+    fn prompt_tokens(&self, input: &PromptInput) -> Result<Vec<u32>, CoreError> {
+        let tokens = match input {
+            PromptInput::Chat { messages, .. } => {
+                let messages: Vec<TemplateMessage> = messages.iter().map(template_message).collect();
+                self.model.tokenize_chat(&messages, None)
+            }
+            PromptInput::Raw { prompt, system, template: true } => {
+                let mut messages = Vec::new();
+                if let Some(system) = system {
+                    messages.push(TemplateMessage::new("system", system.clone()));
+                }
+                messages.push(TemplateMessage::new("user", prompt.clone()));
+                self.model.tokenize_chat(&messages, None)
+            }
+            PromptInput::Raw { prompt, template: false, .. } => self.model.tokenize(prompt, true, false),
+        };
+        tokens.map_err(|e| CoreError::bad_request(e.to_string()))
+    }
+}
+
+fn template_message(message: &crate::core::ChatMessage) -> TemplateMessage {
+    TemplateMessage {
+        role: message.role.as_str().to_string(),
+        content: message.content.clone(),
+        tool_calls: None,
+        name: message.name.clone(),
+        tool_call_id: message.tool_call_id.clone(),
+    }
+}
+
+impl LoadedModel for LlamaModelHandle {
+    fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    fn submit(&self, request: ValidGenerateRequest) -> Result<Generation, CoreError> {
+        let prompt = self.prompt_tokens(&request.input)?;
+        if prompt.is_empty() {
+            return Err(CoreError::bad_request("the prompt is empty"));
+        }
+        let context = request.num_ctx.map_or(self.per_sequence_ctx, |n| n.min(self.per_sequence_ctx));
+        if prompt.len() as u32 >= context {
+            return Err(CoreError::prompt_too_long(prompt.len(), context as usize));
+        }
+        let room = context - prompt.len() as u32;
+        let max_tokens = request.sampling.max_tokens.map_or(room, |n| n.min(room));
+        let sampling = &request.sampling;
+        let config = SamplingConfig {
+            temperature: sampling.temperature,
+            top_k: sampling.top_k.max(0) as usize,
+            top_p: sampling.top_p,
+            min_p: sampling.min_p,
+            repeat_penalty: sampling.repeat_penalty,
+            repeat_last_n: sampling.repeat_last_n.max(0) as usize,
+            seed: sampling.seed.map_or_else(rand::random::<u64>, u64::from),
+        };
+        let matcher = request.constraint.as_ref().map(|c| Matcher::new(Arc::clone(&c.grammar), self.trie()));
+        let mut sampler =
+            SequenceSampler::new(config, matcher, Arc::clone(self.model.vocabulary()), request.stop, max_tokens);
+        sampler.remember_prompt(&prompt);
+        let (generation, events, cancel) = Generation::channel();
+        let job = Job {
+            prompt,
+            sampler,
+            constraint: request.constraint.as_ref().map(|c| c.kind),
+            events,
+            cancel,
+            submitted: Instant::now(),
+        };
+        let jobs = self.jobs.as_ref().ok_or_else(|| CoreError::internal("the model is shutting down"))?;
+        self.shared.in_use.fetch_add(1, Ordering::AcqRel);
+        if jobs.send(job).is_err() {
+            self.shared.in_use.fetch_sub(1, Ordering::AcqRel);
+            return Err(CoreError::internal("the model thread has stopped"));
+        }
+        Ok(generation)
+    }
+
+    fn sequences_in_use(&self) -> usize {
+        self.shared.in_use.load(Ordering::Acquire)
+    }
+
+    fn totals(&self) -> ModelTotals {
+        self.shared.totals.lock().map(|t| t.clone()).unwrap_or_default()
+    }
+}
+
+impl Drop for LlamaModelHandle {
+    fn drop(&mut self) {
+        // Closing the channel is the stop signal; the worker cancels what is live and exits.
+        self.jobs = None;
+        if let Some(worker) = self.worker.take() {
+            let _ = worker.join();
+        }
+    }
+}
+
+/// The worker loop: take new jobs into free slots, decode one batch, sample, repeat.
+fn run_worker(mut context: Context<'_>, inbox: std_mpsc::Receiver<Job>, shared: &Shared) {
+    let slots = context.params().sequences as usize;
+    let mut live: Vec<Option<Live>> = (0..slots).map(|_| None).collect();
+    let mut waiting: VecDeque<Job> = VecDeque::new();
+    let mut open = true;
+    loop {
+        let idle = live.iter().all(Option::is_none) && waiting.is_empty();
+        if idle {
+            if !open {
+                return;
+            }
+            match inbox.recv() {
+                Ok(job) => waiting.push_back(job),
+                Err(_) => return,
+            }
+        }
+        loop {
+            match inbox.try_recv() {
+                Ok(job) => waiting.push_back(job),
+                Err(std_mpsc::TryRecvError::Empty) => break,
+                Err(std_mpsc::TryRecvError::Disconnected) => {
+                    open = false;
+                    break;
+                }
+            }
+        }
+        if !open {
+            // Shutting down: everything live or waiting ends as cancelled.
+            for job in waiting.drain(..) {
+                finish(job, FinishReason::Cancelled, String::new(), Timings::default(), 0, shared);
+            }
+            for slot in live.iter_mut() {
+                if let Some(entry) = slot.take() {
+                    end_live(entry, FinishReason::Cancelled, String::new(), shared);
+                }
+            }
+            return;
+        }
+        for (index, slot) in live.iter_mut().enumerate() {
+            if slot.as_ref().is_some_and(|l| l.job.cancel.is_cancelled() || l.job.events.is_closed()) {
+                if let Some(entry) = slot.take() {
+                    end_live(entry, FinishReason::Cancelled, String::new(), shared);
+                }
+            }
+            if slot.is_none() {
+                if let Some(job) = next_waiting(&mut waiting, shared) {
+                    if let Some(seq) = context.seq(index) {
+                        context.clear(seq);
+                    }
+                    *slot = Some(Live {
+                        job,
+                        prompt_done: 0,
+                        next_token: None,
+                        position: 0,
+                        prompt_started: None,
+                        prompt_finished: None,
+                    });
+                }
+            }
+        }
+        step(&mut context, &mut live, shared);
+    }
+}
+
+/// The next waiting job that is still wanted; cancelled ones are dropped on the way.
+fn next_waiting(waiting: &mut VecDeque<Job>, shared: &Shared) -> Option<Job> {
+    while let Some(job) = waiting.pop_front() {
+        if job.cancel.is_cancelled() || job.events.is_closed() {
+            finish(job, FinishReason::Cancelled, String::new(), Timings::default(), 0, shared);
+            continue;
+        }
+        return Some(job);
+    }
+    None
+}
+
+/// One decode of all live sequences: one token each for generating ones, and as much prompt as
+/// fits for the others (generating sequences go first so a long prompt never stalls them).
+fn step(context: &mut Context<'_>, live: &mut [Option<Live>], shared: &Shared) {
+    let capacity = context.batch_capacity();
+    let mut budget = capacity;
+    // (slot, start index in prompt or None for a generated token, token count)
+    let mut plan: Vec<(usize, Option<usize>, usize)> = Vec::new();
+    for (index, slot) in live.iter().enumerate() {
+        if let Some(entry) = slot {
+            if entry.next_token.is_some() && budget > 0 {
+                plan.push((index, None, 1));
+                budget -= 1;
+            }
+        }
+    }
+    for (index, slot) in live.iter().enumerate() {
+        if let Some(entry) = slot {
+            let remaining = entry.job.prompt.len() - entry.prompt_done;
+            if entry.next_token.is_none() && remaining > 0 && budget > 0 {
+                let take = remaining.min(budget);
+                plan.push((index, Some(entry.prompt_done), take));
+                budget -= take;
+            }
+        }
+    }
+    if plan.is_empty() {
+        return;
+    }
+    let mut generated_tokens: Vec<[u32; 1]> = Vec::with_capacity(plan.len());
+    for (index, from, _) in &plan {
+        let token = match (from, &live[*index]) {
+            (None, Some(entry)) => entry.next_token.unwrap_or_default(),
+            _ => 0,
+        };
+        generated_tokens.push([token]);
+    }
+    let now = Instant::now();
+    for (index, from, _) in &plan {
+        if let (Some(_), Some(entry)) = (from, live[*index].as_mut()) {
+            entry.prompt_started.get_or_insert(now);
+        }
+    }
+    let mut entries = Vec::with_capacity(plan.len());
+    for (i, (index, from, count)) in plan.iter().enumerate() {
+        let Some(entry) = live[*index].as_ref() else { continue };
+        let Some(seq) = context.seq(*index) else { continue };
+        let tokens: &[u32] = match from {
+            Some(start) => &entry.job.prompt[*start..*start + *count],
+            None => &generated_tokens[i],
+        };
+        let completes_prompt = from.is_some_and(|start| start + count == entry.job.prompt.len());
+        entries.push(BatchEntry {
+            seq,
+            tokens,
+            first_pos: entry.position,
+            want_logits: from.is_none() || completes_prompt,
+        });
+    }
+    let rows = match context.decode(&entries) {
+        Ok(rows) => rows,
+        Err(error) => {
+            // A failed decode leaves the KV state of every sequence in it unknown: end them all.
+            for (index, _, _) in &plan {
+                if let Some(entry) = live[*index].take() {
+                    end_live(entry, FinishReason::Error(error.to_string()), String::new(), shared);
+                }
+            }
+            return;
+        }
+    };
+    drop(entries);
+    let decoded_at = Instant::now();
+    for ((index, from, count), row) in plan.iter().zip(rows) {
+        let Some(entry) = live[*index].as_mut() else { continue };
+        entry.position += *count as u32;
+        if from.is_some() {
+            entry.prompt_done += count;
+            if entry.prompt_done == entry.job.prompt.len() {
+                entry.prompt_finished = Some(decoded_at);
+            }
+        }
+        let Some(row) = row else { continue };
+        match entry.job.sampler.step(context.logits(row)) {
+            Step::Continue { token, text } => {
+                entry.next_token = Some(token);
+                // A failed send means the client is gone; the next step sees the closed channel
+                // and frees the slot.
+                if !text.is_empty() {
+                    let _ = entry.job.events.blocking_send(StreamEvent::Delta { text });
+                }
+            }
+            Step::Finished { text, reason } => {
+                if let Some(entry) = live[*index].take() {
+                    end_live(entry, reason, text, shared);
+                }
+            }
+        }
+    }
+}
+
+/// Sends the last text and the completion of a live job, and books its totals.
+fn end_live(entry: Live, reason: FinishReason, text: String, shared: &Shared) {
+    let end = Instant::now();
+    let prompt_eval = match (entry.prompt_started, entry.prompt_finished) {
+        (Some(start), Some(finish)) => finish - start,
+        (Some(start), None) => end - start,
+        _ => Duration::ZERO,
+    };
+    let eval = entry.prompt_finished.map_or(Duration::ZERO, |finish| end - finish);
+    let timings = Timings { load: Duration::ZERO, prompt_eval, eval, total: entry.job.submitted.elapsed() };
+    let prompt_tokens = entry.prompt_done;
+    finish(entry.job, reason, text, timings, prompt_tokens, shared);
+}
+
+fn finish(job: Job, reason: FinishReason, text: String, timings: Timings, prompt_tokens: usize, shared: &Shared) {
+    let completion_tokens = job.sampler.generated();
+    let constraint_stats = job.sampler.matcher().map(|matcher| {
+        let label = match job.constraint {
+            Some(ConstraintKind::Grammar) => "grammar",
+            Some(ConstraintKind::Tool) => "tool",
+            _ => "json",
+        };
+        serde_json::json!({
+            "label": label,
+            "summary": matcher.stats().render(label, timings.eval),
+            "stats": serde_json::to_value(matcher.stats()).unwrap_or_default(),
+        })
+    });
+    if let Ok(mut totals) = shared.totals.lock() {
+        totals.requests += 1;
+        totals.prompt_tokens += prompt_tokens as u64;
+        totals.generated_tokens += completion_tokens as u64;
+        totals.generation_time += timings.eval;
+        totals.prompt_eval_time += timings.prompt_eval;
+        if let Some(stats) = &constraint_stats {
+            totals.constraint_caches = stats.get("stats").cloned();
+        }
+    }
+    shared.in_use.fetch_sub(1, Ordering::AcqRel);
+    if !text.is_empty() {
+        let _ = job.events.blocking_send(StreamEvent::Delta { text });
+    }
+    let completion = Completion {
+        finish_reason: reason,
+        usage: Usage { prompt_tokens: prompt_tokens as u32, completion_tokens },
+        timings,
+        tool_calls: Vec::new(),
+        constraint_stats,
+    };
+    let _ = job.events.blocking_send(StreamEvent::Done(completion));
+}
+
+/// Loads models from the store by name (or from a GGUF path) and starts their workers.
+pub struct StoreLoader {
+    store: Arc<crate::store::Store>,
+    settings: WorkerSettings,
+}
+
+impl StoreLoader {
+    pub fn new(store: Arc<crate::store::Store>, settings: WorkerSettings) -> Self {
+        Self { store, settings }
+    }
+}
+
+/// Resolves `reference` (a store name, or a path to a GGUF file) to a file and its facts.
+/// A store is needed only for names.
+pub fn locate_model(reference: &str, store: Option<&crate::store::Store>) -> Result<(PathBuf, ModelInfo), CoreError> {
+    match crate::store::ModelRef::parse(reference).map_err(|e| CoreError::bad_request(e.to_string()))? {
+        crate::store::ModelRef::Path(path) => {
+            let facts = crate::gguf::read_gguf_facts(&path).map_err(|e| CoreError::bad_request(e.to_string()))?;
+            let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            Ok((path.clone(), info_from_facts(&path.display().to_string(), &facts, size, String::new())))
+        }
+        crate::store::ModelRef::Name(name) => {
+            let store = store.ok_or_else(|| CoreError::internal("no model store is open"))?;
+            let manifest = store.resolve(&name).map_err(|_| CoreError::model_not_found(&name.to_string()))?;
+            let path = store.blob_path(&manifest);
+            Ok((path, info_from_facts(&name.to_string(), &manifest.facts, manifest.size, manifest.digest.clone())))
+        }
+    }
+}
+
+fn info_from_facts(name: &str, facts: &crate::gguf::GgufFacts, size: u64, digest: String) -> ModelInfo {
+    ModelInfo {
+        name: name.to_string(),
+        architecture: facts.architecture.clone(),
+        parameter_count: facts.parameter_count,
+        quantization: facts.quantization.clone(),
+        context_length: 0,
+        trained_context_length: facts.context_length.unwrap_or(0) as u32,
+        size_bytes: size,
+        digest,
+        parallel: 0,
+    }
+}
+
+/// Loads the file at `path` and starts its worker.
+pub fn load_model(path: &Path, info: ModelInfo, settings: &WorkerSettings) -> Result<LlamaModelHandle, CoreError> {
+    let model = Model::load(path).map_err(|e| CoreError::bad_request(e.to_string()))?;
+    LlamaModelHandle::start(Arc::new(model), info, settings)
+}
+
+impl ModelLoader for StoreLoader {
+    fn load(&self, name: &str) -> Result<Arc<dyn LoadedModel>, CoreError> {
+        let (path, info) = locate_model(name, Some(&self.store))?;
+        Ok(Arc::new(load_model(&path, info, &self.settings)?))
+    }
+}

@@ -1,0 +1,249 @@
+//! The per-request sampler: one per live sequence. It applies the request's constraint,
+//! samples, turns tokens into text, and decides when the generation is over.
+//!
+//! Key types: [`SequenceSampler`], [`Step`], [`StopStrings`].
+//! Each step costs one pass over the logits row (see `llm::sampling`), plus a constraint check
+//! of the chosen token; a full token mask is computed only when that token is rejected.
+
+use std::sync::Arc;
+
+use crate::core::FinishReason;
+use crate::grammar::matcher::Matcher;
+use crate::llm::detok::Utf8Stream;
+use crate::llm::sampling::{Sampler, SamplingConfig, TokenConstraint};
+use crate::llm::Vocabulary;
+
+/// What one step produced.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// `token` joins the sequence (decode it next); `text` is ready to send.
+    Continue { token: u32, text: String },
+    /// The generation is over; `text` is the last text to send.
+    Finished { text: String, reason: FinishReason },
+}
+
+/// Lets the sampler consult the constraint engine (which times itself, see `MaskStats`).
+struct ConstraintAdapter<'a>(&'a mut Matcher);
+
+impl TokenConstraint for ConstraintAdapter<'_> {
+    fn allows(&mut self, token: u32) -> bool {
+        self.0.is_allowed(token)
+    }
+
+    fn for_each_allowed(&mut self, visit: &mut dyn FnMut(u32)) {
+        self.0.compute_mask().iter_set().for_each(visit);
+    }
+}
+
+/// Stop strings, matched across token boundaries. Text that might be the start of a stop
+/// string is held back until it is known not to be one, so a stop string never leaks out.
+#[derive(Debug, Clone, Default)]
+pub struct StopStrings {
+    stops: Vec<String>,
+    held: String,
+}
+
+impl StopStrings {
+    pub fn new(stops: Vec<String>) -> Self {
+        Self { stops: stops.into_iter().filter(|s| !s.is_empty()).collect(), held: String::new() }
+    }
+
+    /// Adds `text`; returns the text safe to emit, and the stop string if one matched
+    /// (everything from the stop string on is dropped).
+    pub fn push(&mut self, text: &str) -> (String, Option<String>) {
+        self.held.push_str(text);
+        if self.stops.is_empty() {
+            return (std::mem::take(&mut self.held), None);
+        }
+        let first_match = self
+            .stops
+            .iter()
+            .filter_map(|stop| self.held.find(stop.as_str()).map(|at| (at, stop)))
+            .min_by_key(|(at, _)| *at);
+        if let Some((at, stop)) = first_match {
+            let stop = stop.clone();
+            let emit = self.held[..at].to_string();
+            self.held.clear();
+            return (emit, Some(stop));
+        }
+        // Keep the longest suffix that is a prefix of some stop string.
+        let mut keep_from = self.held.len();
+        for (index, _) in self.held.char_indices().rev() {
+            let suffix = &self.held[index..];
+            if self.stops.iter().any(|stop| stop.starts_with(suffix)) {
+                keep_from = index;
+            }
+        }
+        let emit = self.held[..keep_from].to_string();
+        self.held.drain(..keep_from);
+        (emit, None)
+    }
+
+    /// What is still held back when the generation ends for another reason.
+    pub fn finish(&mut self) -> String {
+        std::mem::take(&mut self.held)
+    }
+}
+
+/// Everything one sequence needs between decode steps.
+pub struct SequenceSampler {
+    sampler: Sampler,
+    matcher: Option<Matcher>,
+    vocabulary: Arc<Vocabulary>,
+    text: Utf8Stream,
+    stops: StopStrings,
+    generated: u32,
+    max_tokens: u32,
+}
+
+impl SequenceSampler {
+    pub fn new(
+        config: SamplingConfig,
+        matcher: Option<Matcher>,
+        vocabulary: Arc<Vocabulary>,
+        stops: Vec<String>,
+        max_tokens: u32,
+    ) -> Self {
+        Self {
+            sampler: Sampler::new(config),
+            matcher,
+            vocabulary,
+            text: Utf8Stream::new(),
+            stops: StopStrings::new(stops),
+            generated: 0,
+            max_tokens,
+        }
+    }
+
+    /// Feeds the prompt to the repeat penalty's memory.
+    pub fn remember_prompt(&mut self, prompt: &[u32]) {
+        for token in prompt {
+            self.sampler.remember(*token);
+        }
+    }
+
+    pub fn generated(&self) -> u32 {
+        self.generated
+    }
+
+    pub fn matcher(&self) -> Option<&Matcher> {
+        self.matcher.as_ref()
+    }
+
+    /// Chooses the next token from `logits` and reports what it means.
+    pub fn step(&mut self, logits: &[f32]) -> Step {
+        if self.generated >= self.max_tokens {
+            return self.finish(FinishReason::Length);
+        }
+        let chosen = match self.matcher.as_mut() {
+            Some(matcher) => {
+                self.sampler.sample(logits, Some(&mut ConstraintAdapter(matcher)))
+            }
+            None => self.sampler.sample(logits, None),
+        };
+        let token = match chosen {
+            Ok(token) => token,
+            Err(error) => return self.finish(FinishReason::Error(error.to_string())),
+        };
+        if self.vocabulary.is_end_of_generation(token) {
+            return self.finish(FinishReason::Stop);
+        }
+        if let Some(matcher) = self.matcher.as_mut() {
+            if let Err(error) = matcher.commit(token) {
+                return self.finish(FinishReason::Error(error.to_string()));
+            }
+        }
+        self.generated += 1;
+        self.sampler.remember(token);
+        let text = self.text.push(self.vocabulary.piece(token));
+        let (text, stop) = self.stops.push(&text);
+        if let Some(stop) = stop {
+            return Step::Finished { text, reason: FinishReason::StopSequence(stop) };
+        }
+        // A constraint that is complete and admits nothing more ends the output here rather
+        // than waiting for the model to pick an end-of-generation token.
+        if let Some(matcher) = self.matcher.as_ref() {
+            if matcher.is_accepting() && !matcher.can_continue() {
+                let mut rest = self.text.finish();
+                rest.push_str(&self.stops.finish());
+                return Step::Finished { text: format!("{text}{rest}"), reason: FinishReason::Stop };
+            }
+        }
+        if self.generated >= self.max_tokens {
+            let mut rest = self.text.finish();
+            rest = format!("{text}{}{}", rest, self.stops.finish());
+            return Step::Finished { text: rest, reason: FinishReason::Length };
+        }
+        Step::Continue { token, text }
+    }
+
+    /// Ends the generation for `reason`, flushing held-back text.
+    pub fn finish(&mut self, reason: FinishReason) -> Step {
+        let mut text = self.text.finish();
+        let (emit, stop) = self.stops.push(&text);
+        text = emit;
+        if let Some(stop) = stop {
+            return Step::Finished { text, reason: FinishReason::StopSequence(stop) };
+        }
+        text.push_str(&self.stops.finish());
+        Step::Finished { text, reason }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_strings_split_across_pushes_are_caught_and_never_emitted() {
+        let mut stops = StopStrings::new(vec!["END".into()]);
+        assert_eq!(stops.push("hello E"), ("hello ".into(), None));
+        assert_eq!(stops.push("N"), (String::new(), None));
+        assert_eq!(stops.push("D tail"), (String::new(), Some("END".into())));
+    }
+
+    #[test]
+    fn a_false_start_of_a_stop_string_is_released() {
+        let mut stops = StopStrings::new(vec!["\n\n".into()]);
+        assert_eq!(stops.push("a\n"), ("a".into(), None));
+        assert_eq!(stops.push("b"), ("\nb".into(), None));
+        assert_eq!(stops.finish(), "");
+    }
+
+    #[test]
+    fn the_earliest_of_several_stop_strings_wins() {
+        let mut stops = StopStrings::new(vec!["yz".into(), "x".into()]);
+        assert_eq!(stops.push("abxyz"), ("ab".into(), Some("x".into())));
+    }
+
+    fn vocabulary() -> Arc<Vocabulary> {
+        let mut pieces: Vec<Vec<u8>> = (b'a'..=b'z').map(|b| vec![b]).collect();
+        pieces.push(Vec::new()); // 26: end of generation
+        Arc::new(Vocabulary::from_parts(pieces, vec![26]))
+    }
+
+    fn greedy() -> SamplingConfig {
+        SamplingConfig { temperature: 0.0, ..Default::default() }
+    }
+
+    fn logits_favouring(token: usize) -> Vec<f32> {
+        let mut logits = vec![0.0; 27];
+        logits[token] = 10.0;
+        logits
+    }
+
+    #[test]
+    fn the_token_budget_ends_with_length_and_eog_ends_with_stop() {
+        let mut sequence = SequenceSampler::new(greedy(), None, vocabulary(), vec![], 2);
+        assert_eq!(sequence.step(&logits_favouring(0)), Step::Continue { token: 0, text: "a".into() });
+        assert_eq!(
+            sequence.step(&logits_favouring(1)),
+            Step::Finished { text: "b".into(), reason: FinishReason::Length }
+        );
+        let mut sequence = SequenceSampler::new(greedy(), None, vocabulary(), vec![], 10);
+        assert_eq!(
+            sequence.step(&logits_favouring(26)),
+            Step::Finished { text: String::new(), reason: FinishReason::Stop }
+        );
+    }
+}

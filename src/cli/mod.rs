@@ -1,0 +1,117 @@
+//! Command-line parsing and dispatch. Each subcommand lives in its own file; this one owns the
+//! clap definitions, the single-dash flag convention and logging set-up.
+//!
+//! Key types: [`Cli`], [`Command`], [`CliError`].
+
+mod check;
+mod models;
+mod run;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error("{0}")]
+    Usage(String),
+    #[error(transparent)]
+    Store(#[from] llamay::store::StoreError),
+    #[error("{0}")]
+    Model(String),
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error("{0}")]
+    Constraint(String),
+}
+
+#[derive(Debug, Parser)]
+#[command(name = "llamay", version, about = "A local LLM daemon whose structured output is enforced by the sampler")]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Generate text from a prompt with a local model.
+    Run(run::RunArgs),
+    /// Serve the OpenAI, Anthropic and Ollama APIs.
+    Serve(llamay::config::ServeArgs),
+    /// Copy a GGUF file into the model store under NAME[:TAG].
+    Import { file: std::path::PathBuf, name: String },
+    /// List the models in the store.
+    #[command(alias = "ls")]
+    List,
+    /// Show what the store knows about a model.
+    Show { name: String },
+    /// Remove a model from the store.
+    Rm { name: String },
+    /// Copy a model to a new name (the file is shared).
+    Cp { from: String, to: String },
+    /// Load a GBNF grammar and, given an input, check the input against it.
+    Grammar {
+        #[command(subcommand)]
+        command: check::GrammarCommand,
+    },
+    /// Review a JSON Schema keyword by keyword and, given a document, check it.
+    Schema {
+        #[command(subcommand)]
+        command: check::SchemaCommand,
+    },
+}
+
+/// Rewrites llama.cpp-style `-word` flags as `--word` so clap can read them; `-m`, negative
+/// numbers and `-` (stdin) are left alone.
+pub fn normalize_args(args: impl Iterator<Item = OsString>) -> Vec<OsString> {
+    args.map(|arg| match arg.to_str() {
+        Some(text)
+            if text.len() > 2
+                && text.starts_with('-')
+                && !text.starts_with("--")
+                && text[1..].chars().next().is_some_and(|c| c.is_ascii_alphabetic()) =>
+        {
+            OsString::from(format!("-{text}"))
+        }
+        _ => arg,
+    })
+    .collect()
+}
+
+fn init_logging(json: bool) {
+    // llama.cpp logs thousands of lines a run (target `llama-cpp-2`); RUST_LOG=llama-cpp-2=info shows them.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,llama-cpp-2=off,llama_cpp_2=off"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = if json { builder.json().try_init() } else { builder.try_init() };
+}
+
+pub fn main(args: Vec<OsString>) -> Result<ExitCode, CliError> {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(error) => {
+            // Help and version are successes; everything else is a usage error, exit 1.
+            let code = if error.use_stderr() { ExitCode::FAILURE } else { ExitCode::SUCCESS };
+            let _ = error.print();
+            return Ok(code);
+        }
+    };
+    match cli.command {
+        Command::Run(args) => {
+            init_logging(false);
+            run::run(args)
+        }
+        Command::Serve(args) => {
+            init_logging(std::env::var("LLAMAY_LOG_FORMAT").is_ok_and(|f| f == "json"));
+            models::serve(args)
+        }
+        Command::Import { file, name } => models::import(&file, &name),
+        Command::List => models::list(),
+        Command::Show { name } => models::show(&name),
+        Command::Rm { name } => models::remove(&name),
+        Command::Cp { from, to } => models::copy(&from, &to),
+        Command::Grammar { command } => check::grammar(command),
+        Command::Schema { command } => check::schema(command),
+    }
+}

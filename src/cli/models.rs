@@ -1,0 +1,77 @@
+//! Store commands (`import`, `list`, `show`, `rm`, `cp`) and `serve`, which wires the store
+//! and the real model loader into the daemon.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use llamay::store::{render_list_table, ModelName, ModelRef, Store};
+
+use super::CliError;
+
+fn open_store() -> Result<Store, CliError> {
+    Ok(Store::open(&Store::default_home())?)
+}
+
+/// The store, when `reference` names a model in it (a path needs none).
+pub fn open_store_if_needed(reference: &str) -> Result<Option<Arc<Store>>, CliError> {
+    match ModelRef::parse(reference)? {
+        ModelRef::Path(_) => Ok(None),
+        ModelRef::Name(_) => Ok(Some(Arc::new(open_store()?))),
+    }
+}
+
+pub fn import(file: &Path, name: &str) -> Result<ExitCode, CliError> {
+    let name = ModelName::parse(name)?;
+    let store = open_store()?;
+    let manifest = store.import_file(file, &name)?;
+    println!("imported {} ({}, {} {} params, {})", manifest.name, manifest.short_id(),
+        manifest.facts.architecture, manifest.facts.parameter_count, manifest.facts.quantization);
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn list() -> Result<ExitCode, CliError> {
+    let store = open_store()?;
+    print!("{}", render_list_table(&store.list()?, chrono::Utc::now()));
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn show(name: &str) -> Result<ExitCode, CliError> {
+    let store = open_store()?;
+    let manifest = store.resolve(&ModelName::parse(name)?)?;
+    let facts = &manifest.facts;
+    println!("  name            {}", manifest.name);
+    println!("  id              {}", manifest.short_id());
+    println!("  digest          {}", manifest.digest);
+    println!("  size            {} bytes", manifest.size);
+    println!("  architecture    {}", facts.architecture);
+    println!("  parameters      {}", facts.parameter_count);
+    println!("  quantization    {}", facts.quantization);
+    match facts.context_length {
+        Some(length) => println!("  context length  {length}"),
+        None => println!("  context length  unknown"),
+    }
+    println!("  chat template   {}", if facts.has_chat_template { "yes" } else { "no (fallback)" });
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn remove(name: &str) -> Result<ExitCode, CliError> {
+    let name = ModelName::parse(name)?;
+    open_store()?.remove(&name)?;
+    println!("deleted '{name}'");
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn copy(from: &str, to: &str) -> Result<ExitCode, CliError> {
+    let (from, to) = (ModelName::parse(from)?, ModelName::parse(to)?);
+    open_store()?.copy(&from, &to)?;
+    println!("copied '{from}' to '{to}'");
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn serve(args: llamay::config::ServeArgs) -> Result<ExitCode, CliError> {
+    let config = llamay::config::Config::load(args).map_err(|e| CliError::Usage(e.to_string()))?;
+    let store = Arc::new(open_store()?);
+    llamay::serve::run(config, store).map_err(|e| CliError::Model(e.to_string()))?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,283 @@
+//! `llamay run`: one prompt, one model, the answer streamed to stdout and the stats to stderr.
+//!
+//! It goes through the same model actor and per-request sampler as the daemon, with one
+//! sequence, so what `run -stats` reports is what a served request costs.
+
+use std::io::{IsTerminal, Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+
+use llamay::actors::messages::LoadedModel;
+use llamay::actors::model::{locate_model, LlamaModelHandle, WorkerSettings};
+use llamay::core::{
+    ChatMessage, Completion, Constraint, ConstraintKind, FinishReason, PromptInput, Role, SamplingParams,
+    StreamEvent, ToolChoice, ValidGenerateRequest,
+};
+use llamay::grammar::{self, CompiledGrammar, Limits};
+use llamay::llm::{ContextParams, KvType, Model};
+
+use super::CliError;
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Model: a store name (smollm2:135m) or a path to a GGUF file.
+    #[arg(short = 'm', long = "model")]
+    model: String,
+    /// The prompt; read from stdin when absent.
+    #[arg(short = 'p', long = "prompt")]
+    prompt: Option<String>,
+    /// Apply the model's chat template (the prompt is a user message).
+    #[arg(long)]
+    chat: bool,
+    /// A system message (with -chat).
+    #[arg(long)]
+    system: Option<String>,
+    /// Most tokens to generate.
+    #[arg(short = 'n', long = "n-predict", default_value_t = 256, allow_hyphen_values = true)]
+    n_predict: i64,
+    /// Threads for decoding (default: the machine's cores).
+    #[arg(short = 't', long = "threads", allow_hyphen_values = true)]
+    threads: Option<i64>,
+    /// Context size in tokens (default: 4096, or less if the model was trained on less).
+    #[arg(short = 'c', long = "ctx-size", allow_hyphen_values = true)]
+    ctx_size: Option<i64>,
+    /// Temperature; 0 is greedy.
+    #[arg(long = "temp", default_value_t = 0.8, allow_hyphen_values = true)]
+    temperature: f32,
+    #[arg(long = "top-k", default_value_t = 40, allow_hyphen_values = true)]
+    top_k: i64,
+    #[arg(long = "top-p", default_value_t = 0.95, allow_hyphen_values = true)]
+    top_p: f32,
+    #[arg(long = "min-p", default_value_t = 0.05, allow_hyphen_values = true)]
+    min_p: f32,
+    #[arg(long = "repeat-penalty", default_value_t = 1.0, allow_hyphen_values = true)]
+    repeat_penalty: f32,
+    /// Random seed (default: random).
+    #[arg(long = "seed", allow_hyphen_values = true)]
+    seed: Option<i64>,
+    /// Print timing and constraint statistics to stderr.
+    #[arg(long)]
+    stats: bool,
+    /// Constrain the output to a GBNF grammar.
+    #[arg(long = "grammar-file")]
+    grammar_file: Option<PathBuf>,
+    /// Constrain the output to any valid JSON.
+    #[arg(long)]
+    json: bool,
+    /// Constrain the output to a JSON Schema.
+    #[arg(long)]
+    schema: Option<PathBuf>,
+    /// KV cache type: f32, f16 or q8_0.
+    #[arg(long = "kv", default_value = "f32")]
+    kv: String,
+}
+
+fn positive(name: &str, value: i64) -> Result<u32, CliError> {
+    if value <= 0 || value > u32::MAX as i64 {
+        return Err(CliError::Usage(format!("{name} must be a positive number, got {value}")));
+    }
+    Ok(value as u32)
+}
+
+fn read_file(path: &PathBuf) -> Result<String, CliError> {
+    std::fs::read_to_string(path).map_err(|source| CliError::Io { path: path.display().to_string(), source })
+}
+
+/// The constraint the flags ask for, compiled; at most one of -grammar-file, -json, -schema.
+pub fn constraint_from_flags(
+    grammar_file: Option<&PathBuf>,
+    json: bool,
+    schema: Option<&PathBuf>,
+) -> Result<Option<Constraint>, CliError> {
+    let chosen = [grammar_file.is_some(), json, schema.is_some()].iter().filter(|b| **b).count();
+    if chosen > 1 {
+        return Err(CliError::Usage("use only one of -grammar-file, -json and -schema".into()));
+    }
+    let limits = Limits::default();
+    let compile = |ir| CompiledGrammar::new(ir, &limits).map_err(|e| CliError::Constraint(e.to_string()));
+    let (kind, compiled) = if let Some(path) = grammar_file {
+        let source = std::fs::read(path).map_err(|source| CliError::Io { path: path.display().to_string(), source })?;
+        let compiled = grammar::compile_gbnf(&source, &limits)
+            .map_err(|e| CliError::Constraint(format!("{}: {e}", path.display())))?;
+        (ConstraintKind::Grammar, compiled)
+    } else if json {
+        (ConstraintKind::Json, compile(grammar::schema::any_json())?)
+    } else if let Some(path) = schema {
+        let value: serde_json::Value = serde_json::from_str(&read_file(path)?)
+            .map_err(|e| CliError::Constraint(format!("{}: not JSON: {e}", path.display())))?;
+        let ir = grammar::schema::compile_schema(&value)
+            .map_err(|e| CliError::Constraint(format!("{}: {e}", path.display())))?;
+        (ConstraintKind::Schema, compile(ir)?)
+    } else {
+        return Ok(None);
+    };
+    Ok(Some(Constraint { kind, grammar: Arc::new(compiled) }))
+}
+
+pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
+    let max_tokens = positive("-n", args.n_predict)?;
+    let threads = match args.threads {
+        Some(t) => positive("-t", t)?,
+        None => std::thread::available_parallelism().map_or(2, |n| n.get() as u32),
+    };
+    let ctx_size = args.ctx_size.map(|c| positive("-c", c)).transpose()?;
+    let top_k = u32::try_from(args.top_k).map_err(|_| CliError::Usage("-top-k must not be negative".into()))?;
+    let seed = args
+        .seed
+        .map(|s| u32::try_from(s).map_err(|_| CliError::Usage(format!("-seed must be 0..{}, got {s}", u32::MAX))))
+        .transpose()?;
+    if !(args.temperature >= 0.0) {
+        return Err(CliError::Usage(format!("-temp must be 0 or more, got {}", args.temperature)));
+    }
+    let kv: KvType = args.kv.parse().map_err(CliError::Usage)?;
+    let constraint = constraint_from_flags(args.grammar_file.as_ref(), args.json, args.schema.as_ref())?;
+    let prompt = match args.prompt {
+        Some(prompt) => prompt,
+        None if std::io::stdin().is_terminal() => {
+            return Err(CliError::Usage("no prompt: pass -p PROMPT or pipe it on stdin".into()));
+        }
+        None => {
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .map_err(|source| CliError::Io { path: "stdin".into(), source })?;
+            text
+        }
+    };
+
+    let store = super::models::open_store_if_needed(&args.model)?;
+    let (path, info) = locate_model(&args.model, store.as_deref()).map_err(|e| CliError::Model(e.to_string()))?;
+    let model = Model::load(&path).map_err(|e| CliError::Model(e.to_string()))?;
+    let n_ctx = ctx_size.unwrap_or_else(|| 4096.min(model.context_train().max(256)));
+    let settings = WorkerSettings {
+        context: ContextParams { n_ctx, threads: threads as i32, batch: 512, sequences: 1, kv_type: kv },
+    };
+    let handle = LlamaModelHandle::start(Arc::new(model), info, &settings).map_err(|e| CliError::Model(e.to_string()))?;
+
+    let input = if args.chat {
+        let mut messages = Vec::new();
+        if let Some(system) = args.system {
+            messages.push(ChatMessage::new(Role::System, system));
+        }
+        messages.push(ChatMessage::new(Role::User, prompt));
+        PromptInput::Chat { messages, tools: Vec::new() }
+    } else {
+        PromptInput::Raw { prompt, system: None, template: false }
+    };
+    let request = ValidGenerateRequest {
+        model: args.model.clone(),
+        input,
+        sampling: SamplingParams {
+            temperature: args.temperature,
+            top_k: top_k.min(i32::MAX as u32) as i32,
+            top_p: args.top_p,
+            min_p: args.min_p,
+            repeat_penalty: args.repeat_penalty,
+            repeat_last_n: 64,
+            seed,
+            max_tokens: Some(max_tokens),
+        },
+        stop: Vec::new(),
+        constraint,
+        num_ctx: None,
+        keep_alive: None,
+        tool_choice: ToolChoice::None,
+    };
+    let mut generation = handle.submit(request).map_err(|e| CliError::Model(e.to_string()))?;
+    let mut stdout = std::io::stdout().lock();
+    let mut ends_with_newline = true;
+    let mut completion: Option<Completion> = None;
+    while let Some(event) = generation.events.blocking_recv() {
+        match event {
+            StreamEvent::Delta { text } => {
+                ends_with_newline = text.ends_with('\n');
+                // A closed pipe (`| head`) just ends the output.
+                if stdout.write_all(text.as_bytes()).and_then(|_| stdout.flush()).is_err() {
+                    return Ok(ExitCode::SUCCESS);
+                }
+            }
+            StreamEvent::Done(done) => completion = Some(done),
+        }
+    }
+    if !ends_with_newline {
+        let _ = stdout.write_all(b"\n");
+    }
+    let _ = stdout.flush();
+    let completion = completion.ok_or_else(|| CliError::Model("the model stopped without finishing".into()))?;
+    if let FinishReason::Error(message) = &completion.finish_reason {
+        return Err(CliError::Model(format!("generation failed: {message}")));
+    }
+    if args.stats {
+        eprintln!("\n{}", stats_line(&completion));
+        if let Some(summary) = completion.constraint_stats.as_ref().and_then(|s| s.get("summary")).and_then(|s| s.as_str()) {
+            eprintln!("{summary}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `prompt 25 tokens in 175ms (142.5 tok/s) · generated 90 in 7.357s (12.2 tok/s) · stop: length`
+pub fn stats_line(completion: &Completion) -> String {
+    let usage = completion.usage;
+    let timings = completion.timings;
+    let stop = match completion.finish_reason {
+        FinishReason::Length => "length",
+        FinishReason::StopSequence(_) => "stop",
+        FinishReason::Cancelled => "cancelled",
+        FinishReason::Error(_) => "error",
+        FinishReason::Stop | FinishReason::ToolCalls => "eog",
+    };
+    format!(
+        "prompt {} tokens in {} ({} tok/s) · generated {} in {} ({} tok/s) · stop: {stop}",
+        usage.prompt_tokens,
+        format_duration(timings.prompt_eval),
+        rate(usage.prompt_tokens, timings.prompt_eval),
+        usage.completion_tokens,
+        format_duration(timings.eval),
+        rate(usage.completion_tokens, timings.eval),
+    )
+}
+
+fn format_duration(duration: Duration) -> String {
+    if duration < Duration::from_secs(1) {
+        format!("{}ms", duration.as_millis())
+    } else {
+        format!("{:.3}s", duration.as_secs_f64())
+    }
+}
+
+fn rate(tokens: u32, duration: Duration) -> String {
+    let seconds = duration.as_secs_f64();
+    if seconds <= 0.0 {
+        return "-".into();
+    }
+    format!("{:.1}", tokens as f64 / seconds)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use llamay::core::{Timings, Usage};
+
+    #[test]
+    fn the_stats_line_has_the_spec_shape() {
+        let completion = Completion {
+            finish_reason: FinishReason::Length,
+            usage: Usage { prompt_tokens: 25, completion_tokens: 90 },
+            timings: Timings {
+                prompt_eval: Duration::from_millis(175),
+                eval: Duration::from_millis(7357),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert_eq!(
+            stats_line(&completion),
+            "prompt 25 tokens in 175ms (142.9 tok/s) · generated 90 in 7.357s (12.2 tok/s) · stop: length"
+        );
+    }
+}

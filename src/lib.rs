@@ -1,0 +1,16 @@
+//! llamay: a local LLM daemon whose structured output is enforced by the sampler.
+//!
+//! Layers, bottom up: `grammar` (pure constraint engine), `gguf` and `store` (model files),
+//! `llm` (llama.cpp, the only module touching it), `core` (API-neutral types), `actors`
+//! (supervisor, model worker, per-request sampler), `api` (HTTP routes), `serve` (wiring).
+
+pub mod actors;
+pub mod config;
+pub mod core;
+pub mod error;
+pub mod gguf;
+pub mod grammar;
+pub mod llm;
+pub mod store;
+pub mod api;
+pub mod serve;

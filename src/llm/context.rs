@@ -1,0 +1,214 @@
+//! One llama.cpp context: the KV cache of up to `sequences` parallel sequences and batched decode.
+//!
+//! A context borrows its model and is not `Sync`: it lives on the one thread that decodes.
+//! Sequence ids are checked here, before llama.cpp sees them, because an out-of-range id aborts
+//! the process inside llama.cpp rather than returning an error.
+//! Key types: [`ContextParams`], [`Context`], [`SeqId`], [`BatchEntry`], [`LogitsRow`].
+//! Cost: the KV cache is allocated once at creation (n_ctx × layers × width × kv type size).
+
+use std::str::FromStr;
+
+use llama_cpp_2::context::params::{KvCacheType, LlamaContextParams};
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::token::LlamaToken;
+
+use super::{backend, LlmError, Model};
+
+/// The KV cache's element type (`-kv`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KvType {
+    #[default]
+    F32,
+    F16,
+    Q8_0,
+    Q4_0,
+}
+
+impl FromStr for KvType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "f32" => Ok(KvType::F32),
+            "f16" => Ok(KvType::F16),
+            "q8_0" => Ok(KvType::Q8_0),
+            "q4_0" => Ok(KvType::Q4_0),
+            other => Err(format!("unknown kv cache type {other:?}; use f32, f16, q8_0 or q4_0")),
+        }
+    }
+}
+
+impl std::fmt::Display for KvType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            KvType::F32 => "f32",
+            KvType::F16 => "f16",
+            KvType::Q8_0 => "q8_0",
+            KvType::Q4_0 => "q4_0",
+        })
+    }
+}
+
+impl KvType {
+    fn to_llama(self) -> KvCacheType {
+        match self {
+            KvType::F32 => KvCacheType::F32,
+            KvType::F16 => KvCacheType::F16,
+            KvType::Q8_0 => KvCacheType::Q8_0,
+            KvType::Q4_0 => KvCacheType::Q4_0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContextParams {
+    /// Total context, shared by all sequences (each gets `n_ctx / sequences`).
+    pub n_ctx: u32,
+    pub threads: i32,
+    /// Most tokens in one decode call.
+    pub batch: u32,
+    pub sequences: u32,
+    pub kv_type: KvType,
+}
+
+impl Default for ContextParams {
+    fn default() -> Self {
+        Self { n_ctx: 4096, threads: 2, batch: 512, sequences: 1, kv_type: KvType::F32 }
+    }
+}
+
+/// A sequence slot in a context, known to be in range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SeqId(u32);
+
+impl SeqId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// Tokens of one sequence to decode in a batch, starting at position `first_pos`.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchEntry<'a> {
+    pub seq: SeqId,
+    pub tokens: &'a [u32],
+    pub first_pos: u32,
+    /// Whether the last token's logits are wanted (they are, when a token is sampled next).
+    pub want_logits: bool,
+}
+
+/// Where a decoded entry's logits are; only handed out for rows that asked for logits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogitsRow(i32);
+
+pub struct Context<'m> {
+    inner: LlamaContext<'m>,
+    batch: LlamaBatch<'static>,
+    params: ContextParams,
+    n_vocab: usize,
+}
+
+impl<'m> Context<'m> {
+    pub(super) fn new(model: &'m Model, params: &ContextParams) -> Result<Self, LlmError> {
+        if params.sequences == 0 || params.sequences > 64 {
+            return Err(LlmError::Config(format!(
+                "parallel sequences must be between 1 and 64, got {}",
+                params.sequences
+            )));
+        }
+        if params.n_ctx < 16 || params.batch == 0 || params.threads <= 0 {
+            return Err(LlmError::Config(format!(
+                "context {} / batch {} / threads {} out of range",
+                params.n_ctx, params.batch, params.threads
+            )));
+        }
+        let llama_params = LlamaContextParams::default()
+            .with_n_ctx(std::num::NonZeroU32::new(params.n_ctx))
+            .with_n_batch(params.batch)
+            .with_n_ubatch(params.batch)
+            .with_n_seq_max(params.sequences)
+            .with_kv_unified(true)
+            .with_n_threads(params.threads)
+            .with_n_threads_batch(params.threads)
+            .with_type_k(params.kv_type.to_llama())
+            .with_type_v(params.kv_type.to_llama());
+        let inner = model
+            .llama()
+            .new_context(backend::get()?, llama_params)
+            .map_err(|e| LlmError::Context(e.to_string()))?;
+        Ok(Self {
+            inner,
+            batch: LlamaBatch::new(params.batch as usize, 1),
+            params: params.clone(),
+            n_vocab: model.vocabulary().len(),
+        })
+    }
+
+    pub fn params(&self) -> &ContextParams {
+        &self.params
+    }
+
+    /// Context length each sequence may use.
+    pub fn per_sequence_ctx(&self) -> u32 {
+        self.inner.n_ctx() / self.params.sequences
+    }
+
+    pub fn batch_capacity(&self) -> usize {
+        self.params.batch as usize
+    }
+
+    /// The slot `index`, if the context has that many sequences.
+    pub fn seq(&self, index: usize) -> Option<SeqId> {
+        (index < self.params.sequences as usize).then_some(SeqId(index as u32))
+    }
+
+    /// Decodes all entries in one llama.cpp call. Returns, per entry, the row of its logits.
+    pub fn decode(&mut self, entries: &[BatchEntry<'_>]) -> Result<Vec<Option<LogitsRow>>, LlmError> {
+        let total: usize = entries.iter().map(|e| e.tokens.len()).sum();
+        if total == 0 {
+            return Ok(vec![None; entries.len()]);
+        }
+        if total > self.batch_capacity() {
+            return Err(LlmError::Decode(format!(
+                "{total} tokens do not fit a batch of {}",
+                self.batch_capacity()
+            )));
+        }
+        self.batch.clear();
+        let mut rows = Vec::with_capacity(entries.len());
+        let mut row = 0i32;
+        for entry in entries {
+            if entry.seq.0 >= self.params.sequences {
+                return Err(LlmError::Decode(format!("sequence {} out of range", entry.seq.0)));
+            }
+            let last = entry.tokens.len().saturating_sub(1);
+            for (i, token) in entry.tokens.iter().enumerate() {
+                if *token as usize >= self.n_vocab {
+                    return Err(LlmError::Decode(format!("token {token} is outside the vocabulary")));
+                }
+                let logits = entry.want_logits && i == last;
+                let pos = entry.first_pos as i32 + i as i32;
+                self.batch
+                    .add(LlamaToken(*token as i32), pos, &[entry.seq.0 as i32], logits)
+                    .map_err(|e| LlmError::Decode(e.to_string()))?;
+                row += 1;
+            }
+            rows.push((entry.want_logits && !entry.tokens.is_empty()).then_some(LogitsRow(row - 1)));
+        }
+        self.inner.decode(&mut self.batch).map_err(|e| LlmError::Decode(e.to_string()))?;
+        Ok(rows)
+    }
+
+    /// The logits of a row returned by the last [`Context::decode`].
+    pub fn logits(&self, row: LogitsRow) -> &[f32] {
+        self.inner.get_logits_ith(row.0)
+    }
+
+    /// Forgets everything sequence `seq` holds, so the slot can serve a new request.
+    pub fn clear(&mut self, seq: SeqId) {
+        // The id was range-checked when the SeqId was made; the result only says whether
+        // anything was removed.
+        let _ = self.inner.clear_kv_cache_seq(Some(seq.0), None, None);
+    }
+}

@@ -1,0 +1,44 @@
+//! Inference on llama.cpp: the only module that touches `llama_cpp_2`.
+//!
+//! Owns model loading ([`Model`]), the vocabulary as bytes ([`Vocabulary`]), chat templates
+//! ([`template`]), batched decode over parallel sequences ([`Context`]), incremental
+//! detokenization ([`detok`]) and sampling with a constraint hook ([`sampling`]).
+//! Everything above this module speaks in token ids (`u32`), bytes and strings.
+
+mod backend;
+pub mod context;
+pub mod detok;
+pub mod model;
+pub mod sampling;
+pub mod template;
+pub mod vocab;
+
+pub use context::{BatchEntry, Context, ContextParams, KvType, LogitsRow, SeqId};
+pub use model::Model;
+pub use vocab::Vocabulary;
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LlmError {
+    #[error("llama.cpp backend could not start: {0}")]
+    Backend(String),
+    #[error("{path} is not a usable model: {reason}")]
+    NotAModel { path: PathBuf, reason: String },
+    #[error("could not create a context: {0}")]
+    Context(String),
+    #[error("invalid context settings: {0}")]
+    Config(String),
+    #[error("decode failed: {0}")]
+    Decode(String),
+    #[error("tokenizing failed: {0}")]
+    Tokenize(String),
+    #[error(transparent)]
+    Template(#[from] template::TemplateError),
+}
+
+/// The process-wide llama.cpp backend, for code that drives llama.cpp directly as a reference
+/// (the inference benchmark's plain decode loop).
+pub fn llama_backend() -> Result<&'static llama_cpp_2::llama_backend::LlamaBackend, LlmError> {
+    backend::get()
+}

@@ -1,0 +1,20 @@
+//! The `llamay` command line: `run`, `serve`, `import`, `list`, `show`, `rm`, `cp`,
+//! `grammar check`, `schema check`.
+//!
+//! Flags are written llama.cpp-style with one dash (`-chat`, `-temp 0`); two dashes work too.
+//! Every failure prints one clear line on stderr and exits 1.
+
+mod cli;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args = cli::normalize_args(std::env::args_os());
+    match cli::main(args) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("llamay: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
