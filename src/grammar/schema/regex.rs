@@ -17,6 +17,7 @@ use regex_automata::dfa::{dense, Automaton, StartKind};
 use regex_automata::util::primitives::StateID;
 use regex_automata::util::start;
 use regex_automata::{Anchored, MatchKind};
+use regex_syntax::ast::{self, Ast};
 use regex_syntax::hir::{Hir, HirKind, Look};
 
 use super::json::{byte, canonical_escape, RuleSink};
@@ -33,15 +34,82 @@ pub struct PatternRefusal(pub String);
 
 /// Checks a pattern's syntax and features without compiling it.
 pub fn check_pattern(pattern: &str) -> Result<(), PatternRefusal> {
-    let hir = regex_syntax::ParserBuilder::new()
+    re2_pattern(pattern).map(|_| ())
+}
+
+/// The pattern with RE2's meaning made explicit for regex-syntax: `\d`, `\w` and `\s` are
+/// ASCII classes in RE2 (and in JSON Schema's ECMA-262) but Unicode ones in regex-syntax, so
+/// they are rewritten to `[[:digit:]]`, `[[:word:]]`, `[[:space:]]`. Refuses what a DFA
+/// cannot honour.
+pub fn re2_pattern(pattern: &str) -> Result<String, PatternRefusal> {
+    let unreadable = |e: &dyn std::fmt::Display| {
+        PatternRefusal(format!(
+            "which is not a pattern llamay can read (RE2 syntax; lookaround and back-references are not supported): {}",
+            first_line(&e.to_string())
+        ))
+    };
+    let ast = regex_syntax::ast::parse::ParserBuilder::new().build().parse(pattern).map_err(|e| unreadable(&e))?;
+    let mut ast = ast;
+    ascii_perl_classes(&mut ast);
+    let hir = regex_syntax::hir::translate::TranslatorBuilder::new()
         .utf8(true)
         .build()
-        .parse(pattern)
-        .map_err(|e| PatternRefusal(format!("is not a pattern llamay can read (RE2 syntax; lookaround and back-references are not supported): {}", first_line(&e.to_string()))))?;
+        .translate(pattern, &ast)
+        .map_err(|e| unreadable(&e))?;
     if let Some(what) = unsupported_look(&hir) {
-        return Err(PatternRefusal(format!("uses {what}, which a DFA over the string cannot honour; rewrite the pattern without it")));
+        return Err(PatternRefusal(format!("which uses {what}, which a DFA over the string cannot honour; rewrite the pattern without it")));
     }
-    Ok(())
+    Ok(hir.to_string())
+}
+
+fn ascii_class(perl: &ast::ClassPerl) -> ast::ClassAscii {
+    let kind = match perl.kind {
+        ast::ClassPerlKind::Digit => ast::ClassAsciiKind::Digit,
+        ast::ClassPerlKind::Space => ast::ClassAsciiKind::Space,
+        ast::ClassPerlKind::Word => ast::ClassAsciiKind::Word,
+    };
+    ast::ClassAscii { span: perl.span, kind, negated: perl.negated }
+}
+
+fn ascii_perl_classes(node: &mut Ast) {
+    match node {
+        Ast::ClassPerl(perl) => {
+            let replacement = Ast::ClassBracketed(Box::new(ast::ClassBracketed {
+                span: perl.span,
+                negated: false,
+                kind: ast::ClassSet::Item(ast::ClassSetItem::Ascii(ascii_class(perl))),
+            }));
+            *node = replacement;
+        }
+        Ast::ClassBracketed(class) => ascii_class_set(&mut class.kind),
+        Ast::Repetition(repetition) => ascii_perl_classes(&mut repetition.ast),
+        Ast::Group(group) => ascii_perl_classes(&mut group.ast),
+        Ast::Alternation(alternation) => alternation.asts.iter_mut().for_each(ascii_perl_classes),
+        Ast::Concat(concat) => concat.asts.iter_mut().for_each(ascii_perl_classes),
+        _ => {}
+    }
+}
+
+fn ascii_class_set(set: &mut ast::ClassSet) {
+    match set {
+        ast::ClassSet::Item(item) => ascii_class_item(item),
+        ast::ClassSet::BinaryOp(op) => {
+            ascii_class_set(&mut op.lhs);
+            ascii_class_set(&mut op.rhs);
+        }
+    }
+}
+
+fn ascii_class_item(item: &mut ast::ClassSetItem) {
+    match item {
+        ast::ClassSetItem::Perl(perl) => {
+            let replacement = ast::ClassSetItem::Ascii(ascii_class(perl));
+            *item = replacement;
+        }
+        ast::ClassSetItem::Bracketed(class) => ascii_class_set(&mut class.kind),
+        ast::ClassSetItem::Union(union) => union.items.iter_mut().for_each(ascii_class_item),
+        _ => {}
+    }
 }
 
 fn first_line(text: &str) -> String {
@@ -72,7 +140,7 @@ pub struct LengthBounds {
 /// The body of a string (without quotes) whose decoded value matches `pattern` and whose
 /// length is within `lengths`; then the closing quote. `Ok(None)` when no string qualifies.
 pub fn pattern_rule(sink: &mut RuleSink, pattern: &str, lengths: LengthBounds) -> Result<Option<RuleId>, PatternRefusal> {
-    check_pattern(pattern)?;
+    let pattern = re2_pattern(pattern)?;
     let wrapped = format!("(?s:.)*(?:{pattern})(?s:.)*");
     let dfa = dense::Builder::new()
         .configure(
@@ -85,10 +153,10 @@ pub fn pattern_rule(sink: &mut RuleSink, pattern: &str, lengths: LengthBounds) -
         )
         .syntax(regex_automata::util::syntax::Config::new().utf8(true))
         .build(&wrapped)
-        .map_err(|e| PatternRefusal(format!("compiles to a DFA beyond llamay's limits ({e})")))?;
+        .map_err(|e| PatternRefusal(format!("which compiles to a DFA beyond llamay's limits ({e})")))?;
     let start = dfa
         .start_state(&start::Config::new().anchored(Anchored::Yes))
-        .map_err(|e| PatternRefusal(format!("cannot be started as a DFA ({e})")))?;
+        .map_err(|e| PatternRefusal(format!("which cannot be started as a DFA ({e})")))?;
     let mut lowering = Lowering {
         dfa: &dfa,
         lengths,
@@ -129,7 +197,7 @@ impl Lowering<'_> {
                 if self.dfa_states.insert(next, ()).is_none() {
                     if self.dfa_states.len() > MAX_DFA_STATES {
                         return Err(PatternRefusal(format!(
-                            "compiles to a DFA of more than {MAX_DFA_STATES} states; simplify the pattern"
+                            "which compiles to a DFA of more than {MAX_DFA_STATES} states; simplify the pattern"
                         )));
                     }
                     stack.push(next);
@@ -146,7 +214,7 @@ impl Lowering<'_> {
         }
         if self.memo.len() > MAX_PRODUCT_STATES {
             return Err(PatternRefusal(format!(
-                "together with minLength/maxLength needs more than {MAX_PRODUCT_STATES} states; loosen the length bounds"
+                "which together with minLength/maxLength needs more than {MAX_PRODUCT_STATES} states; loosen the length bounds"
             )));
         }
         // Reserve the rule first: DFA states loop.

@@ -66,7 +66,8 @@ impl<'a> Compiler<'a> {
                     return Ok(false);
                 }
                 if let Some((pattern, _)) = &merged.pattern {
-                    let matched = regex_automata::meta::Regex::new(pattern).map(|re| re.is_match(text.as_str()));
+                    let rewritten = super::regex::re2_pattern(pattern).map_err(|refusal| SchemaError::new("pattern", "", refusal.0))?;
+                    let matched = regex_automata::meta::Regex::new(&rewritten).map(|re| re.is_match(text.as_str()));
                     if !matches!(matched, Ok(true)) {
                         return Ok(false);
                     }
