@@ -47,6 +47,16 @@ pub fn embed_grammar(builder: &mut GrammarBuilder, grammar: Grammar, prefix: &st
 /// tool not offered, and a tool whose schema the constraint cannot honour (naming the tool,
 /// the keyword and where it is in `parameters`).
 pub fn forced_call_grammar(tools: &[ToolSpec], choice: &ToolChoice, parallel: bool) -> Result<Grammar, ToolError> {
+    let selected = selected_tools(tools, choice)?;
+    let compiled = selected
+        .into_iter()
+        .map(|tool| Ok((tool, compile_arguments_schema(tool)?)))
+        .collect::<Result<Vec<_>, ToolError>>()?;
+    Ok(assemble_forced_grammar(compiled, parallel))
+}
+
+/// The tools a forced `choice` lets the model call, after checking the choice.
+fn selected_tools<'a>(tools: &'a [ToolSpec], choice: &ToolChoice) -> Result<Vec<&'a ToolSpec>, ToolError> {
     validate_choice(tools, choice)?;
     let selected: Vec<&ToolSpec> = match choice {
         ToolChoice::Named(name) => tools.iter().filter(|tool| &tool.name == name).collect(),
@@ -56,17 +66,24 @@ pub fn forced_call_grammar(tools: &[ToolSpec], choice: &ToolChoice, parallel: bo
     if selected.is_empty() {
         return Err(ToolError::NoToolsToChoose { choice: choice_label(choice) });
     }
+    Ok(selected)
+}
 
+/// The grammar of one tool's arguments, or the refusal naming the tool and the keyword.
+pub fn compile_arguments_schema(tool: &ToolSpec) -> Result<Grammar, ToolError> {
+    compile_schema(&arguments_schema(&tool.parameters)).map_err(|error| ToolError::SchemaRefused {
+        tool: tool.name.clone(),
+        keyword: error.keyword.clone(),
+        location: error.location.clone(),
+        message: format!("parameters: {error}"),
+    })
+}
+
+/// The wrapper around each selected tool's compiled arguments grammar.
+pub(crate) fn assemble_forced_grammar(selected: Vec<(&ToolSpec, Grammar)>, parallel: bool) -> Grammar {
     let mut builder = GrammarBuilder::new();
     let mut bodies = Vec::with_capacity(selected.len());
-    for tool in selected {
-        let schema = arguments_schema(&tool.parameters);
-        let arguments = compile_schema(&schema).map_err(|error| ToolError::SchemaRefused {
-            tool: tool.name.clone(),
-            keyword: error.keyword.clone(),
-            location: error.location.clone(),
-            message: format!("parameters: {error}"),
-        })?;
+    for (tool, arguments) in selected {
         let arguments_root = embed_grammar(&mut builder, arguments, &format!("{}.arguments.", tool.name));
         // `"<name>", "arguments": <args>` where <args> carries its own surrounding whitespace.
         let quoted_name = Value::String(tool.name.clone()).to_string();
@@ -98,7 +115,7 @@ pub fn forced_call_grammar(tools: &[ToolSpec], choice: &ToolChoice, parallel: bo
     } else {
         builder.add("root", vec![vec![Symbol::Rule(call)]])
     };
-    Ok(builder.finish(root, WHITESPACE_BUDGET))
+    builder.finish(root, WHITESPACE_BUDGET)
 }
 
 /// `byte` with structural whitespace either side, as JSON punctuation is written.

@@ -11,13 +11,15 @@
 
 mod forced;
 mod parse;
+mod plan;
 mod prompt;
 mod validate;
 
 use crate::core::{CoreError, ErrorCode};
 
-pub use forced::{embed_grammar, forced_call_grammar};
+pub use forced::{compile_arguments_schema, embed_grammar, forced_call_grammar};
 pub use parse::{anthropic_call_id, openai_call_id, parse_calls, parse_calls_with_ids, ParsedOutput};
+pub use plan::{plan_tool_use, ToolPlan};
 pub use prompt::{
     calls_as_template_json, hermes_tools_prompt, messages_for_plain_template, render_calls_as_text, render_tool_result,
     tools_as_template_json,

@@ -1,0 +1,170 @@
+//! One decision per request about tools, so the three API shapes and the model actor apply
+//! the spec's `tool_choice` table the same way: what the model is told, through which
+//! template, and whether a grammar forces the answer to be calls.
+//!
+//! Key type: [`ToolPlan`]. Cost: the validations, one schema compilation per offered tool
+//! (a refused keyword is refused whatever the choice), and the forced grammar when forced.
+
+use serde_json::Value;
+
+use super::forced::{assemble_forced_grammar, compile_arguments_schema};
+use super::prompt::{messages_for_plain_template, tools_as_template_json};
+use super::validate::{validate_choice, validate_tools};
+use super::ToolError;
+use crate::core::{ChatMessage, ToolChoice, ToolSpec};
+use crate::grammar::ir::Grammar;
+
+/// What to do with a chat request's tools.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolPlan {
+    /// The conversation to render: unchanged for a template with its own tools section,
+    /// rewritten into the Hermes convention otherwise.
+    pub messages: Vec<ChatMessage>,
+    /// The template's `tools` variable, when the model's own template describes the tools.
+    pub template_tools: Option<Vec<Value>>,
+    /// The grammar of a forced call (`required` or a named tool); it replaces any other
+    /// constraint on the request.
+    pub forced: Option<Grammar>,
+    /// The tools calls may be read back for (none with `tool_choice: "none"`).
+    pub offered: Vec<ToolSpec>,
+}
+
+impl ToolPlan {
+    /// Whether the answer should be read for calls at all.
+    pub fn reads_calls(&self) -> bool {
+        !self.offered.is_empty()
+    }
+}
+
+/// Applies the `tool_choice` table. `"none"`: tools are not offered (earlier calls in the
+/// history are still rendered). `"auto"`: the tools are described (by the model's template
+/// when `template_handles_tools`, else by the Hermes block) and nothing is forced. Forced
+/// choices always describe the tools in the Hermes convention, since that is what the grammar
+/// makes the model write. `parallel: false` forces exactly one call.
+pub fn plan_tool_use(
+    messages: &[ChatMessage],
+    tools: &[ToolSpec],
+    choice: &ToolChoice,
+    parallel: bool,
+    template_handles_tools: bool,
+) -> Result<ToolPlan, ToolError> {
+    validate_tools(tools)?;
+    validate_choice(tools, choice)?;
+    let compiled =
+        tools.iter().map(|tool| Ok((tool, compile_arguments_schema(tool)?))).collect::<Result<Vec<_>, ToolError>>()?;
+    // validate_choice has made sure a forced choice has tools, and a named one is offered.
+    let forced = match choice {
+        ToolChoice::Required => Some(assemble_forced_grammar(compiled, parallel)),
+        ToolChoice::Named(name) => {
+            let named = compiled.into_iter().filter(|(tool, _)| &tool.name == name).collect();
+            Some(assemble_forced_grammar(named, parallel))
+        }
+        ToolChoice::Auto | ToolChoice::None => None,
+    };
+    let offered: Vec<ToolSpec> = match choice {
+        ToolChoice::None => Vec::new(),
+        _ => tools.to_vec(),
+    };
+    let native = template_handles_tools && forced.is_none() && !offered.is_empty();
+    let plan = if native {
+        ToolPlan {
+            messages: messages.to_vec(),
+            template_tools: Some(tools_as_template_json(&offered)),
+            forced,
+            offered,
+        }
+    } else {
+        ToolPlan { messages: messages_for_plain_template(messages, &offered), template_tools: None, forced, offered }
+    };
+    Ok(plan)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::core::{Role, ToolCall};
+    use crate::tools::hermes_tools_prompt;
+
+    fn tools() -> Vec<ToolSpec> {
+        serde_json::from_str(include_str!("../../testdata/tools/order_tools.json")).expect("fixture parses")
+    }
+
+    fn history() -> Vec<ChatMessage> {
+        let mut assistant = ChatMessage::new(Role::Assistant, "");
+        assistant.tool_calls = vec![ToolCall {
+            id: "call_1".into(),
+            name: "get_order_status".into(),
+            arguments: json!({"order_id": "A-1"}),
+        }];
+        let mut result = ChatMessage::new(Role::Tool, "{\"status\": \"in_transit\"}");
+        result.tool_call_id = Some("call_1".into());
+        vec![ChatMessage::new(Role::User, "Where is A-1?"), assistant, result]
+    }
+
+    #[test]
+    fn auto_uses_the_models_template_when_it_has_a_tools_section() {
+        let plan = plan_tool_use(&history(), &tools(), &ToolChoice::Auto, true, true).expect("plan");
+        assert_eq!(plan.messages, history());
+        assert_eq!(plan.template_tools.as_ref().map(Vec::len), Some(2));
+        assert!(plan.forced.is_none());
+        assert!(plan.reads_calls());
+    }
+
+    #[test]
+    fn auto_without_a_tools_section_uses_the_hermes_convention() {
+        let plan = plan_tool_use(&history(), &tools(), &ToolChoice::Auto, true, false).expect("plan");
+        assert_eq!(plan.template_tools, None);
+        assert_eq!(plan.messages[0].role, Role::System);
+        assert_eq!(plan.messages[0].content, hermes_tools_prompt(&tools()));
+        assert!(plan.messages.iter().all(|m| m.role != Role::Tool && m.tool_calls.is_empty()));
+        assert!(plan.forced.is_none());
+    }
+
+    #[test]
+    fn forced_choices_describe_hermes_and_carry_a_grammar() {
+        use crate::grammar::automaton::{check_input, CheckOutcome, CompiledGrammar};
+        use crate::grammar::limits::Limits;
+
+        let status =
+            "<tool_call>\n{\"name\": \"get_order_status\", \"arguments\": {\"order_id\": \"A-1\"}}\n</tool_call>";
+        for (choice, status_allowed) in
+            [(ToolChoice::Required, true), (ToolChoice::Named("issue_refund".into()), false)]
+        {
+            let plan = plan_tool_use(&history(), &tools(), &choice, false, true).expect("plan");
+            assert_eq!(plan.template_tools, None);
+            assert!(plan.messages[0].content.contains("<tool_call>"));
+            let grammar = plan.forced.expect("a forced grammar");
+            let grammar = CompiledGrammar::new(grammar, &Limits::default()).expect("compiles");
+            let outcome = check_input(&grammar, status.as_bytes());
+            assert_eq!(outcome == CheckOutcome::Match, status_allowed, "{choice:?}: {outcome:?}");
+        }
+    }
+
+    #[test]
+    fn none_offers_nothing_but_keeps_the_history_readable() {
+        let plan = plan_tool_use(&history(), &tools(), &ToolChoice::None, true, true).expect("plan");
+        assert!(!plan.reads_calls());
+        assert!(plan.forced.is_none() && plan.template_tools.is_none());
+        assert_eq!(plan.messages.len(), 3);
+        assert_eq!(plan.messages[0].role, Role::User);
+        assert!(plan.messages[1].content.contains("<tool_call>"));
+        assert!(plan.messages[2].content.contains("<tool_response>"));
+    }
+
+    #[test]
+    fn refusals_come_before_any_work() {
+        let mut bad = tools();
+        bad[1].parameters = json!({"type": "object", "properties": {"reason": {"if": {}}}});
+        for choice in [ToolChoice::Auto, ToolChoice::None, ToolChoice::Required] {
+            let error = plan_tool_use(&[], &bad, &choice, true, false).unwrap_err();
+            assert!(
+                matches!(&error, ToolError::SchemaRefused { tool, keyword, .. } if tool == "issue_refund" && keyword == "if"),
+                "{choice:?}: {error:?}"
+            );
+        }
+        let error = plan_tool_use(&[], &tools(), &ToolChoice::Named("cancel".into()), true, false).unwrap_err();
+        assert!(matches!(error, ToolError::UnknownChoice { .. }));
+    }
+}
