@@ -67,6 +67,7 @@ pub(crate) enum StepOverflow {
     StackDepth,
     TooManyStacks,
     TooMuchWork,
+    StateTooLarge,
 }
 
 impl StepOverflow {
@@ -80,6 +81,9 @@ impl StepOverflow {
             }
             StepOverflow::TooMuchWork => {
                 format!("more than {} expansion steps for one byte", limits.max_expansion_steps)
+            }
+            StepOverflow::StateTooLarge => {
+                format!("a parse state larger than {} words", limits.max_state_words)
             }
         }
     }
@@ -281,7 +285,11 @@ impl CompiledGrammar {
         }
         let mut out = StackSet::default();
         self.expand(work, &mut out)?;
-        Ok(out.into_encoded())
+        let encoded = out.into_encoded();
+        if encoded.len() > self.limits.max_state_words {
+            return Err(StepOverflow::StateTooLarge);
+        }
+        Ok(encoded)
     }
 
     /// The bytes some stack of `config` can read next.
@@ -631,6 +639,23 @@ mod tests {
                 assert!(expected.contains("nesting deeper than 10"), "{expected}");
                 assert!(offset < 12);
             }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn oversized_states_are_rejected_not_stored() {
+        let mut b = GrammarBuilder::new();
+        let value = b.declare("value");
+        b.define(value, vec![
+            vec![Symbol::Bytes(ByteSet::single(b'[')), Symbol::Rule(value), Symbol::Bytes(ByteSet::single(b']'))],
+            literal_symbols(b"x"),
+        ]);
+        let limits = Limits { max_state_words: 12, ..Limits::default() };
+        let g = CompiledGrammar::new(b.finish(value, 0), &limits).map_err(|e| e.to_string()).unwrap();
+        assert_eq!(check_input(&g, b"[x]"), CheckOutcome::Match);
+        match check_input(&g, b"[[[[[[x]]]]]]") {
+            CheckOutcome::Mismatch { expected, .. } => assert!(expected.contains("larger than 12 words"), "{expected}"),
             other => panic!("{other:?}"),
         }
     }

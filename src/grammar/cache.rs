@@ -35,6 +35,9 @@ pub(crate) struct StateTable {
     /// whether they loop on the state itself.
     skip_bytes: Vec<Option<(ByteSet, bool)>>,
     capacity: usize,
+    /// Words of configurations held, and the most allowed before a clear.
+    words: usize,
+    word_budget: usize,
     pub(crate) peak: usize,
     pub(crate) clears: u64,
     /// Transitions treated as dead because computing them passed a limit (stack depth,
@@ -48,6 +51,9 @@ impl StateTable {
     pub(crate) fn new(grammar: Arc<CompiledGrammar>, min_capacity: usize) -> Self {
         let classes = grammar.class_count();
         let capacity = grammar.limits().transition_states.max(min_capacity);
+        // Room for every state a caller keeps across a clear, each as large as allowed.
+        let word_budget = (capacity.saturating_mul(1024))
+            .max((min_capacity + 1).saturating_mul(grammar.limits().max_state_words));
         let mut table = StateTable {
             grammar,
             classes,
@@ -58,6 +64,8 @@ impl StateTable {
             can_continue: Vec::new(),
             skip_bytes: Vec::new(),
             capacity,
+            words: 0,
+            word_budget,
             peak: 0,
             clears: 0,
             overflows: 0,
@@ -225,7 +233,7 @@ impl StateTable {
         if let Some(&id) = self.ids.get(&config) {
             return Some(id);
         }
-        if self.configs.len() >= self.capacity {
+        if self.configs.len() >= self.capacity || self.words + config.len() > self.word_budget {
             return None;
         }
         Some(self.push_state(config))
@@ -233,10 +241,11 @@ impl StateTable {
 
     fn push_state(&mut self, config: Box<[u32]>) -> u32 {
         let id = self.configs.len() as u32;
+        self.words += config.len();
         self.accepting.push(config_is_accepting(&config));
         self.can_continue.push(config_can_continue(&config));
         self.skip_bytes.push(None);
-        self.transitions.extend(std::iter::repeat(UNKNOWN).take(self.classes));
+        self.transitions.extend(std::iter::repeat_n(UNKNOWN, self.classes));
         if !config.is_empty() {
             self.ids.insert(config.clone(), id);
         }
@@ -253,6 +262,7 @@ impl StateTable {
         self.accepting.clear();
         self.can_continue.clear();
         self.skip_bytes.clear();
+        self.words = 0;
         self.clears += 1;
         self.push_state(Box::new([]));
         for state in live.iter_mut() {

@@ -74,10 +74,8 @@ fn partial_characters_are_incomplete_not_wrong() {
 #[test]
 fn repetition_bounds() {
     let grammar = compile("root ::= \"a\"{2,4} (\"bc\"){1} [x-z]{2,} \"d\"?");
-    for good in ["aaxy", "aaabcxyz", "aaaabcxxd", "aabcxxd"] {
-        let good = good.replace("aabcx", "aabcx");
-        let input = if good.contains("bc") { good } else { good.replacen("x", "bcx", 1) };
-        assert_eq!(check_input(&grammar, input.as_bytes()), CheckOutcome::Match, "{input}");
+    for good in ["aabcxy", "aaabcxyz", "aaaabcxxd", "aabcxxd"] {
+        assert_eq!(check_input(&grammar, good.as_bytes()), CheckOutcome::Match, "{good}");
     }
     for bad in ["abcxx", "aaaaabcxx", "aabcx", "aaxx", "aabcxxdd"] {
         assert_ne!(check_input(&grammar, bad.as_bytes()), CheckOutcome::Match, "{bad}");

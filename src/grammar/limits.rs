@@ -27,6 +27,11 @@ pub struct Limits {
     pub max_stacks: usize,
     /// Most expansion steps to compute one byte transition. Default 200,000.
     pub max_expansion_steps: usize,
+    /// Largest automaton state, in 4-byte words of parse stacks. Default 16,384 (64 KiB); a
+    /// transition to a larger state is treated as dead and counted. The transition table also
+    /// holds at most `transition_states` × 1,024 words of states (16 MiB at the default), and
+    /// is cleared when that fills, so an adversarial grammar cannot exhaust memory.
+    pub max_state_words: usize,
     /// Bound of the transition table, in automaton states (spec default 4,096). A state costs
     /// its parse stacks plus 4 bytes per byte class; a full table is cleared and counted.
     pub transition_states: usize,
@@ -46,6 +51,7 @@ impl Default for Limits {
             max_stack_depth: 1024,
             max_stacks: 1024,
             max_expansion_steps: 200_000,
+            max_state_words: 16_384,
             transition_states: 4096,
             mask_cache: 256,
         }
