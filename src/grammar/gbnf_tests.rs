@@ -196,3 +196,25 @@ fn tight_limits_are_enforced() {
     let error = compile_gbnf(b"root ::= \"a\"{0,50}\n", &limits).map(|_| ()).unwrap_err();
     assert!(matches!(error, GrammarError::TooLarge { .. }), "{error}");
 }
+
+const TESTDATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/grammars");
+
+fn testdata(name: &str) -> Result<CompiledGrammar, GrammarError> {
+    let path = format!("{TESTDATA}/{name}");
+    let source = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    compile_gbnf(&source, &Limits::default())
+}
+
+#[test]
+fn testdata_grammars_load_or_are_refused_as_documented() {
+    let chess = testdata("move.gbnf").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(check_input(&chess, b"Nf3e5"), CheckOutcome::Match);
+    assert_eq!(check_input(&chess, b"e2e4"), CheckOutcome::Match);
+    assert!(matches!(check_input(&chess, b"e9"), CheckOutcome::Mismatch { offset: 1, .. }));
+    let csv = testdata("csv.gbnf").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(check_input(&csv, b"name,note\nann,\"a, \"\"b\"\"\nc\"\n"), CheckOutcome::Match);
+    assert!(matches!(check_input(&csv, b"a,\"b\"c\n"), CheckOutcome::Mismatch { offset: 5, .. }));
+    assert!(matches!(testdata("left-recursive.gbnf"), Err(GrammarError::LeftRecursion { rule, at, .. }) if rule == "expr" && at == Location::at(4, 1)));
+    assert!(matches!(testdata("token-terminal.gbnf"), Err(GrammarError::TokenTerminal { text, .. }) if text == "<think>"));
+    assert!(matches!(testdata("big-repetition.gbnf"), Err(GrammarError::RepetitionTooLarge { bound: 5000, .. })));
+}
