@@ -534,30 +534,55 @@ pub(crate) fn describe_expected(grammar: &CompiledGrammar, config: &[u32]) -> St
     text
 }
 
-/// Renders a byte set as a short list of quoted bytes or a bracketed class.
+/// Renders a byte set for people: `"e"`, `[0-9]`, `one of "," "]"`, `one of "-" [0-9]`, or a
+/// bracketed class when there are many ranges.
 pub(crate) fn describe_byte_set(set: &ByteSet) -> String {
-    let count = set.len();
-    if count == 0 {
+    if set.is_empty() {
         return "nothing (the grammar cannot continue here)".to_string();
     }
-    let quote = |byte: u8| -> String {
+    if set.len() == 256 {
+        return "any byte".to_string();
+    }
+    let mut ranges: Vec<(u8, u8)> = Vec::new();
+    for byte in set.iter() {
+        match ranges.last_mut() {
+            Some((_, high)) if *high as u16 + 1 == byte as u16 => *high = byte,
+            _ => ranges.push((byte, byte)),
+        }
+    }
+    let in_class = |byte: u8| -> String {
+        match byte {
+            b'-' | b']' | b'[' | b'\\' | b'^' => format!("\\{}", byte as char),
+            0x21..=0x7e => (byte as char).to_string(),
+            _ => byte.escape_ascii().to_string(),
+        }
+    };
+    let quoted = |byte: u8| -> String {
         match byte {
             b'"' => "'\"'".to_string(),
             0x20..=0x7e => format!("\"{}\"", byte as char),
             _ => format!("\"{}\"", byte.escape_ascii()),
         }
     };
-    if count == 1 {
-        return set.iter().map(quote).collect::<String>();
+    let item = |(low, high): (u8, u8)| -> String {
+        if low == high {
+            quoted(low)
+        } else {
+            format!("[{}-{}]", in_class(low), in_class(high))
+        }
+    };
+    if let [only] = ranges[..] {
+        return item(only);
     }
-    if count <= 6 {
-        let items: Vec<String> = set.iter().map(quote).collect();
+    if ranges.len() <= 12 {
+        let items: Vec<String> = ranges.into_iter().map(item).collect();
         return format!("one of {}", items.join(" "));
     }
-    if count == 256 {
-        return "any byte".to_string();
-    }
-    format!("{set:?}")
+    let body: String = ranges
+        .into_iter()
+        .map(|(low, high)| if low == high { in_class(low) } else { format!("{}-{}", in_class(low), in_class(high)) })
+        .collect();
+    format!("[{body}]")
 }
 
 #[cfg(test)]
@@ -596,9 +621,22 @@ mod tests {
         assert_eq!(check_input(&g, b"[1,2"), CheckOutcome::Incomplete { expected: "one of \",\" \"]\"".into() });
         assert_eq!(
             check_input(&g, b"[1,\nx]"),
-            CheckOutcome::Mismatch { offset: 4, line: 2, column: 1, expected: "[\\t-\\n\\r 0-9]".into() }
+            CheckOutcome::Mismatch { offset: 4, line: 2, column: 1, expected: "one of [\\t-\\n] \"\\r\" \" \" [0-9]".into() }
         );
         assert_eq!(check_input(&g, b"[]]"), CheckOutcome::Mismatch { offset: 2, line: 1, column: 3, expected: "the end of the input".into() });
+    }
+
+    #[test]
+    fn expected_bytes_read_like_grammar_text() {
+        let set = |bytes: &[u8]| bytes.iter().fold(ByteSet::EMPTY, |s, b| s.union(&ByteSet::single(*b)));
+        assert_eq!(describe_byte_set(&set(b",]")), "one of \",\" \"]\"");
+        assert_eq!(describe_byte_set(&set(b"\"")), "'\"'");
+        assert_eq!(describe_byte_set(&ByteSet::range(b'0', b'9')), "[0-9]");
+        let json_value = set(b"\n \"-0123456789[fnt{");
+        assert_eq!(describe_byte_set(&json_value), "one of \"\\n\" \" \" '\"' \"-\" [0-9] \"[\" \"f\" \"n\" \"t\" \"{\"");
+        let letters = (b'a'..=b'z').step_by(2).collect::<Vec<u8>>();
+        assert_eq!(describe_byte_set(&set(&letters)), "[acegikmoqsuwy]");
+        assert_eq!(describe_byte_set(&ByteSet::EMPTY), "nothing (the grammar cannot continue here)");
     }
 
     #[test]
