@@ -218,3 +218,37 @@ fn testdata_grammars_load_or_are_refused_as_documented() {
     assert!(matches!(testdata("token-terminal.gbnf"), Err(GrammarError::TokenTerminal { text, .. }) if text == "<think>"));
     assert!(matches!(testdata("big-repetition.gbnf"), Err(GrammarError::RepetitionTooLarge { bound: 5000, .. })));
 }
+
+mod no_panics {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Pieces of GBNF syntax, so random sources get past the first token often.
+    fn fragment() -> impl Strategy<Value = String> {
+        prop::sample::select(vec![
+            "root", " ::= ", "::=", "a", "b-c", "x_1", "\"", "\"lit\"", "\\", "\\x4", "\\u00e9", "[", "]", "^", "-",
+            "[^a-z]", "(", ")", "|", "*", "+", "?", "{", "}", "{2,3}", "{1,}", ",", "0", "9999", ".", "<", ">",
+            "<think>", "!", "#", " ", "\n", "\r\n", "\t", "é", "\u{1F600}",
+        ])
+        .prop_map(str::to_string)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+
+        #[test]
+        fn random_sources_never_panic(pieces in prop::collection::vec(fragment(), 0..40)) {
+            let source = pieces.concat();
+            if let Ok(grammar) = compile_gbnf(source.as_bytes(), &Limits::default()) {
+                for input in ["", "a", "lit", "é", "aaaa"] {
+                    let _ = check_input(&grammar, input.as_bytes());
+                }
+            }
+        }
+
+        #[test]
+        fn random_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
+            let _ = compile_gbnf(&bytes, &Limits::default());
+        }
+    }
+}
