@@ -17,6 +17,7 @@
 //! one byte step costs the stacks it touches (microseconds); the matcher caches steps.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::OnceLock;
 
 use super::error::{GrammarError, Location};
 use super::ir::{ByteSet, Grammar, Symbol};
@@ -43,10 +44,19 @@ pub(crate) enum FlatSymbol {
     End,
 }
 
-/// A grammar compiled for the automaton: immutable, `Send + Sync`, shared through an `Arc` by
-/// every request using it.
+/// The byte-free expansion of one grammar position (see `CompiledGrammar::expansion`).
+#[derive(Debug)]
+struct Expansion {
+    stacks: Box<[Box<[u32]>]>,
+    completes: bool,
+}
+
+/// A grammar compiled for the automaton: immutable but for caches filled once, `Send + Sync`,
+/// shared through an `Arc` by every request using it.
 #[derive(Debug)]
 pub struct CompiledGrammar {
+    /// Per position, its expansion once computed.
+    expansions: Vec<OnceLock<Box<Result<Expansion, StepOverflow>>>>,
     /// All alternatives of all rules back to back, each closed by `End`; a position is an index.
     symbols: Vec<FlatSymbol>,
     /// Start positions of the alternatives of rule `r`: `alt_starts[alt_ranges[r].0..alt_ranges[r].1]`.
@@ -146,6 +156,7 @@ impl CompiledGrammar {
         }
         let (byte_class, class_representatives) = byte_classes(&symbols);
         let mut compiled = CompiledGrammar {
+            expansions: (0..symbols.len()).map(|_| OnceLock::new()).collect(),
             symbols,
             alt_starts,
             alt_ranges,
@@ -265,31 +276,100 @@ impl CompiledGrammar {
     /// The configuration after reading `byte` in configuration `config` (both encoded); an
     /// empty result is the dead configuration.
     pub(crate) fn step(&self, config: &[u32], byte: u8) -> Result<Vec<u32>, StepOverflow> {
-        let mut work = Vec::new();
         let is_whitespace = WHITESPACE_BYTES.contains(&byte);
+        let mut out: Vec<(Vec<u32>, u32)> = Vec::new();
         for (ws_used, frames) in decode(config) {
-            let Some(&top) = frames.last() else { continue };
+            let Some((&top, below)) = frames.split_last() else { continue };
             match self.symbols[top as usize] {
-                FlatSymbol::Bytes(set) if set.contains(byte) => {
-                    let mut next = frames.to_vec();
-                    if let Some(t) = next.last_mut() {
-                        *t = top + 1;
-                    }
-                    work.push((ws_used, next));
-                }
+                FlatSymbol::Bytes(set) if set.contains(byte) => self.continue_at(below, top + 1, ws_used, &mut out)?,
                 FlatSymbol::Whitespace if is_whitespace && ws_used < self.whitespace_budget => {
-                    work.push((ws_used + 1, frames.to_vec()));
+                    let used = ws_used + 1;
+                    if used < self.whitespace_budget {
+                        out.push((frames.to_vec(), used));
+                    }
+                    self.continue_at(below, top + 1, used, &mut out)?;
                 }
                 _ => {}
             }
+            if out.len() > self.limits.max_stacks.saturating_mul(4) {
+                return Err(StepOverflow::TooManyStacks);
+            }
         }
-        let mut out = StackSet::default();
-        self.expand(work, &mut out)?;
-        let encoded = out.into_encoded();
-        if encoded.len() > self.limits.max_state_words {
+        // Canonical order; of stacks equal but for whitespace used, the thriftiest stays.
+        out.sort_unstable();
+        out.dedup_by(|later, earlier| later.0 == earlier.0);
+        if out.len() > self.limits.max_stacks {
+            return Err(StepOverflow::TooManyStacks);
+        }
+        let size: usize = out.iter().map(|(frames, _)| frames.len() + 2).sum();
+        if size > self.limits.max_state_words {
             return Err(StepOverflow::StateTooLarge);
         }
+        let mut encoded = Vec::with_capacity(size);
+        for (frames, ws_used) in out {
+            encoded.push(frames.len() as u32);
+            encoded.push(ws_used);
+            encoded.extend_from_slice(&frames);
+        }
         Ok(encoded)
+    }
+
+    /// Adds to `out` the stacks reached from the stack `below` + `position` without reading a
+    /// byte, using the cached expansion of each position and returning into `below` while
+    /// the rest of an alternative can match nothing.
+    fn continue_at(&self, below: &[u32], mut position: u32, ws_used: u32, out: &mut Vec<(Vec<u32>, u32)>) -> Result<(), StepOverflow> {
+        let mut depth = below.len();
+        loop {
+            let expansion = self.expansion(position)?;
+            for relative in expansion.stacks.iter() {
+                let on_whitespace = relative.last().is_some_and(|top| self.symbols[*top as usize] == FlatSymbol::Whitespace);
+                if on_whitespace && ws_used >= self.whitespace_budget {
+                    continue;
+                }
+                if depth + relative.len() > self.limits.max_stack_depth {
+                    return Err(StepOverflow::StackDepth);
+                }
+                let mut frames = Vec::with_capacity(depth + relative.len());
+                frames.extend_from_slice(&below[..depth]);
+                frames.extend_from_slice(relative);
+                out.push((frames, ws_used));
+            }
+            if !expansion.completes {
+                return Ok(());
+            }
+            if depth == 0 {
+                out.push((Vec::new(), ws_used));
+                return Ok(());
+            }
+            depth -= 1;
+            position = below[depth];
+        }
+    }
+
+    /// What a stack whose top is `position` expands to before reading a byte, computed once
+    /// per position and shared by every matcher: the stacks above the top's frame, and
+    /// whether the rest of the alternative can match nothing (then the frame below continues).
+    fn expansion(&self, position: u32) -> Result<&Expansion, StepOverflow> {
+        let Some(cell) = self.expansions.get(position as usize) else {
+            return Err(StepOverflow::TooMuchWork);
+        };
+        let computed = cell.get_or_init(|| {
+            let mut out = StackSet::default();
+            Box::new(self.expand(vec![(0, vec![position])], &mut out).map(|()| {
+                let mut completes = false;
+                let mut stacks = Vec::new();
+                for (frames, _) in out.stacks {
+                    if frames.is_empty() {
+                        completes = true;
+                    } else {
+                        stacks.push(frames.into_boxed_slice());
+                    }
+                }
+                stacks.sort_unstable();
+                Expansion { stacks: stacks.into_boxed_slice(), completes }
+            }))
+        });
+        computed.as_ref().as_ref().map_err(|overflow| *overflow)
     }
 
     /// The bytes some stack of `config` can read next.
