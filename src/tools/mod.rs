@@ -5,8 +5,9 @@
 //! generated text. The API shapes and the model actor call these; nothing here knows HTTP,
 //! llama.cpp or any one API's wire format.
 //!
-//! Key types: [`ToolError`] (every refusal, each a 400), [`ParsedOutput`] (text and calls read
-//! from an answer). Costs: validation and parsing are linear in their input; the forced-call
+//! Key types: [`ToolPlan`] (the `tool_choice` table applied to one request: messages to render,
+//! template tools, forced grammar), [`ToolError`] (every refusal, each a 400), [`ParsedOutput`]
+//! (text and calls read from an answer). Costs: validation and parsing are linear in their input; the forced-call
 //! grammar costs one compiled JSON Schema per offered tool plus a handful of wrapper rules.
 
 mod forced;
