@@ -5,8 +5,9 @@
 //! the JSON Schema front end and embedded as sub-rules ([`embed_grammar`]), so the arguments of
 //! every call are constrained by the schema of the tool it names.
 //!
-//! Cost: one schema compilation per selected tool plus six wrapper rules and one per tool; the
-//! structural whitespace budget is the schema front end's, shared by all calls of an answer.
+//! Cost: one schema compilation per selected tool plus six wrapper rules and one per tool (128
+//! two-property tools: about 10 ms to build and 10 ms to compile, release build); the structural
+//! whitespace budget is the schema front end's, shared by all calls of an answer.
 
 use serde_json::{Map, Value};
 
@@ -90,7 +91,9 @@ pub(crate) fn assemble_forced_grammar(selected: Vec<(&ToolSpec, Grammar)>, paral
         let mut body = literal_symbols(quoted_name.as_bytes());
         body.extend(punctuation(b','));
         body.extend(literal_symbols(b"\"arguments\""));
-        body.extend(punctuation(b':'));
+        // No whitespace after the colon: the arguments root begins with its own, and two
+        // whitespace runs in a row would only split one parse into several.
+        body.extend([Symbol::Whitespace, Symbol::Bytes(ByteSet::single(b':'))]);
         body.push(Symbol::Rule(arguments_root));
         let body = builder.add(format!("{}.call", tool.name), vec![body]);
         bodies.push(vec![Symbol::Rule(body)]);
