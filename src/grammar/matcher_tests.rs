@@ -159,3 +159,39 @@ fn commit_refuses_and_keeps_state_eog_only_when_accepting() {
     let stats = matcher.stats();
     assert_eq!((stats.steps, stats.masks_computed, stats.cached_steps), (3, 2, 1), "{stats:?}");
 }
+
+#[test]
+fn shared_parts_are_send_and_sync_and_matchers_are_send() {
+    fn shared<T: Send + Sync>() {}
+    fn owned<T: Send>() {}
+    shared::<crate::grammar::automaton::CompiledGrammar>();
+    shared::<TokenTrie>();
+    owned::<Matcher>();
+}
+
+/// Mask exactness on real vocabularies: `LLAMAY_VOCAB_JSON=a.json[,b.json] cargo test --release
+/// -- --ignored masks_are_exact_on_real_vocabularies` (files as `Vocabulary::to_json` writes).
+#[test]
+#[ignore = "needs LLAMAY_VOCAB_JSON; takes minutes"]
+fn masks_are_exact_on_real_vocabularies() {
+    let paths = std::env::var("LLAMAY_VOCAB_JSON").unwrap_or_default();
+    assert!(!paths.is_empty(), "set LLAMAY_VOCAB_JSON");
+    for path in paths.split(',') {
+        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let tokens: Vec<Vec<u8>> = value["tokens"]
+            .as_array()
+            .map(|all| {
+                all.iter()
+                    .map(|t| t.as_array().map(|b| b.iter().filter_map(|x| x.as_u64()).map(|x| x as u8).collect()).unwrap_or_default())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let eog: Vec<u32> =
+            value["eog"].as_array().map(|e| e.iter().filter_map(|t| t.as_u64()).map(|t| t as u32).collect()).unwrap_or_default();
+        for name in ["arithmetic", "c", "chess", "english", "japanese", "json", "json_arr", "list"] {
+            let source = std::fs::read(format!("{CORPUS}/{name}.gbnf")).unwrap_or_default();
+            check_walks(&format!("{name} on {path}"), &source, &Limits::default(), &tokens, &eog, 1, 12);
+        }
+    }
+}
