@@ -1,0 +1,157 @@
+//! Tests of the automaton: whole-input checks, whitespace budget, limits, left recursion,
+//! ambiguity and the wording of what was expected.
+
+use super::*;
+use crate::grammar::ir::{literal_symbols, GrammarBuilder};
+
+fn compile(grammar: Grammar) -> CompiledGrammar {
+    match CompiledGrammar::new(grammar, &Limits::default()) {
+        Ok(compiled) => compiled,
+        Err(error) => panic!("compile failed: {error}"),
+    }
+}
+
+/// root ::= "[" items? "]" ; items ::= digit ("," ws digit)*  (as right recursion)
+fn list_grammar(budget: u32) -> Grammar {
+    let mut b = GrammarBuilder::new();
+    let root = b.declare("root");
+    let items = b.declare("items");
+    let more = b.declare("more");
+    let digit = Symbol::Bytes(ByteSet::range(b'0', b'9'));
+    b.define(root, vec![
+        vec![Symbol::Bytes(ByteSet::single(b'[')), Symbol::Rule(items), Symbol::Bytes(ByteSet::single(b']'))],
+        literal_symbols(b"[]"),
+    ]);
+    b.define(items, vec![vec![digit, Symbol::Rule(more)]]);
+    b.define(more, vec![vec![Symbol::Bytes(ByteSet::single(b',')), Symbol::Whitespace, digit, Symbol::Rule(more)], vec![]]);
+    b.finish(root, budget)
+}
+
+#[test]
+fn accepts_and_rejects_whole_inputs() {
+    let g = compile(list_grammar(8));
+    assert_eq!(check_input(&g, b"[]"), CheckOutcome::Match);
+    assert_eq!(check_input(&g, b"[1,2, 3,\n\t4]"), CheckOutcome::Match);
+    assert_eq!(check_input(&g, b"[1,2"), CheckOutcome::Incomplete { expected: "one of \",\" \"]\"".into() });
+    assert_eq!(
+        check_input(&g, b"[1,\nx]"),
+        CheckOutcome::Mismatch { offset: 4, line: 2, column: 1, expected: "one of [\\t-\\n] \"\\r\" \" \" [0-9]".into() }
+    );
+    assert_eq!(check_input(&g, b"[]]"), CheckOutcome::Mismatch { offset: 2, line: 1, column: 3, expected: "the end of the input".into() });
+}
+
+#[test]
+fn expected_bytes_read_like_grammar_text() {
+    let set = |bytes: &[u8]| bytes.iter().fold(ByteSet::EMPTY, |s, b| s.union(&ByteSet::single(*b)));
+    assert_eq!(describe_byte_set(&set(b",]")), "one of \",\" \"]\"");
+    assert_eq!(describe_byte_set(&set(b"\"")), "'\"'");
+    assert_eq!(describe_byte_set(&ByteSet::range(b'0', b'9')), "[0-9]");
+    let json_value = set(b"\n \"-0123456789[fnt{");
+    assert_eq!(describe_byte_set(&json_value), "one of \"\\n\" \" \" '\"' \"-\" [0-9] \"[\" \"f\" \"n\" \"t\" \"{\"");
+    let letters = (b'a'..=b'z').step_by(2).collect::<Vec<u8>>();
+    assert_eq!(describe_byte_set(&set(&letters)), "[acegikmoqsuwy]");
+    assert_eq!(describe_byte_set(&ByteSet::EMPTY), "nothing (the grammar cannot continue here)");
+}
+
+#[test]
+fn whitespace_budget_is_shared_by_the_document() {
+    let g = compile(list_grammar(3));
+    assert_eq!(check_input(&g, b"[1,  2, 3]"), CheckOutcome::Match);
+    assert!(matches!(check_input(&g, b"[1,  2,  3]"), CheckOutcome::Mismatch { offset: 8, .. }));
+    let none = compile(list_grammar(0));
+    assert!(matches!(check_input(&none, b"[1, 2]"), CheckOutcome::Mismatch { offset: 3, .. }));
+}
+
+#[test]
+fn deep_right_recursion_runs_in_constant_stack() {
+    let g = compile(list_grammar(0));
+    let mut input = b"[1".to_vec();
+    for _ in 0..5000 {
+        input.extend_from_slice(b",2");
+    }
+    input.push(b']');
+    assert_eq!(check_input(&g, &input), CheckOutcome::Match);
+}
+
+#[test]
+fn nesting_past_the_stack_limit_is_rejected_not_a_crash() {
+    // value ::= "[" value "]" | "x"
+    let mut b = GrammarBuilder::new();
+    let value = b.declare("value");
+    b.define(value, vec![
+        vec![Symbol::Bytes(ByteSet::single(b'[')), Symbol::Rule(value), Symbol::Bytes(ByteSet::single(b']'))],
+        literal_symbols(b"x"),
+    ]);
+    let limits = Limits { max_stack_depth: 10, ..Limits::default() };
+    let g = CompiledGrammar::new(b.finish(value, 0), &limits).map_err(|e| e.to_string()).unwrap();
+    assert_eq!(check_input(&g, b"[[[x]]]"), CheckOutcome::Match);
+    let deep = format!("{}x{}", "[".repeat(20), "]".repeat(20));
+    match check_input(&g, deep.as_bytes()) {
+        CheckOutcome::Mismatch { expected, offset, .. } => {
+            assert!(expected.contains("nesting deeper than 10"), "{expected}");
+            assert!(offset < 12);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn oversized_states_are_rejected_not_stored() {
+    let mut b = GrammarBuilder::new();
+    let value = b.declare("value");
+    b.define(value, vec![
+        vec![Symbol::Bytes(ByteSet::single(b'[')), Symbol::Rule(value), Symbol::Bytes(ByteSet::single(b']'))],
+        literal_symbols(b"x"),
+    ]);
+    let limits = Limits { max_state_words: 12, ..Limits::default() };
+    let g = CompiledGrammar::new(b.finish(value, 0), &limits).map_err(|e| e.to_string()).unwrap();
+    assert_eq!(check_input(&g, b"[x]"), CheckOutcome::Match);
+    match check_input(&g, b"[[[[[[x]]]]]]") {
+        CheckOutcome::Mismatch { expected, .. } => assert!(expected.contains("larger than 12 words"), "{expected}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn left_recursive(through_nullable: bool) -> Grammar {
+    let mut b = GrammarBuilder::new();
+    let expr = b.declare("expr");
+    let term = b.literal("term", b"1");
+    let maybe = b.add("maybe-space", vec![vec![], literal_symbols(b" ")]);
+    let first = if through_nullable { vec![Symbol::Rule(maybe), Symbol::Rule(expr)] } else { vec![Symbol::Rule(expr)] };
+    let mut alt = first;
+    alt.extend(literal_symbols(b"+"));
+    alt.push(Symbol::Rule(term));
+    b.define(expr, vec![alt, vec![Symbol::Rule(term)]]);
+    let root = b.add("root", vec![vec![Symbol::Rule(expr)]]);
+    b.finish(root, 0)
+}
+
+#[test]
+fn left_recursion_is_refused_naming_the_rule() {
+    for through_nullable in [false, true] {
+        match CompiledGrammar::new(left_recursive(through_nullable), &Limits::default()) {
+            Err(GrammarError::LeftRecursion { rule, cycle, .. }) => {
+                assert_eq!(rule, "expr");
+                assert_eq!(cycle, "expr -> expr");
+            }
+            other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+        }
+    }
+}
+
+#[test]
+fn ambiguity_keeps_every_parse_alive() {
+    // root ::= a "x" | a "y" ; a ::= "p" | "pp" — two stacks until the choice is made.
+    let mut b = GrammarBuilder::new();
+    let a = b.add("a", vec![literal_symbols(b"p"), literal_symbols(b"pp")]);
+    let mut first = vec![Symbol::Rule(a)];
+    first.extend(literal_symbols(b"x"));
+    let mut second = vec![Symbol::Rule(a)];
+    second.extend(literal_symbols(b"y"));
+    let root = b.add("root", vec![first, second]);
+    let g = compile(b.finish(root, 0));
+    for input in [&b"px"[..], b"ppx", b"py", b"ppy"] {
+        assert_eq!(check_input(&g, input), CheckOutcome::Match, "{input:?}");
+    }
+    assert!(matches!(check_input(&g, b"pppx"), CheckOutcome::Mismatch { offset: 2, .. }));
+}
