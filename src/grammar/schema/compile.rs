@@ -89,7 +89,9 @@ impl<'a> Compiler<'a> {
     }
 
     /// Expands `$ref` and `allOf`, and finds the first `anyOf`/`oneOf` to split.
-    pub fn expand(&self, parts: &[Part<'a>]) -> Result<Expansion<'a>, SchemaError> {
+    /// `consumed` lists the `anyOf`/`oneOf` holders already split on the way here (location,
+    /// keyword bit): a holder reached again through `$ref` or `allOf` stays split.
+    pub fn expand(&self, parts: &[Part<'a>], consumed: &[(Rc<str>, u8)]) -> Result<Expansion<'a>, SchemaError> {
         let mut queue: Vec<Part<'a>> = parts.iter().rev().cloned().collect();
         let mut seen = HashSet::new();
         let mut expansion = Expansion {
@@ -100,7 +102,12 @@ impl<'a> Compiler<'a> {
             unsatisfiable: false,
         };
         let mut references = 0;
-        while let Some(part) = queue.pop() {
+        while let Some(mut part) = queue.pop() {
+            for (location, bit) in consumed {
+                if *location == part.location {
+                    part.consumed |= bit;
+                }
+            }
             if !seen.insert(part.key()) {
                 continue;
             }
@@ -170,7 +177,16 @@ impl<'a> Compiler<'a> {
     /// `strict`: an unsatisfiable `allOf` is refused rather than dropped (false inside
     /// `anyOf` alternatives, where dropping the alternative is the meaning).
     pub fn compile(&mut self, parts: Vec<Part<'a>>, strict: bool) -> Result<Option<RuleId>, SchemaError> {
-        let expansion = self.expand(&parts)?;
+        self.compile_split(parts, &[], strict)
+    }
+
+    fn compile_split(
+        &mut self,
+        parts: Vec<Part<'a>>,
+        consumed: &[(Rc<str>, u8)],
+        strict: bool,
+    ) -> Result<Option<RuleId>, SchemaError> {
+        let expansion = self.expand(&parts, consumed)?;
         let contradiction = |expansion: &Expansion<'a>, reason: &str| {
             let location = expansion.conjunction_origin.clone().unwrap_or_else(|| "".into());
             SchemaError::new("allOf", &location, format!("which cannot be satisfied: {reason}; remove the contradiction"))
@@ -213,20 +229,12 @@ impl<'a> Compiler<'a> {
                 let keyword = if *bit == 1 { "anyOf" } else { "oneOf" };
                 let here = child_location(&holder.location, keyword);
                 let mut alternatives = Vec::new();
+                let mut now_consumed = consumed.to_vec();
+                now_consumed.push((holder.location.clone(), *bit));
                 for (index, alternative) in list.iter().enumerate() {
-                    let mut next: Vec<Part<'a>> = expansion
-                        .flat
-                        .iter()
-                        .map(|p| {
-                            let mut p = p.clone();
-                            if p.key() == holder.key() {
-                                p.consumed |= bit;
-                            }
-                            p
-                        })
-                        .collect();
+                    let mut next = parts.clone();
                     next.push(Part::new(alternative, child_location(&here, &index.to_string())));
-                    if let Some(rule) = self.compile(next, false)? {
+                    if let Some(rule) = self.compile_split(next, &now_consumed, false)? {
                         if !alternatives.contains(&vec![Symbol::Rule(rule)]) {
                             alternatives.push(vec![Symbol::Rule(rule)]);
                         }

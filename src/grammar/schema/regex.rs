@@ -26,7 +26,7 @@ use crate::grammar::ir::{literal_symbols, ByteSet, RuleId, Symbol};
 /// The spec's bound on the DFA of one pattern.
 pub const MAX_DFA_STATES: usize = 2_000;
 /// Bound on (DFA state, character count) pairs when a length bound joins a pattern.
-pub const MAX_PRODUCT_STATES: usize = 20_000;
+pub const MAX_PRODUCT_STATES: usize = 50_000;
 
 /// Why a pattern cannot be enforced; the text completes "which ...".
 #[derive(Debug)]
@@ -140,14 +140,17 @@ pub struct LengthBounds {
 /// The body of a string (without quotes) whose decoded value matches `pattern` and whose
 /// length is within `lengths`; then the closing quote. `Ok(None)` when no string qualifies.
 pub fn pattern_rule(sink: &mut RuleSink, pattern: &str, lengths: LengthBounds) -> Result<Option<RuleId>, PatternRefusal> {
-    let pattern = re2_pattern(pattern)?;
-    let wrapped = format!("(?s:.)*(?:{pattern})(?s:.)*");
+    let (pattern, anchored_start, anchored_end) = re2_pattern_with_anchors(pattern)?;
+    // JSON Schema searches; an explicit anchor makes the wrapper on that side redundant, and
+    // leaving it out keeps the DFA (and the product with a length bound) small.
+    let prefix = if anchored_start { "" } else { "(?s:.)*" };
+    let suffix = if anchored_end { "" } else { "(?s:.)*" };
+    let wrapped = format!("{prefix}(?:{pattern}){suffix}");
     let dfa = dense::Builder::new()
         .configure(
             dense::Config::new()
                 .match_kind(MatchKind::All)
                 .start_kind(StartKind::Anchored)
-                .minimize(false)
                 .dfa_size_limit(Some(8 << 20))
                 .determinize_size_limit(Some(8 << 20)),
         )
@@ -157,15 +160,36 @@ pub fn pattern_rule(sink: &mut RuleSink, pattern: &str, lengths: LengthBounds) -
     let start = dfa
         .start_state(&start::Config::new().anchored(Anchored::Yes))
         .map_err(|e| PatternRefusal(format!("which cannot be started as a DFA ({e})")))?;
-    let mut lowering = Lowering {
-        dfa: &dfa,
-        lengths,
-        memo: HashMap::new(),
-        dfa_states: HashMap::new(),
-        escapes: (0u8..=255).map(|b| escape_for_byte(b)).collect(),
+    let table = TransitionTable::build(&dfa, start)?;
+    let counts = match lengths.max {
+        Some(max) => max + 1,
+        None => lengths.min + 1,
     };
-    lowering.count_states(start)?;
-    lowering.state(sink, start, 0)
+    let pairs = (table.states.len() as u64).saturating_mul(counts);
+    if pairs > MAX_PRODUCT_STATES as u64 {
+        return Err(PatternRefusal(format!(
+            "which together with minLength/maxLength needs {pairs} states, above the limit of {MAX_PRODUCT_STATES}; loosen the length bounds"
+        )));
+    }
+    let mut lowering = Lowering { table: &table, lengths, counts, rules: vec![None; pairs as usize] };
+    Ok(lowering.lower(sink))
+}
+
+/// The pattern rewritten for RE2 semantics, and whether it is anchored at its start and end.
+fn re2_pattern_with_anchors(pattern: &str) -> Result<(String, bool, bool), PatternRefusal> {
+    let rewritten = re2_pattern(pattern)?;
+    let hir = regex_syntax::ParserBuilder::new()
+        .utf8(true)
+        .build()
+        .parse(&rewritten)
+        .map_err(|e| PatternRefusal(format!("which could not be re-read after rewriting ({e})")))?;
+    let is_start = |h: &Hir| matches!(h.kind(), HirKind::Look(Look::Start));
+    let is_end = |h: &Hir| matches!(h.kind(), HirKind::Look(Look::End));
+    let (start, end) = match hir.kind() {
+        HirKind::Concat(parts) => (parts.first().is_some_and(is_start), parts.last().is_some_and(is_end)),
+        _ => (is_start(&hir), is_end(&hir)),
+    };
+    Ok((rewritten, start, end))
 }
 
 fn escape_for_byte(b: u8) -> Option<Vec<Symbol>> {
@@ -175,88 +199,135 @@ fn escape_for_byte(b: u8) -> Option<Vec<Symbol>> {
     canonical_escape(b as char).map(|escape| literal_symbols(escape.as_bytes()))
 }
 
-struct Lowering<'a> {
-    dfa: &'a dense::DFA<Vec<u32>>,
-    lengths: LengthBounds,
-    memo: HashMap<(StateID, u64), Option<RuleId>>,
-    dfa_states: HashMap<StateID, ()>,
+/// Transitions of one DFA state grouped by target: the plain bytes and the bytes written as
+/// escapes, separately for bytes that start a character and continuation bytes.
+struct TransitionGroup {
+    target: usize,
+    starts_char: bool,
+    plain: ByteSet,
+    escaped: Vec<u8>,
+}
+
+struct TransitionTable {
+    /// Per DFA state (dense index): whether the input may end here, and its transitions.
+    states: Vec<(bool, Vec<TransitionGroup>)>,
     escapes: Vec<Option<Vec<Symbol>>>,
 }
 
-impl Lowering<'_> {
-    /// Walks the DFA from `start`, refusing it past [`MAX_DFA_STATES`].
-    fn count_states(&mut self, start: StateID) -> Result<(), PatternRefusal> {
-        let mut stack = vec![start];
-        self.dfa_states.insert(start, ());
-        while let Some(state) = stack.pop() {
+impl TransitionTable {
+    fn build(dfa: &dense::DFA<Vec<u32>>, start: StateID) -> Result<Self, PatternRefusal> {
+        let mut index: HashMap<StateID, usize> = HashMap::new();
+        let mut order = vec![start];
+        index.insert(start, 0);
+        let mut states = Vec::new();
+        let escapes: Vec<Option<Vec<Symbol>>> = (0u8..=255).map(escape_for_byte).collect();
+        let mut cursor = 0;
+        while cursor < order.len() {
+            let state = order[cursor];
+            cursor += 1;
+            let accepting = dfa.is_match_state(dfa.next_eoi_state(state));
+            let mut groups: Vec<TransitionGroup> = Vec::new();
             for b in 0..=255u8 {
-                let next = self.dfa.next_state(state, b);
-                if self.dfa.is_dead_state(next) || self.dfa.is_quit_state(next) {
+                let next = dfa.next_state(state, b);
+                if dfa.is_dead_state(next) || dfa.is_quit_state(next) {
                     continue;
                 }
-                if self.dfa_states.insert(next, ()).is_none() {
-                    if self.dfa_states.len() > MAX_DFA_STATES {
-                        return Err(PatternRefusal(format!(
-                            "which compiles to a DFA of more than {MAX_DFA_STATES} states; simplify the pattern"
-                        )));
+                let target = match index.get(&next) {
+                    Some(target) => *target,
+                    None => {
+                        if order.len() >= MAX_DFA_STATES {
+                            return Err(PatternRefusal(format!(
+                                "which compiles to a DFA of more than {MAX_DFA_STATES} states; simplify the pattern"
+                            )));
+                        }
+                        index.insert(next, order.len());
+                        order.push(next);
+                        order.len() - 1
                     }
-                    stack.push(next);
+                };
+                let starts_char = !(0x80..0xC0).contains(&b);
+                let group = match groups.iter_mut().position(|g| g.target == target && g.starts_char == starts_char) {
+                    Some(position) => &mut groups[position],
+                    None => {
+                        groups.push(TransitionGroup { target, starts_char, plain: ByteSet::EMPTY, escaped: Vec::new() });
+                        let last = groups.len() - 1;
+                        &mut groups[last]
+                    }
+                };
+                if escapes[b as usize].is_some() {
+                    group.escaped.push(b);
+                } else {
+                    group.plain.insert(b);
                 }
             }
+            states.push((accepting, groups));
         }
-        Ok(())
+        Ok(TransitionTable { states, escapes })
+    }
+}
+
+struct Lowering<'a> {
+    table: &'a TransitionTable,
+    lengths: LengthBounds,
+    /// Distinct character counts tracked (saturating at the bound that matters).
+    counts: u64,
+    rules: Vec<Option<RuleId>>,
+}
+
+impl Lowering<'_> {
+    /// Declares a rule per reachable (DFA state, count) pair, then defines them all; dead
+    /// ends are left for the grammar-wide pruning pass.
+    fn lower(&mut self, sink: &mut RuleSink) -> Option<RuleId> {
+        let start = self.rule(sink, 0, 0);
+        let mut pending = vec![(0usize, 0u64)];
+        let mut defined = vec![false; self.rules.len()];
+        while let Some((state, count)) = pending.pop() {
+            let slot = state * self.counts as usize + count as usize;
+            if defined[slot] {
+                continue;
+            }
+            defined[slot] = true;
+            let (accepting, groups) = &self.table.states[state];
+            let mut alternatives = Vec::new();
+            let length_ok = count >= self.lengths.min && self.lengths.max.is_none_or(|max| count <= max);
+            if *accepting && length_ok {
+                alternatives.push(vec![byte(b'"')]);
+            }
+            for group in groups {
+                let next_count = if group.starts_char { count + 1 } else { count };
+                let next_count = match self.lengths.max {
+                    Some(max) if next_count > max => continue,
+                    Some(_) => next_count,
+                    None => next_count.min(self.lengths.min),
+                };
+                let target = self.rule(sink, group.target, next_count);
+                pending.push((group.target, next_count));
+                if !group.plain.is_empty() {
+                    alternatives.push(vec![Symbol::Bytes(group.plain), Symbol::Rule(target)]);
+                }
+                for b in &group.escaped {
+                    if let Some(escape) = &self.table.escapes[*b as usize] {
+                        let mut sequence = escape.clone();
+                        sequence.push(Symbol::Rule(target));
+                        alternatives.push(sequence);
+                    }
+                }
+            }
+            let id = self.rule(sink, state, count);
+            sink.builder.define(id, alternatives);
+        }
+        Some(start)
     }
 
-    /// The rule for DFA `state` after `count` characters (saturated where no bound cares).
-    fn state(&mut self, sink: &mut RuleSink, state: StateID, count: u64) -> Result<Option<RuleId>, PatternRefusal> {
-        if let Some(found) = self.memo.get(&(state, count)) {
-            return Ok(*found);
-        }
-        if self.memo.len() > MAX_PRODUCT_STATES {
-            return Err(PatternRefusal(format!(
-                "which together with minLength/maxLength needs more than {MAX_PRODUCT_STATES} states; loosen the length bounds"
-            )));
-        }
-        // Reserve the rule first: DFA states loop.
-        let id = sink.builder.declare("pattern-state");
-        self.memo.insert((state, count), Some(id));
-        let mut alternatives = Vec::new();
-        let eoi = self.dfa.next_eoi_state(state);
-        let length_ok = count >= self.lengths.min && self.lengths.max.is_none_or(|max| count <= max);
-        if self.dfa.is_match_state(eoi) && length_ok {
-            alternatives.push(vec![byte(b'"')]);
-        }
-        let mut plain: Vec<(RuleId, ByteSet)> = Vec::new();
-        for b in 0..=255u8 {
-            let next = self.dfa.next_state(state, b);
-            if self.dfa.is_dead_state(next) || self.dfa.is_quit_state(next) {
-                continue;
-            }
-            // A byte that is not a UTF-8 continuation byte starts a new character.
-            let starts_char = !(0x80..0xC0).contains(&b);
-            let next_count = if starts_char { count + 1 } else { count };
-            if self.lengths.max.is_some_and(|max| next_count > max) {
-                continue;
-            }
-            let saturated = match self.lengths.max {
-                Some(_) => next_count,
-                None => next_count.min(self.lengths.min),
-            };
-            let Some(target) = self.state(sink, next, saturated)? else { continue };
-            match &self.escapes[b as usize] {
-                Some(escape) => {
-                    let mut sequence = escape.clone();
-                    sequence.push(Symbol::Rule(target));
-                    alternatives.push(sequence);
-                }
-                None => match plain.iter_mut().find(|(t, _)| *t == target) {
-                    Some((_, set)) => set.insert(b),
-                    None => plain.push((target, ByteSet::single(b))),
-                },
+    fn rule(&mut self, sink: &mut RuleSink, state: usize, count: u64) -> RuleId {
+        let slot = state * self.counts as usize + count as usize;
+        match self.rules[slot] {
+            Some(id) => id,
+            None => {
+                let id = sink.builder.declare("pattern-state");
+                self.rules[slot] = Some(id);
+                id
             }
         }
-        alternatives.extend(plain.into_iter().map(|(target, set)| vec![Symbol::Bytes(set), Symbol::Rule(target)]));
-        sink.builder.define(id, alternatives);
-        Ok(Some(id))
     }
 }

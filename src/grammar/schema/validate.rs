@@ -4,9 +4,12 @@
 //!
 //! Cost: proportional to the value's size times the schema keywords along its path.
 
+use std::rc::Rc;
+
 use serde_json::Value;
 
 use super::compile::{Compiler, Part};
+use super::keywords::child_location;
 use super::merge::{compare_decimals, json_equal, Additional, Merged, TypeSet};
 use super::numbers::Decimal;
 use super::SchemaError;
@@ -21,23 +24,32 @@ impl<'a> Compiler<'a> {
     }
 
     fn parts_accept(&self, parts: &[Part<'a>], value: &Value, depth: usize) -> Result<bool, SchemaError> {
+        self.parts_accept_split(parts, &[], value, depth)
+    }
+
+    fn parts_accept_split(
+        &self,
+        parts: &[Part<'a>],
+        consumed: &[(Rc<str>, u8)],
+        value: &Value,
+        depth: usize,
+    ) -> Result<bool, SchemaError> {
         if depth > MAX_CHECK_DEPTH {
             return Ok(false);
         }
-        let expansion = self.expand(parts)?;
+        let expansion = self.expand(parts, consumed)?;
         if expansion.unsatisfiable {
             return Ok(false);
         }
         if let Some((holder, bit, alternatives)) = &expansion.split {
-            for alternative in alternatives.iter() {
-                let mut next: Vec<Part<'a>> = expansion.flat.clone();
-                for part in next.iter_mut() {
-                    if part.location == holder.location && part.consumed == holder.consumed {
-                        part.consumed |= bit;
-                    }
-                }
-                next.push(Part::new(alternative, holder.location.clone()));
-                if self.parts_accept(&next, value, depth + 1)? {
+            let mut now_consumed = consumed.to_vec();
+            now_consumed.push((holder.location.clone(), *bit));
+            for (index, alternative) in alternatives.iter().enumerate() {
+                let mut next = parts.to_vec();
+                let keyword = if *bit == 1 { "anyOf" } else { "oneOf" };
+                let location = child_location(&child_location(&holder.location, keyword), &index.to_string());
+                next.push(Part::new(alternative, location));
+                if self.parts_accept_split(&next, &now_consumed, value, depth + 1)? {
                     return Ok(true);
                 }
             }
