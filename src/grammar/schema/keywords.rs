@@ -125,6 +125,7 @@ const IGNORED: &[(&str, &str)] = &[
     ("contentEncoding", "metadata"),
     ("contentMediaType", "metadata"),
     ("contentSchema", "metadata"),
+    ("additionalItems", "no effect: it applies only beside a list of schemas under items, which is refused"),
     ("nullable", "OpenAPI annotation; write \"type\": [\"...\", \"null\"] to allow null"),
     ("discriminator", "OpenAPI annotation"),
 ];
@@ -132,7 +133,7 @@ const IGNORED: &[(&str, &str)] = &[
 /// silently unenforced.
 const REFUSED: &[&str] = &[
     "not", "if", "then", "else", "patternProperties", "unevaluatedProperties", "unevaluatedItems",
-    "dependentSchemas", "dependencies", "additionalItems", "$dynamicRef", "$dynamicAnchor",
+    "dependentSchemas", "$dynamicRef", "$dynamicAnchor",
     "$recursiveRef", "$recursiveAnchor", "$anchor",
 ];
 
@@ -220,6 +221,14 @@ impl<'a> Walk<'a> {
                 }
             },
             "$ref" => self.reference(value, location),
+            // Draft 7's `dependencies`: lists of names are `dependentRequired` (ignored),
+            // schemas are `dependentSchemas` (refused).
+            "dependencies" => match value {
+                Value::Object(members) if members.values().all(Value::is_array) => {
+                    self.push(keyword, here, Verdict::Ignored, "lists of names, as dependentRequired: parsed, not enforced")
+                }
+                _ => self.push(keyword, here, Verdict::Refused, REFUSAL_TEXT),
+            },
             "$defs" | "definitions" => {
                 self.push(keyword, here, Verdict::Enforced, "definitions, checked where a $ref uses them")
             }

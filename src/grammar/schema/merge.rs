@@ -110,6 +110,8 @@ pub struct Step {
 #[derive(Clone, Debug)]
 pub struct Merged<'a> {
     pub types: TypeSet,
+    explicit_type: bool,
+    implied_types: TypeSet,
     pub objects: Vec<ObjectPart<'a>>,
     pub required: Vec<(String, Rc<str>)>,
     pub items: Vec<Part<'a>>,
@@ -185,6 +187,8 @@ impl<'a> Merged<'a> {
     pub fn from_parts(parts: &[Part<'a>]) -> Result<Result<Merged<'a>, String>, SchemaError> {
         let mut merged = Merged {
             types: TypeSet::ALL,
+            explicit_type: false,
+            implied_types: TypeSet::ALL,
             objects: Vec::new(),
             required: Vec::new(),
             items: Vec::new(),
@@ -205,6 +209,9 @@ impl<'a> Merged<'a> {
                 return Ok(Err(reason));
             }
         }
+        if !merged.explicit_type {
+            merged.types = merged.implied_types;
+        }
         if merged.types.0 == 0 {
             return Ok(Err("the types allowed by its schemas have nothing in common".into()));
         }
@@ -224,10 +231,17 @@ impl<'a> Merged<'a> {
 
     fn add(&mut self, part: &Part<'a>, map: &'a Map<String, Value>) -> Result<Result<(), String>, SchemaError> {
         let location: &str = &part.location;
-        let types = match map.get("type") {
-            Some(value) => TypeSet::parse(value).ok_or_else(|| {
-                SchemaError::new("type", location, "whose value is not a type name or a list of type names")
-            })?,
+        // An explicit `type` anywhere in the conjunction wins; `properties`/`items` without
+        // one imply object/array only when no part names a type (so `allOf: [{type: array},
+        // {properties: ...}]` stays an array, as in JSON Schema).
+        match map.get("type") {
+            Some(value) => {
+                let types = TypeSet::parse(value).ok_or_else(|| {
+                    SchemaError::new("type", location, "whose value is not a type name or a list of type names")
+                })?;
+                self.types = TypeSet(self.types.0 & types.0);
+                self.explicit_type = true;
+            }
             None => {
                 let mut implied = 0;
                 if map.contains_key("properties") {
@@ -236,10 +250,11 @@ impl<'a> Merged<'a> {
                 if map.contains_key("items") {
                     implied |= TypeSet::ARRAY.0;
                 }
-                if implied == 0 { TypeSet::ALL } else { TypeSet(implied) }
+                if implied != 0 {
+                    self.implied_types = TypeSet(self.implied_types.0 & implied);
+                }
             }
-        };
-        self.types = TypeSet(self.types.0 & types.0);
+        }
 
         let properties = match map.get("properties") {
             Some(Value::Object(members)) => members

@@ -151,8 +151,8 @@ pub fn pattern_rule(sink: &mut RuleSink, pattern: &str, lengths: LengthBounds) -
             dense::Config::new()
                 .match_kind(MatchKind::All)
                 .start_kind(StartKind::Anchored)
-                .dfa_size_limit(Some(8 << 20))
-                .determinize_size_limit(Some(8 << 20)),
+                .dfa_size_limit(Some(1 << 20))
+                .determinize_size_limit(Some(1 << 20)),
         )
         .syntax(regex_automata::util::syntax::Config::new().utf8(true))
         .build(&wrapped)
