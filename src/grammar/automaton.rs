@@ -338,6 +338,9 @@ impl CompiledGrammar {
                 frames.extend_from_slice(&below[..depth]);
                 frames.extend_from_slice(relative);
                 out.push((frames, ws_used));
+                if out.len() > self.limits.max_stacks.saturating_mul(4) {
+                    return Err(StepOverflow::TooManyStacks);
+                }
             }
             if !expansion.completes {
                 return Ok(());

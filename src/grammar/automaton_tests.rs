@@ -155,3 +155,29 @@ fn ambiguity_keeps_every_parse_alive() {
     }
     assert!(matches!(check_input(&g, b"pppx"), CheckOutcome::Mismatch { offset: 2, .. }));
 }
+
+#[test]
+fn ambiguity_past_the_stack_limit_is_rejected_not_a_hang() {
+    // root ::= a* "x" with a ::= "p" | "p" | ... : each "p" keeps every alternative alive.
+    let mut b = GrammarBuilder::new();
+    let alternatives: Vec<Vec<Symbol>> = (0..40).map(|i| {
+        let mut alt = literal_symbols(b"p");
+        alt.extend(std::iter::repeat_n(Symbol::Whitespace, i % 3));
+        alt
+    }).collect();
+    let a = b.add("a", alternatives);
+    let nested = b.declare("nested");
+    b.define(nested, vec![vec![Symbol::Rule(a), Symbol::Rule(nested), Symbol::Rule(a)], vec![]]);
+    let mut root_alt = vec![Symbol::Rule(nested)];
+    root_alt.extend(literal_symbols(b"x"));
+    let root = b.add("root", vec![root_alt]);
+    let limits = Limits { max_stacks: 64, ..Limits::default() };
+    let g = CompiledGrammar::new(b.finish(root, 4), &limits).map_err(|e| e.to_string()).unwrap();
+    let started = std::time::Instant::now();
+    let outcome = check_input(&g, "p".repeat(200).as_bytes());
+    assert!(started.elapsed().as_secs() < 10);
+    match outcome {
+        CheckOutcome::Mismatch { expected, .. } => assert!(expected.contains("cannot continue"), "{expected}"),
+        other => panic!("{other:?}"),
+    }
+}
