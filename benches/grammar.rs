@@ -52,7 +52,10 @@ fn main() {
             }
         };
         let started = Instant::now();
-        let trie = Arc::new(TokenTrie::new(vocabulary.pieces(), vocabulary.end_of_generation()));
+        let trie = Arc::new(TokenTrie::new(
+            vocabulary.pieces(),
+            vocabulary.end_of_generation(),
+        ));
         let our_trie_time = started.elapsed();
         let started = Instant::now();
         let tok_env = llguidance_env(&vocabulary);
@@ -84,7 +87,11 @@ fn main() {
             all_theirs.extend_from_slice(&row.theirs);
             print_row(name, &row);
         }
-        let total = Row { ours: all_ours, theirs: all_theirs, ..Row::default() };
+        let total = Row {
+            ours: all_ours,
+            theirs: all_theirs,
+            ..Row::default()
+        };
         print_row("ALL", &total);
         let (avg, ..) = summary(&total.ours);
         println!(
@@ -161,7 +168,8 @@ fn bench_grammar(
                     our_masks.push(mask.clone());
                 }
                 if matcher.commit(token).is_err() {
-                    row.notes.push(format!("ours refused its own sample token {token}"));
+                    row.notes
+                        .push(format!("ours refused its own sample token {token}"));
                     break;
                 }
             }
@@ -185,7 +193,10 @@ fn bench_grammar(
             let parser = match parser {
                 Ok(p) => p,
                 Err(error) => {
-                    llguidance_failed = Some(format!("llguidance refused: {}", first_line(&error.to_string())));
+                    llguidance_failed = Some(format!(
+                        "llguidance refused: {}",
+                        first_line(&error.to_string())
+                    ));
                     break;
                 }
             };
@@ -196,48 +207,77 @@ fn bench_grammar(
                 let elapsed = started.elapsed().as_secs_f64() * 1e6;
                 let Ok(mask) = mask else {
                     if !theirs.is_stopped() {
-                        llguidance_failed =
-                            Some(format!("llguidance error: {}", first_line(&theirs.get_error().unwrap_or_default())));
+                        llguidance_failed = Some(format!(
+                            "llguidance error: {}",
+                            first_line(&theirs.get_error().unwrap_or_default())
+                        ));
                     }
                     continue 'repeats;
                 };
                 keep_fastest(&mut their_times, step, elapsed);
                 if let (0, Some(ours)) = (repeat, our_masks.get(step)) {
                     let differing: Vec<u32> = (0..vocabulary.len() as u32)
-                        .filter(|t| ours.is_set(*t) != mask.is_allowed(*t as TokenId) && !extra_eog.contains(t))
+                        .filter(|t| {
+                            ours.is_set(*t) != mask.is_allowed(*t as TokenId)
+                                && !extra_eog.contains(t)
+                        })
                         .collect();
-                    if !differing.is_empty() && mask_differences == 0 && std::env::var_os("LLAMAY_BENCH_VERBOSE").is_some() {
-                        let text: Vec<u8> =
-                            tokens[..step].iter().flat_map(|t| vocabulary.pieces()[*t as usize].clone()).collect();
+                    if !differing.is_empty()
+                        && mask_differences == 0
+                        && std::env::var_os("LLAMAY_BENCH_VERBOSE").is_some()
+                    {
+                        let text: Vec<u8> = tokens[..step]
+                            .iter()
+                            .flat_map(|t| vocabulary.pieces()[*t as usize].clone())
+                            .collect();
                         let shown: Vec<String> = differing
                             .iter()
                             .take(8)
                             .map(|t| {
                                 let side = if ours.is_set(*t) { "ours" } else { "theirs" };
-                                format!("{:?}:{side}", String::from_utf8_lossy(&vocabulary.pieces()[*t as usize]))
+                                format!(
+                                    "{:?}:{side}",
+                                    String::from_utf8_lossy(&vocabulary.pieces()[*t as usize])
+                                )
                             })
                             .collect();
-                        eprintln!("after {:?}: {} differ, e.g. {}", String::from_utf8_lossy(&text), differing.len(), shown.join(" "));
+                        eprintln!(
+                            "after {:?}: {} differ, e.g. {}",
+                            String::from_utf8_lossy(&text),
+                            differing.len(),
+                            shown.join(" ")
+                        );
                     }
                     mask_differences += !differing.is_empty() as usize;
                 }
                 if theirs.consume_token(token as TokenId).is_err() {
-                    llguidance_failed = Some(format!("llguidance rejected token {token} at step {step}"));
+                    llguidance_failed =
+                        Some(format!("llguidance rejected token {token} at step {step}"));
                     continue 'repeats;
                 }
             }
         }
         row.theirs.extend_from_slice(&their_times);
     }
-    row.notes.push(format!("ours: peak {} states, {} clears, {} masks computed", row_peak, row_clears, row_masks));
-    row.notes.push(format!("{mask_differences} masks differ from llguidance's"));
+    row.notes.push(format!(
+        "ours: peak {} states, {} clears, {} masks computed",
+        row_peak, row_clears, row_masks
+    ));
+    row.notes
+        .push(format!("{mask_differences} masks differ from llguidance's"));
     row.notes.extend(llguidance_failed);
     row
 }
 
 /// A deterministic random walk: at each step a uniformly chosen allowed non-EOG token,
 /// stopping early (with EOG) once the grammar accepts and a coin says so.
-fn sample_tokens(grammar: &Arc<llamay::grammar::CompiledGrammar>, trie: &Arc<TokenTrie>, vocabulary: &Vocabulary, seed: u64, length: usize) -> Vec<u32> {
+fn sample_tokens(
+    grammar: &Arc<llamay::grammar::CompiledGrammar>,
+    trie: &Arc<TokenTrie>,
+    vocabulary: &Vocabulary,
+    seed: u64,
+    length: usize,
+) -> Vec<u32> {
     let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut next = move || {
         rng ^= rng >> 12;
@@ -249,7 +289,11 @@ fn sample_tokens(grammar: &Arc<llamay::grammar::CompiledGrammar>, trie: &Arc<Tok
     let mut tokens = Vec::new();
     while tokens.len() < length {
         let accepting = matcher.is_accepting();
-        let choices: Vec<u32> = matcher.compute_mask().iter_set().filter(|t| !vocabulary.is_end_of_generation(*t)).collect();
+        let choices: Vec<u32> = matcher
+            .compute_mask()
+            .iter_set()
+            .filter(|t| !vocabulary.is_end_of_generation(*t))
+            .collect();
         if choices.is_empty() || (accepting && tokens.len() >= 8 && next() % 8 == 0) {
             if let Some(&eog) = vocabulary.end_of_generation().first() {
                 if accepting {
@@ -270,7 +314,13 @@ fn sample_tokens(grammar: &Arc<llamay::grammar::CompiledGrammar>, trie: &Arc<Tok
 fn print_row(name: &str, row: &Row) {
     let (avg, p50, p99, max) = summary(&row.ours);
     let (their_avg, their_p50, their_p99, their_max) = summary(&row.theirs);
-    let ratio = |a: f64, b: f64| if b > 0.0 { format!("{:.2}", a / b) } else { "-".to_string() };
+    let ratio = |a: f64, b: f64| {
+        if b > 0.0 {
+            format!("{:.2}", a / b)
+        } else {
+            "-".to_string()
+        }
+    };
     println!(
         "{:<11} {:>6} | {:>7.2}ms {:>6.1}us {:>6.1}us {:>6.1}us {:>6.1}us | {:>7.2}ms {:>6.1}us {:>6.1}us {:>6.1}us {:>6.1}us | {:>6} {:>6} | {}",
         name,
@@ -299,7 +349,12 @@ fn summary(samples: &[f64]) -> (f64, f64, f64, f64) {
     let mut sorted = samples.to_vec();
     sorted.sort_by(|a, b| a.total_cmp(b));
     let at = |q: f64| sorted[((sorted.len() as f64 - 1.0) * q).round() as usize];
-    (samples.iter().sum::<f64>() / samples.len() as f64, at(0.5), at(0.99), at(1.0))
+    (
+        samples.iter().sum::<f64>() / samples.len() as f64,
+        at(0.5),
+        at(0.99),
+        at(1.0),
+    )
 }
 
 /// Records `micros` as step `step`'s time, or keeps the faster of it and an earlier run's.
@@ -315,17 +370,26 @@ fn ms(duration: Duration) -> f64 {
 }
 
 fn env_number(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn first_line(text: &str) -> String {
-    text.lines().next().unwrap_or_default().chars().take(100).collect()
+    text.lines()
+        .next()
+        .unwrap_or_default()
+        .chars()
+        .take(100)
+        .collect()
 }
 
 fn load_vocabulary(path: &str) -> Result<Vocabulary, String> {
     let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
     let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
-    Vocabulary::from_json(&value).ok_or_else(|| "not a {\"tokens\": [...], \"eog\": [...]} vocabulary".to_string())
+    Vocabulary::from_json(&value)
+        .ok_or_else(|| "not a {\"tokens\": [...], \"eog\": [...]} vocabulary".to_string())
 }
 
 struct BenchTokEnv {
@@ -365,7 +429,9 @@ fn llguidance_env(vocabulary: &Vocabulary) -> TokEnv {
             }
         })
         .collect();
-    Arc::new(BenchTokEnv { trie: TokTrie::from(&info, &tokens) })
+    Arc::new(BenchTokEnv {
+        trie: TokTrie::from(&info, &tokens),
+    })
 }
 
 /// Translates llama.cpp GBNF into llguidance's Lark dialect: rules become lowercase rules,
@@ -403,7 +469,10 @@ fn gbnf_to_lark(source: &str) -> String {
         };
         let hex: String = chars[*i..(*i + digits).min(chars.len())].iter().collect();
         *i += digits;
-        u32::from_str_radix(&hex, 16).ok().and_then(char::from_u32).unwrap_or('?')
+        u32::from_str_radix(&hex, 16)
+            .ok()
+            .and_then(char::from_u32)
+            .unwrap_or('?')
     };
     while i < chars.len() {
         let c = chars[i];
@@ -458,7 +527,9 @@ fn gbnf_to_lark(source: &str) -> String {
                 while look < chars.len() && (chars[look] == ' ' || chars[look] == '\t') {
                     look += 1;
                 }
-                let defines = chars.get(look..look + 3).is_some_and(|s| s == [':', ':', '=']);
+                let defines = chars
+                    .get(look..look + 3)
+                    .is_some_and(|s| s == [':', ':', '=']);
                 if defines {
                     out.push('\n');
                     out.push_str(&lark_name(&name, &mut names));

@@ -92,10 +92,16 @@ impl StepOverflow {
                 format!("nesting deeper than {} open rules", limits.max_stack_depth)
             }
             StepOverflow::TooManyStacks => {
-                format!("more than {} parse stacks alive at once (an ambiguous grammar)", limits.max_stacks)
+                format!(
+                    "more than {} parse stacks alive at once (an ambiguous grammar)",
+                    limits.max_stacks
+                )
             }
             StepOverflow::TooMuchWork => {
-                format!("more than {} expansion steps for one byte", limits.max_expansion_steps)
+                format!(
+                    "more than {} expansion steps for one byte",
+                    limits.max_expansion_steps
+                )
             }
             StepOverflow::StateTooLarge => {
                 format!("a parse state larger than {} words", limits.max_state_words)
@@ -110,7 +116,11 @@ impl CompiledGrammar {
     pub fn new(grammar: Grammar, limits: &Limits) -> Result<Self, GrammarError> {
         let rule_count = grammar.rules.len();
         if rule_count > limits.max_rules {
-            return Err(GrammarError::TooLarge { what: "the rule count", actual: rule_count, limit: limits.max_rules });
+            return Err(GrammarError::TooLarge {
+                what: "the rule count",
+                actual: rule_count,
+                limit: limits.max_rules,
+            });
         }
         if grammar.root.index() >= rule_count {
             return Err(GrammarError::MissingRoot);
@@ -149,7 +159,10 @@ impl CompiledGrammar {
             alt_ranges.push((first_alt, alt_starts.len() as u32));
         }
         if let Some(cycle) = find_left_recursion(&grammar) {
-            let names: Vec<&str> = cycle.iter().map(|r| grammar.rules[*r].name.as_str()).collect();
+            let names: Vec<&str> = cycle
+                .iter()
+                .map(|r| grammar.rules[*r].name.as_str())
+                .collect();
             let mut cycle_text = names.join(" -> ");
             cycle_text.push_str(" -> ");
             cycle_text.push_str(names[0]);
@@ -176,7 +189,12 @@ impl CompiledGrammar {
         let root_call = [u32::MAX];
         compiled
             .expand_call(grammar.root.0, &root_call[..0], 0, &mut stacks)
-            .map_err(|overflow| GrammarError::Invalid(format!("the start of the grammar needs {}", overflow.describe(limits))))?;
+            .map_err(|overflow| {
+                GrammarError::Invalid(format!(
+                    "the start of the grammar needs {}",
+                    overflow.describe(limits)
+                ))
+            })?;
         compiled.initial = stacks.into_encoded();
         Ok(compiled)
     }
@@ -204,7 +222,13 @@ impl CompiledGrammar {
 
     /// Pushes onto `out` every stack reached by calling `rule` with `frames` below it, after
     /// following every path that consumes no byte.
-    fn expand_call(&self, rule: u32, frames: &[u32], ws_used: u32, out: &mut StackSet) -> Result<(), StepOverflow> {
+    fn expand_call(
+        &self,
+        rule: u32,
+        frames: &[u32],
+        ws_used: u32,
+        out: &mut StackSet,
+    ) -> Result<(), StepOverflow> {
         let (lo, hi) = self.alt_ranges[rule as usize];
         let mut work = Vec::new();
         for alt in &self.alt_starts[lo as usize..hi as usize] {
@@ -218,7 +242,11 @@ impl CompiledGrammar {
     /// Follows every byte-free path from the pending stacks in `work` (each may have a rule
     /// call, an `End` or whitespace on top) and adds the resulting stacks, whose tops are
     /// terminals, to `out`. Terminates because left recursion was refused at compile time.
-    fn expand(&self, mut work: Vec<(u32, Vec<u32>)>, out: &mut StackSet) -> Result<(), StepOverflow> {
+    fn expand(
+        &self,
+        mut work: Vec<(u32, Vec<u32>)>,
+        out: &mut StackSet,
+    ) -> Result<(), StepOverflow> {
         let mut steps = 0usize;
         let mut seen: HashSet<(u32, Vec<u32>)> = HashSet::new();
         while let Some((ws_used, mut frames)) = work.pop() {
@@ -261,7 +289,9 @@ impl CompiledGrammar {
                         }
                         let (lo, hi) = self.alt_ranges[rule as usize];
                         let alternatives = &self.alt_starts[lo as usize..hi as usize];
-                        let Some((first, rest)) = alternatives.split_first() else { break };
+                        let Some((first, rest)) = alternatives.split_first() else {
+                            break;
+                        };
                         for alt in rest {
                             let mut other = frames.clone();
                             other.push(*alt);
@@ -284,9 +314,13 @@ impl CompiledGrammar {
         let is_whitespace = WHITESPACE_BYTES.contains(&byte);
         let mut out: Vec<(Vec<u32>, u32)> = Vec::new();
         for (ws_used, frames) in decode(config) {
-            let Some((&top, below)) = frames.split_last() else { continue };
+            let Some((&top, below)) = frames.split_last() else {
+                continue;
+            };
             match self.symbols[top as usize] {
-                FlatSymbol::Bytes(set) if set.contains(byte) => self.continue_at(below, top + 1, ws_used, &mut out)?,
+                FlatSymbol::Bytes(set) if set.contains(byte) => {
+                    self.continue_at(below, top + 1, ws_used, &mut out)?
+                }
                 FlatSymbol::Whitespace if is_whitespace && ws_used < self.whitespace_budget => {
                     let used = ws_used + 1;
                     if used < self.whitespace_budget {
@@ -322,12 +356,20 @@ impl CompiledGrammar {
     /// Adds to `out` the stacks reached from the stack `below` + `position` without reading a
     /// byte, using the cached expansion of each position and returning into `below` while
     /// the rest of an alternative can match nothing.
-    fn continue_at(&self, below: &[u32], mut position: u32, ws_used: u32, out: &mut Vec<(Vec<u32>, u32)>) -> Result<(), StepOverflow> {
+    fn continue_at(
+        &self,
+        below: &[u32],
+        mut position: u32,
+        ws_used: u32,
+        out: &mut Vec<(Vec<u32>, u32)>,
+    ) -> Result<(), StepOverflow> {
         let mut depth = below.len();
         loop {
             let expansion = self.expansion(position)?;
             for relative in expansion.stacks.iter() {
-                let on_whitespace = relative.last().is_some_and(|top| self.symbols[*top as usize] == FlatSymbol::Whitespace);
+                let on_whitespace = relative
+                    .last()
+                    .is_some_and(|top| self.symbols[*top as usize] == FlatSymbol::Whitespace);
                 if on_whitespace && ws_used >= self.whitespace_budget {
                     continue;
                 }
@@ -374,7 +416,10 @@ impl CompiledGrammar {
                     }
                 }
                 stacks.sort_unstable();
-                Expansion { stacks: stacks.into_boxed_slice(), completes }
+                Expansion {
+                    stacks: stacks.into_boxed_slice(),
+                    completes,
+                }
             }))
         });
         computed.as_ref().as_ref().map_err(|overflow| *overflow)
@@ -455,7 +500,13 @@ impl StackSet {
 fn byte_classes(symbols: &[FlatSymbol]) -> ([u8; 256], Vec<u8>) {
     let mut sets: HashSet<ByteSet> = symbols
         .iter()
-        .filter_map(|s| if let FlatSymbol::Bytes(set) = s { Some(*set) } else { None })
+        .filter_map(|s| {
+            if let FlatSymbol::Bytes(set) = s {
+                Some(*set)
+            } else {
+                None
+            }
+        })
         .collect();
     sets.insert(whitespace_set());
     let mut class_of = [0u16; 256];
@@ -502,7 +553,10 @@ pub(crate) fn find_left_recursion(grammar: &Grammar) -> Option<Vec<usize>> {
         let mut changed = false;
         for (index, rule) in grammar.rules.iter().enumerate() {
             if !nullable[index]
-                && rule.alternatives.iter().any(|alt| alt.iter().all(|s| symbol_nullable(s, &nullable)))
+                && rule
+                    .alternatives
+                    .iter()
+                    .any(|alt| alt.iter().all(|s| symbol_nullable(s, &nullable)))
             {
                 nullable[index] = true;
                 changed = true;
@@ -570,7 +624,12 @@ pub enum CheckOutcome {
     /// The input is a valid prefix, but the grammar needs more.
     Incomplete { expected: String },
     /// The automaton died at byte `offset` (line and column are 1-based, columns in bytes).
-    Mismatch { offset: usize, line: usize, column: usize, expected: String },
+    Mismatch {
+        offset: usize,
+        line: usize,
+        column: usize,
+        expected: String,
+    },
 }
 
 /// Matches `input` against the whole grammar, saying where and why it fails.
@@ -590,7 +649,12 @@ pub fn check_input(grammar: &CompiledGrammar, input: &[u8]) -> CheckOutcome {
             }
         };
         if next.is_empty() {
-            return CheckOutcome::Mismatch { offset, line, column, expected: describe_expected(grammar, &config) };
+            return CheckOutcome::Mismatch {
+                offset,
+                line,
+                column,
+                expected: describe_expected(grammar, &config),
+            };
         }
         config = next;
         if byte == b'\n' {
@@ -603,7 +667,9 @@ pub fn check_input(grammar: &CompiledGrammar, input: &[u8]) -> CheckOutcome {
     if config_is_accepting(&config) {
         CheckOutcome::Match
     } else {
-        CheckOutcome::Incomplete { expected: describe_expected(grammar, &config) }
+        CheckOutcome::Incomplete {
+            expected: describe_expected(grammar, &config),
+        }
     }
 }
 
@@ -668,7 +734,13 @@ pub(crate) fn describe_byte_set(set: &ByteSet) -> String {
     }
     let body: String = ranges
         .into_iter()
-        .map(|(low, high)| if low == high { in_class(low) } else { format!("{}-{}", in_class(low), in_class(high)) })
+        .map(|(low, high)| {
+            if low == high {
+                in_class(low)
+            } else {
+                format!("{}-{}", in_class(low), in_class(high))
+            }
+        })
         .collect();
     format!("[{body}]")
 }

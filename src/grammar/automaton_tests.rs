@@ -18,12 +18,30 @@ fn list_grammar(budget: u32) -> Grammar {
     let items = b.declare("items");
     let more = b.declare("more");
     let digit = Symbol::Bytes(ByteSet::range(b'0', b'9'));
-    b.define(root, vec![
-        vec![Symbol::Bytes(ByteSet::single(b'[')), Symbol::Rule(items), Symbol::Bytes(ByteSet::single(b']'))],
-        literal_symbols(b"[]"),
-    ]);
+    b.define(
+        root,
+        vec![
+            vec![
+                Symbol::Bytes(ByteSet::single(b'[')),
+                Symbol::Rule(items),
+                Symbol::Bytes(ByteSet::single(b']')),
+            ],
+            literal_symbols(b"[]"),
+        ],
+    );
     b.define(items, vec![vec![digit, Symbol::Rule(more)]]);
-    b.define(more, vec![vec![Symbol::Bytes(ByteSet::single(b',')), Symbol::Whitespace, digit, Symbol::Rule(more)], vec![]]);
+    b.define(
+        more,
+        vec![
+            vec![
+                Symbol::Bytes(ByteSet::single(b',')),
+                Symbol::Whitespace,
+                digit,
+                Symbol::Rule(more),
+            ],
+            vec![],
+        ],
+    );
     b.finish(root, budget)
 }
 
@@ -32,34 +50,68 @@ fn accepts_and_rejects_whole_inputs() {
     let g = compile(list_grammar(8));
     assert_eq!(check_input(&g, b"[]"), CheckOutcome::Match);
     assert_eq!(check_input(&g, b"[1,2, 3,\n\t4]"), CheckOutcome::Match);
-    assert_eq!(check_input(&g, b"[1,2"), CheckOutcome::Incomplete { expected: "one of \",\" \"]\"".into() });
+    assert_eq!(
+        check_input(&g, b"[1,2"),
+        CheckOutcome::Incomplete {
+            expected: "one of \",\" \"]\"".into()
+        }
+    );
     assert_eq!(
         check_input(&g, b"[1,\nx]"),
-        CheckOutcome::Mismatch { offset: 4, line: 2, column: 1, expected: "one of [\\t-\\n] \"\\r\" \" \" [0-9]".into() }
+        CheckOutcome::Mismatch {
+            offset: 4,
+            line: 2,
+            column: 1,
+            expected: "one of [\\t-\\n] \"\\r\" \" \" [0-9]".into()
+        }
     );
-    assert_eq!(check_input(&g, b"[]]"), CheckOutcome::Mismatch { offset: 2, line: 1, column: 3, expected: "the end of the input".into() });
+    assert_eq!(
+        check_input(&g, b"[]]"),
+        CheckOutcome::Mismatch {
+            offset: 2,
+            line: 1,
+            column: 3,
+            expected: "the end of the input".into()
+        }
+    );
 }
 
 #[test]
 fn expected_bytes_read_like_grammar_text() {
-    let set = |bytes: &[u8]| bytes.iter().fold(ByteSet::EMPTY, |s, b| s.union(&ByteSet::single(*b)));
+    let set = |bytes: &[u8]| {
+        bytes
+            .iter()
+            .fold(ByteSet::EMPTY, |s, b| s.union(&ByteSet::single(*b)))
+    };
     assert_eq!(describe_byte_set(&set(b",]")), "one of \",\" \"]\"");
     assert_eq!(describe_byte_set(&set(b"\"")), "'\"'");
     assert_eq!(describe_byte_set(&ByteSet::range(b'0', b'9')), "[0-9]");
     let json_value = set(b"\n \"-0123456789[fnt{");
-    assert_eq!(describe_byte_set(&json_value), "one of \"\\n\" \" \" '\"' \"-\" [0-9] \"[\" \"f\" \"n\" \"t\" \"{\"");
+    assert_eq!(
+        describe_byte_set(&json_value),
+        "one of \"\\n\" \" \" '\"' \"-\" [0-9] \"[\" \"f\" \"n\" \"t\" \"{\""
+    );
     let letters = (b'a'..=b'z').step_by(2).collect::<Vec<u8>>();
     assert_eq!(describe_byte_set(&set(&letters)), "[acegikmoqsuwy]");
-    assert_eq!(describe_byte_set(&ByteSet::EMPTY), "nothing (the grammar cannot continue here)");
+    assert_eq!(
+        describe_byte_set(&ByteSet::EMPTY),
+        "nothing (the grammar cannot continue here)"
+    );
 }
 
 #[test]
 fn whitespace_budget_is_shared_by_the_document() {
     let g = compile(list_grammar(3));
     assert_eq!(check_input(&g, b"[1,  2, 3]"), CheckOutcome::Match);
-    assert!(matches!(check_input(&g, b"[1,  2,  3]"), CheckOutcome::Mismatch { offset: 8, .. }));
+    assert!(matches!(
+        check_input(&g, b"[1,  2,  3]"),
+        CheckOutcome::Mismatch { offset: 8, .. }
+    ));
     let none = compile(list_grammar(0));
-    assert!(matches!(check_input(&none, b"[1, 2]"), CheckOutcome::Mismatch { offset: 3, .. }));
+    assert!(matches!(
+        check_input(&none, b"[1, 2]"),
+        CheckOutcome::Mismatch { offset: 3, .. }
+    ));
 }
 
 #[test]
@@ -78,16 +130,30 @@ fn nesting_past_the_stack_limit_is_rejected_not_a_crash() {
     // value ::= "[" value "]" | "x"
     let mut b = GrammarBuilder::new();
     let value = b.declare("value");
-    b.define(value, vec![
-        vec![Symbol::Bytes(ByteSet::single(b'[')), Symbol::Rule(value), Symbol::Bytes(ByteSet::single(b']'))],
-        literal_symbols(b"x"),
-    ]);
-    let limits = Limits { max_stack_depth: 10, ..Limits::default() };
-    let g = CompiledGrammar::new(b.finish(value, 0), &limits).map_err(|e| e.to_string()).unwrap();
+    b.define(
+        value,
+        vec![
+            vec![
+                Symbol::Bytes(ByteSet::single(b'[')),
+                Symbol::Rule(value),
+                Symbol::Bytes(ByteSet::single(b']')),
+            ],
+            literal_symbols(b"x"),
+        ],
+    );
+    let limits = Limits {
+        max_stack_depth: 10,
+        ..Limits::default()
+    };
+    let g = CompiledGrammar::new(b.finish(value, 0), &limits)
+        .map_err(|e| e.to_string())
+        .unwrap();
     assert_eq!(check_input(&g, b"[[[x]]]"), CheckOutcome::Match);
     let deep = format!("{}x{}", "[".repeat(20), "]".repeat(20));
     match check_input(&g, deep.as_bytes()) {
-        CheckOutcome::Mismatch { expected, offset, .. } => {
+        CheckOutcome::Mismatch {
+            expected, offset, ..
+        } => {
             assert!(expected.contains("nesting deeper than 10"), "{expected}");
             assert!(offset < 12);
         }
@@ -99,15 +165,29 @@ fn nesting_past_the_stack_limit_is_rejected_not_a_crash() {
 fn oversized_states_are_rejected_not_stored() {
     let mut b = GrammarBuilder::new();
     let value = b.declare("value");
-    b.define(value, vec![
-        vec![Symbol::Bytes(ByteSet::single(b'[')), Symbol::Rule(value), Symbol::Bytes(ByteSet::single(b']'))],
-        literal_symbols(b"x"),
-    ]);
-    let limits = Limits { max_state_words: 12, ..Limits::default() };
-    let g = CompiledGrammar::new(b.finish(value, 0), &limits).map_err(|e| e.to_string()).unwrap();
+    b.define(
+        value,
+        vec![
+            vec![
+                Symbol::Bytes(ByteSet::single(b'[')),
+                Symbol::Rule(value),
+                Symbol::Bytes(ByteSet::single(b']')),
+            ],
+            literal_symbols(b"x"),
+        ],
+    );
+    let limits = Limits {
+        max_state_words: 12,
+        ..Limits::default()
+    };
+    let g = CompiledGrammar::new(b.finish(value, 0), &limits)
+        .map_err(|e| e.to_string())
+        .unwrap();
     assert_eq!(check_input(&g, b"[x]"), CheckOutcome::Match);
     match check_input(&g, b"[[[[[[x]]]]]]") {
-        CheckOutcome::Mismatch { expected, .. } => assert!(expected.contains("larger than 12 words"), "{expected}"),
+        CheckOutcome::Mismatch { expected, .. } => {
+            assert!(expected.contains("larger than 12 words"), "{expected}")
+        }
         other => panic!("{other:?}"),
     }
 }
@@ -117,7 +197,11 @@ fn left_recursive(through_nullable: bool) -> Grammar {
     let expr = b.declare("expr");
     let term = b.literal("term", b"1");
     let maybe = b.add("maybe-space", vec![vec![], literal_symbols(b" ")]);
-    let first = if through_nullable { vec![Symbol::Rule(maybe), Symbol::Rule(expr)] } else { vec![Symbol::Rule(expr)] };
+    let first = if through_nullable {
+        vec![Symbol::Rule(maybe), Symbol::Rule(expr)]
+    } else {
+        vec![Symbol::Rule(expr)]
+    };
     let mut alt = first;
     alt.extend(literal_symbols(b"+"));
     alt.push(Symbol::Rule(term));
@@ -153,31 +237,49 @@ fn ambiguity_keeps_every_parse_alive() {
     for input in [&b"px"[..], b"ppx", b"py", b"ppy"] {
         assert_eq!(check_input(&g, input), CheckOutcome::Match, "{input:?}");
     }
-    assert!(matches!(check_input(&g, b"pppx"), CheckOutcome::Mismatch { offset: 2, .. }));
+    assert!(matches!(
+        check_input(&g, b"pppx"),
+        CheckOutcome::Mismatch { offset: 2, .. }
+    ));
 }
 
 #[test]
 fn ambiguity_past_the_stack_limit_is_rejected_not_a_hang() {
     // root ::= a* "x" with a ::= "p" | "p" | ... : each "p" keeps every alternative alive.
     let mut b = GrammarBuilder::new();
-    let alternatives: Vec<Vec<Symbol>> = (0..40).map(|i| {
-        let mut alt = literal_symbols(b"p");
-        alt.extend(std::iter::repeat_n(Symbol::Whitespace, i % 3));
-        alt
-    }).collect();
+    let alternatives: Vec<Vec<Symbol>> = (0..40)
+        .map(|i| {
+            let mut alt = literal_symbols(b"p");
+            alt.extend(std::iter::repeat_n(Symbol::Whitespace, i % 3));
+            alt
+        })
+        .collect();
     let a = b.add("a", alternatives);
     let nested = b.declare("nested");
-    b.define(nested, vec![vec![Symbol::Rule(a), Symbol::Rule(nested), Symbol::Rule(a)], vec![]]);
+    b.define(
+        nested,
+        vec![
+            vec![Symbol::Rule(a), Symbol::Rule(nested), Symbol::Rule(a)],
+            vec![],
+        ],
+    );
     let mut root_alt = vec![Symbol::Rule(nested)];
     root_alt.extend(literal_symbols(b"x"));
     let root = b.add("root", vec![root_alt]);
-    let limits = Limits { max_stacks: 64, ..Limits::default() };
-    let g = CompiledGrammar::new(b.finish(root, 4), &limits).map_err(|e| e.to_string()).unwrap();
+    let limits = Limits {
+        max_stacks: 64,
+        ..Limits::default()
+    };
+    let g = CompiledGrammar::new(b.finish(root, 4), &limits)
+        .map_err(|e| e.to_string())
+        .unwrap();
     let started = std::time::Instant::now();
     let outcome = check_input(&g, "p".repeat(200).as_bytes());
     assert!(started.elapsed().as_secs() < 10);
     match outcome {
-        CheckOutcome::Mismatch { expected, .. } => assert!(expected.contains("cannot continue"), "{expected}"),
+        CheckOutcome::Mismatch { expected, .. } => {
+            assert!(expected.contains("cannot continue"), "{expected}")
+        }
         other => panic!("{other:?}"),
     }
 }

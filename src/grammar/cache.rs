@@ -22,7 +22,6 @@ const UNKNOWN: u32 = u32::MAX;
 /// Returned by [`StateTable::next`] when the table is full; clear it and retry.
 pub(crate) const FULL: u32 = u32::MAX - 1;
 
-
 pub(crate) struct StateTable {
     grammar: Arc<CompiledGrammar>,
     classes: usize,
@@ -89,7 +88,10 @@ impl StateTable {
     }
 
     pub(crate) fn config(&self, state: u32) -> &[u32] {
-        self.configs.get(state as usize).map(|c| &c[..]).unwrap_or(&[])
+        self.configs
+            .get(state as usize)
+            .map(|c| &c[..])
+            .unwrap_or(&[])
     }
 
     #[inline]
@@ -99,13 +101,18 @@ impl StateTable {
 
     #[inline]
     pub(crate) fn can_continue(&self, state: u32) -> bool {
-        self.can_continue.get(state as usize).copied().unwrap_or(false)
+        self.can_continue
+            .get(state as usize)
+            .copied()
+            .unwrap_or(false)
     }
 
     /// The skip bytes of `state` and whether they loop on it, if computed.
     #[inline]
     pub(crate) fn skip_bytes(&self, state: u32) -> Option<&(ByteSet, bool)> {
-        self.skip_bytes.get(state as usize).and_then(|set| set.as_ref())
+        self.skip_bytes
+            .get(state as usize)
+            .and_then(|set| set.as_ref())
     }
 
     /// Computes the *skip bytes* of `state` towards `target`: ASCII bytes leading from
@@ -118,7 +125,12 @@ impl StateTable {
     /// table filled up on the way.
     /// Which bytes to give up is chosen by `byte_weights` (tokens containing each byte), so
     /// that the bytes excluded are the rarest in the vocabulary.
-    pub(crate) fn compute_skip_bytes(&mut self, state: u32, target: u32, byte_weights: &[u32; 256]) -> Option<ByteSet> {
+    pub(crate) fn compute_skip_bytes(
+        &mut self,
+        state: u32,
+        target: u32,
+        byte_weights: &[u32; 256],
+    ) -> Option<ByteSet> {
         let target_loop = if target == state {
             ByteSet::ALL
         } else {
@@ -137,9 +149,20 @@ impl StateTable {
         }
         let mut unclean = ByteSet::EMPTY;
         for sequence in regex_syntax::utf8::Utf8Sequences::new('\u{80}', '\u{10FFFF}') {
-            let ranges: Vec<(u8, u8)> = sequence.as_slice().iter().map(|r| (r.start, r.end)).collect();
+            let ranges: Vec<(u8, u8)> = sequence
+                .as_slice()
+                .iter()
+                .map(|r| (r.start, r.end))
+                .collect();
             let mut path = Vec::with_capacity(4);
-            self.mark_unclean(target, &ranges, state, &mut path, byte_weights, &mut unclean)?;
+            self.mark_unclean(
+                target,
+                &ranges,
+                state,
+                &mut path,
+                byte_weights,
+                &mut unclean,
+            )?;
         }
         for byte in 0x80..=0xFFu8 {
             if !unclean.contains(byte) {
@@ -166,7 +189,9 @@ impl StateTable {
         byte_weights: &[u32; 256],
         unclean: &mut ByteSet,
     ) -> Option<()> {
-        let Some((&(low, high), rest)) = ranges.split_first() else { return Some(()) };
+        let Some((&(low, high), rest)) = ranges.split_first() else {
+            return Some(());
+        };
         let mut groups: Vec<(u8, ByteSet)> = Vec::new();
         for byte in low..=high {
             let class = self.grammar.byte_class()[byte as usize];
@@ -185,7 +210,12 @@ impl StateTable {
             if next == DEAD || (rest.is_empty() && next != origin) {
                 let covered = path.iter().any(|group| group.intersect(unclean) == *group);
                 if !covered {
-                    let weight = |group: &ByteSet| group.iter().map(|b| byte_weights[b as usize] as u64).sum::<u64>();
+                    let weight = |group: &ByteSet| {
+                        group
+                            .iter()
+                            .map(|b| byte_weights[b as usize] as u64)
+                            .sum::<u64>()
+                    };
                     if let Some(cheapest) = path.iter().min_by_key(|group| weight(group)) {
                         *unclean = unclean.union(cheapest);
                     }
@@ -201,7 +231,8 @@ impl StateTable {
     /// The state after `byte`, [`DEAD`], or [`FULL`] when a new state would not fit.
     #[inline]
     pub(crate) fn next(&mut self, state: u32, byte: u8) -> u32 {
-        let index = state as usize * self.classes + self.grammar.byte_class()[byte as usize] as usize;
+        let index =
+            state as usize * self.classes + self.grammar.byte_class()[byte as usize] as usize;
         match self.transitions.get(index) {
             Some(&target) if target != UNKNOWN => target,
             Some(_) => self.fill(index, state, byte),
@@ -245,7 +276,8 @@ impl StateTable {
         self.accepting.push(config_is_accepting(&config));
         self.can_continue.push(config_can_continue(&config));
         self.skip_bytes.push(None);
-        self.transitions.extend(std::iter::repeat_n(UNKNOWN, self.classes));
+        self.transitions
+            .extend(std::iter::repeat_n(UNKNOWN, self.classes));
         if !config.is_empty() {
             self.ids.insert(config.clone(), id);
         }
@@ -287,7 +319,12 @@ pub(crate) struct MaskCache {
 
 impl MaskCache {
     pub(crate) fn new(capacity: usize) -> Self {
-        MaskCache { index: HashMap::new(), masks: Vec::new(), capacity: capacity.max(1), clears: 0 }
+        MaskCache {
+            index: HashMap::new(),
+            masks: Vec::new(),
+            capacity: capacity.max(1),
+            clears: 0,
+        }
     }
 
     pub(crate) fn get(&self, state: u32) -> Option<usize> {

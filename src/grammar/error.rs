@@ -29,7 +29,9 @@ impl fmt::Display for Location {
 pub enum GrammarError {
     #[error("the grammar is empty: define at least `root ::= ...`")]
     Empty,
-    #[error("the grammar is not UTF-8 text (invalid byte at offset {offset}); is this a binary file?")]
+    #[error(
+        "the grammar is not UTF-8 text (invalid byte at offset {offset}); is this a binary file?"
+    )]
     NotText { offset: usize },
     #[error("syntax error{at}: {message}")]
     Syntax { at: Location, message: String },
@@ -38,25 +40,46 @@ pub enum GrammarError {
          write it right-recursive instead: `expr ::= term (\"+\" term)*` rather than \
          `expr ::= expr \"+\" term | term`"
     )]
-    LeftRecursion { rule: String, cycle: String, at: Location },
+    LeftRecursion {
+        rule: String,
+        cycle: String,
+        at: Location,
+    },
     #[error(
         "rule `{rule}`{at} uses the token terminal `{text}`: llamay constrains bytes, not one \
          model's vocabulary; write the text as a literal string instead"
     )]
-    TokenTerminal { rule: String, text: String, at: Location },
+    TokenTerminal {
+        rule: String,
+        text: String,
+        at: Location,
+    },
     #[error(
         "rule `{rule}`{at} has a repetition bound of {bound}, above the limit of {max}: each \
          count is a separate state; use `*` or `+` for an unbounded repetition"
     )]
-    RepetitionTooLarge { rule: String, bound: u64, max: u32, at: Location },
+    RepetitionTooLarge {
+        rule: String,
+        bound: u64,
+        max: u32,
+        at: Location,
+    },
     #[error("rule `{rule}`{at} refers to `{name}`, which is not defined")]
-    UndefinedRule { rule: String, name: String, at: Location },
+    UndefinedRule {
+        rule: String,
+        name: String,
+        at: Location,
+    },
     #[error("rule `{rule}` is defined twice{at}; merge the definitions with `|`")]
     DuplicateRule { rule: String, at: Location },
     #[error("the grammar has no `root` rule: matching starts at `root ::= ...`")]
     MissingRoot,
     #[error("the grammar is too large: {what} is {actual}, above the limit of {limit}")]
-    TooLarge { what: &'static str, actual: usize, limit: usize },
+    TooLarge {
+        what: &'static str,
+        actual: usize,
+        limit: usize,
+    },
     #[error("the grammar is invalid: {0}")]
     Invalid(String),
     #[error("token {token} is not in the vocabulary (size {vocab_size})")]

@@ -21,7 +21,9 @@ use std::collections::HashMap;
 
 use super::automaton::{find_left_recursion, CompiledGrammar};
 use super::error::{GrammarError, Location};
-use super::ir::{char_ranges_to_alternatives, complement_char_ranges, ByteSet, Grammar, Rule, RuleId, Symbol};
+use super::ir::{
+    char_ranges_to_alternatives, complement_char_ranges, ByteSet, Grammar, Rule, RuleId, Symbol,
+};
 use super::limits::Limits;
 
 /// A parsed GBNF grammar plus where each rule came from, for messages.
@@ -42,7 +44,9 @@ pub fn parse_gbnf(source: &[u8], limits: &Limits) -> Result<ParsedGbnf, GrammarE
             limit: limits.max_source_bytes,
         });
     }
-    let text = std::str::from_utf8(source).map_err(|e| GrammarError::NotText { offset: e.valid_up_to() })?;
+    let text = std::str::from_utf8(source).map_err(|e| GrammarError::NotText {
+        offset: e.valid_up_to(),
+    })?;
     if let Some(offset) = text.find('\0') {
         return Err(GrammarError::NotText { offset });
     }
@@ -74,7 +78,11 @@ pub fn compile_gbnf(source: &[u8], limits: &Limits) -> Result<CompiledGrammar, G
             .map(|(_, location)| *location)
             .unwrap_or_default();
         let cycle_text = format!("{} -> {first}", names.join(" -> "));
-        return Err(GrammarError::LeftRecursion { rule: first, cycle: cycle_text, at });
+        return Err(GrammarError::LeftRecursion {
+            rule: first,
+            cycle: cycle_text,
+            at,
+        });
     }
     CompiledGrammar::new(parsed.grammar, limits)
 }
@@ -106,7 +114,9 @@ impl<'s> Parser<'s> {
     fn new(text: &'s str, limits: &'s Limits) -> Self {
         Parser {
             text,
-            line_starts: std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect(),
+            line_starts: std::iter::once(0)
+                .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+                .collect(),
             pos: 0,
             limits,
             rules: Vec::new(),
@@ -126,13 +136,24 @@ impl<'s> Parser<'s> {
     fn location(&self, offset: usize) -> Location {
         let offset = offset.min(self.text.len());
         let line = self.line_starts.partition_point(|start| *start <= offset);
-        let line_start = self.line_starts.get(line.saturating_sub(1)).copied().unwrap_or(0);
-        let column = self.text.get(line_start..offset).map(|s| s.chars().count()).unwrap_or(0);
+        let line_start = self
+            .line_starts
+            .get(line.saturating_sub(1))
+            .copied()
+            .unwrap_or(0);
+        let column = self
+            .text
+            .get(line_start..offset)
+            .map(|s| s.chars().count())
+            .unwrap_or(0);
         Location::at(line, column + 1)
     }
 
     fn syntax(&self, offset: usize, message: impl Into<String>) -> GrammarError {
-        GrammarError::Syntax { at: self.location(offset), message: message.into() }
+        GrammarError::Syntax {
+            at: self.location(offset),
+            message: message.into(),
+        }
     }
 
     fn peek(&self) -> Option<char> {
@@ -211,8 +232,12 @@ impl<'s> Parser<'s> {
             });
         }
         let id = RuleId(self.rules.len() as u32);
-        self.rules.push(Rule { name, alternatives: Vec::new() });
-        self.origins.push((self.current_rule.clone(), self.current_location));
+        self.rules.push(Rule {
+            name,
+            alternatives: Vec::new(),
+        });
+        self.origins
+            .push((self.current_rule.clone(), self.current_location));
         self.defined_at.push(None);
         self.first_reference.push(None);
         Ok(id)
@@ -241,7 +266,10 @@ impl<'s> Parser<'s> {
     fn parse_rule(&mut self) -> Result<(), GrammarError> {
         let start = self.pos;
         let Some(name) = self.parse_name() else {
-            return Err(self.syntax(self.pos, format!("expected a rule name, found {}", self.found())));
+            return Err(self.syntax(
+                self.pos,
+                format!("expected a rule name, found {}", self.found()),
+            ));
         };
         let location = self.location(start);
         self.current_rule = name.to_string();
@@ -249,7 +277,13 @@ impl<'s> Parser<'s> {
         self.generated = 0;
         self.skip_space(false);
         if !self.text[self.pos..].starts_with("::=") {
-            return Err(self.syntax(self.pos, format!("expected `::=` after the rule name `{name}`, found {}", self.found())));
+            return Err(self.syntax(
+                self.pos,
+                format!(
+                    "expected `::=` after the rule name `{name}`, found {}",
+                    self.found()
+                ),
+            ));
         }
         self.pos += 3;
         self.skip_space(true);
@@ -257,7 +291,10 @@ impl<'s> Parser<'s> {
         // A rule first seen as a reference records its origin at the reference; fix it here.
         self.origins[id.index()] = (name.to_string(), location);
         if self.defined_at[id.index()].is_some() {
-            return Err(GrammarError::DuplicateRule { rule: name.to_string(), at: location });
+            return Err(GrammarError::DuplicateRule {
+                rule: name.to_string(),
+                at: location,
+            });
         }
         self.defined_at[id.index()] = Some(location);
         let alternatives = self.parse_alternates(false)?;
@@ -276,7 +313,10 @@ impl<'s> Parser<'s> {
                 Ok(())
             }
             Some(')') => Err(self.syntax(self.pos, "unbalanced `)`: no group is open here")),
-            Some(_) => Err(self.syntax(self.pos, format!("unexpected {} in rule `{name}`", self.found()))),
+            Some(_) => Err(self.syntax(
+                self.pos,
+                format!("unexpected {} in rule `{name}`", self.found()),
+            )),
         }
     }
 
@@ -303,7 +343,9 @@ impl<'s> Parser<'s> {
                     loop {
                         match self.peek() {
                             None | Some('\n') | Some('\r') => {
-                                return Err(self.syntax(element_start, "unterminated string literal"))
+                                return Err(
+                                    self.syntax(element_start, "unterminated string literal")
+                                )
                             }
                             Some('"') => {
                                 self.pos += 1;
@@ -330,7 +372,9 @@ impl<'s> Parser<'s> {
                     loop {
                         match self.peek() {
                             None | Some('\n') | Some('\r') => {
-                                return Err(self.syntax(element_start, "unterminated character class"))
+                                return Err(
+                                    self.syntax(element_start, "unterminated character class")
+                                )
                             }
                             Some(']') => {
                                 self.pos += 1;
@@ -339,12 +383,20 @@ impl<'s> Parser<'s> {
                             Some(_) => {
                                 let low = self.parse_char()?;
                                 let mut high = low;
-                                if self.peek() == Some('-') && !matches!(self.peek_at(1), Some(']') | Some('\n') | Some('\r') | None) {
+                                if self.peek() == Some('-')
+                                    && !matches!(
+                                        self.peek_at(1),
+                                        Some(']') | Some('\n') | Some('\r') | None
+                                    )
+                                {
                                     self.pos += 1;
                                     let range_end = self.pos;
                                     high = self.parse_char()?;
                                     if high < low {
-                                        return Err(self.syntax(range_end, format!("the range {low:?}-{high:?} is backwards")));
+                                        return Err(self.syntax(
+                                            range_end,
+                                            format!("the range {low:?}-{high:?} is backwards"),
+                                        ));
                                     }
                                 }
                                 ranges.push((low, high));
@@ -378,7 +430,14 @@ impl<'s> Parser<'s> {
                     let alternatives = self.parse_alternates(true)?;
                     self.nesting -= 1;
                     if self.peek() != Some(')') {
-                        return Err(self.syntax(self.pos, format!("expected `)` to close the group opened at {}, found {}", describe(self.location(element_start)), self.found())));
+                        return Err(self.syntax(
+                            self.pos,
+                            format!(
+                                "expected `)` to close the group opened at {}, found {}",
+                                describe(self.location(element_start)),
+                                self.found()
+                            ),
+                        ));
                     }
                     self.pos += 1;
                     last_start = Some(sequence.len());
@@ -404,7 +463,10 @@ impl<'s> Parser<'s> {
                 }
                 '*' | '+' | '?' | '{' => {
                     let Some(start) = last_start else {
-                        return Err(self.syntax(element_start, format!("`{c}` must follow something to repeat")));
+                        return Err(self.syntax(
+                            element_start,
+                            format!("`{c}` must follow something to repeat"),
+                        ));
                     };
                     let (min, max) = self.parse_repetition()?;
                     let unit = sequence.split_off(start);
@@ -415,7 +477,8 @@ impl<'s> Parser<'s> {
                     let Some(name) = self.parse_name() else { break };
                     let id = self.rule_id(name)?;
                     if self.first_reference[id.index()].is_none() {
-                        self.first_reference[id.index()] = Some((self.current_rule.clone(), element_start));
+                        self.first_reference[id.index()] =
+                            Some((self.current_rule.clone(), element_start));
                     }
                     self.count_symbols(1)?;
                     last_start = Some(sequence.len());
@@ -431,7 +494,9 @@ impl<'s> Parser<'s> {
     /// Parses the operator at the cursor: `*`, `+`, `?`, `{m}`, `{m,}` or `{m,n}`.
     fn parse_repetition(&mut self) -> Result<(u64, Option<u64>), GrammarError> {
         let start = self.pos;
-        let Some(operator) = self.peek() else { return Err(self.syntax(start, "expected a repetition")) };
+        let Some(operator) = self.peek() else {
+            return Err(self.syntax(start, "expected a repetition"));
+        };
         self.pos += 1;
         let bounds = match operator {
             '*' => (0, None),
@@ -456,12 +521,23 @@ impl<'s> Parser<'s> {
                     _ => Some(min),
                 };
                 if self.peek() != Some('}') {
-                    return Err(self.syntax(self.pos, format!("expected `}}` to close the repetition, found {}", self.found())));
+                    return Err(self.syntax(
+                        self.pos,
+                        format!(
+                            "expected `}}` to close the repetition, found {}",
+                            self.found()
+                        ),
+                    ));
                 }
                 self.pos += 1;
                 if let Some(max) = max {
                     if max < min {
-                        return Err(self.syntax(start, format!("the repetition {{{min},{max}}} has its maximum below its minimum")));
+                        return Err(self.syntax(
+                            start,
+                            format!(
+                                "the repetition {{{min},{max}}} has its maximum below its minimum"
+                            ),
+                        ));
                     }
                 }
                 (min, max)
@@ -488,15 +564,26 @@ impl<'s> Parser<'s> {
             return Err(self.syntax(start, format!("expected a number, found {}", self.found())));
         }
         // Anything too long to parse is certainly above the repetition limit.
-        Ok(self.text[start..self.pos].parse::<u64>().unwrap_or(u64::MAX))
+        Ok(self.text[start..self.pos]
+            .parse::<u64>()
+            .unwrap_or(u64::MAX))
     }
 
     /// Lowers `unit{min,max}` (`max` None: unbounded).
-    fn repeat(&mut self, unit: Vec<Symbol>, min: u64, max: Option<u64>) -> Result<Vec<Symbol>, GrammarError> {
+    fn repeat(
+        &mut self,
+        unit: Vec<Symbol>,
+        min: u64,
+        max: Option<u64>,
+    ) -> Result<Vec<Symbol>, GrammarError> {
         if unit.is_empty() {
             return Ok(unit);
         }
-        let item = if unit.len() == 1 { unit[0] } else { Symbol::Rule(self.generated_rule(vec![unit])?) };
+        let item = if unit.len() == 1 {
+            unit[0]
+        } else {
+            Symbol::Rule(self.generated_rule(vec![unit])?)
+        };
         let optional = match max {
             None => 1,
             Some(max) => max - min,
@@ -506,7 +593,8 @@ impl<'s> Parser<'s> {
         match max {
             None => {
                 let star = self.generated_rule(Vec::new())?;
-                self.rules[star.index()].alternatives = vec![vec![item, Symbol::Rule(star)], Vec::new()];
+                self.rules[star.index()].alternatives =
+                    vec![vec![item, Symbol::Rule(star)], Vec::new()];
                 out.push(Symbol::Rule(star));
             }
             Some(_) if optional > 0 => {
@@ -558,12 +646,16 @@ impl<'s> Parser<'s> {
     /// One character of a literal or class, with escapes resolved to code points.
     fn parse_char(&mut self) -> Result<char, GrammarError> {
         let start = self.pos;
-        let Some(c) = self.peek() else { return Err(self.syntax(start, "unexpected end of file")) };
+        let Some(c) = self.peek() else {
+            return Err(self.syntax(start, "unexpected end of file"));
+        };
         self.pos += c.len_utf8();
         if c != '\\' {
             return Ok(c);
         }
-        let Some(escape) = self.peek() else { return Err(self.syntax(start, "unexpected end of file after `\\`")) };
+        let Some(escape) = self.peek() else {
+            return Err(self.syntax(start, "unexpected end of file after `\\`"));
+        };
         self.pos += escape.len_utf8();
         let digits = match escape {
             'n' => return Ok('\n'),
@@ -578,18 +670,29 @@ impl<'s> Parser<'s> {
         let hex_start = self.pos;
         let hex: String = self.text[self.pos..].chars().take(digits).collect();
         if hex.len() != digits || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
-            return Err(self.syntax(start, format!("`\\{escape}` needs {digits} hexadecimal digits")));
+            return Err(self.syntax(
+                start,
+                format!("`\\{escape}` needs {digits} hexadecimal digits"),
+            ));
         }
         self.pos = hex_start + digits;
         let value = u32::from_str_radix(&hex, 16).unwrap_or(u32::MAX);
-        char::from_u32(value)
-            .ok_or_else(|| self.syntax(start, format!("`\\{escape}{hex}` is not a Unicode scalar value")))
+        char::from_u32(value).ok_or_else(|| {
+            self.syntax(
+                start,
+                format!("`\\{escape}{hex}` is not a Unicode scalar value"),
+            )
+        })
     }
 
     fn finish(self) -> Result<ParsedGbnf, GrammarError> {
         for (index, defined) in self.defined_at.iter().enumerate() {
-            let Some((rule, offset)) = &self.first_reference[index] else { continue };
-            if defined.is_none() && self.by_name.get(&self.rules[index].name) == Some(&RuleId(index as u32)) {
+            let Some((rule, offset)) = &self.first_reference[index] else {
+                continue;
+            };
+            if defined.is_none()
+                && self.by_name.get(&self.rules[index].name) == Some(&RuleId(index as u32))
+            {
                 return Err(GrammarError::UndefinedRule {
                     rule: rule.clone(),
                     name: self.rules[index].name.clone(),
@@ -597,11 +700,20 @@ impl<'s> Parser<'s> {
                 });
             }
         }
-        let Some(&root) = self.by_name.get("root") else { return Err(GrammarError::MissingRoot) };
+        let Some(&root) = self.by_name.get("root") else {
+            return Err(GrammarError::MissingRoot);
+        };
         if self.defined_at[root.index()].is_none() {
             return Err(GrammarError::MissingRoot);
         }
-        Ok(ParsedGbnf { grammar: Grammar { rules: self.rules, root, whitespace_budget: 0 }, origins: self.origins })
+        Ok(ParsedGbnf {
+            grammar: Grammar {
+                rules: self.rules,
+                root,
+                whitespace_budget: 0,
+            },
+            origins: self.origins,
+        })
     }
 }
 

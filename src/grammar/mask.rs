@@ -13,7 +13,10 @@ pub struct TokenMask {
 impl TokenMask {
     /// A mask over `vocab_size` tokens with none allowed.
     pub fn new(vocab_size: usize) -> Self {
-        TokenMask { words: vec![0; vocab_size.div_ceil(64)], vocab_size }
+        TokenMask {
+            words: vec![0; vocab_size.div_ceil(64)],
+            vocab_size,
+        }
     }
 
     pub fn vocab_size(&self) -> usize {
@@ -29,7 +32,9 @@ impl TokenMask {
 
     #[inline]
     pub fn is_set(&self, token: u32) -> bool {
-        self.words.get(token as usize / 64).is_some_and(|w| w & (1u64 << (token % 64)) != 0)
+        self.words
+            .get(token as usize / 64)
+            .is_some_and(|w| w & (1u64 << (token % 64)) != 0)
     }
 
     pub fn count(&self) -> usize {

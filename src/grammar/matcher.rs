@@ -47,8 +47,19 @@ impl Matcher {
         let state = table.initial();
         let masks = MaskCache::new(grammar.limits().mask_cache);
         let depth_states = vec![DEAD; trie.max_depth() + 1];
-        let mut matcher =
-            Matcher { grammar, trie, table, masks, state, depth_states, depth_skips: Vec::new(), depth_pending: Vec::new(), pending_continuations: 0, computed_this_step: false, stats: MaskStats::default() };
+        let mut matcher = Matcher {
+            grammar,
+            trie,
+            table,
+            masks,
+            state,
+            depth_states,
+            depth_skips: Vec::new(),
+            depth_pending: Vec::new(),
+            pending_continuations: 0,
+            computed_this_step: false,
+            stats: MaskStats::default(),
+        };
         matcher.refresh_stats();
         matcher
     }
@@ -129,8 +140,14 @@ impl Matcher {
 
     fn rejection(&self, token: u32) -> GrammarError {
         match self.trie.token_bytes(token) {
-            None => GrammarError::UnknownToken { token, vocab_size: self.trie.vocab_size() },
-            Some(bytes) => GrammarError::TokenRejected { token, text: String::from_utf8_lossy(bytes).into_owned() },
+            None => GrammarError::UnknownToken {
+                token,
+                vocab_size: self.trie.vocab_size(),
+            },
+            Some(bytes) => GrammarError::TokenRejected {
+                token,
+                text: String::from_utf8_lossy(bytes).into_owned(),
+            },
         }
     }
 
@@ -194,13 +211,20 @@ impl Matcher {
         depth_states[0] = self.state;
         depth_pending[0] = self.pending_continuations;
         depth_skips[0] = match self.pending_continuations {
-            0 => self.table.skip_bytes(self.state).map(|(set, _)| *set).unwrap_or(ByteSet::EMPTY),
+            0 => self
+                .table
+                .skip_bytes(self.state)
+                .map(|(set, _)| *set)
+                .unwrap_or(ByteSet::EMPTY),
             _ => ByteSet::EMPTY,
         };
         let mut index = 0usize;
         while let Some(node) = nodes.get(index) {
             let depth = node.depth as usize;
-            if subtree_bytes.get(index).is_some_and(|bytes| is_subset(bytes, &depth_skips[depth - 1])) {
+            if subtree_bytes
+                .get(index)
+                .is_some_and(|bytes| is_subset(bytes, &depth_skips[depth - 1]))
+            {
                 let end = node.subtree_end as usize;
                 let first = trie.first_token.get(index).copied().unwrap_or(0) as usize;
                 let last = trie.first_token.get(end).copied().unwrap_or(0) as usize;
@@ -233,14 +257,20 @@ impl Matcher {
                 } else {
                     None
                 };
-                if let Some(set) = target.and_then(|target| self.table.compute_skip_bytes(parent, target, &trie.byte_weights)) {
+                if let Some(set) = target.and_then(|target| {
+                    self.table
+                        .compute_skip_bytes(parent, target, &trie.byte_weights)
+                }) {
                     depth_skips[depth - 1] = set;
                 }
             }
             let pending = pending_after(parent_pending, node.byte);
             depth_pending[depth] = pending;
             depth_skips[depth] = if pending == 0 {
-                self.table.skip_bytes(next).map(|(set, _)| *set).unwrap_or(ByteSet::EMPTY)
+                self.table
+                    .skip_bytes(next)
+                    .map(|(set, _)| *set)
+                    .unwrap_or(ByteSet::EMPTY)
             } else if depth_skips[depth - 1].contains(node.byte) {
                 depth_skips[depth - 1]
             } else {
@@ -297,7 +327,11 @@ fn pending_after(pending: u8, byte: u8) -> u8 {
 
 #[inline]
 fn is_subset(bytes: &ByteSet, of: &ByteSet) -> bool {
-    (bytes.0[0] & !of.0[0]) | (bytes.0[1] & !of.0[1]) | (bytes.0[2] & !of.0[2]) | (bytes.0[3] & !of.0[3]) == 0
+    (bytes.0[0] & !of.0[0])
+        | (bytes.0[1] & !of.0[1])
+        | (bytes.0[2] & !of.0[2])
+        | (bytes.0[3] & !of.0[3])
+        == 0
 }
 
 #[cfg(test)]

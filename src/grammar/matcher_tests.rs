@@ -36,10 +36,51 @@ pub(crate) fn synthetic_vocabulary(seed: u64, size: usize) -> (Vec<Vec<u8>>, Vec
     let mut rng = TestRng::new(seed);
     let mut tokens: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
     let pieces: Vec<&str> = vec![
-        " ", "\n", "\t", "- ", "\"", ",", ":", "{", "}", "[", "]", "=", "(", ")", "+", "1", "0", "9", ". ",
-        "e", "a", "x", "int", " ws", "true", "null", "\\", "\\u", "O-O", "Nf", "\u{e9}", "\u{3053}", "\u{3093}",
-        "\u{4e16}", "\u{1F600}", "ab", "hello", " the", "\r\n",
-        "\u{2028}", "\u{85}", "x\u{2029}", "\u{e8}", "\u{e9}\u{e8}", "!",
+        " ",
+        "\n",
+        "\t",
+        "- ",
+        "\"",
+        ",",
+        ":",
+        "{",
+        "}",
+        "[",
+        "]",
+        "=",
+        "(",
+        ")",
+        "+",
+        "1",
+        "0",
+        "9",
+        ". ",
+        "e",
+        "a",
+        "x",
+        "int",
+        " ws",
+        "true",
+        "null",
+        "\\",
+        "\\u",
+        "O-O",
+        "Nf",
+        "\u{e9}",
+        "\u{3053}",
+        "\u{3093}",
+        "\u{4e16}",
+        "\u{1F600}",
+        "ab",
+        "hello",
+        " the",
+        "\r\n",
+        "\u{2028}",
+        "\u{85}",
+        "x\u{2029}",
+        "\u{e8}",
+        "\u{e9}\u{e8}",
+        "!",
     ];
     while tokens.len() < size {
         let mut token = Vec::new();
@@ -65,7 +106,12 @@ pub(crate) fn synthetic_vocabulary(seed: u64, size: usize) -> (Vec<Vec<u8>>, Vec
 }
 
 /// The brute-force definition of "allowed".
-fn allowed_by_definition(matcher: &Matcher, vocabulary: &[Vec<u8>], eog: &[u32], token: u32) -> bool {
+fn allowed_by_definition(
+    matcher: &Matcher,
+    vocabulary: &[Vec<u8>],
+    eog: &[u32],
+    token: u32,
+) -> bool {
     if eog.contains(&token) {
         return matcher.is_accepting();
     }
@@ -83,7 +129,15 @@ fn allowed_by_definition(matcher: &Matcher, vocabulary: &[Vec<u8>], eog: &[u32],
     true
 }
 
-fn check_walks(name: &str, source: &[u8], limits: &Limits, vocabulary: &[Vec<u8>], eog: &[u32], seeds: u64, steps: usize) {
+fn check_walks(
+    name: &str,
+    source: &[u8],
+    limits: &Limits,
+    vocabulary: &[Vec<u8>],
+    eog: &[u32],
+    seeds: u64,
+    steps: usize,
+) {
     let grammar = Arc::new(compile_gbnf(source, limits).unwrap_or_else(|e| panic!("{name}: {e}")));
     let trie = Arc::new(TokenTrie::new(vocabulary, eog));
     for seed in 0..seeds {
@@ -93,18 +147,32 @@ fn check_walks(name: &str, source: &[u8], limits: &Limits, vocabulary: &[Vec<u8>
             let mask = matcher.compute_mask().clone();
             for token in 0..vocabulary.len() as u32 {
                 let expected = allowed_by_definition(&matcher, vocabulary, eog, token);
-                assert_eq!(mask.is_set(token), expected, "{name} seed {seed} step {step} token {token} {:?}", String::from_utf8_lossy(&vocabulary[token as usize]));
-                assert_eq!(matcher.is_allowed(token), expected, "{name}: is_allowed disagrees on {token}");
+                assert_eq!(
+                    mask.is_set(token),
+                    expected,
+                    "{name} seed {seed} step {step} token {token} {:?}",
+                    String::from_utf8_lossy(&vocabulary[token as usize])
+                );
+                assert_eq!(
+                    matcher.is_allowed(token),
+                    expected,
+                    "{name}: is_allowed disagrees on {token}"
+                );
             }
             let choices: Vec<u32> = mask.iter_set().filter(|t| !eog.contains(t)).collect();
             assert_eq!(mask.count(), mask.iter_set().count());
             if choices.is_empty() {
-                assert!(matcher.is_accepting(), "{name}: dead end that does not accept");
+                assert!(
+                    matcher.is_accepting(),
+                    "{name}: dead end that does not accept"
+                );
                 assert!(!matcher.can_continue() || matcher.stats().overflows > 0);
                 break;
             }
             let token = choices[rng.below(choices.len())];
-            matcher.commit(token).unwrap_or_else(|e| panic!("{name}: {e}"));
+            matcher
+                .commit(token)
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
         }
         assert!(matcher.stats().steps > 0);
     }
@@ -113,51 +181,114 @@ fn check_walks(name: &str, source: &[u8], limits: &Limits, vocabulary: &[Vec<u8>
 #[test]
 fn masks_are_exact_on_the_sample_grammars() {
     let (vocabulary, eog) = synthetic_vocabulary(7, 1500);
-    for name in ["arithmetic", "c", "chess", "english", "japanese", "json", "json_arr", "list"] {
+    for name in [
+        "arithmetic",
+        "c",
+        "chess",
+        "english",
+        "japanese",
+        "json",
+        "json_arr",
+        "list",
+    ] {
         let source = std::fs::read(format!("{CORPUS}/{name}.gbnf")).unwrap_or_default();
         check_walks(name, &source, &Limits::default(), &vocabulary, &eog, 2, 40);
     }
     // A loop where one character (é) leads elsewhere while its neighbours (è) loop.
     let loop_with_exception = "root ::= ([^\\u00e9\\n] | \"\\u00e9\" \"!\")* \"\\n\"";
-    check_walks("loop with an exception", loop_with_exception.as_bytes(), &Limits::default(), &vocabulary, &eog, 3, 40);
+    check_walks(
+        "loop with an exception",
+        loop_with_exception.as_bytes(),
+        &Limits::default(),
+        &vocabulary,
+        &eog,
+        3,
+        40,
+    );
 }
 
 #[test]
 fn masks_stay_exact_across_table_and_cache_clears() {
     let (vocabulary, eog) = synthetic_vocabulary(11, 800);
-    let limits = Limits { transition_states: 8, mask_cache: 2, ..Limits::default() };
+    let limits = Limits {
+        transition_states: 8,
+        mask_cache: 2,
+        ..Limits::default()
+    };
     let source = std::fs::read(format!("{CORPUS}/json.gbnf")).unwrap_or_default();
-    check_walks("json (tiny caches)", &source, &limits, &vocabulary, &eog, 2, 40);
+    check_walks(
+        "json (tiny caches)",
+        &source,
+        &limits,
+        &vocabulary,
+        &eog,
+        2,
+        40,
+    );
     let grammar = Arc::new(compile_gbnf(&source, &limits).unwrap_or_else(|e| panic!("{e}")));
     let trie = Arc::new(TokenTrie::new(&vocabulary, &eog));
     let mut matcher = Matcher::new(grammar, trie);
-    for token in [b'{' as u32, b'"' as u32, b'a' as u32, b'"' as u32, b':' as u32] {
+    for token in [
+        b'{' as u32,
+        b'"' as u32,
+        b'a' as u32,
+        b'"' as u32,
+        b':' as u32,
+    ] {
         matcher.compute_mask();
         matcher.commit(token).unwrap_or_else(|e| panic!("{e}"));
     }
     let stats = matcher.stats();
     assert!(stats.table_clears > 0, "{stats:?}");
-    assert!(stats.states <= stats.states_capacity && stats.masks <= 2, "{stats:?}");
+    assert!(
+        stats.states <= stats.states_capacity && stats.masks <= 2,
+        "{stats:?}"
+    );
 }
 
 #[test]
 fn commit_refuses_and_keeps_state_eog_only_when_accepting() {
-    let vocabulary: Vec<Vec<u8>> = vec![b"a".to_vec(), b"b".to_vec(), b"ab".to_vec(), Vec::new(), Vec::new()];
-    let grammar = Arc::new(compile_gbnf(b"root ::= \"a\" \"b\"+", &Limits::default()).unwrap_or_else(|e| panic!("{e}")));
+    let vocabulary: Vec<Vec<u8>> = vec![
+        b"a".to_vec(),
+        b"b".to_vec(),
+        b"ab".to_vec(),
+        Vec::new(),
+        Vec::new(),
+    ];
+    let grammar = Arc::new(
+        compile_gbnf(b"root ::= \"a\" \"b\"+", &Limits::default())
+            .unwrap_or_else(|e| panic!("{e}")),
+    );
     let trie = Arc::new(TokenTrie::new(&vocabulary, &[4]));
     let mut matcher = Matcher::new(grammar, trie);
     assert!(!matcher.is_allowed(4) && !matcher.is_allowed(3) && !matcher.is_allowed(1));
-    assert!(matches!(matcher.commit(1), Err(GrammarError::TokenRejected { token: 1, .. })));
-    assert!(matches!(matcher.commit(99), Err(GrammarError::UnknownToken { token: 99, .. })));
-    assert_eq!(matcher.compute_mask().iter_set().collect::<Vec<_>>(), vec![0, 2]);
+    assert!(matches!(
+        matcher.commit(1),
+        Err(GrammarError::TokenRejected { token: 1, .. })
+    ));
+    assert!(matches!(
+        matcher.commit(99),
+        Err(GrammarError::UnknownToken { token: 99, .. })
+    ));
+    assert_eq!(
+        matcher.compute_mask().iter_set().collect::<Vec<_>>(),
+        vec![0, 2]
+    );
     matcher.commit(2).unwrap_or_else(|e| panic!("{e}"));
     assert!(matcher.is_accepting() && matcher.can_continue());
-    assert_eq!(matcher.compute_mask().iter_set().collect::<Vec<_>>(), vec![1, 4]);
+    assert_eq!(
+        matcher.compute_mask().iter_set().collect::<Vec<_>>(),
+        vec![1, 4]
+    );
     matcher.commit(1).unwrap_or_else(|e| panic!("{e}"));
     matcher.compute_mask();
     matcher.commit(4).unwrap_or_else(|e| panic!("{e}"));
     let stats = matcher.stats();
-    assert_eq!((stats.steps, stats.masks_computed, stats.cached_steps), (3, 2, 1), "{stats:?}");
+    assert_eq!(
+        (stats.steps, stats.masks_computed, stats.cached_steps),
+        (3, 2, 1),
+        "{stats:?}"
+    );
 }
 
 #[test]
@@ -178,20 +309,54 @@ fn masks_are_exact_on_real_vocabularies() {
     assert!(!paths.is_empty(), "set LLAMAY_VOCAB_JSON");
     for path in paths.split(',') {
         let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        let value: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let value: serde_json::Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
         let tokens: Vec<Vec<u8>> = value["tokens"]
             .as_array()
             .map(|all| {
                 all.iter()
-                    .map(|t| t.as_array().map(|b| b.iter().filter_map(|x| x.as_u64()).map(|x| x as u8).collect()).unwrap_or_default())
+                    .map(|t| {
+                        t.as_array()
+                            .map(|b| {
+                                b.iter()
+                                    .filter_map(|x| x.as_u64())
+                                    .map(|x| x as u8)
+                                    .collect()
+                            })
+                            .unwrap_or_default()
+                    })
                     .collect()
             })
             .unwrap_or_default();
-        let eog: Vec<u32> =
-            value["eog"].as_array().map(|e| e.iter().filter_map(|t| t.as_u64()).map(|t| t as u32).collect()).unwrap_or_default();
-        for name in ["arithmetic", "c", "chess", "english", "japanese", "json", "json_arr", "list"] {
+        let eog: Vec<u32> = value["eog"]
+            .as_array()
+            .map(|e| {
+                e.iter()
+                    .filter_map(|t| t.as_u64())
+                    .map(|t| t as u32)
+                    .collect()
+            })
+            .unwrap_or_default();
+        for name in [
+            "arithmetic",
+            "c",
+            "chess",
+            "english",
+            "japanese",
+            "json",
+            "json_arr",
+            "list",
+        ] {
             let source = std::fs::read(format!("{CORPUS}/{name}.gbnf")).unwrap_or_default();
-            check_walks(&format!("{name} on {path}"), &source, &Limits::default(), &tokens, &eog, 1, 12);
+            check_walks(
+                &format!("{name} on {path}"),
+                &source,
+                &Limits::default(),
+                &tokens,
+                &eog,
+                1,
+                12,
+            );
         }
     }
 }

@@ -17,7 +17,12 @@ struct Reference<'a> {
 }
 
 impl Reference<'_> {
-    fn sequence(&mut self, symbols: &[Symbol], start: usize, ws_used: u32) -> BTreeSet<(usize, u32)> {
+    fn sequence(
+        &mut self,
+        symbols: &[Symbol],
+        start: usize,
+        ws_used: u32,
+    ) -> BTreeSet<(usize, u32)> {
         let mut frontier: BTreeSet<(usize, u32)> = [(start, ws_used)].into_iter().collect();
         for symbol in symbols {
             let mut next = BTreeSet::new();
@@ -40,7 +45,10 @@ impl Reference<'_> {
             Symbol::Whitespace => {
                 ends.insert((at, ws_used));
                 let mut k = 0;
-                while self.input.get(at + k).is_some_and(|b| b" \t\n\r".contains(b))
+                while self
+                    .input
+                    .get(at + k)
+                    .is_some_and(|b| b" \t\n\r".contains(b))
                     && ws_used + (k as u32) < self.grammar.whitespace_budget
                 {
                     k += 1;
@@ -63,8 +71,15 @@ impl Reference<'_> {
 }
 
 fn reference_accepts(grammar: &Grammar, input: &[u8]) -> bool {
-    let mut reference = Reference { grammar, input, memo: HashMap::new() };
-    reference.symbol(Symbol::Rule(grammar.root), 0, 0).iter().any(|(end, _)| *end == input.len())
+    let mut reference = Reference {
+        grammar,
+        input,
+        memo: HashMap::new(),
+    };
+    reference
+        .symbol(Symbol::Rule(grammar.root), 0, 0)
+        .iter()
+        .any(|(end, _)| *end == input.len())
 }
 
 fn symbol_strategy(rule_count: u32) -> impl Strategy<Value = Symbol> {
@@ -89,7 +104,10 @@ fn grammar_strategy() -> impl Strategy<Value = Grammar> {
             rules: rules
                 .into_iter()
                 .enumerate()
-                .map(|(i, alternatives)| Rule { name: format!("r{i}"), alternatives })
+                .map(|(i, alternatives)| Rule {
+                    name: format!("r{i}"),
+                    alternatives,
+                })
                 .collect(),
             root: RuleId(0),
             whitespace_budget: budget,

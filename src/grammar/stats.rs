@@ -34,10 +34,22 @@ impl MaskStats {
     /// `  states 2484/4096 (peak 2484) · masks 6/256 · 6 states wanted a mask · 0 table clears`.
     pub fn render(&self, label: &str, decode_time: Duration) -> String {
         let total_ms = self.mask_time_ns as f64 / 1e6;
-        let each_ms = if self.steps == 0 { 0.0 } else { total_ms / self.steps as f64 };
+        let each_ms = if self.steps == 0 {
+            0.0
+        } else {
+            total_ms / self.steps as f64
+        };
         let decode_ms = decode_time.as_secs_f64() * 1e3;
-        let share = if decode_ms > 0.0 { 100.0 * total_ms / decode_ms } else { 0.0 };
-        let hit_rate = if self.steps == 0 { 0.0 } else { 100.0 * self.cached_steps as f64 / self.steps as f64 };
+        let share = if decode_ms > 0.0 {
+            100.0 * total_ms / decode_ms
+        } else {
+            0.0
+        };
+        let hit_rate = if self.steps == 0 {
+            0.0
+        } else {
+            100.0 * self.cached_steps as f64 / self.steps as f64
+        };
         format!(
             "{label} mask: {} steps, {} ms each, {share:.1}% of decode · {} cached ({hit_rate:.1}% hit rate)\n  \
              states {}/{} (peak {}) · masks {}/{} · {} states wanted a mask · {} table clears",
@@ -90,7 +102,13 @@ mod tests {
             "grammar mask: 80 steps, 0.65 ms each, 1.1% of decode · 74 cached (92.5% hit rate)\n  \
              states 2484/4096 (peak 2484) · masks 6/256 · 6 states wanted a mask · 0 table clears"
         );
-        let tiny = MaskStats { steps: 10, mask_time_ns: 31_000, ..MaskStats::default() };
-        assert!(tiny.render("json", Duration::from_secs(1)).starts_with("json mask: 10 steps, 0.0031 ms each, 0.0% of decode"));
+        let tiny = MaskStats {
+            steps: 10,
+            mask_time_ns: 31_000,
+            ..MaskStats::default()
+        };
+        assert!(tiny
+            .render("json", Duration::from_secs(1))
+            .starts_with("json mask: 10 steps, 0.0031 ms each, 0.0% of decode"));
     }
 }

@@ -98,7 +98,11 @@ impl TokenTrie {
         let mut max_depth = 0;
         for &id in &order {
             let text = &token_bytes[id as usize][..];
-            let shared = previous.iter().zip(text).take_while(|(a, b)| a == b).count();
+            let shared = previous
+                .iter()
+                .zip(text)
+                .take_while(|(a, b)| a == b)
+                .count();
             while path.len() > shared {
                 if let Some(closed) = path.pop() {
                     nodes[closed].subtree_end = nodes.len() as u32;
@@ -107,7 +111,12 @@ impl TokenTrie {
             for (offset, &byte) in text.iter().enumerate().skip(shared) {
                 parents.push(path.last().map(|p| *p as u32).unwrap_or(u32::MAX));
                 path.push(nodes.len());
-                nodes.push(TrieNode { subtree_end: 0, token: NO_TOKEN, byte, depth: offset as u16 + 1 });
+                nodes.push(TrieNode {
+                    subtree_end: 0,
+                    token: NO_TOKEN,
+                    byte,
+                    depth: offset as u16 + 1,
+                });
             }
             if let Some(&last) = path.last() {
                 if nodes[last].token == NO_TOKEN {
@@ -127,7 +136,8 @@ impl TokenTrie {
             .iter()
             .map(|n| {
                 let mut set = ByteSet::single(n.byte);
-                let invalid = n.token != NO_TOKEN && std::str::from_utf8(&token_bytes[n.token as usize]).is_err();
+                let invalid = n.token != NO_TOKEN
+                    && std::str::from_utf8(&token_bytes[n.token as usize]).is_err();
                 if invalid {
                     set.insert(INVALID_MARK);
                 }
@@ -195,7 +205,10 @@ impl TokenTrie {
 
     /// Whether `token` can ever be allowed by the trie (non-empty, not too long, not EOG).
     pub(crate) fn is_walkable(&self, token: u32) -> bool {
-        !self.is_eog(token) && self.token_bytes(token).is_some_and(|b| !b.is_empty() && b.len() <= MAX_TOKEN_BYTES)
+        !self.is_eog(token)
+            && self
+                .token_bytes(token)
+                .is_some_and(|b| !b.is_empty() && b.len() <= MAX_TOKEN_BYTES)
     }
 
     pub(crate) fn max_depth(&self) -> usize {
@@ -213,23 +226,47 @@ mod tests {
 
     #[test]
     fn preorder_layout_with_subtree_ends_and_duplicates() {
-        let vocab: Vec<Vec<u8>> =
-            vec![b"ab".to_vec(), b"a".to_vec(), b"b".to_vec(), vec![], b"abc".to_vec(), b"ab".to_vec()];
+        let vocab: Vec<Vec<u8>> = vec![
+            b"ab".to_vec(),
+            b"a".to_vec(),
+            b"b".to_vec(),
+            vec![],
+            b"abc".to_vec(),
+            b"ab".to_vec(),
+        ];
         let trie = TokenTrie::new(&vocab, &[3]);
-        let shape: Vec<(u8, u16, u32, u32)> =
-            trie.nodes.iter().map(|n| (n.byte, n.depth, n.token, n.subtree_end)).collect();
+        let shape: Vec<(u8, u16, u32, u32)> = trie
+            .nodes
+            .iter()
+            .map(|n| (n.byte, n.depth, n.token, n.subtree_end))
+            .collect();
         assert_eq!(
             shape,
-            vec![(b'a', 1, 1, 3), (b'b', 2, 0, 3), (b'c', 3, 4, 3), (b'b', 1, 2, 4)]
+            vec![
+                (b'a', 1, 1, 3),
+                (b'b', 2, 0, 3),
+                (b'c', 3, 4, 3),
+                (b'b', 1, 2, 4)
+            ]
         );
         assert_eq!(trie.duplicates, vec![(5, 0)]);
         assert_eq!(trie.eog_tokens(), &[3]);
         assert_eq!(trie.token_bytes(4), Some(&b"abc"[..]));
         assert_eq!(trie.max_depth(), 3);
-        let set = |bytes: &[u8]| bytes.iter().fold(ByteSet::EMPTY, |s, b| s.union(&ByteSet::single(*b)));
-        assert_eq!(trie.subtree_bytes, vec![set(b"abc"), set(b"bc"), set(b"c"), set(b"b")]);
+        let set = |bytes: &[u8]| {
+            bytes
+                .iter()
+                .fold(ByteSet::EMPTY, |s, b| s.union(&ByteSet::single(*b)))
+        };
+        assert_eq!(
+            trie.subtree_bytes,
+            vec![set(b"abc"), set(b"bc"), set(b"c"), set(b"b")]
+        );
         let split = TokenTrie::new(&[vec![0xC3], vec![0xC3, 0xA9], b"x".to_vec()], &[]);
-        assert_eq!(split.subtree_bytes, vec![set(b"x"), set(&[0, 0xC3, 0xA9]), set(&[0xA9])]);
+        assert_eq!(
+            split.subtree_bytes,
+            vec![set(b"x"), set(&[0, 0xC3, 0xA9]), set(&[0xA9])]
+        );
         assert_eq!(trie.preorder_tokens, vec![1, 0, 4, 2]);
         assert_eq!(trie.first_token, vec![0, 1, 2, 3, 4]);
     }
