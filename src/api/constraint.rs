@@ -2,19 +2,25 @@
 //! into a [`Constraint`], the spec's refusals as 400s, and the daemon-wide `-grammar-file`.
 //!
 //! Key items: [`ConstraintSources`] (what a shape found in its request), [`resolve_constraint`],
-//! [`ConstraintCache`] (compiled grammars by source, bounded; a full cache is cleared and counted).
-//! Costs: compiling a schema is milliseconds; repeats of the same schema or grammar hit the cache.
+//! [`ConstraintCache`] (compiled grammars by the SHA-256 of their source, bounded; a full cache is
+//! cleared and counted). Costs: compiling a schema is milliseconds; repeats of the same schema or
+//! grammar hit the cache. Sources over [`MAX_CACHED_SOURCE_BYTES`] are compiled but not kept, so
+//! the cache's memory stays bounded by small grammars.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
+use sha2::{Digest, Sha256};
 
 use crate::core::{Constraint, ConstraintKind};
 use crate::error::{CoreError, ErrorCode};
 use crate::grammar::automaton::CompiledGrammar;
 use crate::grammar::limits::Limits;
+
+/// Largest source whose compiled grammar is kept for reuse.
+pub const MAX_CACHED_SOURCE_BYTES: usize = 64 * 1024;
 
 /// What one request asked for, each with the parameter name it came in (for messages).
 #[derive(Debug, Default, Clone)]
@@ -62,9 +68,14 @@ impl ConstraintCache {
 
     fn get_or_compile(
         &self,
-        key: String,
+        source: String,
         compile: impl FnOnce() -> Result<CompiledGrammar, CoreError>,
     ) -> Result<Arc<CompiledGrammar>, CoreError> {
+        if source.len() > MAX_CACHED_SOURCE_BYTES {
+            self.misses.fetch_add(1, Ordering::Relaxed);
+            return compile().map(Arc::new);
+        }
+        let key = hex::encode(Sha256::digest(source.as_bytes()));
         if let Some(found) = self.entries.lock().ok().and_then(|entries| entries.get(&key).cloned()) {
             self.hits.fetch_add(1, Ordering::Relaxed);
             return Ok(found);
@@ -133,4 +144,51 @@ pub fn resolve_constraint(
         return Ok(Some(Constraint { kind: ConstraintKind::Json, grammar }));
     }
     Ok(default_grammar.map(|grammar| Constraint { kind: ConstraintKind::Grammar, grammar: grammar.clone() }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn grammar(text: String) -> ConstraintSources {
+        ConstraintSources { grammar: Some((text, "grammar")), ..Default::default() }
+    }
+
+    #[test]
+    fn repeats_hit_the_cache_and_large_sources_are_not_kept() {
+        let cache = ConstraintCache::new(4);
+        for _ in 0..2 {
+            let constraint = resolve_constraint(grammar("root ::= \"a\"".into()), &cache, None).unwrap();
+            assert_eq!(constraint.map(|c| c.kind), Some(ConstraintKind::Grammar));
+        }
+        let large = format!("# {}\nroot ::= \"b\"\n", "x".repeat(MAX_CACHED_SOURCE_BYTES));
+        for _ in 0..2 {
+            assert!(resolve_constraint(grammar(large.clone()), &cache, None).unwrap().is_some());
+        }
+        let stats = cache.stats();
+        assert_eq!((stats.entries, stats.hits, stats.misses), (1, 1, 3));
+    }
+
+    #[test]
+    fn a_full_cache_is_cleared_and_counted() {
+        let cache = ConstraintCache::new(2);
+        for n in 0..3 {
+            let schema = ConstraintSources { schema: Some((json!({"type": "integer", "minimum": n}), "format")), ..Default::default() };
+            resolve_constraint(schema, &cache, None).unwrap();
+        }
+        assert_eq!(cache.stats().clears, 1);
+        assert_eq!(cache.stats().entries, 1);
+    }
+
+    #[test]
+    fn conflicts_and_refusals_carry_their_codes() {
+        let cache = ConstraintCache::new(2);
+        let both = ConstraintSources { any_json: Some("format"), grammar: Some(("root ::= \"a\"".into(), "grammar")), ..Default::default() };
+        assert_eq!(resolve_constraint(both, &cache, None).unwrap_err().code, ErrorCode::ConstraintConflict);
+        let refused = ConstraintSources { schema: Some((json!({"if": {"type": "string"}}), "llamay_schema")), ..Default::default() };
+        let error = resolve_constraint(refused, &cache, None).unwrap_err();
+        assert_eq!((error.code, error.param.as_deref()), (ErrorCode::SchemaRefused, Some("llamay_schema")));
+        assert!(resolve_constraint(ConstraintSources::default(), &cache, None).unwrap().is_none());
+    }
 }
