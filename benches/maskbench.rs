@@ -1,0 +1,296 @@
+//! MaskBench-format schemas through llamay's schema compiler, automaton and token masks, with
+//! llguidance on the same files and vocabulary in the same run.
+//!
+//! Usage: `LLAMAY_VOCAB_JSON=a.json[,b.json] cargo bench --bench maskbench -- [--limit N] [DIR...]`
+//! (directories default to `../shared/corpora/maskbench-dev`). A vocabulary file is
+//! `{"tokens": [[bytes...], ...], "eog": [ids]}`. Without one, only the vocabulary-free part
+//! runs (compile counts, accepted/rejected instances, compile time).
+//!
+//! Prints: schemas compiled / refused (by keyword) / failed, valid instances accepted, invalid
+//! instances rejected, false accepts (an invalid instance accepted although the validator
+//! names an enforced keyword among its errors; must be 0), compile time, and the time per
+//! mask at every token of every valid instance, for llamay and llguidance, with ratios.
+//! Instances are tokenized greedily (longest match over the vocabulary's bytes), not with
+//! the model's own tokenizer, so token boundaries approximate a real run's. One thread.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use llamay::grammar::schema::compile_schema;
+use llamay::grammar::{check_input, CheckOutcome, CompiledGrammar, Limits, Matcher, TokenTrie};
+use llguidance::api::TopLevelGrammar;
+use llguidance::toktrie::{ApproximateTokEnv, TokRxInfo, TokTrie};
+use llguidance::ParserFactory;
+use serde_json::Value;
+
+/// Keywords llamay parses but does not enforce; a validator error from one of these is not
+/// a false accept.
+const NOT_ENFORCED: &[&str] = &[
+    "format", "uniqueItems", "prefixItems", "contains", "minContains", "maxContains", "minProperties",
+    "maxProperties", "propertyNames", "dependentRequired", "dependencies", "oneOf", "additionalItems",
+];
+
+struct Case {
+    name: String,
+    schema: Value,
+    tests: Vec<(Value, bool)>,
+}
+
+struct Compiled {
+    case: usize,
+    grammar: Arc<CompiledGrammar>,
+    /// Valid instances the automaton accepts (the ones masks are timed on).
+    accepted: Vec<String>,
+}
+
+#[derive(Default)]
+struct Timings(Vec<f64>);
+
+impl Timings {
+    fn push_since(&mut self, started: Instant) {
+        self.0.push(started.elapsed().as_secs_f64() * 1e6);
+    }
+
+    fn summary(&mut self) -> Option<[f64; 4]> {
+        if self.0.is_empty() {
+            return None;
+        }
+        self.0.sort_by(|a, b| a.total_cmp(b));
+        let n = self.0.len();
+        let avg = self.0.iter().sum::<f64>() / n as f64;
+        let at = |q: f64| self.0[((n as f64 * q) as usize).min(n - 1)];
+        Some([avg, at(0.5), at(0.99), self.0[n - 1]])
+    }
+}
+
+fn row(label: &str, timings: &mut Timings) -> Option<[f64; 4]> {
+    let summary = timings.summary();
+    match summary {
+        Some([avg, p50, p99, max]) => println!(
+            "  {label:<28} n={:<7} avg {avg:>9.1} us  p50 {p50:>9.1} us  p99 {p99:>9.1} us  max {max:>10.1} us",
+            timings.0.len()
+        ),
+        None => println!("  {label:<28} (none)"),
+    }
+    summary
+}
+
+fn load_cases(directories: &[PathBuf], limit: usize) -> Vec<Case> {
+    let mut files: Vec<PathBuf> = Vec::new();
+    for directory in directories {
+        match std::fs::read_dir(directory) {
+            Ok(entries) => files.extend(
+                entries.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "json")),
+            ),
+            Err(error) => eprintln!("skipping {}: {error}", directory.display()),
+        }
+    }
+    files.sort();
+    files.truncate(limit);
+    let mut cases = Vec::new();
+    for path in files {
+        let Ok(text) = std::fs::read_to_string(&path) else { continue };
+        let Ok(value) = serde_json::from_str::<Value>(&text) else {
+            eprintln!("skipping {}: not JSON", path.display());
+            continue;
+        };
+        let tests = value["tests"]
+            .as_array()
+            .map(|tests| tests.iter().map(|t| (t["data"].clone(), t["valid"].as_bool().unwrap_or(false))).collect())
+            .unwrap_or_default();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("?").to_string();
+        cases.push(Case { name, schema: value["schema"].clone(), tests });
+    }
+    cases
+}
+
+/// Whether the validator blames an enforced keyword for `instance` being invalid.
+fn fails_on_enforced_keyword(schema: &Value, instance: &Value) -> bool {
+    let Ok(validator) = jsonschema::validator_for(schema) else {
+        return true;
+    };
+    let keywords: Vec<String> = validator.iter_errors(instance).map(|e| e.schema_path.to_string()).collect();
+    keywords.is_empty()
+        || keywords.iter().any(|path| !NOT_ENFORCED.contains(&path.rsplit('/').next().unwrap_or("")))
+}
+
+fn load_vocab(path: &str) -> Option<(Vec<Vec<u8>>, Vec<u32>)> {
+    let text = std::fs::read_to_string(path).map_err(|e| eprintln!("vocabulary {path}: {e}")).ok()?;
+    let value: Value = serde_json::from_str(&text).map_err(|e| eprintln!("vocabulary {path}: {e}")).ok()?;
+    let tokens = value["tokens"]
+        .as_array()?
+        .iter()
+        .map(|t| t.as_array().map(|bytes| bytes.iter().filter_map(|b| b.as_u64()).map(|b| b as u8).collect()).unwrap_or_default())
+        .collect();
+    let eog = value["eog"].as_array()?.iter().filter_map(|t| t.as_u64()).map(|t| t as u32).collect();
+    Some((tokens, eog))
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1).peekable();
+    let mut directories = Vec::new();
+    let mut limit = usize::MAX;
+    while let Some(arg) = args.next() {
+        if arg == "--limit" {
+            limit = args.next().and_then(|n| n.parse().ok()).unwrap_or(usize::MAX);
+        } else if !arg.starts_with("--") {
+            directories.push(PathBuf::from(arg));
+        }
+    }
+    if directories.is_empty() {
+        directories.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpora/maskbench-dev"));
+    }
+    let cases = load_cases(&directories, limit);
+    println!("maskbench: {} schemas from {:?}", cases.len(), directories);
+
+    let mut refused: BTreeMap<String, usize> = BTreeMap::new();
+    let mut failed = Vec::new();
+    let mut compiled = Vec::new();
+    let mut compile_times = Timings::default();
+    let (mut valid_accepted, mut valid_total, mut invalid_rejected, mut invalid_total) = (0, 0, 0, 0);
+    let mut false_accepts = Vec::new();
+    for (index, case) in cases.iter().enumerate() {
+        let started = Instant::now();
+        let grammar = match compile_schema(&case.schema) {
+            Ok(grammar) => grammar,
+            Err(error) => {
+                *refused.entry(error.keyword.clone()).or_default() += 1;
+                continue;
+            }
+        };
+        let grammar = match CompiledGrammar::new(grammar, &Limits::default()) {
+            Ok(grammar) => Arc::new(grammar),
+            Err(error) => {
+                failed.push(format!("{}: {error}", case.name));
+                continue;
+            }
+        };
+        compile_times.push_since(started);
+        let mut accepted = Vec::new();
+        for (data, valid) in &case.tests {
+            let text = data.to_string();
+            let is_accepted = check_input(&grammar, text.as_bytes()) == CheckOutcome::Match;
+            if *valid {
+                valid_total += 1;
+                if is_accepted {
+                    valid_accepted += 1;
+                    accepted.push(text);
+                }
+            } else {
+                invalid_total += 1;
+                if !is_accepted {
+                    invalid_rejected += 1;
+                } else if fails_on_enforced_keyword(&case.schema, data) {
+                    false_accepts.push(format!("{}: {}", case.name, text.chars().take(160).collect::<String>()));
+                }
+            }
+        }
+        compiled.push(Compiled { case: index, grammar, accepted });
+    }
+    let refused_total: usize = refused.values().sum();
+    println!("schemas: {} compiled, {refused_total} refused {refused:?}, {} failed", compiled.len(), failed.len());
+    for line in &failed {
+        println!("  failed: {line}");
+    }
+    println!("valid instances accepted:   {valid_accepted} / {valid_total} (the rest: closed objects, declared order, canonical strings)");
+    println!("invalid instances rejected: {invalid_rejected} / {invalid_total} (the rest fail only on ignored keywords such as format)");
+    println!("FALSE ACCEPTS:              {}", false_accepts.len());
+    for line in &false_accepts {
+        println!("  false accept: {line}");
+    }
+    println!("compile (schema -> automaton), llamay:");
+    let ours_compile = row("llamay compile", &mut compile_times);
+
+    let Ok(vocab_paths) = std::env::var("LLAMAY_VOCAB_JSON") else {
+        println!("set LLAMAY_VOCAB_JSON to a vocabulary file (or several, comma-separated) to time masks");
+        return;
+    };
+    for path in vocab_paths.split(',').filter(|p| !p.is_empty()) {
+        let Some((tokens, eog)) = load_vocab(path) else { continue };
+        bench_vocab(path, &tokens, &eog, &cases, &compiled, ours_compile);
+    }
+}
+
+fn bench_vocab(path: &str, tokens: &[Vec<u8>], eog: &[u32], cases: &[Case], compiled: &[Compiled], ours_compile: Option<[f64; 4]>) {
+    println!("\nvocabulary {path}: {} tokens (instances tokenized greedily, longest match)", tokens.len());
+    let trie = Arc::new(TokenTrie::new(tokens, eog));
+    let info = TokRxInfo::new(tokens.len() as u32, eog.first().copied().unwrap_or(0));
+    let llg_trie = TokTrie::from(&info, tokens);
+    let env: llguidance::toktrie::TokEnv = Arc::new(ApproximateTokEnv::new(llg_trie));
+    let mut factory = match ParserFactory::new_simple(&env) {
+        Ok(factory) => factory,
+        Err(error) => {
+            println!("llguidance factory failed: {error}");
+            return;
+        }
+    };
+    factory.quiet();
+    let (mut ours_masks, mut llg_masks, mut llg_compile) = (Timings::default(), Timings::default(), Timings::default());
+    let (mut not_in_mask, mut llg_failed, mut llg_rejected) = (0usize, 0usize, 0usize);
+    for entry in compiled {
+        let case = &cases[entry.case];
+        for (instance_index, text) in entry.accepted.iter().enumerate() {
+            let token_ids = env.tok_trie().greedy_tokenize(text.as_bytes());
+            let mut matcher = Matcher::new(entry.grammar.clone(), trie.clone());
+            for &token in &token_ids {
+                let started = Instant::now();
+                let allowed = matcher.compute_mask().is_set(token);
+                ours_masks.push_since(started);
+                if !allowed || matcher.commit(token).is_err() {
+                    not_in_mask += 1;
+                    break;
+                }
+            }
+            let started = Instant::now();
+            let parser = factory.create_parser(TopLevelGrammar::from_json_schema(case.schema.clone()));
+            let mut llg = llguidance::Matcher::new(parser);
+            if instance_index == 0 {
+                llg_compile.push_since(started);
+            }
+            if llg.is_error() {
+                llg_failed += 1;
+                continue;
+            }
+            for &token in &token_ids {
+                let started = Instant::now();
+                let mask = llg.compute_mask();
+                llg_masks.push_since(started);
+                match mask {
+                    Ok(mask) if mask.is_allowed(token) => {}
+                    _ => {
+                        llg_rejected += 1;
+                        break;
+                    }
+                }
+                if llg.consume_token(token).is_err() {
+                    llg_rejected += 1;
+                    break;
+                }
+            }
+        }
+    }
+    println!("  llamay: {not_in_mask} instances stopped on a token outside the mask (must be 0)");
+    println!("  llguidance: {llg_failed} instances whose schema it could not compile, {llg_rejected} stopped on a token it masked out");
+    let ours = row("llamay mask", &mut ours_masks);
+    let theirs = row("llguidance mask", &mut llg_masks);
+    let theirs_compile = row("llguidance compile", &mut llg_compile);
+    if let (Some(ours), Some(theirs)) = (ours, theirs) {
+        println!(
+            "  mask ratio llamay/llguidance: avg {:.2}x (goal <= 0.5x), p50 {:.2}x, p99 {:.2}x (goal <= 1x), max {:.2}x",
+            ours[0] / theirs[0],
+            ours[1] / theirs[1],
+            ours[2] / theirs[2],
+            ours[3] / theirs[3]
+        );
+    }
+    if let (Some(ours), Some(theirs)) = (ours_compile, theirs_compile) {
+        println!(
+            "  compile ratio llamay/llguidance: avg {:.2}x, p50 {:.2}x (goal: llamay p50 <= 500 us; it is {:.0} us)",
+            ours[0] / theirs[0],
+            ours[1] / theirs[1],
+            ours[1]
+        );
+    }
+}
