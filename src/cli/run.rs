@@ -39,7 +39,7 @@ pub struct RunArgs {
     /// Most tokens to generate.
     #[arg(short = 'n', long = "n-predict", default_value_t = 256, allow_hyphen_values = true)]
     n_predict: i64,
-    /// Threads for decoding (default: the machine's cores).
+    /// Threads for decoding (default: one per physical core).
     #[arg(short = 't', long = "threads", allow_hyphen_values = true)]
     threads: Option<i64>,
     /// Context size in tokens (default: 4096, or less if the model was trained on less).
@@ -122,7 +122,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
     let max_tokens = positive("-n", args.n_predict)?;
     let threads = match args.threads {
         Some(t) => positive("-t", t)?,
-        None => std::thread::available_parallelism().map_or(2, |n| n.get() as u32),
+        None => llamay::llm::default_threads(),
     };
     let ctx_size = args.ctx_size.map(|c| positive("-c", c)).transpose()?;
     let top_k = u32::try_from(args.top_k).map_err(|_| CliError::Usage("-top-k must not be negative".into()))?;
