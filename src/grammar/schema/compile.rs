@@ -34,7 +34,7 @@ pub const ANY_ORDER_MAX_PROPERTIES: usize = 6;
 pub const MAX_EXPANDED_COUNT: u64 = 4096;
 pub const MAX_SCHEMA_RULES: usize = 100_000;
 /// `$ref`s followed while expanding one position (guards against reference chains).
-const MAX_REFERENCES_PER_POSITION: usize = 64;
+const MAX_REFERENCES_PER_POSITION: usize = 256;
 
 /// One subschema that must hold, with where it is.
 #[derive(Clone, Debug)]
@@ -132,7 +132,7 @@ impl<'a> Compiler<'a> {
                     return Err(SchemaError::new(
                         "$ref",
                         &part.location,
-                        "which leads through more than 64 references without reaching a schema",
+                        "which, with the references around it, follows more than 256 references for one value",
                     ));
                 }
                 let (target, location) = resolve_reference(self.root, reference)
@@ -409,7 +409,7 @@ impl<'a> Compiler<'a> {
                 None => {}
             }
         }
-        let extra = self.extra_pair(merged, &properties)?;
+        let extra = self.extra_pair(merged)?;
         let body = if properties.len() <= ANY_ORDER_MAX_PROPERTIES {
             self.any_order_body(&properties, extra)
         } else {
@@ -423,7 +423,7 @@ impl<'a> Compiler<'a> {
     }
 
     /// A pair with a key that is none of the declared names, when extra keys are allowed.
-    fn extra_pair(&mut self, merged: &Merged<'a>, properties: &[(&'a str, RuleId, bool)]) -> Result<Option<RuleId>, SchemaError> {
+    fn extra_pair(&mut self, merged: &Merged<'a>) -> Result<Option<RuleId>, SchemaError> {
         let mut parts = Vec::new();
         for object in &merged.objects {
             match &object.additional {
@@ -435,7 +435,6 @@ impl<'a> Compiler<'a> {
         let Some(value) = self.parts_rule(parts)? else { return Ok(None) };
         // Declared names, even those whose schema forbids them, are never extra keys.
         let declared: Vec<&str> = merged.property_names();
-        let _ = properties;
         let key = self.key_other_than(&declared);
         Ok(Some(self.sink.add(
             "extra property",
