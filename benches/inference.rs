@@ -3,7 +3,7 @@
 //! same context settings, in the same run. Prints prompt and generation tok/s and the ratio.
 //!
 //! `cargo bench --bench inference` (models from the store: run scripts/setup first).
-//! Env: LLAMAY_BENCH_THREADS (default 2), LLAMAY_BENCH_TOKENS (default 64), LLAMAY_BENCH_ROUNDS (3).
+//! Env: LLAMAY_BENCH_THREADS (default 1: this 2-vCPU machine is shared), LLAMAY_BENCH_TOKENS (default 64), LLAMAY_BENCH_ROUNDS (3).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,12 +42,16 @@ impl Measure {
     fn generation_rate(&self) -> f64 {
         self.generated as f64 / self.generation_time.as_secs_f64()
     }
+    /// The faster of two rounds, phase by phase (`Measure::default()` is "no round yet").
     fn best(self, other: Measure) -> Measure {
+        if other.generated == 0 {
+            return self;
+        }
         Measure {
             prompt_tokens: self.prompt_tokens,
-            prompt_time: if self.prompt_time.is_zero() { other.prompt_time } else { self.prompt_time.min(other.prompt_time) },
-            generated: self.generated.max(other.generated),
-            generation_time: if self.generation_time.is_zero() { other.generation_time } else { self.generation_time.min(other.generation_time) },
+            prompt_time: self.prompt_time.min(other.prompt_time),
+            generated: self.generated,
+            generation_time: self.generation_time.min(other.generation_time),
         }
     }
 }
@@ -129,7 +133,7 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let threads = env_number("LLAMAY_BENCH_THREADS", 2) as i32;
+    let threads = env_number("LLAMAY_BENCH_THREADS", 1) as i32;
     let tokens = env_number("LLAMAY_BENCH_TOKENS", 64) as u32;
     let rounds = env_number("LLAMAY_BENCH_ROUNDS", 3);
     let store = Store::open(&Store::default_home()).expect("model store (run scripts/setup)");
