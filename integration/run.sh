@@ -8,7 +8,8 @@
 #   integration/run.sh --bench         the load benchmark instead of the tests
 #
 # Environment: LLAMAY_BIN (default target/release/llamay), LLAMAY_MODEL (smollm2:135m),
-# LLAMAY_OTHER_MODEL (gemma3:270m, for eviction; its tests skip when it is not installed).
+# LLAMAY_OTHER_MODEL (gemma3:270m, for eviction; its tests skip when it is not installed),
+# LLAMAY_SERVE_FLAGS (more serve flags, e.g. "-t 1"), LLAMAY_HOME (the model store).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,7 +29,7 @@ fi
 
 port=$("$venv/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 log=$(mktemp -t llamay-integration.XXXXXX)
-RUST_LOG=${RUST_LOG:-info} "$bin" serve -m "$model" -addr "127.0.0.1:$port" -max-loaded 1 -keepalive 5m -parallel 4 >"$log" 2>&1 &
+RUST_LOG=${RUST_LOG:-info} "$bin" serve -m "$model" -addr "127.0.0.1:$port" -max-loaded 1 -keepalive 5m -parallel 4 ${LLAMAY_SERVE_FLAGS:-} >"$log" 2>&1 &
 pid=$!
 stop() {
   if kill -0 "$pid" 2>/dev/null; then
