@@ -114,6 +114,7 @@ fn through_llamay(handle: &LlamaModelHandle, tokens: u32) -> Measure {
         num_ctx: None,
         keep_alive: None,
         tool_choice: ToolChoice::None,
+        parallel_tool_calls: false,
     };
     let mut generation = handle.submit(request).expect("submit");
     while let Some(event) = generation.events.blocking_recv() {

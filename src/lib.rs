@@ -14,3 +14,4 @@ pub mod llm;
 pub mod store;
 pub mod api;
 pub mod serve;
+pub mod tools;

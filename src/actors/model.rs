@@ -19,9 +19,10 @@ use tokio::sync::mpsc;
 use super::messages::{CancelToken, Generation, LoadedModel, ModelLoader};
 use super::sampler::{SequenceSampler, Step};
 use crate::core::{
-    Completion, ConstraintKind, CoreError, FinishReason, ModelInfo, ModelTotals, PromptInput, StreamEvent,
-    Timings, Usage, ValidGenerateRequest,
+    Completion, ConstraintKind, CoreError, FinishReason, ModelInfo, ModelTotals, PromptInput, Role, StreamEvent,
+    Timings, ToolSpec, Usage, ValidGenerateRequest,
 };
+use crate::grammar::{CompiledGrammar, Limits};
 use crate::grammar::matcher::Matcher;
 use crate::grammar::toktrie::TokenTrie;
 use crate::llm::sampling::SamplingConfig;
@@ -39,6 +40,10 @@ struct Job {
     prompt: Vec<u32>,
     sampler: SequenceSampler,
     constraint: Option<ConstraintKind>,
+    /// With tools offered the answer is held back and read for calls at the end, since a
+    /// partial call is nothing a client can act on.
+    held: Option<String>,
+    offered: Vec<ToolSpec>,
     events: mpsc::Sender<StreamEvent>,
     cancel: CancelToken,
     submitted: Instant,
@@ -127,12 +132,37 @@ impl LlamaModelHandle {
         }))
     }
 
-    /// The prompt as tokens, rendered through the chat template where the input asks for it.
-    fn prompt_tokens(&self, input: &PromptInput) -> Result<Vec<u32>, CoreError> {
-        let tokens = match input {
-            PromptInput::Chat { messages, .. } => {
-                let messages: Vec<TemplateMessage> = messages.iter().map(template_message).collect();
-                self.model.tokenize_chat(&messages, None)
+    /// The prompt as tokens (rendered through the chat template where the input asks for it),
+    /// with what tools change: a forced call's grammar and the tools calls are read back for.
+    fn prepare(&self, request: &ValidGenerateRequest) -> Result<Prepared, CoreError> {
+        let template_error = |e: crate::llm::LlmError| CoreError::bad_request(e.to_string());
+        match &request.input {
+            PromptInput::Chat { messages, tools } => {
+                let has_tool_history = messages.iter().any(|m| !m.tool_calls.is_empty() || m.role == Role::Tool);
+                if tools.is_empty() && !has_tool_history {
+                    let messages: Vec<TemplateMessage> = messages.iter().map(template_message).collect();
+                    let prompt = self.model.tokenize_chat(&messages, None).map_err(template_error)?;
+                    return Ok(Prepared { prompt, forced: None, offered: Vec::new() });
+                }
+                let plan = crate::tools::plan_tool_use(
+                    messages,
+                    tools,
+                    &request.tool_choice,
+                    request.parallel_tool_calls,
+                    self.model.chat_template().handles_tools(),
+                )?;
+                let rendered: Vec<TemplateMessage> = plan.messages.iter().map(template_message).collect();
+                let prompt = self
+                    .model
+                    .tokenize_chat(&rendered, plan.template_tools.as_deref())
+                    .map_err(template_error)?;
+                let forced = match plan.forced {
+                    Some(grammar) => Some(Arc::new(
+                        CompiledGrammar::new(grammar, &Limits::default()).map_err(|e| CoreError::bad_request(e.to_string()))?,
+                    )),
+                    None => None,
+                };
+                Ok(Prepared { prompt, forced, offered: plan.offered })
             }
             PromptInput::Raw { prompt, system, template: true } => {
                 let mut messages = Vec::new();
@@ -140,19 +170,31 @@ impl LlamaModelHandle {
                     messages.push(TemplateMessage::new("system", system.clone()));
                 }
                 messages.push(TemplateMessage::new("user", prompt.clone()));
-                self.model.tokenize_chat(&messages, None)
+                let prompt = self.model.tokenize_chat(&messages, None).map_err(template_error)?;
+                Ok(Prepared { prompt, forced: None, offered: Vec::new() })
             }
-            PromptInput::Raw { prompt, template: false, .. } => self.model.tokenize(prompt, true, false),
-        };
-        tokens.map_err(|e| CoreError::bad_request(e.to_string()))
+            PromptInput::Raw { prompt, template: false, .. } => {
+                let prompt = self.model.tokenize(prompt, true, false).map_err(template_error)?;
+                Ok(Prepared { prompt, forced: None, offered: Vec::new() })
+            }
+        }
     }
+}
+
+/// A request turned into what the worker runs.
+struct Prepared {
+    prompt: Vec<u32>,
+    /// A forced tool call's grammar; it replaces the request's own constraint.
+    forced: Option<Arc<CompiledGrammar>>,
+    /// Tools whose calls are read back from the answer (the answer is then held back).
+    offered: Vec<ToolSpec>,
 }
 
 fn template_message(message: &crate::core::ChatMessage) -> TemplateMessage {
     TemplateMessage {
         role: message.role.as_str().to_string(),
         content: message.content.clone(),
-        tool_calls: None,
+        tool_calls: (!message.tool_calls.is_empty()).then(|| crate::tools::calls_as_template_json(&message.tool_calls)),
         name: message.name.clone(),
         tool_call_id: message.tool_call_id.clone(),
     }
@@ -164,10 +206,7 @@ impl LoadedModel for LlamaModelHandle {
     }
 
     fn submit(&self, request: ValidGenerateRequest) -> Result<Generation, CoreError> {
-        let prompt = self.prompt_tokens(&request.input)?;
-        if prompt.is_empty() {
-            return Err(CoreError::bad_request("the prompt is empty"));
-        }
+        let Prepared { prompt, forced, offered } = self.prepare(&request)?;
         let context = request.num_ctx.map_or(self.per_sequence_ctx, |n| n.min(self.per_sequence_ctx));
         if prompt.len() as u32 >= context {
             return Err(CoreError::prompt_too_long(prompt.len(), context as usize));
@@ -184,7 +223,12 @@ impl LoadedModel for LlamaModelHandle {
             repeat_last_n: sampling.repeat_last_n.max(0) as usize,
             seed: sampling.seed.map_or_else(rand::random::<u64>, u64::from),
         };
-        let matcher = request.constraint.as_ref().map(|c| Matcher::new(Arc::clone(&c.grammar), self.trie()));
+        let (constraint_kind, grammar) = match (forced, &request.constraint) {
+            (Some(forced), _) => (Some(ConstraintKind::Tool), Some(forced)),
+            (None, Some(constraint)) => (Some(constraint.kind), Some(Arc::clone(&constraint.grammar))),
+            (None, None) => (None, None),
+        };
+        let matcher = grammar.map(|grammar| Matcher::new(grammar, self.trie()));
         let mut sampler =
             SequenceSampler::new(config, matcher, Arc::clone(self.model.vocabulary()), request.stop, max_tokens);
         sampler.remember_prompt(&prompt);
@@ -192,7 +236,9 @@ impl LoadedModel for LlamaModelHandle {
         let job = Job {
             prompt,
             sampler,
-            constraint: request.constraint.as_ref().map(|c| c.kind),
+            constraint: constraint_kind,
+            held: (!offered.is_empty()).then(String::new),
+            offered,
             events,
             cancel,
             submitted: Instant::now(),
@@ -387,10 +433,14 @@ fn step(context: &mut Context<'_>, live: &mut [Option<Live>], shared: &Shared) {
         match entry.job.sampler.step(context.logits(row)) {
             Step::Continue { token, text } => {
                 entry.next_token = Some(token);
-                // A failed send means the client is gone; the next step sees the closed channel
-                // and frees the slot.
-                if !text.is_empty() {
-                    let _ = entry.job.events.blocking_send(StreamEvent::Delta { text });
+                match entry.job.held.as_mut() {
+                    Some(held) => held.push_str(&text),
+                    // A failed send means the client is gone; the next step sees the closed
+                    // channel and frees the slot.
+                    None if !text.is_empty() => {
+                        let _ = entry.job.events.blocking_send(StreamEvent::Delta { text });
+                    }
+                    None => {}
                 }
             }
             Step::Finished { text, reason } => {
@@ -441,6 +491,18 @@ fn finish(job: Job, reason: FinishReason, text: String, timings: Timings, prompt
         }
     }
     shared.in_use.fetch_sub(1, Ordering::AcqRel);
+    let (text, tool_calls, reason) = match job.held {
+        Some(mut held) => {
+            held.push_str(&text);
+            let parsed = crate::tools::parse_calls(&held, &job.offered);
+            let reason = match reason {
+                FinishReason::Stop | FinishReason::Length if !parsed.calls.is_empty() => FinishReason::ToolCalls,
+                other => other,
+            };
+            (parsed.content, parsed.calls, reason)
+        }
+        None => (text, Vec::new(), reason),
+    };
     if !text.is_empty() {
         let _ = job.events.blocking_send(StreamEvent::Delta { text });
     }
@@ -448,7 +510,7 @@ fn finish(job: Job, reason: FinishReason, text: String, timings: Timings, prompt
         finish_reason: reason,
         usage: Usage { prompt_tokens: prompt_tokens as u32, completion_tokens },
         timings,
-        tool_calls: Vec::new(),
+        tool_calls,
         constraint_stats,
     };
     let _ = job.events.blocking_send(StreamEvent::Done(completion));

@@ -186,6 +186,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
         num_ctx: None,
         keep_alive: None,
         tool_choice: ToolChoice::None,
+        parallel_tool_calls: false,
     };
     let mut generation = handle.submit(request).map_err(|e| CliError::Model(e.to_string()))?;
     let mut stdout = std::io::stdout().lock();

@@ -154,4 +154,7 @@ pub struct ValidGenerateRequest {
     pub num_ctx: Option<u32>,
     pub keep_alive: Option<KeepAlive>,
     pub tool_choice: ToolChoice,
+    /// Whether a forced call may be several calls (OpenAI `parallel_tool_calls`, Anthropic
+    /// `!disable_parallel_tool_use`); Ollama's route always makes one.
+    pub parallel_tool_calls: bool,
 }

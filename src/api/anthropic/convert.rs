@@ -84,6 +84,7 @@ pub fn convert(body: MessagesRequest) -> Result<Converted, CoreError> {
         num_ctx: None,
         keep_alive: None,
         tool_choice,
+        parallel_tool_calls: true,
     };
     Ok(Converted { request, constraint, stream: body.stream })
 }

@@ -46,6 +46,7 @@ pub fn convert_chat(body: ChatRequest) -> Result<Converted, CoreError> {
         num_ctx,
         keep_alive: convert_keep_alive(body.keep_alive)?,
         tool_choice: ToolChoice::Auto,
+        parallel_tool_calls: false,
     };
     Ok(Converted {
         request,
@@ -81,6 +82,7 @@ pub fn convert_generate(body: GenerateRequest) -> Result<Converted, CoreError> {
         num_ctx,
         keep_alive: convert_keep_alive(body.keep_alive)?,
         tool_choice: ToolChoice::Auto,
+        parallel_tool_calls: false,
     };
     Ok(Converted {
         request,

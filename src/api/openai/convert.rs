@@ -75,6 +75,7 @@ pub fn convert(body: ChatCompletionRequest) -> Result<Converted, CoreError> {
         num_ctx: None,
         keep_alive: None,
         tool_choice,
+        parallel_tool_calls: body.parallel_tool_calls.unwrap_or(true),
     };
     Ok(Converted {
         request,
