@@ -147,7 +147,7 @@ impl<'a> Compiler<'a> {
                     return Err(SchemaError::new("allOf", &part.location, "which is not a list of schemas"));
                 };
                 let here: Rc<str> = child_location(&part.location, "allOf").into();
-                expansion.conjunction_origin.get_or_insert_with(|| here.clone());
+                expansion.conjunction_origin.get_or_insert_with(|| part.location.clone());
                 for (index, subschema) in list.iter().enumerate().rev() {
                     queue.push(Part::new(subschema, child_location(&here, &index.to_string())));
                 }
@@ -343,8 +343,8 @@ impl<'a> Compiler<'a> {
             fraction_digits: merged.step.fraction_digits,
         };
         number_rule(&mut self.sink, &spec).map_err(|too_complex| {
-            let location = merged.step.location.clone().unwrap_or_else(|| "".into());
-            SchemaError::new("multipleOf", &location, format!("which cannot be enforced here: {}", too_complex.0))
+            let location = merged.step.location.clone().or_else(|| merged.bound_location.clone()).unwrap_or_else(|| "".into());
+            SchemaError::new(too_complex.keyword, &location, format!("which cannot be enforced here: {}", too_complex.message))
         })
     }
 

@@ -92,7 +92,7 @@ pub struct ObjectPart<'a> {
     pub location: Rc<str>,
 }
 
-/// A count bound and where it came from.
+/// A count bound and the location of the schema that set it.
 #[derive(Clone, Debug, Default)]
 pub struct Count {
     pub value: u64,
@@ -124,6 +124,8 @@ pub struct Merged<'a> {
     pub lower: Option<Bound>,
     pub upper: Option<Bound>,
     pub step: Step,
+    /// Location of the schema that set the last numeric bound, for messages.
+    pub bound_location: Option<Rc<str>>,
     pub enumeration: Option<Vec<&'a Value>>,
 }
 
@@ -131,7 +133,7 @@ fn count(map: &Map<String, Value>, keyword: &str, location: &str) -> Result<Opti
     let Some(value) = map.get(keyword) else { return Ok(None) };
     let parsed = value.as_u64().or_else(|| value.as_f64().filter(|f| *f >= 0.0 && f.fract() == 0.0).map(|f| f.min(u64::MAX as f64) as u64));
     match parsed {
-        Some(value) => Ok(Some(Count { value, location: child_location(location, keyword).into() })),
+        Some(value) => Ok(Some(Count { value, location: location.into() })),
         None => Err(SchemaError::new(keyword, location, "whose value is not a non-negative integer")),
     }
 }
@@ -201,6 +203,7 @@ impl<'a> Merged<'a> {
             lower: None,
             upper: None,
             step: Step::default(),
+            bound_location: None,
             enumeration: None,
         };
         for part in parts {
@@ -286,7 +289,7 @@ impl<'a> Merged<'a> {
                     return Err(SchemaError::new("required", location, "which lists something that is not a name"));
                 };
                 if !self.required.iter().any(|(n, _)| n == name) {
-                    self.required.push((name.to_string(), child_location(location, "required").into()));
+                    self.required.push((name.to_string(), location.into()));
                 }
             }
         }
@@ -330,7 +333,7 @@ impl<'a> Merged<'a> {
                         format!("which must hold together with another pattern ({existing:?}); llamay does not intersect two patterns, so write them as one"),
                     ))
                 }
-                _ => self.pattern = Some((pattern, child_location(location, "pattern").into())),
+                _ => self.pattern = Some((pattern, location.into())),
             }
         }
         for (keyword, is_lower, exclusive) in [
@@ -340,6 +343,7 @@ impl<'a> Merged<'a> {
             ("exclusiveMaximum", false, true),
         ] {
             if let Some(candidate) = bound(map, keyword, location, exclusive)? {
+                self.bound_location = Some(location.into());
                 if is_lower {
                     self.lower = tighter(self.lower.take(), candidate, true);
                 } else {
@@ -374,7 +378,7 @@ impl<'a> Merged<'a> {
         if decimal.negative || (decimal.int == [0] && decimal.frac.is_empty()) {
             return Err(refuse("whose value is not a positive number"));
         }
-        self.step.location = Some(child_location(location, "multipleOf").into());
+        self.step.location = Some(location.into());
         if decimal.is_integer() {
             if decimal.int.len() > MAX_INTEGER_DIGITS {
                 return Err(refuse("whose step has more than 18 digits"));

@@ -131,8 +131,16 @@ pub struct NumberSpec {
     pub fraction_digits: Option<usize>,
 }
 
+/// Why a number constraint cannot be compiled, and the keyword to blame.
 #[derive(Debug)]
-pub struct NumberTooComplex(pub String);
+pub struct NumberTooComplex {
+    pub keyword: &'static str,
+    pub message: String,
+}
+
+fn too_complex(keyword: &'static str, message: impl Into<String>) -> NumberTooComplex {
+    NumberTooComplex { keyword, message: message.into() }
+}
 
 /// Compiles `spec`; `Ok(None)` when no number satisfies it.
 pub fn number_rule(sink: &mut RuleSink, spec: &NumberSpec) -> Result<Option<RuleId>, NumberTooComplex> {
@@ -153,10 +161,21 @@ fn integer_rule(sink: &mut RuleSink, spec: &NumberSpec) -> Result<Option<RuleId>
         }
         return unbounded_multiples(sink, step).map(Some);
     }
+    if spec.lower.as_ref().is_some_and(|b| b.value.ceil_int(b.exclusive) > limit) {
+        return Err(too_complex("minimum", format!("it is above the largest integer llamay writes exactly ({MAX_INTEGER_DIGITS} digits)")));
+    }
+    if spec.upper.as_ref().is_some_and(|b| b.value.floor_int(b.exclusive) < -limit) {
+        return Err(too_complex("maximum", format!("it is below the smallest integer llamay writes exactly ({MAX_INTEGER_DIGITS} digits)")));
+    }
     let lo = spec.lower.as_ref().map_or(-limit, |b| b.value.ceil_int(b.exclusive).max(-limit));
     let hi = spec.upper.as_ref().map_or(limit, |b| b.value.floor_int(b.exclusive).min(limit));
     if lo > hi {
         return Ok(None);
+    }
+    // `minimum: 0` (or up to one step) and no maximum: every non-negative multiple, of any
+    // length, by the compact modulo automaton.
+    if spec.upper.is_none() && step > 1 && (0..=step as i128).contains(&lo) {
+        return multiple_magnitudes(sink, step, lo == 0).map(Some);
     }
     let mut alternatives = Vec::new();
     let mut digits = DigitAutomaton::new(step);
@@ -178,44 +197,44 @@ fn integer_rule(sink: &mut RuleSink, spec: &NumberSpec) -> Result<Option<RuleId>
 
 /// Multiples of `step` without bounds: the value modulo `step` is the state.
 fn unbounded_multiples(sink: &mut RuleSink, step: u128) -> Result<RuleId, NumberTooComplex> {
+    let with_zero = multiple_magnitudes(sink, step, true)?;
+    let positive = multiple_magnitudes(sink, step, false)?;
+    Ok(sink.add("multiple", vec![vec![Symbol::Rule(with_zero)], vec![byte(b'-'), Symbol::Rule(positive)]]))
+}
+
+/// Non-negative multiples of `step` of any length (`0` itself only when `include_zero`).
+fn multiple_magnitudes(sink: &mut RuleSink, step: u128, include_zero: bool) -> Result<RuleId, NumberTooComplex> {
     if step > 1000 {
-        return Err(NumberTooComplex(format!(
-            "a step of {step} without bounds needs more states than allowed; add minimum and maximum"
-        )));
+        return Err(too_complex(
+            "multipleOf",
+            format!("a step of {step} without an upper bound needs more states than allowed; add maximum"),
+        ));
     }
     let states: Vec<RuleId> = (0..step).map(|r| sink.builder.declare(format!("mod-{step}-{r}"))).collect();
-    for residue in 0..step {
+    let transitions = |residue: u128, first_digit: u128| {
         let mut by_next: Vec<ByteSet> = vec![ByteSet::EMPTY; step as usize];
-        for d in 0..10u128 {
+        for d in first_digit..10u128 {
             by_next[((residue * 10 + d) % step) as usize].insert(b'0' + d as u8);
         }
-        let mut alternatives: Vec<Vec<Symbol>> = by_next
+        by_next
             .iter()
             .enumerate()
             .filter(|(_, set)| !set.is_empty())
             .map(|(next, set)| vec![Symbol::Bytes(*set), Symbol::Rule(states[next])])
-            .collect();
+            .collect::<Vec<_>>()
+    };
+    for residue in 0..step {
+        let mut alternatives = transitions(residue, 0);
         if residue == 0 {
             alternatives.push(vec![]);
         }
         sink.builder.define(states[residue as usize], alternatives);
     }
-    let mut first: Vec<ByteSet> = vec![ByteSet::EMPTY; step as usize];
-    for d in 1..10u128 {
-        first[(d % step) as usize].insert(b'0' + d as u8);
+    let mut magnitude = transitions(0, 1);
+    if include_zero {
+        magnitude.push(vec![byte(b'0')]);
     }
-    let mut magnitude: Vec<Vec<Symbol>> = first
-        .iter()
-        .enumerate()
-        .filter(|(_, set)| !set.is_empty())
-        .map(|(next, set)| vec![Symbol::Bytes(*set), Symbol::Rule(states[next])])
-        .collect();
-    magnitude.push(vec![byte(b'0')]);
-    let magnitude = sink.add("multiple-magnitude", magnitude);
-    Ok(sink.add(
-        "multiple",
-        vec![vec![Symbol::Rule(magnitude)], vec![byte(b'-'), Symbol::Rule(magnitude)]],
-    ))
+    Ok(sink.add("multiple-magnitude", magnitude))
 }
 
 fn digits_of(value: u128) -> Vec<u8> {
@@ -270,7 +289,9 @@ impl DigitAutomaton {
             let band_high = 10u128.pow(length as u32) - 1;
             self.low = digits_of(lo.max(band_low));
             self.high = digits_of(hi.min(band_high));
-            self.memo.clear();
+            // States past both bounds depend only on the digits left and the residue, so
+            // they are shared across lengths; tight ones depend on this band's bounds.
+            self.memo.retain(|state, _| state.length == 0);
             let start = IntState { length, position: 0, tight_low: true, tight_high: true, residue: 0 };
             if let Some(rule) = self.state(sink, start)? {
                 alternatives.push(vec![Symbol::Rule(rule)]);
@@ -283,21 +304,26 @@ impl DigitAutomaton {
     }
 
     fn state(&mut self, sink: &mut RuleSink, state: IntState) -> Result<Option<RuleId>, NumberTooComplex> {
-        if let Some(found) = self.memo.get(&state) {
+        let key = if state.tight_low || state.tight_high {
+            state
+        } else {
+            IntState { length: 0, position: state.length - state.position, tight_low: false, tight_high: false, residue: state.residue }
+        };
+        if let Some(found) = self.memo.get(&key) {
             return Ok(*found);
         }
         if state.position == state.length {
             let accepted = state.residue == 0;
             let rule = accepted.then(|| sink.add("integer-end", vec![vec![]]));
-            self.memo.insert(state, rule);
+            self.memo.insert(key, rule);
             return Ok(rule);
         }
         self.built += 1;
         if self.built > MAX_NUMBER_RULES {
-            return Err(NumberTooComplex(format!(
-                "a step of {} over these bounds needs more than {MAX_NUMBER_RULES} states",
-                self.step
-            )));
+            return Err(too_complex(
+                "multipleOf",
+                format!("a step of {} over these bounds needs more than {MAX_NUMBER_RULES} states", self.step),
+            ));
         }
         let position = state.position;
         let min_digit = if state.tight_low { self.low[position] } else { 0 };
@@ -320,7 +346,7 @@ impl DigitAutomaton {
         } else {
             Some(sink.add("integer-digit", transitions_to_alternatives(transitions)))
         };
-        self.memo.insert(state, rule);
+        self.memo.insert(key, rule);
         Ok(rule)
     }
 }
@@ -369,6 +395,13 @@ fn decimal_rule(sink: &mut RuleSink, spec: &NumberSpec) -> Result<Option<RuleId>
             "decimal",
             vec![vec![Symbol::Rule(integer)], vec![Symbol::Rule(integer), byte(b'.'), Symbol::Rule(fraction)]],
         )));
+    }
+    let beyond = |b: &Bound| b.value.int.len() > MAX_DECIMAL_DIGITS;
+    if spec.lower.as_ref().is_some_and(|b| !b.value.negative && beyond(b)) {
+        return Err(too_complex("minimum", format!("it has more than {MAX_DECIMAL_DIGITS} integer digits, beyond what llamay writes exactly")));
+    }
+    if spec.upper.as_ref().is_some_and(|b| b.value.negative && beyond(b)) {
+        return Err(too_complex("maximum", format!("it has more than {MAX_DECIMAL_DIGITS} integer digits, beyond what llamay writes exactly")));
     }
     let zero = MagnitudeBound { int: vec![0], frac: vec![], exclusive: false };
     let magnitude = |b: &Bound| MagnitudeBound { int: b.value.int.clone(), frac: b.value.frac.clone(), exclusive: b.exclusive };
@@ -451,7 +484,7 @@ impl DecimalAutomaton {
             return Ok(*found);
         }
         if self.memo.len() > MAX_NUMBER_RULES {
-            return Err(NumberTooComplex("the bounds need too many states".into()));
+            return Err(too_complex("minimum", "the bounds need too many states"));
         }
         let mut alternatives: Vec<Vec<Symbol>> = Vec::new();
         match state {

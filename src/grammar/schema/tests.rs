@@ -199,6 +199,15 @@ fn multiple_of_on_integers_any_step() {
     let grammar = schema(json!({"type": "integer", "multipleOf": 7}));
     assert_accepts(&grammar, &["0", "7", "-14", "700000000000007"]);
     assert_rejects(&grammar, &["1", "8", "-13", "700000000000008"]);
+    let hundreds = schema(json!({"type": "integer", "multipleOf": 100, "minimum": 0}));
+    assert_accepts(&hundreds, &["0", "100", "123400", "99999999999999999999900"]);
+    assert_rejects(&hundreds, &["150", "-100", "00"]);
+    let positive = schema(json!({"type": "integer", "multipleOf": 5, "minimum": 1}));
+    assert_accepts(&positive, &["5", "1000"]);
+    assert_rejects(&positive, &["0", "-5", "7"]);
+    let wide = schema(json!({"type": "integer", "multipleOf": 250, "minimum": -1000000, "maximum": 999_999_999_999i64}));
+    assert_accepts(&wide, &["-1000000", "-250", "0", "999999999750"]);
+    assert_rejects(&wide, &["-1000250", "999999999999", "125"]);
     let bounded = schema(json!({"type": "integer", "multipleOf": 3, "minimum": 10, "maximum": 1000}));
     assert_accepts(&bounded, &["12", "999"]);
     assert_rejects(&bounded, &["9", "1002", "13"]);
@@ -266,8 +275,12 @@ fn refusals_name_the_keyword_and_where() {
     assert_refused(json!({"properties": {"p": {"type": "string", "pattern": "\\bword"}}}), "pattern", "properties.p");
     assert_refused(json!({"properties": {"p": {"type": "string", "pattern": "(?m)^a$"}}}), "pattern", "properties.p");
     assert_refused(json!({"properties": {"n": {"type": "number", "multipleOf": 0.3}}}), "multipleOf", "properties.n");
-    assert_refused(json!({"allOf": [{"type": "string"}, {"type": "integer"}]}), "allOf", "allOf");
-    assert_refused(json!({"properties": {"a": {}}, "required": ["b"]}), "required", "required");
+    assert_refused(json!({"allOf": [{"type": "string"}, {"type": "integer"}]}), "allOf", "(root)");
+    assert_refused(json!({"properties": {"n": {"allOf": [{"type": "string"}, {"type": "integer"}]}}}), "allOf", "properties.n");
+    assert_refused(json!({"properties": {"a": {}}, "required": ["b"]}), "required", "(root)");
+    assert_refused(json!({"properties": {"i": {"type": "integer", "minimum": 1e30}}}), "minimum", "properties.i");
+    assert_refused(json!({"properties": {"s": {"minLength": 100000}}}), "minLength", "properties.s");
+    assert_refused(json!({"properties": {"i": {"type": "integer", "multipleOf": 999983}}}), "multipleOf", "properties.i");
     assert_refused(json!({"unevaluatedProperties": false}), "unevaluatedProperties", "(root)");
     assert_refused(json!({"dependentSchemas": {"a": {}}}), "dependentSchemas", "(root)");
     assert_refused(json!({"$dynamicRef": "#meta"}), "$dynamicRef", "(root)");
@@ -450,6 +463,96 @@ mod walks {
                 if let Err(e) = serde_json::from_str::<Value>(&text) {
                     prop_assert!(e.to_string().contains("number out of range"), "{:?} does not parse: {}", text, e);
                 }
+            }
+        }
+    }
+}
+
+mod fuzz {
+    //! Random schemas from the keyword table: compiling never panics, and whatever compiles
+    //! is accepted by the automaton (no left recursion, nothing over its limits).
+
+    use proptest::prelude::*;
+    use serde_json::{json, Map, Value};
+
+    use super::super::compile_schema;
+    use crate::grammar::automaton::CompiledGrammar;
+    use crate::grammar::limits::Limits;
+
+    fn number() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            (-1000i64..1000).prop_map(Value::from),
+            (-1000.0f64..1000.0).prop_map(|f| json!((f * 100.0).round() / 100.0)),
+            Just(json!(0.01)),
+            Just(json!(0.3)),
+            Just(json!(7)),
+        ]
+    }
+
+    fn leaf() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(json!(true)),
+            Just(json!(false)),
+            prop::sample::select(vec!["string", "integer", "number", "boolean", "null", "object", "array"]).prop_map(|t| json!({"type": t})),
+            Just(json!({"$ref": "#"})),
+            Just(json!({"$ref": "#/$defs/a"})),
+            Just(json!({"enum": ["x", 1, null, {"k": [1]}]})),
+            Just(json!({"const": 1.5})),
+            prop::sample::select(vec!["^a+$", "[0-9]{2,3}", "(?=x)", "\\bw", "^\\d{1,4}$", "a|b|c"]).prop_map(|p| json!({"type": "string", "pattern": p})),
+        ]
+    }
+
+    fn schema() -> impl Strategy<Value = Value> {
+        leaf().prop_recursive(4, 40, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 1..4).prop_map(|v| json!({"anyOf": v})),
+                prop::collection::vec(inner.clone(), 1..3).prop_map(|v| json!({"allOf": v})),
+                prop::collection::vec(inner.clone(), 1..3).prop_map(|v| json!({"oneOf": v})),
+                (prop::collection::btree_map("[a-c]{1,2}", inner.clone(), 0..4), any::<bool>(), prop::option::of(inner.clone()))
+                    .prop_map(|(props, require, additional)| {
+                        let names: Vec<Value> = props.keys().take(2).map(|k| json!(k)).collect();
+                        let mut map = Map::new();
+                        map.insert("properties".into(), json!(props));
+                        if require {
+                            map.insert("required".into(), Value::Array(names));
+                        }
+                        if let Some(additional) = additional {
+                            map.insert("additionalProperties".into(), additional);
+                        }
+                        Value::Object(map)
+                    }),
+                (inner.clone(), 0u64..3, prop::option::of(0u64..5)).prop_map(|(items, min, max)| {
+                    let mut map = json!({"type": "array", "items": items, "minItems": min});
+                    if let Some(max) = max {
+                        map["maxItems"] = json!(max);
+                    }
+                    map
+                }),
+                (prop::option::of(number()), prop::option::of(number()), prop::option::of(number()), any::<bool>()).prop_map(
+                    |(low, high, step, integer)| {
+                        let mut map = json!({"type": if integer { "integer" } else { "number" }});
+                        if let Some(low) = low { map["minimum"] = low; }
+                        if let Some(high) = high { map["exclusiveMaximum"] = high; }
+                        if let Some(step) = step { map["multipleOf"] = step; }
+                        map
+                    }
+                ),
+                (inner.clone(), inner).prop_map(|(a, root)| {
+                    let mut root = match root { Value::Object(map) => map, other => { let mut m = Map::new(); m.insert("allOf".into(), json!([other])); m } };
+                    root.insert("$defs".into(), json!({"a": a}));
+                    Value::Object(root)
+                }),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+        #[test]
+        fn random_schemas_compile_or_are_refused_never_panic(schema in schema()) {
+            if let Ok(grammar) = compile_schema(&schema) {
+                let compiled = CompiledGrammar::new(grammar, &Limits::default());
+                prop_assert!(compiled.is_ok(), "{} compiled to a grammar the automaton refuses: {:?}", schema, compiled.err());
             }
         }
     }
