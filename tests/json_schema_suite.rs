@@ -15,7 +15,8 @@
 //! - integers are written without a fraction (`1.0` is rejected for `integer`), bounded numbers
 //!   without an exponent, and bounds beyond 18 digits are clamped;
 //! - property names, `enum`/`const` strings and pattern-matched strings must be written in
-//!   canonical form (no `\u0041` for `A`); `enum` objects keep their key order;
+//!   canonical form (no `\u0041` for `A`); `enum`/`const` objects of more than four members
+//!   keep their key order;
 //! - pretty-printed documents whose whitespace exceeds the 64-character budget are skipped;
 //! - schemas that no document satisfies (`false`, contradictory `allOf`) are refused.
 

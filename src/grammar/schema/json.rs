@@ -291,7 +291,8 @@ impl RuleSink {
     }
 
     /// A rule matching `value` as JSON, with structural whitespace allowed inside containers.
-    /// Integral numbers also match written with a `.0` fraction; object keys keep their order.
+    /// Integral numbers also match written with a `.0` fraction; objects of up to four members
+    /// match in any key order, larger ones in their given order.
     pub fn literal_value(&mut self, value: &Value) -> RuleId {
         let key = value.to_string();
         if let Some(id) = self.literal_cache.get(&key) {
@@ -323,17 +324,31 @@ impl RuleSink {
                 vec![sequence]
             }
             Value::Object(members) => {
-                let mut sequence = vec![byte(b'{'), Symbol::Whitespace];
-                for (index, (name, element)) in members.iter().enumerate() {
-                    if index > 0 {
-                        sequence.extend([Symbol::Whitespace, byte(b','), Symbol::Whitespace]);
-                    }
-                    sequence.extend(literal_symbols(canonical_json_string(name).as_bytes()));
-                    sequence.extend([Symbol::Whitespace, byte(b':'), Symbol::Whitespace]);
-                    sequence.push(Symbol::Rule(self.literal_value(element)));
-                }
-                sequence.extend([Symbol::Whitespace, byte(b'}')]);
-                vec![sequence]
+                let pairs: Vec<RuleId> = members
+                    .iter()
+                    .map(|(name, element)| {
+                        let mut pair = literal_symbols(canonical_json_string(name).as_bytes());
+                        pair.extend([Symbol::Whitespace, byte(b':'), Symbol::Whitespace]);
+                        pair.push(Symbol::Rule(self.literal_value(element)));
+                        self.add("literal member", vec![pair])
+                    })
+                    .collect();
+                // Key order does not change a JSON object: small ones match in any order.
+                let orders = if pairs.len() <= LITERAL_ANY_ORDER_MAX { permutations(pairs.len()) } else { vec![(0..pairs.len()).collect()] };
+                orders
+                    .into_iter()
+                    .map(|order| {
+                        let mut sequence = vec![byte(b'{'), Symbol::Whitespace];
+                        for (position, index) in order.into_iter().enumerate() {
+                            if position > 0 {
+                                sequence.extend([Symbol::Whitespace, byte(b','), Symbol::Whitespace]);
+                            }
+                            sequence.push(Symbol::Rule(pairs[index]));
+                        }
+                        sequence.extend([Symbol::Whitespace, byte(b'}')]);
+                        sequence
+                    })
+                    .collect()
             }
             Value::String(text) => vec![literal_symbols(canonical_json_string(text).as_bytes())],
             Value::Number(number) => {
@@ -349,6 +364,25 @@ impl RuleSink {
             other => vec![literal_symbols(other.to_string().as_bytes())],
         }
     }
+}
+
+/// `enum`/`const` objects with at most this many members match in any key order (n! orders).
+const LITERAL_ANY_ORDER_MAX: usize = 4;
+
+/// Every ordering of `0..n`.
+fn permutations(n: usize) -> Vec<Vec<usize>> {
+    if n == 0 {
+        return vec![Vec::new()];
+    }
+    let mut out = Vec::new();
+    for shorter in permutations(n - 1) {
+        for slot in 0..=shorter.len() {
+            let mut order = shorter.clone();
+            order.insert(slot, n - 1);
+            out.push(order);
+        }
+    }
+    out
 }
 
 fn truncate(text: &str, limit: usize) -> String {

@@ -131,6 +131,9 @@ fn enum_and_const_with_members_other_keywords_rule_out_dropped() {
     let typed = schema(json!({"type": "string", "enum": ["a", 1, "bb"], "maxLength": 1}));
     assert_accepts(&typed, &["\"a\""]);
     assert_rejects(&typed, &["1", "\"bb\""]);
+    let object = schema(json!({"const": {"a": 1, "b": [2], "c": null}}));
+    assert_accepts(&object, &["{\"c\":null,\"a\":1,\"b\":[2]}", "{\"a\":1,\"b\":[2],\"c\":null}"]);
+    assert_rejects(&object, &["{\"a\":1,\"b\":[2]}", "{\"a\":1,\"a\":1,\"c\":null}"]);
     let constant = schema(json!({"const": "x\"y"}));
     assert_accepts(&constant, &["\"x\\\"y\""]);
     assert_rejects(&constant, &["\"xy\""]);
