@@ -17,7 +17,11 @@
 //! - `integer` values are written without fraction or exponent; bounded numbers without an
 //!   exponent; a length or item maximum above 4096 is clamped to 4096.
 //! - `pattern` with `minLength`/`maxLength` is intersected (DFA state x character count);
-//!   two different patterns on one value are refused.
+//!   two different patterns on one value are refused. `\d`, `\w`, `\s` are ASCII, as in RE2.
+//! - `enum`/`const` objects of up to four members match in any key order.
+//! - Recursive `$ref`s compile to recursive rules; how deep a document may nest is the
+//!   automaton's stack limit, not a count kept here.
+//! - Errors carry the location of the schema that holds the keyword.
 //!
 //! Cost: compiling is linear in the schema except where the spec allows blow-ups, each capped:
 //! alternatives (256), pattern DFA states (2,000), subsets of properties (2^6), digit automata.
