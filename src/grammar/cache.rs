@@ -14,6 +14,14 @@ use std::sync::Arc;
 
 use super::automaton::{config_can_continue, config_is_accepting, CompiledGrammar};
 use super::ir::ByteSet;
+
+/// Bytes and a character budget: any valid UTF-8 text of at most `capacity` characters made
+/// only of `bytes` keeps the automaton alive (`u32::MAX`: unbounded).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SkipSet {
+    pub(crate) bytes: ByteSet,
+    pub(crate) capacity: u32,
+}
 use super::mask::TokenMask;
 
 /// The state id of the dead configuration (no stack alive); every table has it.
@@ -30,9 +38,8 @@ pub(crate) struct StateTable {
     transitions: Vec<u32>,
     accepting: Vec<bool>,
     can_continue: Vec<bool>,
-    /// Per state, once computed: its *skip bytes* (see [`StateTable::compute_skip_bytes`]) and
-    /// whether they loop on the state itself.
-    skip_bytes: Vec<Option<(ByteSet, bool)>>,
+    /// Per state, once computed: its skip set (see [`StateTable::skip_set`]).
+    skip_sets: Vec<Option<SkipSet>>,
     capacity: usize,
     /// Words of configurations held, and the most allowed before a clear.
     words: usize,
@@ -61,7 +68,7 @@ impl StateTable {
             transitions: Vec::new(),
             accepting: Vec::new(),
             can_continue: Vec::new(),
-            skip_bytes: Vec::new(),
+            skip_sets: Vec::new(),
             capacity,
             words: 0,
             word_budget,
@@ -107,38 +114,127 @@ impl StateTable {
             .unwrap_or(false)
     }
 
-    /// The skip bytes of `state` and whether they loop on it, if computed.
+    /// The skip set of `state`, if computed.
     #[inline]
-    pub(crate) fn skip_bytes(&self, state: u32) -> Option<&(ByteSet, bool)> {
-        self.skip_bytes
+    pub(crate) fn known_skip_set(&self, state: u32) -> Option<&SkipSet> {
+        self.skip_sets
             .get(state as usize)
             .and_then(|set| set.as_ref())
     }
 
-    /// Computes the *skip bytes* of `state` towards `target`: ASCII bytes leading from
-    /// `state` to `target`, plus the non-ASCII bytes appearing in no character that fails to.
-    /// So any valid UTF-8 character made only of skip bytes leads from `state` to `target`.
-    /// With `target == state` these are the state's loop bytes; otherwise `target` must loop
-    /// and the result is cut down to its loop bytes, so that any valid UTF-8 text made of skip
-    /// bytes leads from `state` into the loop and stays there, alive. Explores the UTF-8
-    /// encodings one byte class at a time (hundreds of transitions at most); `None` when the
-    /// table filled up on the way.
-    /// Which bytes to give up is chosen by `byte_weights` (tokens containing each byte), so
-    /// that the bytes excluded are the rarest in the vocabulary.
-    pub(crate) fn compute_skip_bytes(
+    /// The *skip set* of `state` (computed once): bytes and a capacity such that any valid
+    /// UTF-8 text of at most `capacity` characters made only of those bytes keeps the automaton
+    /// alive from `state`. A state whose characters lead back to itself (inside a string, a
+    /// comment, a list item) has unbounded capacity; a chain of states each leading to the
+    /// next (a string with `maxLength`, a bounded repetition) has the chain's length, followed
+    /// up to `max_chars` (the most characters any token has). Each state on the chain costs a
+    /// transition per byte class plus, with `explore_utf8`, up to a few hundred more; `None`
+    /// when the table filled up on the way.
+    pub(crate) fn skip_set(
+        &mut self,
+        state: u32,
+        weights: &[u32; 256],
+        explore_utf8: bool,
+        max_chars: u32,
+    ) -> Option<SkipSet> {
+        // Follow the chain: each state's most common character leads to the next.
+        let mut chain: Vec<(u32, ByteSet)> = Vec::new();
+        let mut current = state;
+        let tail = loop {
+            if let Some(known) = self.known_skip_set(current) {
+                break *known;
+            }
+            if chain.len() as u32 >= max_chars || chain.iter().any(|(s, _)| *s == current) {
+                // Far enough (no token is longer) or a longer cycle: no promise past here.
+                break SkipSet {
+                    bytes: ByteSet::ALL,
+                    capacity: 0,
+                };
+            }
+            let Some(target) = self.heaviest_target(current, weights)? else {
+                break SkipSet {
+                    bytes: ByteSet::EMPTY,
+                    capacity: 0,
+                };
+            };
+            let entry = self.entry_bytes(current, target, weights, explore_utf8)?;
+            if target == current {
+                let looping = SkipSet {
+                    bytes: entry,
+                    capacity: u32::MAX,
+                };
+                self.remember_skip_set(current, looping);
+                break looping;
+            }
+            chain.push((current, entry));
+            current = target;
+        };
+        let mut after = tail;
+        let weight = |set: &ByteSet| {
+            set.iter()
+                .map(|b| weights[b as usize] as u64 + 1)
+                .sum::<u64>()
+        };
+        for (chain_state, entry) in chain.into_iter().rev() {
+            // Either the bytes this state and the rest of the chain share, for one more
+            // character than the rest allows; or, when the rest allows few of this state's
+            // bytes (the chain ends), all of them for one character.
+            let shared = entry.intersect(&after.bytes);
+            after = if after.capacity > 0 && 2 * weight(&shared) >= weight(&entry) {
+                SkipSet {
+                    bytes: shared,
+                    capacity: after.capacity.saturating_add(1),
+                }
+            } else {
+                SkipSet {
+                    bytes: entry,
+                    capacity: u32::from(!entry.is_empty()),
+                }
+            };
+            self.remember_skip_set(chain_state, after);
+        }
+        Some(after)
+    }
+
+    fn remember_skip_set(&mut self, state: u32, set: SkipSet) {
+        if let Some(slot) = self.skip_sets.get_mut(state as usize) {
+            *slot = Some(set);
+        }
+    }
+
+    /// The state most ASCII bytes (weighted by how many tokens hold them) lead to from
+    /// `state`, if any byte leads anywhere alive.
+    fn heaviest_target(&mut self, state: u32, weights: &[u32; 256]) -> Option<Option<u32>> {
+        let mut totals: Vec<(u32, u64)> = Vec::new();
+        for byte in 1..0x80u8 {
+            match self.next(state, byte) {
+                FULL => return None,
+                DEAD => {}
+                next => match totals.iter_mut().find(|(s, _)| *s == next) {
+                    Some((_, total)) => *total += weights[byte as usize] as u64 + 1,
+                    None => totals.push((next, weights[byte as usize] as u64 + 1)),
+                },
+            }
+        }
+        Some(
+            totals
+                .into_iter()
+                .max_by_key(|(_, total)| *total)
+                .map(|(target, _)| target),
+        )
+    }
+
+    /// The bytes such that any valid UTF-8 character made only of them leads from `state` to
+    /// `target`: ASCII bytes that do, plus (with `explore_utf8`) the non-ASCII bytes left after
+    /// every character that does not has given up one byte, the one in the fewest tokens.
+    /// Explores the UTF-8 encodings one byte class at a time.
+    fn entry_bytes(
         &mut self,
         state: u32,
         target: u32,
-        byte_weights: &[u32; 256],
+        weights: &[u32; 256],
+        explore_utf8: bool,
     ) -> Option<ByteSet> {
-        let target_loop = if target == state {
-            ByteSet::ALL
-        } else {
-            match self.skip_bytes(target) {
-                Some((set, true)) => *set,
-                _ => return None,
-            }
-        };
         let mut set = ByteSet::EMPTY;
         for byte in 1..0x80u8 {
             match self.next(state, byte) {
@@ -146,6 +242,9 @@ impl StateTable {
                 next if next == target => set.insert(byte),
                 _ => {}
             }
+        }
+        if !explore_utf8 {
+            return Some(set);
         }
         let mut unclean = ByteSet::EMPTY;
         for sequence in regex_syntax::utf8::Utf8Sequences::new('\u{80}', '\u{10FFFF}') {
@@ -155,23 +254,12 @@ impl StateTable {
                 .map(|r| (r.start, r.end))
                 .collect();
             let mut path = Vec::with_capacity(4);
-            self.mark_unclean(
-                target,
-                &ranges,
-                state,
-                &mut path,
-                byte_weights,
-                &mut unclean,
-            )?;
+            self.mark_unclean(target, &ranges, state, &mut path, weights, &mut unclean)?;
         }
         for byte in 0x80..=0xFFu8 {
             if !unclean.contains(byte) {
                 set.insert(byte);
             }
-        }
-        let set = set.intersect(&target_loop);
-        if let Some(slot) = self.skip_bytes.get_mut(state as usize) {
-            *slot = Some((set, target == state));
         }
         Some(set)
     }
@@ -275,7 +363,7 @@ impl StateTable {
         self.words += config.len();
         self.accepting.push(config_is_accepting(&config));
         self.can_continue.push(config_can_continue(&config));
-        self.skip_bytes.push(None);
+        self.skip_sets.push(None);
         self.transitions
             .extend(std::iter::repeat_n(UNKNOWN, self.classes));
         if !config.is_empty() {
@@ -293,7 +381,7 @@ impl StateTable {
         self.transitions.clear();
         self.accepting.clear();
         self.can_continue.clear();
-        self.skip_bytes.clear();
+        self.skip_sets.clear();
         self.words = 0;
         self.clears += 1;
         self.push_state(Box::new([]));

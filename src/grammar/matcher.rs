@@ -13,12 +13,27 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::automaton::{describe_expected, CompiledGrammar};
-use super::cache::{MaskCache, StateTable, DEAD, FULL};
+use super::cache::{MaskCache, SkipSet, StateTable, DEAD, FULL};
 use super::error::GrammarError;
 use super::ir::ByteSet;
 use super::mask::TokenMask;
 use super::stats::MaskStats;
 use super::toktrie::{TokenTrie, NO_TOKEN};
+
+/// A state's skip set is computed only when at least this many trie nodes (or a sixteenth of
+/// a small trie) are left to walk below it: computing it costs about as much as walking a few
+/// thousand nodes.
+const SKIP_SET_MIN_NODES: usize = 2048;
+
+/// How far a chain of states (a bounded repetition) is followed for a skip set: tokens of
+/// more characters than this are walked instead. Each chain state costs a transition per byte
+/// class.
+const CHAIN_MAX: u32 = 16;
+
+const NO_SKIP: SkipSet = SkipSet {
+    bytes: ByteSet::EMPTY,
+    capacity: 0,
+};
 
 /// The constraint state of one generation.
 pub struct Matcher {
@@ -31,8 +46,9 @@ pub struct Matcher {
     depth_states: Vec<u32>,
     /// Per trie depth during a walk: the bytes whose subtrees may be skipped, and the UTF-8
     /// continuation bytes still owed.
-    depth_skips: Vec<ByteSet>,
+    depth_skips: Vec<SkipSet>,
     depth_pending: Vec<u8>,
+    depth_ends: Vec<u32>,
     /// UTF-8 continuation bytes the committed text still owes (it may end mid-character).
     pending_continuations: u8,
     /// Whether this step needed a new mask (for the hit rate).
@@ -56,6 +72,7 @@ impl Matcher {
             depth_states,
             depth_skips: Vec::new(),
             depth_pending: Vec::new(),
+            depth_ends: Vec::new(),
             pending_continuations: 0,
             computed_this_step: false,
             stats: MaskStats::default(),
@@ -202,28 +219,37 @@ impl Matcher {
         let depth_count = trie.max_depth() + 1;
         let mut depth_states = std::mem::take(&mut self.depth_states);
         depth_states.resize(depth_count, DEAD);
-        // depth_skips[d]: bytes whose valid UTF-8 subtrees below the node at depth d are allowed.
+        // depth_skips[d]: bytes and a character budget such that a subtree below the node at
+        // depth d made of valid UTF-8 tokens of those bytes, within the budget, is allowed.
         let mut depth_skips = std::mem::take(&mut self.depth_skips);
-        depth_skips.resize(depth_count, ByteSet::EMPTY);
+        depth_skips.resize(depth_count, NO_SKIP);
         // depth_pending[d]: continuation bytes still owed after the node at depth d.
         let mut depth_pending = std::mem::take(&mut self.depth_pending);
         depth_pending.resize(depth_count, 0);
+        // depth_ends[d]: where the subtree of the node at depth d ends (the root's: all nodes).
+        let mut depth_ends = std::mem::take(&mut self.depth_ends);
+        depth_ends.resize(depth_count, 0);
+        depth_ends[0] = nodes.len() as u32;
+        let skip_set_min_nodes = (nodes.len() / 16).clamp(64, SKIP_SET_MIN_NODES);
         depth_states[0] = self.state;
         depth_pending[0] = self.pending_continuations;
         depth_skips[0] = match self.pending_continuations {
             0 => self
                 .table
-                .skip_bytes(self.state)
-                .map(|(set, _)| *set)
-                .unwrap_or(ByteSet::EMPTY),
-            _ => ByteSet::EMPTY,
+                .known_skip_set(self.state)
+                .copied()
+                .unwrap_or(NO_SKIP),
+            _ => NO_SKIP,
         };
         let mut index = 0usize;
         while let Some(node) = nodes.get(index) {
             let depth = node.depth as usize;
-            if subtree_bytes
-                .get(index)
-                .is_some_and(|bytes| is_subset(bytes, &depth_skips[depth - 1]))
+            let skips = depth_skips[depth - 1];
+            let fits = |chars: &u16| *chars as u32 <= skips.capacity;
+            if trie.subtree_max_chars.get(index).is_some_and(fits)
+                && subtree_bytes
+                    .get(index)
+                    .is_some_and(|bytes| is_subset(bytes, &skips.bytes))
             {
                 let end = node.subtree_end as usize;
                 let first = trie.first_token.get(index).copied().unwrap_or(0) as usize;
@@ -247,36 +273,42 @@ impl Matcher {
                 continue;
             }
             let parent_pending = depth_pending[depth - 1];
-            if parent_pending == 0 && self.table.skip_bytes(parent).is_none() {
-                // A state that loops, or leads into a loop, learns on which bytes, so that its
-                // big subtrees can be allowed without a walk.
-                let target = if next == parent {
-                    Some(parent)
-                } else if matches!(self.table.skip_bytes(next), Some((_, true))) {
-                    Some(next)
-                } else {
-                    None
-                };
-                if let Some(set) = target.and_then(|target| {
-                    self.table
-                        .compute_skip_bytes(parent, target, &trie.byte_weights)
-                }) {
+            let left_under_parent = depth_ends[depth - 1] as usize - index;
+            if parent_pending == 0
+                && left_under_parent >= skip_set_min_nodes
+                && self.table.known_skip_set(parent).is_none()
+            {
+                // Learn the bytes this state lets through unchanged or along a chain, so that
+                // its big subtrees can be allowed without a walk. That costs a transition per
+                // byte class per chain state, so only where much of the trie is left below.
+                let weights = &trie.byte_weights;
+                if let Some(set) = self.table.skip_set(
+                    parent,
+                    weights,
+                    trie.many_non_ascii,
+                    trie.max_chars.min(CHAIN_MAX),
+                ) {
                     depth_skips[depth - 1] = set;
                 }
             }
             let pending = pending_after(parent_pending, node.byte);
             depth_pending[depth] = pending;
+            let parent_skips = depth_skips[depth - 1];
             depth_skips[depth] = if pending == 0 {
-                self.table
-                    .skip_bytes(next)
-                    .map(|(set, _)| *set)
-                    .unwrap_or(ByteSet::EMPTY)
-            } else if depth_skips[depth - 1].contains(node.byte) {
-                depth_skips[depth - 1]
+                self.table.known_skip_set(next).copied().unwrap_or(NO_SKIP)
+            } else if parent_skips.bytes.contains(node.byte) {
+                // Inside a character begun under the parent's set: the set still holds, with
+                // the character this byte starts (if any) taken from the budget.
+                let started = u32::from(!(0x80..=0xBF).contains(&node.byte));
+                SkipSet {
+                    bytes: parent_skips.bytes,
+                    capacity: parent_skips.capacity.saturating_sub(started),
+                }
             } else {
-                ByteSet::EMPTY
+                NO_SKIP
             };
             depth_states[depth] = next;
+            depth_ends[depth] = node.subtree_end;
             if node.token != NO_TOKEN {
                 mask.set(node.token);
             }
@@ -295,6 +327,7 @@ impl Matcher {
         self.depth_states = depth_states;
         self.depth_skips = depth_skips;
         self.depth_pending = depth_pending;
+        self.depth_ends = depth_ends;
         mask
     }
 

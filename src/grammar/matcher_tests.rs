@@ -194,6 +194,22 @@ fn masks_are_exact_on_the_sample_grammars() {
         let source = std::fs::read(format!("{CORPUS}/{name}.gbnf")).unwrap_or_default();
         check_walks(name, &source, &Limits::default(), &vocabulary, &eog, 2, 40);
     }
+    // Chains of states: bounded repetitions, one state per count.
+    for chain in [
+        "root ::= \"\\\"\" [a-z ]{0,12} \"\\\"\" \"\\n\"",
+        "root ::= \"<\" [^>]{2,30} \">\" ([0-9] \"x\"){1,3}",
+        "root ::= [^>]{0,2} \">\"",
+    ] {
+        check_walks(
+            chain,
+            chain.as_bytes(),
+            &Limits::default(),
+            &vocabulary,
+            &eog,
+            4,
+            40,
+        );
+    }
     // A loop where one character (é) leads elsewhere while its neighbours (è) loop.
     let loop_with_exception = "root ::= ([^\\u00e9\\n] | \"\\u00e9\" \"!\")* \"\\n\"";
     check_walks(
@@ -359,4 +375,35 @@ fn masks_are_exact_on_real_vocabularies() {
             );
         }
     }
+}
+
+#[test]
+fn character_budgets_count_characters_not_bytes() {
+    // At most two characters before ">": "éè" fits, "éèx" does not, though it shares a
+    // prefix that starts mid-character.
+    let mut vocabulary: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+    for text in [
+        "\u{e9}",
+        "\u{e9}\u{e8}",
+        "\u{e9}\u{e8}x",
+        "\u{e9}x>",
+        "ab",
+        "abc",
+        "a>",
+        "\u{3053}\u{3093}",
+        "\u{3053}\u{3093}\u{306b}",
+    ] {
+        vocabulary.push(text.as_bytes().to_vec());
+    }
+    vocabulary.push(Vec::new());
+    let eog = vec![vocabulary.len() as u32 - 1];
+    check_walks(
+        "two characters",
+        b"root ::= [^>]{0,2} \">\"",
+        &Limits::default(),
+        &vocabulary,
+        &eog,
+        4,
+        4,
+    );
 }

@@ -45,12 +45,19 @@ pub struct TokenTrie {
     /// Per node: the bytes found in its subtree (itself included); byte 0 also stands for "a
     /// token here is not valid UTF-8", and no loop set ever contains it.
     pub(crate) subtree_bytes: Vec<ByteSet>,
+    /// Per node: the most characters (UTF-8 sequence starts) a token of its subtree has from
+    /// this node's byte on.
+    pub(crate) subtree_max_chars: Vec<u16>,
+    /// The most characters any token has.
+    pub(crate) max_chars: u32,
     /// Per node (and one past the end): where its subtree's tokens start in `preorder_tokens`.
     pub(crate) first_token: Vec<u32>,
     /// Token ids in trie preorder, so a subtree's tokens are one slice.
     pub(crate) preorder_tokens: Vec<u32>,
     /// How many tokens contain each byte: what excluding a byte from a skip set costs.
     pub(crate) byte_weights: [u32; 256],
+    /// Whether enough tokens hold non-ASCII bytes (5%) to make skipping them worth working out.
+    pub(crate) many_non_ascii: bool,
     byte_offsets: Vec<u32>,
     bytes: Vec<u8>,
     max_depth: usize,
@@ -150,6 +157,23 @@ impl TokenTrie {
                 subtree_bytes[parent] = subtree_bytes[parent].union(&subtree_bytes[index]);
             }
         }
+        let starts_char = |byte: u8| u16::from(!(0x80..=0xBF).contains(&byte));
+        let mut longest_below = vec![0u16; nodes.len()];
+        let mut subtree_max_chars = vec![0u16; nodes.len()];
+        for index in (0..nodes.len()).rev() {
+            let chars = starts_char(nodes[index].byte) + longest_below[index];
+            subtree_max_chars[index] = chars;
+            if let Some(parent) = longest_below.get_mut(parents[index] as usize) {
+                *parent = (*parent).max(chars);
+            }
+        }
+        let max_chars = nodes
+            .iter()
+            .zip(&subtree_max_chars)
+            .filter(|(node, _)| node.depth == 1)
+            .map(|(_, chars)| *chars as u32)
+            .max()
+            .unwrap_or(0);
         let mut first_token = Vec::with_capacity(nodes.len() + 1);
         let mut preorder_tokens = Vec::with_capacity(order.len());
         for node in &nodes {
@@ -169,13 +193,20 @@ impl TokenTrie {
                 byte_weights[byte as usize] += 1;
             }
         }
+        let non_ascii = token_bytes
+            .iter()
+            .filter(|t| t.iter().any(|b| *b >= 0x80))
+            .count();
         TokenTrie {
             byte_weights,
+            many_non_ascii: non_ascii * 20 >= vocab_size,
             nodes,
             duplicates,
             eog_tokens: eog,
             is_eog,
             subtree_bytes,
+            subtree_max_chars,
+            max_chars,
             first_token,
             preorder_tokens,
             byte_offsets,
@@ -269,5 +300,7 @@ mod tests {
         );
         assert_eq!(trie.preorder_tokens, vec![1, 0, 4, 2]);
         assert_eq!(trie.first_token, vec![0, 1, 2, 3, 4]);
+        assert_eq!(trie.subtree_max_chars, vec![3, 2, 1, 1]);
+        assert_eq!(trie.max_chars, 3);
     }
 }
