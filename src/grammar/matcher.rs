@@ -25,6 +25,10 @@ use super::toktrie::{TokenTrie, NO_TOKEN};
 /// thousand nodes.
 const SKIP_SET_MIN_NODES: usize = 2048;
 
+/// A state's skip set is computed only once this many of its children were found alive in a
+/// walk: a state that lets few bytes through has small masks, cheaper to walk than to analyse.
+const SKIP_SET_MIN_ALIVE: u16 = 24;
+
 /// How far a chain of states (a bounded repetition) is followed for a skip set: tokens of
 /// more characters than this are walked instead. Each chain state costs a transition per byte
 /// class.
@@ -49,6 +53,7 @@ pub struct Matcher {
     depth_skips: Vec<SkipSet>,
     depth_pending: Vec<u8>,
     depth_ends: Vec<u32>,
+    depth_alive: Vec<u16>,
     /// UTF-8 continuation bytes the committed text still owes (it may end mid-character).
     pending_continuations: u8,
     /// Whether this step needed a new mask (for the hit rate).
@@ -73,6 +78,7 @@ impl Matcher {
             depth_skips: Vec::new(),
             depth_pending: Vec::new(),
             depth_ends: Vec::new(),
+            depth_alive: Vec::new(),
             pending_continuations: 0,
             computed_this_step: false,
             stats: MaskStats::default(),
@@ -230,6 +236,10 @@ impl Matcher {
         let mut depth_ends = std::mem::take(&mut self.depth_ends);
         depth_ends.resize(depth_count, 0);
         depth_ends[0] = nodes.len() as u32;
+        // depth_alive[d]: children of the node at depth d found alive so far in this walk.
+        let mut depth_alive = std::mem::take(&mut self.depth_alive);
+        depth_alive.resize(depth_count, 0);
+        depth_alive[0] = 0;
         let skip_set_min_nodes = (nodes.len() / 16).clamp(64, SKIP_SET_MIN_NODES);
         depth_states[0] = self.state;
         depth_pending[0] = self.pending_continuations;
@@ -273,8 +283,10 @@ impl Matcher {
                 continue;
             }
             let parent_pending = depth_pending[depth - 1];
+            depth_alive[depth - 1] = depth_alive[depth - 1].saturating_add(1);
             let left_under_parent = depth_ends[depth - 1] as usize - index;
             if parent_pending == 0
+                && depth_alive[depth - 1] >= SKIP_SET_MIN_ALIVE
                 && left_under_parent >= skip_set_min_nodes
                 && self.table.known_skip_set(parent).is_none()
             {
@@ -309,6 +321,7 @@ impl Matcher {
             };
             depth_states[depth] = next;
             depth_ends[depth] = node.subtree_end;
+            depth_alive[depth] = 0;
             if node.token != NO_TOKEN {
                 mask.set(node.token);
             }
@@ -328,6 +341,7 @@ impl Matcher {
         self.depth_skips = depth_skips;
         self.depth_pending = depth_pending;
         self.depth_ends = depth_ends;
+        self.depth_alive = depth_alive;
         mask
     }
 
