@@ -52,15 +52,30 @@ pub struct ServeArgs {
 }
 
 /// Flags that the spec writes with a single dash; [`normalize_single_dash_flags`] rewrites them.
-pub const SINGLE_DASH_LONG_FLAGS: &[&str] =
-    &["addr", "max-loaded", "keepalive", "context", "threads", "kv", "parallel", "grammar-file", "config", "model"];
+pub const SINGLE_DASH_LONG_FLAGS: &[&str] = &[
+    "addr",
+    "max-loaded",
+    "keepalive",
+    "context",
+    "threads",
+    "kv",
+    "parallel",
+    "grammar-file",
+    "config",
+    "model",
+];
 
 /// Rewrites `-addr x` / `-addr=x` to `--addr x` / `--addr=x` for the flags in `long_flags`,
 /// leaving everything else (short flags, values such as `-1`) alone.
-pub fn normalize_single_dash_flags(args: impl IntoIterator<Item = String>, long_flags: &[&str]) -> Vec<String> {
+pub fn normalize_single_dash_flags(
+    args: impl IntoIterator<Item = String>,
+    long_flags: &[&str],
+) -> Vec<String> {
     args.into_iter()
         .map(|arg| {
-            let Some(rest) = arg.strip_prefix('-') else { return arg };
+            let Some(rest) = arg.strip_prefix('-') else {
+                return arg;
+            };
             if rest.starts_with('-') {
                 return arg;
             }
@@ -102,7 +117,11 @@ impl FromStr for KvCacheType {
             "f16" => Ok(KvCacheType::F16),
             "q8_0" | "q8" => Ok(KvCacheType::Q8_0),
             "q4_0" | "q4" => Ok(KvCacheType::Q4_0),
-            other => Err(ConfigError::Invalid { key: "kv", value: other.to_string(), expected: "f32, f16, q8_0 or q4_0" }),
+            other => Err(ConfigError::Invalid {
+                key: "kv",
+                value: other.to_string(),
+                expected: "f32, f16, q8_0 or q4_0",
+            }),
         }
     }
 }
@@ -120,7 +139,11 @@ impl FromStr for LogFormat {
         match text.trim().to_ascii_lowercase().as_str() {
             "text" => Ok(LogFormat::Text),
             "json" => Ok(LogFormat::Json),
-            other => Err(ConfigError::Invalid { key: "log_format", value: other.to_string(), expected: "text or json" }),
+            other => Err(ConfigError::Invalid {
+                key: "log_format",
+                value: other.to_string(),
+                expected: "text or json",
+            }),
         }
     }
 }
@@ -128,11 +151,18 @@ impl FromStr for LogFormat {
 #[derive(Debug, Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("config file {path}: {message}")]
     Parse { path: PathBuf, message: String },
     #[error("{key} = {value:?} is not valid: expected {expected}")]
-    Invalid { key: &'static str, value: String, expected: &'static str },
+    Invalid {
+        key: &'static str,
+        value: String,
+        expected: &'static str,
+    },
 }
 
 /// The validated settings of `llamay serve`.
@@ -176,7 +206,9 @@ impl Default for Config {
 /// against 26 tok/s measured on a busy two-core machine); half is llama.cpp's own
 /// physical-core guess.
 pub fn default_threads() -> usize {
-    std::thread::available_parallelism().map_or(2, |n| n.get() / 2).max(1)
+    std::thread::available_parallelism()
+        .map_or(2, |n| n.get() / 2)
+        .max(1)
 }
 
 /// The TOML file's keys; all optional, unknown keys refused so a typo is not silently ignored.
@@ -207,9 +239,15 @@ impl Config {
     }
 
     /// [`Config::load`] with the environment supplied (tests).
-    pub fn load_with_env(args: &ServeArgs, env: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+    pub fn load_with_env(
+        args: &ServeArgs,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
         let mut config = Config::default();
-        let file = args.config.clone().or_else(|| env("LLAMAY_CONFIG").map(PathBuf::from));
+        let file = args
+            .config
+            .clone()
+            .or_else(|| env("LLAMAY_CONFIG").map(PathBuf::from));
         if let Some(path) = file {
             config.apply_file(&path)?;
         }
@@ -220,14 +258,25 @@ impl Config {
     }
 
     fn apply_file(&mut self, path: &Path) -> Result<(), ConfigError> {
-        let read_error = |source| ConfigError::Read { path: path.to_path_buf(), source };
+        let read_error = |source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        };
         let size = std::fs::metadata(path).map_err(read_error)?.len();
         if size > MAX_CONFIG_FILE_BYTES {
-            return Err(ConfigError::Parse { path: path.into(), message: format!("{size} bytes is too large for a config") });
+            return Err(ConfigError::Parse {
+                path: path.into(),
+                message: format!("{size} bytes is too large for a config"),
+            });
         }
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
-        let file: FileConfig =
-            toml::from_str(&text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let file: FileConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.into(),
+            message: e.to_string(),
+        })?;
         set(&mut self.addr, file.addr);
         if file.model.is_some() {
             self.model = file.model;
@@ -238,9 +287,15 @@ impl Config {
                 toml::Value::Integer(seconds) => KeepAlive::from_seconds(seconds as f64),
                 toml::Value::Float(seconds) => KeepAlive::from_seconds(seconds),
                 toml::Value::String(text) => text.parse(),
-                other => Err(crate::core::keepalive::KeepAliveParseError { input: other.to_string() }),
+                other => Err(crate::core::keepalive::KeepAliveParseError {
+                    input: other.to_string(),
+                }),
             }
-            .map_err(|e| ConfigError::Invalid { key: "keepalive", value: e.input, expected: "a duration such as \"5m\"" })?;
+            .map_err(|e| ConfigError::Invalid {
+                key: "keepalive",
+                value: e.input,
+                expected: "a duration such as \"5m\"",
+            })?;
         }
         set(&mut self.context, file.context);
         set(&mut self.threads, file.threads);
@@ -280,7 +335,12 @@ impl Config {
             self.grammar_file = Some(PathBuf::from(path));
         }
         parse_env(env, "LLAMAY_MAX_QUEUE", "max_queue", &mut self.max_queue)?;
-        parse_env(env, "LLAMAY_MAX_BODY_BYTES", "max_body_bytes", &mut self.max_body_bytes)?;
+        parse_env(
+            env,
+            "LLAMAY_MAX_BODY_BYTES",
+            "max_body_bytes",
+            &mut self.max_body_bytes,
+        )?;
         if let Some(format) = env("LLAMAY_LOG_FORMAT") {
             self.log_format = format.parse()?;
         }
@@ -310,9 +370,19 @@ impl Config {
 
     /// Range checks, with a message naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let invalid = |key, value: String, expected| Err(ConfigError::Invalid { key, value, expected });
+        let invalid = |key, value: String, expected| {
+            Err(ConfigError::Invalid {
+                key,
+                value,
+                expected,
+            })
+        };
         if self.socket_addrs().is_err() {
-            return invalid("addr", self.addr.clone(), "host:port, such as localhost:11435");
+            return invalid(
+                "addr",
+                self.addr.clone(),
+                "host:port, such as localhost:11435",
+            );
         }
         if !(1..=64).contains(&self.max_loaded) {
             return invalid("max_loaded", self.max_loaded.to_string(), "1 to 64");
@@ -330,11 +400,19 @@ impl Config {
             return invalid("max_queue", self.max_queue.to_string(), "1 to 1000000");
         }
         if !(1024..=1 << 30).contains(&self.max_body_bytes) {
-            return invalid("max_body_bytes", self.max_body_bytes.to_string(), "1 KiB to 1 GiB");
+            return invalid(
+                "max_body_bytes",
+                self.max_body_bytes.to_string(),
+                "1 KiB to 1 GiB",
+            );
         }
         if let Some(path) = &self.grammar_file {
             if !path.is_file() {
-                return invalid("grammar_file", path.display().to_string(), "a readable GBNF file");
+                return invalid(
+                    "grammar_file",
+                    path.display().to_string(),
+                    "a readable GBNF file",
+                );
             }
         }
         Ok(())
@@ -344,7 +422,10 @@ impl Config {
     pub fn socket_addrs(&self) -> std::io::Result<Vec<SocketAddr>> {
         let addrs: Vec<SocketAddr> = self.addr.to_socket_addrs()?.collect();
         if addrs.is_empty() {
-            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "address resolves to nothing"));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "address resolves to nothing",
+            ));
         }
         Ok(addrs)
     }
@@ -363,7 +444,11 @@ fn parse_env<T: FromStr>(
     slot: &mut T,
 ) -> Result<(), ConfigError> {
     if let Some(text) = env(variable) {
-        *slot = text.trim().parse().map_err(|_| ConfigError::Invalid { key, value: text, expected: "a whole number" })?;
+        *slot = text.trim().parse().map_err(|_| ConfigError::Invalid {
+            key,
+            value: text,
+            expected: "a whole number",
+        })?;
     }
     Ok(())
 }
@@ -400,8 +485,13 @@ mod tests {
     fn flags_beat_env_which_beats_the_file() {
         let mut file = tempfile::NamedTempFile::new().unwrap();
         writeln!(file, "addr = \"127.0.0.1:9000\"\nmax_loaded = 3\nkeepalive = \"10m\"\nparallel = 2\nkv = \"f16\"").unwrap();
-        let env: HashMap<&str, &str> = [("LLAMAY_MAX_LOADED", "5"), ("LLAMAY_KEEPALIVE", "-1")].into();
-        let args = ServeArgs { config: Some(file.path().into()), parallel: Some(8), ..Default::default() };
+        let env: HashMap<&str, &str> =
+            [("LLAMAY_MAX_LOADED", "5"), ("LLAMAY_KEEPALIVE", "-1")].into();
+        let args = ServeArgs {
+            config: Some(file.path().into()),
+            parallel: Some(8),
+            ..Default::default()
+        };
         let config = Config::load_with_env(&args, |k| env.get(k).map(|v| v.to_string())).unwrap();
         assert_eq!(config.addr, "127.0.0.1:9000");
         assert_eq!(config.max_loaded, 5);
@@ -413,20 +503,50 @@ mod tests {
     #[test]
     fn refuses_bad_values_by_name() {
         let cases: Vec<ServeArgs> = vec![
-            ServeArgs { max_loaded: Some(0), ..Default::default() },
-            ServeArgs { addr: Some("nowhere".into()), ..Default::default() },
-            ServeArgs { kv: Some("f8".into()), ..Default::default() },
-            ServeArgs { keepalive: Some("soon".into()), ..Default::default() },
-            ServeArgs { parallel: Some(0), ..Default::default() },
-            ServeArgs { grammar_file: Some("/definitely/not/here.gbnf".into()), ..Default::default() },
+            ServeArgs {
+                max_loaded: Some(0),
+                ..Default::default()
+            },
+            ServeArgs {
+                addr: Some("nowhere".into()),
+                ..Default::default()
+            },
+            ServeArgs {
+                kv: Some("f8".into()),
+                ..Default::default()
+            },
+            ServeArgs {
+                keepalive: Some("soon".into()),
+                ..Default::default()
+            },
+            ServeArgs {
+                parallel: Some(0),
+                ..Default::default()
+            },
+            ServeArgs {
+                grammar_file: Some("/definitely/not/here.gbnf".into()),
+                ..Default::default()
+            },
         ];
         for args in cases {
-            assert!(matches!(Config::load_with_env(&args, no_env), Err(ConfigError::Invalid { .. })), "{args:?}");
+            assert!(
+                matches!(
+                    Config::load_with_env(&args, no_env),
+                    Err(ConfigError::Invalid { .. })
+                ),
+                "{args:?}"
+            );
         }
         let mut file = tempfile::NamedTempFile::new().unwrap();
         writeln!(file, "max_loadd = 3").unwrap();
-        let args = ServeArgs { config: Some(file.path().into()), ..Default::default() };
-        assert!(matches!(Config::load_with_env(&args, no_env), Err(ConfigError::Parse { .. })));
+        let args = ServeArgs {
+            config: Some(file.path().into()),
+            ..Default::default()
+        };
+        assert!(matches!(
+            Config::load_with_env(&args, no_env),
+            Err(ConfigError::Parse { .. })
+        ));
         let env = |k: &str| (k == "LLAMAY_THREADS").then(|| "many".to_string());
         assert!(Config::load_with_env(&ServeArgs::default(), env).is_err());
     }
@@ -434,31 +554,75 @@ mod tests {
     #[test]
     fn the_documented_config_file_loads_and_documents_every_key() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/configs/llamay.toml");
-        let args = ServeArgs { config: Some(path.into()), ..Default::default() };
+        let args = ServeArgs {
+            config: Some(path.into()),
+            ..Default::default()
+        };
         let config = Config::load_with_env(&args, no_env).unwrap();
         assert_eq!(config.addr, Config::default().addr);
         assert_eq!(config.keep_alive, Config::default().keep_alive);
         let text = std::fs::read_to_string(path).unwrap();
         let keys = [
-            "addr", "model", "max_loaded", "keepalive", "context", "threads", "kv", "parallel", "grammar_file",
-            "max_queue", "max_body_bytes", "log_format",
+            "addr",
+            "model",
+            "max_loaded",
+            "keepalive",
+            "context",
+            "threads",
+            "kv",
+            "parallel",
+            "grammar_file",
+            "max_queue",
+            "max_body_bytes",
+            "log_format",
         ];
         for key in keys {
-            assert!(text.contains(&format!("{key} = ")), "configs/llamay.toml does not document {key}");
+            assert!(
+                text.contains(&format!("{key} = ")),
+                "configs/llamay.toml does not document {key}"
+            );
             let probe = format!("{key} = \"x\"");
             if let Err(error) = toml::from_str::<FileConfig>(&probe) {
-                assert!(!error.to_string().contains("unknown field"), "{key} is documented but not a config key");
+                assert!(
+                    !error.to_string().contains("unknown field"),
+                    "{key} is documented but not a config key"
+                );
             }
         }
     }
 
     #[test]
     fn single_dash_long_flags_become_double_dash() {
-        let argv = ["llamay", "serve", "-m", "smollm2:135m", "-addr", "localhost:1", "-keepalive=-1", "-max-loaded", "1", "--kv", "f16"];
-        let normalized = normalize_single_dash_flags(argv.iter().map(|s| s.to_string()), SINGLE_DASH_LONG_FLAGS);
+        let argv = [
+            "llamay",
+            "serve",
+            "-m",
+            "smollm2:135m",
+            "-addr",
+            "localhost:1",
+            "-keepalive=-1",
+            "-max-loaded",
+            "1",
+            "--kv",
+            "f16",
+        ];
+        let normalized =
+            normalize_single_dash_flags(argv.iter().map(|s| s.to_string()), SINGLE_DASH_LONG_FLAGS);
         assert_eq!(
             normalized,
-            ["llamay", "serve", "-m", "smollm2:135m", "--addr", "localhost:1", "--keepalive=-1", "--max-loaded", "1", "--kv", "f16"]
+            [
+                "llamay",
+                "serve",
+                "-m",
+                "smollm2:135m",
+                "--addr",
+                "localhost:1",
+                "--keepalive=-1",
+                "--max-loaded",
+                "1",
+                "--kv",
+                "f16"
+            ]
         );
     }
 
@@ -471,7 +635,21 @@ mod tests {
             serve: ServeArgs,
         }
         let argv = normalize_single_dash_flags(
-            ["llamay", "-m", "a", "-c", "2048", "-t", "3", "-keepalive", "-1", "-parallel", "2"].iter().map(|s| s.to_string()),
+            [
+                "llamay",
+                "-m",
+                "a",
+                "-c",
+                "2048",
+                "-t",
+                "3",
+                "-keepalive",
+                "-1",
+                "-parallel",
+                "2",
+            ]
+            .iter()
+            .map(|s| s.to_string()),
             SINGLE_DASH_LONG_FLAGS,
         );
         let cli = Cli::try_parse_from(argv).unwrap();

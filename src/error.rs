@@ -123,7 +123,11 @@ pub struct CoreError {
 
 impl CoreError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        CoreError { code, message: message.into(), param: None }
+        CoreError {
+            code,
+            message: message.into(),
+            param: None,
+        }
     }
 
     pub fn with_param(mut self, param: impl Into<String>) -> Self {
@@ -155,7 +159,10 @@ impl CoreError {
     }
 
     pub fn model_not_found(name: &str) -> Self {
-        Self::new(ErrorCode::ModelNotFound, format!("model {name:?} not found; `llamay pull {name}` installs it"))
+        Self::new(
+            ErrorCode::ModelNotFound,
+            format!("model {name:?} not found; `llamay pull {name}` installs it"),
+        )
     }
 
     pub fn status(&self) -> u16 {

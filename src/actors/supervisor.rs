@@ -51,10 +51,18 @@ pub async fn acquire(
     keep_alive: Option<KeepAlive>,
 ) -> Result<ModelLease, CoreError> {
     let ticket = supervisor
-        .send(Acquire { model: model.to_string(), keep_alive })
+        .send(Acquire {
+            model: model.to_string(),
+            keep_alive,
+        })
         .await
         .map_err(|_| CoreError::new(ErrorCode::ShuttingDown, "llamay is shutting down"))?;
-    ticket.await.unwrap_or_else(|_| Err(CoreError::new(ErrorCode::ShuttingDown, "llamay is shutting down")))
+    ticket.await.unwrap_or_else(|_| {
+        Err(CoreError::new(
+            ErrorCode::ShuttingDown,
+            "llamay is shutting down",
+        ))
+    })
 }
 
 /// The state of every loaded model and the queue.
@@ -98,13 +106,19 @@ impl ModelLease {
 
 impl Drop for ModelLease {
     fn drop(&mut self) {
-        self.supervisor.do_send(Release { model: std::mem::take(&mut self.name), slot_id: self.slot_id });
+        self.supervisor.do_send(Release {
+            model: std::mem::take(&mut self.name),
+            slot_id: self.slot_id,
+        });
     }
 }
 
 impl std::fmt::Debug for ModelLease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ModelLease").field("name", &self.name).field("slot_id", &self.slot_id).finish()
+        f.debug_struct("ModelLease")
+            .field("name", &self.name)
+            .field("slot_id", &self.slot_id)
+            .finish()
     }
 }
 
@@ -165,7 +179,10 @@ pub struct Supervisor {
 
 impl Supervisor {
     pub fn new(loader: Arc<dyn ModelLoader>, config: SupervisorConfig) -> Self {
-        let config = SupervisorConfig { max_loaded: config.max_loaded.max(1), ..config };
+        let config = SupervisorConfig {
+            max_loaded: config.max_loaded.max(1),
+            ..config
+        };
         Supervisor {
             loader,
             config,
@@ -181,7 +198,9 @@ impl Supervisor {
     fn pump(&mut self, ctx: &mut Context<Self>) {
         let mut index = 0;
         while index < self.queue.len() {
-            let Some(waiter) = self.queue.get(index) else { break };
+            let Some(waiter) = self.queue.get(index) else {
+                break;
+            };
             if waiter.reply.is_closed() {
                 self.queue.remove(index);
                 continue;
@@ -210,7 +229,9 @@ impl Supervisor {
     }
 
     fn grant(&mut self, waiter: Waiter, ctx: &mut Context<Self>) {
-        let Some(slot) = self.loaded.get_mut(&waiter.model) else { return };
+        let Some(slot) = self.loaded.get_mut(&waiter.model) else {
+            return;
+        };
         if let Some(timer) = slot.timer.take() {
             ctx.cancel_future(timer);
         }
@@ -247,12 +268,19 @@ impl Supervisor {
             let load_name = name.clone();
             let result = tokio::task::spawn_blocking(move || loader.load(&load_name))
                 .await
-                .unwrap_or_else(|join_error| Err(CoreError::new(ErrorCode::ModelLoadFailed, format!("loading panicked: {join_error}"))));
+                .unwrap_or_else(|join_error| {
+                    Err(CoreError::new(
+                        ErrorCode::ModelLoadFailed,
+                        format!("loading panicked: {join_error}"),
+                    ))
+                });
             (name, result)
         };
-        ctx.spawn(actix::fut::wrap_future(load).map(move |(name, result), act: &mut Self, ctx| {
-            act.finish_load(name, result, started.elapsed(), ctx)
-        }));
+        ctx.spawn(
+            actix::fut::wrap_future(load).map(move |(name, result), act: &mut Self, ctx| {
+                act.finish_load(name, result, started.elapsed(), ctx)
+            }),
+        );
     }
 
     fn finish_load(
@@ -308,7 +336,9 @@ impl Supervisor {
     }
 
     fn grant_loaded(&mut self, waiter: Waiter, load_duration: Duration, ctx: &mut Context<Self>) {
-        let Some(slot) = self.loaded.get_mut(&waiter.model) else { return };
+        let Some(slot) = self.loaded.get_mut(&waiter.model) else {
+            return;
+        };
         // As in Ollama, each request sets the keepalive: its own, or the daemon's default.
         slot.keep_alive = waiter.keep_alive.unwrap_or(self.config.default_keep_alive);
         slot.refcount += 1;
@@ -324,7 +354,9 @@ impl Supervisor {
 
     /// At refcount 0: unload now, arm the idle timer, or keep forever, per the keepalive.
     fn became_idle_if_unused(&mut self, name: &str, ctx: &mut Context<Self>) {
-        let Some(slot) = self.loaded.get_mut(name) else { return };
+        let Some(slot) = self.loaded.get_mut(name) else {
+            return;
+        };
         if slot.refcount > 0 {
             return;
         }
@@ -342,14 +374,18 @@ impl Supervisor {
                 slot.expires_at = Some(Instant::now() + idle);
                 let slot_id = slot.id;
                 let owned_name = name.to_string();
-                slot.timer = Some(ctx.run_later(idle, move |act, ctx| act.expire(&owned_name, slot_id, ctx)));
+                slot.timer = Some(
+                    ctx.run_later(idle, move |act, ctx| act.expire(&owned_name, slot_id, ctx)),
+                );
             }
         }
     }
 
     fn expire(&mut self, name: &str, slot_id: u64, ctx: &mut Context<Self>) {
         let due = self.loaded.get(name).is_some_and(|slot| {
-            slot.id == slot_id && slot.refcount == 0 && slot.expires_at.is_some_and(|at| at <= Instant::now())
+            slot.id == slot_id
+                && slot.refcount == 0
+                && slot.expires_at.is_some_and(|at| at <= Instant::now())
         });
         if due {
             self.unload(name, ctx, "keepalive expired");
@@ -384,7 +420,9 @@ impl Supervisor {
                     requests_in_flight: slot.refcount,
                     sequences_in_use: slot.model.sequences_in_use(),
                     queue_depth: self.queue.iter().filter(|w| &w.model == name).count(),
-                    expires_at: expires_in.and_then(|d| chrono::Duration::from_std(d).ok()).map(|d| wall_now + d),
+                    expires_at: expires_in
+                        .and_then(|d| chrono::Duration::from_std(d).ok())
+                        .map(|d| wall_now + d),
                     keep_alive: slot.keep_alive.to_string(),
                     loaded_at: slot.loaded_at,
                     totals: slot.model.totals(),
@@ -412,18 +450,31 @@ impl Handler<Acquire> for Supervisor {
     fn handle(&mut self, request: Acquire, ctx: &mut Context<Self>) -> Self::Result {
         let (reply, ticket) = oneshot::channel();
         if self.shutting_down {
-            let _ = reply.send(Err(CoreError::new(ErrorCode::ShuttingDown, "llamay is shutting down")));
+            let _ = reply.send(Err(CoreError::new(
+                ErrorCode::ShuttingDown,
+                "llamay is shutting down",
+            )));
             return MessageResult(ticket);
         }
-        let waiter = Waiter { model: request.model, keep_alive: request.keep_alive, reply, enqueued_at: Instant::now() };
+        let waiter = Waiter {
+            model: request.model,
+            keep_alive: request.keep_alive,
+            reply,
+            enqueued_at: Instant::now(),
+        };
         if self.loaded.contains_key(&waiter.model) {
             self.grant(waiter, ctx);
             return MessageResult(ticket);
         }
         self.queue.retain(|w| !w.reply.is_closed());
         if self.queue.len() >= self.config.max_queue {
-            let message = format!("{} requests are already waiting for a model; retry shortly", self.queue.len());
-            let _ = waiter.reply.send(Err(CoreError::new(ErrorCode::Overloaded, message)));
+            let message = format!(
+                "{} requests are already waiting for a model; retry shortly",
+                self.queue.len()
+            );
+            let _ = waiter
+                .reply
+                .send(Err(CoreError::new(ErrorCode::Overloaded, message)));
             return MessageResult(ticket);
         }
         self.queue.push_back(waiter);
@@ -436,7 +487,9 @@ impl Handler<Release> for Supervisor {
     type Result = ();
 
     fn handle(&mut self, release: Release, ctx: &mut Context<Self>) {
-        let Some(slot) = self.loaded.get_mut(&release.model) else { return };
+        let Some(slot) = self.loaded.get_mut(&release.model) else {
+            return;
+        };
         if slot.id != release.slot_id {
             return;
         }
@@ -460,9 +513,17 @@ impl Handler<Shutdown> for Supervisor {
     fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) -> usize {
         self.shutting_down = true;
         for waiter in self.queue.drain(..) {
-            let _ = waiter.reply.send(Err(CoreError::new(ErrorCode::ShuttingDown, "llamay is shutting down")));
+            let _ = waiter.reply.send(Err(CoreError::new(
+                ErrorCode::ShuttingDown,
+                "llamay is shutting down",
+            )));
         }
-        let idle: Vec<String> = self.loaded.iter().filter(|(_, s)| s.refcount == 0).map(|(n, _)| n.clone()).collect();
+        let idle: Vec<String> = self
+            .loaded
+            .iter()
+            .filter(|(_, s)| s.refcount == 0)
+            .map(|(n, _)| n.clone())
+            .collect();
         for name in idle {
             self.unload(&name, ctx, "daemon stopping");
         }

@@ -60,7 +60,9 @@ struct FakeLoader {
 impl ModelLoader for FakeLoader {
     fn load(&self, name: &str) -> Result<Arc<dyn LoadedModel>, CoreError> {
         let running = self.journal.loads_running.fetch_add(1, Ordering::SeqCst) + 1;
-        self.journal.most_loads_at_once.fetch_max(running, Ordering::SeqCst);
+        self.journal
+            .most_loads_at_once
+            .fetch_max(running, Ordering::SeqCst);
         std::thread::sleep(self.delay);
         self.journal.loads_running.fetch_sub(1, Ordering::SeqCst);
         if name.starts_with("missing") {
@@ -78,18 +80,37 @@ impl ModelLoader for FakeLoader {
             digest: "sha256:00".into(),
             parallel: 1,
         };
-        Ok(Arc::new(FakeModel { info, journal: self.journal.clone() }))
+        Ok(Arc::new(FakeModel {
+            info,
+            journal: self.journal.clone(),
+        }))
     }
 }
 
-fn start(max_loaded: usize, keep_alive: KeepAlive, max_queue: usize, delay_ms: u64) -> (Addr<Supervisor>, Arc<Journal>) {
+fn start(
+    max_loaded: usize,
+    keep_alive: KeepAlive,
+    max_queue: usize,
+    delay_ms: u64,
+) -> (Addr<Supervisor>, Arc<Journal>) {
     let journal = Arc::new(Journal::default());
-    let loader = Arc::new(FakeLoader { journal: journal.clone(), delay: Duration::from_millis(delay_ms) });
-    let config = SupervisorConfig { max_loaded, default_keep_alive: keep_alive, max_queue };
+    let loader = Arc::new(FakeLoader {
+        journal: journal.clone(),
+        delay: Duration::from_millis(delay_ms),
+    });
+    let config = SupervisorConfig {
+        max_loaded,
+        default_keep_alive: keep_alive,
+        max_queue,
+    };
     (Supervisor::new(loader, config).start(), journal)
 }
 
-async fn acquire(addr: &Addr<Supervisor>, name: &str, keep_alive: Option<KeepAlive>) -> Result<ModelLease, CoreError> {
+async fn acquire(
+    addr: &Addr<Supervisor>,
+    name: &str,
+    keep_alive: Option<KeepAlive>,
+) -> Result<ModelLease, CoreError> {
     super::acquire(addr, name, keep_alive).await
 }
 
@@ -132,7 +153,11 @@ async fn never_evicts_a_model_with_requests_in_flight() {
     let a = acquire(&addr, "a", None).await.unwrap();
     let waiting = actix::spawn({
         let addr = addr.clone();
-        async move { acquire(&addr, "b", None).await.map(|lease| lease.model().info().name.clone()) }
+        async move {
+            acquire(&addr, "b", None)
+                .await
+                .map(|lease| lease.model().info().name.clone())
+        }
     });
     sleep_ms(50).await;
     let status = addr.send(Snapshot).await.unwrap();
@@ -147,12 +172,32 @@ async fn never_evicts_a_model_with_requests_in_flight() {
 async fn evicts_the_model_that_expires_soonest() {
     let (addr, journal) = start(2, LONG, 8, 0);
     drop(acquire(&addr, "long", None).await.unwrap());
-    drop(acquire(&addr, "short", Some(KeepAlive::For(Duration::from_secs(60)))).await.unwrap());
-    drop(acquire(&addr, "forever", Some(KeepAlive::Forever)).await.unwrap());
-    assert!(journal.events().contains(&"unload short".to_string()), "{:?}", journal.events());
+    drop(
+        acquire(
+            &addr,
+            "short",
+            Some(KeepAlive::For(Duration::from_secs(60))),
+        )
+        .await
+        .unwrap(),
+    );
+    drop(
+        acquire(&addr, "forever", Some(KeepAlive::Forever))
+            .await
+            .unwrap(),
+    );
+    assert!(
+        journal.events().contains(&"unload short".to_string()),
+        "{:?}",
+        journal.events()
+    );
     assert_eq!(loaded_names(&addr).await, vec!["forever", "long"]);
     drop(acquire(&addr, "c", None).await.unwrap());
-    assert_eq!(loaded_names(&addr).await, vec!["c", "forever"], "a model kept forever is evicted last");
+    assert_eq!(
+        loaded_names(&addr).await,
+        vec!["c", "forever"],
+        "a model kept forever is evicted last"
+    );
 }
 
 #[actix::test]
@@ -160,23 +205,36 @@ async fn keepalive_expires_only_after_the_last_request() {
     let (addr, _journal) = start(2, KeepAlive::For(Duration::from_millis(150)), 8, 0);
     let lease = acquire(&addr, "a", None).await.unwrap();
     sleep_ms(300).await;
-    assert_eq!(loaded_names(&addr).await, vec!["a"], "no idle timer while in use");
+    assert_eq!(
+        loaded_names(&addr).await,
+        vec!["a"],
+        "no idle timer while in use"
+    );
     drop(lease);
     sleep_ms(50).await;
     assert_eq!(loaded_names(&addr).await, vec!["a"]);
     let status = addr.send(Snapshot).await.unwrap();
     assert!(status.models[0].expires_at.is_some());
     sleep_ms(250).await;
-    assert!(loaded_names(&addr).await.is_empty(), "expired after keepalive");
+    assert!(
+        loaded_names(&addr).await.is_empty(),
+        "expired after keepalive"
+    );
 }
 
 #[actix::test]
 async fn each_request_sets_the_keepalive_and_none_means_the_default() {
     let (addr, _journal) = start(2, LONG, 8, 0);
     drop(acquire(&addr, "a", Some(KeepAlive::Forever)).await.unwrap());
-    assert_eq!(addr.send(Snapshot).await.unwrap().models[0].keep_alive, "-1");
+    assert_eq!(
+        addr.send(Snapshot).await.unwrap().models[0].keep_alive,
+        "-1"
+    );
     drop(acquire(&addr, "a", None).await.unwrap());
-    assert_eq!(addr.send(Snapshot).await.unwrap().models[0].keep_alive, "10m0s");
+    assert_eq!(
+        addr.send(Snapshot).await.unwrap().models[0].keep_alive,
+        "10m0s"
+    );
 }
 
 #[actix::test]
@@ -193,12 +251,23 @@ async fn a_new_request_cancels_the_idle_timer() {
 #[actix::test]
 async fn keep_alive_zero_unloads_when_the_request_ends_and_negative_never() {
     let (addr, journal) = start(2, KeepAlive::For(Duration::from_millis(100)), 8, 0);
-    drop(acquire(&addr, "now", Some(KeepAlive::UnloadNow)).await.unwrap());
+    drop(
+        acquire(&addr, "now", Some(KeepAlive::UnloadNow))
+            .await
+            .unwrap(),
+    );
     assert!(!loaded_names(&addr).await.contains(&"now".to_string()));
-    drop(acquire(&addr, "kept", Some(KeepAlive::Forever)).await.unwrap());
+    drop(
+        acquire(&addr, "kept", Some(KeepAlive::Forever))
+            .await
+            .unwrap(),
+    );
     sleep_ms(300).await;
     assert_eq!(loaded_names(&addr).await, vec!["kept"]);
-    assert_eq!(journal.events(), vec!["load now", "unload now", "load kept"]);
+    assert_eq!(
+        journal.events(),
+        vec!["load now", "unload now", "load kept"]
+    );
 }
 
 #[actix::test]
@@ -230,7 +299,11 @@ async fn an_unknown_model_fails_its_waiters_and_nothing_else() {
 #[actix::test]
 async fn loads_one_model_at_a_time() {
     let (addr, journal) = start(3, LONG, 8, 60);
-    let (a, b, c) = futures_util::join!(acquire(&addr, "a", None), acquire(&addr, "b", None), acquire(&addr, "c", None));
+    let (a, b, c) = futures_util::join!(
+        acquire(&addr, "a", None),
+        acquire(&addr, "b", None),
+        acquire(&addr, "c", None)
+    );
     assert!(a.is_ok() && b.is_ok() && c.is_ok());
     assert_eq!(journal.most_loads_at_once.load(Ordering::SeqCst), 1);
     assert!(a.unwrap().load_duration() > Duration::ZERO);
@@ -266,8 +339,14 @@ async fn shutdown_fails_waiters_unloads_idle_and_refuses_new_requests() {
     });
     sleep_ms(30).await;
     assert_eq!(addr.send(Shutdown).await.unwrap(), 1, "a is still busy");
-    assert_eq!(waiting.await.unwrap().unwrap_err().code, ErrorCode::ShuttingDown);
-    assert_eq!(acquire(&addr, "a", None).await.unwrap_err().code, ErrorCode::ShuttingDown);
+    assert_eq!(
+        waiting.await.unwrap().unwrap_err().code,
+        ErrorCode::ShuttingDown
+    );
+    assert_eq!(
+        acquire(&addr, "a", None).await.unwrap_err().code,
+        ErrorCode::ShuttingDown
+    );
     drop(busy);
     assert!(loaded_names(&addr).await.is_empty());
     assert_eq!(journal.events(), vec!["load a", "unload a"]);

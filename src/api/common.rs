@@ -30,7 +30,10 @@ pub async fn read_json<T: DeserializeOwned>(
     limit: usize,
 ) -> Result<T, CoreError> {
     let too_large = || {
-        CoreError::new(ErrorCode::PayloadTooLarge, format!("the request body is larger than the limit of {limit} bytes"))
+        CoreError::new(
+            ErrorCode::PayloadTooLarge,
+            format!("the request body is larger than the limit of {limit} bytes"),
+        )
     };
     let declared = request
         .headers()
@@ -42,7 +45,12 @@ pub async fn read_json<T: DeserializeOwned>(
     }
     let mut body = BytesMut::with_capacity(declared.unwrap_or(0).min(limit));
     while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| CoreError::new(ErrorCode::MalformedJson, format!("could not read the request body: {e}")))?;
+        let chunk = chunk.map_err(|e| {
+            CoreError::new(
+                ErrorCode::MalformedJson,
+                format!("could not read the request body: {e}"),
+            )
+        })?;
         if body.len() + chunk.len() > limit {
             return Err(too_large());
         }
@@ -54,7 +62,10 @@ pub async fn read_json<T: DeserializeOwned>(
 /// Parses a JSON body, naming what is wrong and where.
 pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, CoreError> {
     if body.iter().all(u8::is_ascii_whitespace) {
-        return Err(CoreError::new(ErrorCode::MalformedJson, "the request body is empty; send a JSON object"));
+        return Err(CoreError::new(
+            ErrorCode::MalformedJson,
+            "the request body is empty; send a JSON object",
+        ));
     }
     serde_json::from_slice(body).map_err(|e| {
         let what = match e.classify() {
@@ -88,7 +99,10 @@ impl Started {
 }
 
 /// Leases the model (loading it if needed) and submits the request.
-pub async fn start_generation(state: &AppState, request: ValidGenerateRequest) -> Result<Started, CoreError> {
+pub async fn start_generation(
+    state: &AppState,
+    request: ValidGenerateRequest,
+) -> Result<Started, CoreError> {
     let lease = acquire(&state.supervisor, &request.model, request.keep_alive).await?;
     let generation = lease.model().submit(request)?;
     Ok(Started { generation, lease })
@@ -112,12 +126,15 @@ pub async fn collect(mut started: Started) -> Result<Collected, CoreError> {
                 if let FinishReason::Error(message) = &completion.finish_reason {
                     return Err(CoreError::internal(format!("generation failed: {message}")));
                 }
-                completion.timings.load = completion.timings.load.max(started.lease.load_duration());
+                completion.timings.load =
+                    completion.timings.load.max(started.lease.load_duration());
                 return Ok(Collected { text, completion });
             }
         }
     }
-    Err(CoreError::internal("the model stopped before finishing the request"))
+    Err(CoreError::internal(
+        "the model stopped before finishing the request",
+    ))
 }
 
 /// Turns core events into one API's wire frames. Pure: unit-tested without a server.
@@ -129,7 +146,9 @@ pub trait StreamTranslator: Send + 'static {
     /// The model went away without a `Done`.
     fn abandoned(&mut self) -> Vec<Bytes> {
         self.event(StreamEvent::Done(Completion {
-            finish_reason: FinishReason::Error("the model stopped before finishing the request".into()),
+            finish_reason: FinishReason::Error(
+                "the model stopped before finishing the request".into(),
+            ),
             ..Completion::default()
         }))
     }
@@ -143,9 +162,16 @@ struct StreamState<T> {
 
 /// The response body of a streaming request. Dropping it (the client disconnected) drops the
 /// generation, which cancels the request at the model's next step, and then the lease.
-pub fn event_stream<T: StreamTranslator>(started: Started, mut translator: T) -> impl Stream<Item = Result<Bytes, Infallible>> {
+pub fn event_stream<T: StreamTranslator>(
+    started: Started,
+    mut translator: T,
+) -> impl Stream<Item = Result<Bytes, Infallible>> {
     let pending: VecDeque<Bytes> = translator.start().into();
-    let state = StreamState { started: Some(started), translator, pending };
+    let state = StreamState {
+        started: Some(started),
+        translator,
+        pending,
+    };
     futures_util::stream::unfold(state, |mut state| async move {
         loop {
             if let Some(frame) = state.pending.pop_front() {
@@ -154,7 +180,8 @@ pub fn event_stream<T: StreamTranslator>(started: Started, mut translator: T) ->
             let started = state.started.as_mut()?;
             let frames = match started.generation.events.recv().await {
                 Some(StreamEvent::Done(mut completion)) => {
-                    completion.timings.load = completion.timings.load.max(started.lease.load_duration());
+                    completion.timings.load =
+                        completion.timings.load.max(started.lease.load_duration());
                     // Release the model before the last frames go out.
                     state.started = None;
                     state.translator.event(StreamEvent::Done(completion))
@@ -199,7 +226,9 @@ pub fn unix_now() -> i64 {
 pub fn random_id(length: usize) -> String {
     use rand::Rng;
     let mut rng = rand::thread_rng();
-    (0..length).map(|_| char::from(b"0123456789abcdef"[rng.gen_range(0..16)])).collect()
+    (0..length)
+        .map(|_| char::from(b"0123456789abcdef"[rng.gen_range(0..16)]))
+        .collect()
 }
 
 /// Nanoseconds, as Ollama reports durations.
@@ -208,11 +237,19 @@ pub fn nanos(duration: Duration) -> u64 {
 }
 
 /// Checks a sampling number is finite and in range, naming the parameter otherwise.
-pub fn check_range(name: &str, value: Option<f64>, low: f64, high: f64) -> Result<Option<f32>, CoreError> {
+pub fn check_range(
+    name: &str,
+    value: Option<f64>,
+    low: f64,
+    high: f64,
+) -> Result<Option<f32>, CoreError> {
     match value {
         None => Ok(None),
         Some(v) if v.is_finite() && v >= low && v <= high => Ok(Some(v as f32)),
-        Some(v) => Err(CoreError::invalid(format!("{name} is {v}; it must be between {low} and {high}")).with_param(name)),
+        Some(v) => Err(CoreError::invalid(format!(
+            "{name} is {v}; it must be between {low} and {high}"
+        ))
+        .with_param(name)),
     }
 }
 
@@ -223,10 +260,17 @@ pub const MAX_STOP_BYTES: usize = 256;
 
 pub fn check_stops(name: &str, stops: Vec<String>) -> Result<Vec<String>, CoreError> {
     if stops.len() > MAX_STOP_SEQUENCES {
-        return Err(CoreError::invalid(format!("{name} has {} strings; at most {MAX_STOP_SEQUENCES}", stops.len())).with_param(name));
+        return Err(CoreError::invalid(format!(
+            "{name} has {} strings; at most {MAX_STOP_SEQUENCES}",
+            stops.len()
+        ))
+        .with_param(name));
     }
     if stops.iter().any(|s| s.len() > MAX_STOP_BYTES) {
-        return Err(CoreError::invalid(format!("a {name} string is longer than {MAX_STOP_BYTES} bytes")).with_param(name));
+        return Err(CoreError::invalid(format!(
+            "a {name} string is longer than {MAX_STOP_BYTES} bytes"
+        ))
+        .with_param(name));
     }
     Ok(stops.into_iter().filter(|s| !s.is_empty()).collect())
 }

@@ -76,7 +76,12 @@ impl ConstraintCache {
             return compile().map(Arc::new);
         }
         let key = hex::encode(Sha256::digest(source.as_bytes()));
-        if let Some(found) = self.entries.lock().ok().and_then(|entries| entries.get(&key).cloned()) {
+        if let Some(found) = self
+            .entries
+            .lock()
+            .ok()
+            .and_then(|entries| entries.get(&key).cloned())
+        {
             self.hits.fetch_add(1, Ordering::Relaxed);
             return Ok(found);
         }
@@ -110,7 +115,11 @@ pub fn resolve_constraint(
     cache: &ConstraintCache,
     default_grammar: Option<&Arc<CompiledGrammar>>,
 ) -> Result<Option<Constraint>, CoreError> {
-    let schema_param = sources.schema.as_ref().map(|(_, p)| *p).or(sources.any_json);
+    let schema_param = sources
+        .schema
+        .as_ref()
+        .map(|(_, p)| *p)
+        .or(sources.any_json);
     if let (Some((_, grammar_param)), Some(schema_param)) = (&sources.grammar, schema_param) {
         return Err(CoreError::new(
             ErrorCode::ConstraintConflict,
@@ -121,29 +130,45 @@ pub fn resolve_constraint(
     let limits = Limits::default();
     if let Some((text, param)) = sources.grammar {
         let grammar = cache.get_or_compile(format!("gbnf\u{0}{text}"), || {
-            crate::grammar::gbnf::compile_gbnf(text.as_bytes(), &limits)
-                .map_err(|e| CoreError::new(ErrorCode::GrammarRefused, format!("{param}: {e}")).with_param(param))
+            crate::grammar::gbnf::compile_gbnf(text.as_bytes(), &limits).map_err(|e| {
+                CoreError::new(ErrorCode::GrammarRefused, format!("{param}: {e}")).with_param(param)
+            })
         })?;
-        return Ok(Some(Constraint { kind: ConstraintKind::Grammar, grammar }));
+        return Ok(Some(Constraint {
+            kind: ConstraintKind::Grammar,
+            grammar,
+        }));
     }
     if let Some((schema, param)) = sources.schema {
         let key = format!("schema\u{0}{schema}");
         let grammar = cache.get_or_compile(key, || {
-            let ir = crate::grammar::schema::compile_schema(&schema)
-                .map_err(|e| CoreError::new(ErrorCode::SchemaRefused, e.to_string()).with_param(param))?;
-            CompiledGrammar::new(ir, &limits)
-                .map_err(|e| CoreError::new(ErrorCode::SchemaRefused, format!("{param}: {e}")).with_param(param))
+            let ir = crate::grammar::schema::compile_schema(&schema).map_err(|e| {
+                CoreError::new(ErrorCode::SchemaRefused, e.to_string()).with_param(param)
+            })?;
+            CompiledGrammar::new(ir, &limits).map_err(|e| {
+                CoreError::new(ErrorCode::SchemaRefused, format!("{param}: {e}")).with_param(param)
+            })
         })?;
-        return Ok(Some(Constraint { kind: ConstraintKind::Schema, grammar }));
+        return Ok(Some(Constraint {
+            kind: ConstraintKind::Schema,
+            grammar,
+        }));
     }
     if let Some(param) = sources.any_json {
         let grammar = cache.get_or_compile("json".into(), || {
-            CompiledGrammar::new(crate::grammar::schema::any_json(), &limits)
-                .map_err(|e| CoreError::internal(format!("{param}: the JSON grammar failed to compile: {e}")))
+            CompiledGrammar::new(crate::grammar::schema::any_json(), &limits).map_err(|e| {
+                CoreError::internal(format!("{param}: the JSON grammar failed to compile: {e}"))
+            })
         })?;
-        return Ok(Some(Constraint { kind: ConstraintKind::Json, grammar }));
+        return Ok(Some(Constraint {
+            kind: ConstraintKind::Json,
+            grammar,
+        }));
     }
-    Ok(default_grammar.map(|grammar| Constraint { kind: ConstraintKind::Grammar, grammar: grammar.clone() }))
+    Ok(default_grammar.map(|grammar| Constraint {
+        kind: ConstraintKind::Grammar,
+        grammar: grammar.clone(),
+    }))
 }
 
 #[cfg(test)]
@@ -152,19 +177,28 @@ mod tests {
     use serde_json::json;
 
     fn grammar(text: String) -> ConstraintSources {
-        ConstraintSources { grammar: Some((text, "grammar")), ..Default::default() }
+        ConstraintSources {
+            grammar: Some((text, "grammar")),
+            ..Default::default()
+        }
     }
 
     #[test]
     fn repeats_hit_the_cache_and_large_sources_are_not_kept() {
         let cache = ConstraintCache::new(4);
         for _ in 0..2 {
-            let constraint = resolve_constraint(grammar("root ::= \"a\"".into()), &cache, None).unwrap();
+            let constraint =
+                resolve_constraint(grammar("root ::= \"a\"".into()), &cache, None).unwrap();
             assert_eq!(constraint.map(|c| c.kind), Some(ConstraintKind::Grammar));
         }
-        let large = format!("# {}\nroot ::= \"b\"\n", "x".repeat(MAX_CACHED_SOURCE_BYTES));
+        let large = format!(
+            "# {}\nroot ::= \"b\"\n",
+            "x".repeat(MAX_CACHED_SOURCE_BYTES)
+        );
         for _ in 0..2 {
-            assert!(resolve_constraint(grammar(large.clone()), &cache, None).unwrap().is_some());
+            assert!(resolve_constraint(grammar(large.clone()), &cache, None)
+                .unwrap()
+                .is_some());
         }
         let stats = cache.stats();
         assert_eq!((stats.entries, stats.hits, stats.misses), (1, 1, 3));
@@ -174,7 +208,10 @@ mod tests {
     fn a_full_cache_is_cleared_and_counted() {
         let cache = ConstraintCache::new(2);
         for n in 0..3 {
-            let schema = ConstraintSources { schema: Some((json!({"type": "integer", "minimum": n}), "format")), ..Default::default() };
+            let schema = ConstraintSources {
+                schema: Some((json!({"type": "integer", "minimum": n}), "format")),
+                ..Default::default()
+            };
             resolve_constraint(schema, &cache, None).unwrap();
         }
         assert_eq!(cache.stats().clears, 1);
@@ -184,11 +221,28 @@ mod tests {
     #[test]
     fn conflicts_and_refusals_carry_their_codes() {
         let cache = ConstraintCache::new(2);
-        let both = ConstraintSources { any_json: Some("format"), grammar: Some(("root ::= \"a\"".into(), "grammar")), ..Default::default() };
-        assert_eq!(resolve_constraint(both, &cache, None).unwrap_err().code, ErrorCode::ConstraintConflict);
-        let refused = ConstraintSources { schema: Some((json!({"if": {"type": "string"}}), "llamay_schema")), ..Default::default() };
+        let both = ConstraintSources {
+            any_json: Some("format"),
+            grammar: Some(("root ::= \"a\"".into(), "grammar")),
+            ..Default::default()
+        };
+        assert_eq!(
+            resolve_constraint(both, &cache, None).unwrap_err().code,
+            ErrorCode::ConstraintConflict
+        );
+        let refused = ConstraintSources {
+            schema: Some((json!({"if": {"type": "string"}}), "llamay_schema")),
+            ..Default::default()
+        };
         let error = resolve_constraint(refused, &cache, None).unwrap_err();
-        assert_eq!((error.code, error.param.as_deref()), (ErrorCode::SchemaRefused, Some("llamay_schema")));
-        assert!(resolve_constraint(ConstraintSources::default(), &cache, None).unwrap().is_none());
+        assert_eq!(
+            (error.code, error.param.as_deref()),
+            (ErrorCode::SchemaRefused, Some("llamay_schema"))
+        );
+        assert!(
+            resolve_constraint(ConstraintSources::default(), &cache, None)
+                .unwrap()
+                .is_none()
+        );
     }
 }

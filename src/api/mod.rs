@@ -70,12 +70,27 @@ impl AppState {
 /// Every route, for `App::configure`.
 pub fn configure(config: &mut web::ServiceConfig) {
     config
-        .route("/v1/chat/completions", web::post().to(openai::handlers::chat_completions))
+        .route(
+            "/v1/chat/completions",
+            web::post().to(openai::handlers::chat_completions),
+        )
         .route("/v1/models", web::get().to(openai::handlers::list_models))
-        .route("/v1/models/{name:.*}", web::get().to(openai::handlers::get_model))
-        .route("/v1/responses", web::route().to(openai::handlers::responses_not_offered))
-        .route("/v1/responses/{rest:.*}", web::route().to(openai::handlers::responses_not_offered))
-        .route("/v1/messages", web::post().to(anthropic::handlers::messages))
+        .route(
+            "/v1/models/{name:.*}",
+            web::get().to(openai::handlers::get_model),
+        )
+        .route(
+            "/v1/responses",
+            web::route().to(openai::handlers::responses_not_offered),
+        )
+        .route(
+            "/v1/responses/{rest:.*}",
+            web::route().to(openai::handlers::responses_not_offered),
+        )
+        .route(
+            "/v1/messages",
+            web::post().to(anthropic::handlers::messages),
+        )
         .route("/v1/stats", web::get().to(stats::stats))
         .route("/api/chat", web::post().to(ollama::handlers::chat))
         .route("/api/generate", web::post().to(ollama::handlers::generate))
@@ -91,15 +106,28 @@ pub fn configure(config: &mut web::ServiceConfig) {
 /// The whole application over `state`: what `serve` runs and what route tests mount.
 pub fn build_app(
     state: web::Data<AppState>,
-) -> App<impl ServiceFactory<ServiceRequest, Config = (), Response = ServiceResponse<impl MessageBody>, Error = actix_web::Error, InitError = ()>>
-{
-    App::new().app_data(state).configure(configure).default_service(web::to(not_found))
+) -> App<
+    impl ServiceFactory<
+        ServiceRequest,
+        Config = (),
+        Response = ServiceResponse<impl MessageBody>,
+        Error = actix_web::Error,
+        InitError = (),
+    >,
+> {
+    App::new()
+        .app_data(state)
+        .configure(configure)
+        .default_service(web::to(not_found))
 }
 
 /// Unknown routes answer in the shape of the API their path belongs to.
 async fn not_found(request: HttpRequest) -> HttpResponse {
     let path = request.path().to_string();
-    let error = CoreError::new(ErrorCode::RouteNotFound, format!("{} {path} is not a llamay route", request.method()));
+    let error = CoreError::new(
+        ErrorCode::RouteNotFound,
+        format!("{} {path} is not a llamay route", request.method()),
+    );
     if path.starts_with("/api/") {
         ollama::handlers::render_error(&error)
     } else if path.starts_with("/v1/messages") {

@@ -26,9 +26,18 @@ struct Harness {
 fn harness(max_loaded: usize, max_queue: usize) -> Harness {
     let loader = ScriptedLoader::new();
     let in_use = loader.in_use.clone();
-    let config = SupervisorConfig { max_loaded, default_keep_alive: KeepAlive::For(Duration::from_secs(300)), max_queue };
+    let config = SupervisorConfig {
+        max_loaded,
+        default_keep_alive: KeepAlive::For(Duration::from_secs(300)),
+        max_queue,
+    };
     let supervisor = Supervisor::new(Arc::new(loader), config).start();
-    let state = web::Data::new(AppState::new(supervisor, Arc::new(FakeCatalog), None, BODY_LIMIT));
+    let state = web::Data::new(AppState::new(
+        supervisor,
+        Arc::new(FakeCatalog),
+        None,
+        BODY_LIMIT,
+    ));
     Harness { state, in_use }
 }
 
@@ -65,11 +74,24 @@ impl Answer {
 
 async fn finish<B: MessageBody>(response: actix_web::dev::ServiceResponse<B>) -> Answer {
     let status = response.status();
-    let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(String::from);
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(String::from)
+    };
     let retry_after = header("retry-after");
     let content_type = header("content-type").unwrap_or_default();
-    let Ok(bytes) = actix_web::body::to_bytes(response.into_body()).await else { panic!("the body failed") };
-    Answer { status, retry_after, content_type, text: String::from_utf8_lossy(&bytes).into_owned() }
+    let Ok(bytes) = actix_web::body::to_bytes(response.into_body()).await else {
+        panic!("the body failed")
+    };
+    Answer {
+        status,
+        retry_after,
+        content_type,
+        text: String::from_utf8_lossy(&bytes).into_owned(),
+    }
 }
 
 fn chat_body(model: &str, content: &str) -> Value {
@@ -87,14 +109,25 @@ fn sse_data(text: &str) -> Vec<Value> {
 async fn openai_chat_answers_with_usage() {
     let h = harness(2, 8);
     let app = test::init_service(build_app(h.state.clone())).await;
-    let answer = call!(app, post, "/v1/chat/completions", chat_body("tiny:1m", "hi there"));
+    let answer = call!(
+        app,
+        post,
+        "/v1/chat/completions",
+        chat_body("tiny:1m", "hi there")
+    );
     assert_eq!(answer.status, StatusCode::OK, "{}", answer.text);
     let body = answer.json();
     assert_eq!(body["object"], "chat.completion");
     assert_eq!(body["model"], "tiny:1m");
-    assert_eq!(body["choices"][0]["message"]["content"], "Hello there, friend");
+    assert_eq!(
+        body["choices"][0]["message"]["content"],
+        "Hello there, friend"
+    );
     assert_eq!(body["choices"][0]["finish_reason"], "stop");
-    assert_eq!(body["usage"], json!({"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5}));
+    assert_eq!(
+        body["usage"],
+        json!({"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5})
+    );
     let mut limited = chat_body("tiny:1m", "hi");
     limited["max_tokens"] = json!(1);
     let body = call!(app, post, "/v1/chat/completions", limited).json();
@@ -112,12 +145,18 @@ async fn openai_stream_is_sse_with_usage_and_done() {
     assert_eq!(answer.status, StatusCode::OK);
     assert!(answer.content_type.starts_with("text/event-stream"));
     let frames = sse_data(&answer.text);
-    let text: String = frames.iter().filter_map(|f| f["choices"][0]["delta"]["content"].as_str()).collect();
+    let text: String = frames
+        .iter()
+        .filter_map(|f| f["choices"][0]["delta"]["content"].as_str())
+        .collect();
     assert_eq!(text, "Hello there, friend");
     assert_eq!(frames.last(), Some(&Value::String("[DONE]".into())));
     let usage = &frames[frames.len() - 2];
     assert_eq!(usage["usage"]["completion_tokens"], 3);
-    assert_eq!(frames[frames.len() - 3]["choices"][0]["finish_reason"], "stop");
+    assert_eq!(
+        frames[frames.len() - 3]["choices"][0]["finish_reason"],
+        "stop"
+    );
 }
 
 #[actix_web::test]
@@ -125,21 +164,36 @@ async fn structured_output_reaches_the_model_on_every_route() {
     let h = harness(2, 8);
     let app = test::init_service(build_app(h.state.clone())).await;
     let mut openai = chat_body("tiny:1m", "order");
-    openai["response_format"] = json!({"type": "json_schema", "json_schema": {"name": "o", "schema": {"type": "object"}}});
-    assert_eq!(call!(app, post, "/v1/chat/completions", openai).json()["choices"][0]["message"]["content"], "{\"ok\":true}");
+    openai["response_format"] =
+        json!({"type": "json_schema", "json_schema": {"name": "o", "schema": {"type": "object"}}});
+    assert_eq!(
+        call!(app, post, "/v1/chat/completions", openai).json()["choices"][0]["message"]["content"],
+        "{\"ok\":true}"
+    );
     let anthropic = json!({"model": "tiny:1m", "max_tokens": 20, "llamay_format": "json", "messages": [{"role": "user", "content": "x"}]});
-    assert_eq!(call!(app, post, "/v1/messages", anthropic).json()["content"][0]["text"], "{\"ok\":true}");
+    assert_eq!(
+        call!(app, post, "/v1/messages", anthropic).json()["content"][0]["text"],
+        "{\"ok\":true}"
+    );
     let ollama = json!({"model": "tiny:1m", "stream": false, "format": {"type": "object"}, "messages": [{"role": "user", "content": "x"}]});
-    assert_eq!(call!(app, post, "/api/chat", ollama).json()["message"]["content"], "{\"ok\":true}");
-    let grammar = json!({"model": "tiny:1m", "stream": false, "prompt": "x", "grammar": "root ::= \"a\""});
-    assert_eq!(call!(app, post, "/api/generate", grammar).json()["response"], "{\"ok\":true}");
+    assert_eq!(
+        call!(app, post, "/api/chat", ollama).json()["message"]["content"],
+        "{\"ok\":true}"
+    );
+    let grammar =
+        json!({"model": "tiny:1m", "stream": false, "prompt": "x", "grammar": "root ::= \"a\""});
+    assert_eq!(
+        call!(app, post, "/api/generate", grammar).json()["response"],
+        "{\"ok\":true}"
+    );
 }
 
 #[actix_web::test]
 async fn refusals_are_400s_in_each_shape() {
     let h = harness(2, 8);
     let app = test::init_service(build_app(h.state.clone())).await;
-    let refused_schema = json!({"type": "object", "properties": {"a": {"not": {"type": "string"}}}});
+    let refused_schema =
+        json!({"type": "object", "properties": {"a": {"not": {"type": "string"}}}});
     let mut openai = chat_body("tiny:1m", "x");
     openai["llamay_schema"] = refused_schema.clone();
     let answer = call!(app, post, "/v1/chat/completions", openai);
@@ -156,12 +210,18 @@ async fn refusals_are_400s_in_each_shape() {
     assert_eq!(answer.status, StatusCode::BAD_REQUEST);
     assert_eq!(answer.json()["type"], "error");
     assert_eq!(answer.json()["error"]["type"], "invalid_request_error");
-    assert!(answer.json()["error"]["message"].as_str().unwrap().contains("\"not\""));
+    assert!(answer.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("\"not\""));
 
     let both = json!({"model": "tiny:1m", "format": "json", "grammar": "root ::= \"a\"", "messages": [{"role": "user", "content": "x"}]});
     let answer = call!(app, post, "/api/chat", both);
     assert_eq!(answer.status, StatusCode::BAD_REQUEST);
-    assert!(answer.json()["error"].as_str().unwrap().contains("grammar and a JSON schema"));
+    assert!(answer.json()["error"]
+        .as_str()
+        .unwrap()
+        .contains("grammar and a JSON schema"));
 
     let mut bad_grammar = chat_body("tiny:1m", "x");
     bad_grammar["llamay_grammar"] = json!("root = oops");
@@ -183,10 +243,21 @@ async fn malformed_and_mistyped_bodies_are_400_in_the_routes_shape() {
     assert_eq!(answer.json()["type"], "error");
     let answer = call!(app, post, "/api/chat", json!({"model": 3, "messages": []}));
     assert_eq!(answer.status, StatusCode::BAD_REQUEST);
-    assert!(answer.json()["error"].as_str().unwrap().contains("invalid type"));
-    let answer = call!(app, post, "/v1/messages", json!({"model": "tiny:1m", "messages": [{"role": "user", "content": "x"}]}));
+    assert!(answer.json()["error"]
+        .as_str()
+        .unwrap()
+        .contains("invalid type"));
+    let answer = call!(
+        app,
+        post,
+        "/v1/messages",
+        json!({"model": "tiny:1m", "messages": [{"role": "user", "content": "x"}]})
+    );
     assert_eq!(answer.status, StatusCode::BAD_REQUEST);
-    assert!(answer.json()["error"]["message"].as_str().unwrap().contains("max_tokens"));
+    assert!(answer.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("max_tokens"));
     let answer = call!(app, post, "/api/generate", raw "");
     assert_eq!(answer.status, StatusCode::BAD_REQUEST);
     let deep = "[".repeat(100_000);
@@ -194,7 +265,11 @@ async fn malformed_and_mistyped_bodies_are_400_in_the_routes_shape() {
     assert_eq!(answer.status, StatusCode::PAYLOAD_TOO_LARGE);
     let deep = "[".repeat(10_000);
     let answer = call!(app, post, "/api/chat", raw deep);
-    assert_eq!(answer.status, StatusCode::BAD_REQUEST, "nesting past serde's limit is an error, not a crash");
+    assert_eq!(
+        answer.status,
+        StatusCode::BAD_REQUEST,
+        "nesting past serde's limit is an error, not a crash"
+    );
 }
 
 #[actix_web::test]
@@ -207,10 +282,20 @@ async fn unknown_model_is_404_and_long_prompt_400_and_big_body_413() {
     let answer = call!(app, post, "/api/chat", chat_body("nope:1b", "x"));
     assert_eq!(answer.status, StatusCode::NOT_FOUND);
     assert!(answer.json()["error"].as_str().unwrap().contains("nope:1b"));
-    let answer = call!(app, post, "/v1/messages", json!({"model": "nope", "max_tokens": 3, "messages": [{"role": "user", "content": "x"}]}));
+    let answer = call!(
+        app,
+        post,
+        "/v1/messages",
+        json!({"model": "nope", "max_tokens": 3, "messages": [{"role": "user", "content": "x"}]})
+    );
     assert_eq!(answer.json()["error"]["type"], "not_found_error");
 
-    let answer = call!(app, post, "/v1/chat/completions", chat_body("tiny:1m", "TOO LONG"));
+    let answer = call!(
+        app,
+        post,
+        "/v1/chat/completions",
+        chat_body("tiny:1m", "TOO LONG")
+    );
     assert_eq!(answer.status, StatusCode::BAD_REQUEST);
     assert_eq!(answer.json()["error"]["code"], "prompt_too_long");
 
@@ -226,12 +311,18 @@ async fn overload_is_503_with_retry_after() {
     let app = test::init_service(build_app(h.state.clone())).await;
     let _busy = acquire(&h.state.supervisor, "tiny:1m", None).await.unwrap();
     let supervisor = h.state.supervisor.clone();
-    let _waiting = actix::spawn(async move { acquire(&supervisor, "other:2m", None).await.map(|_| ()) });
+    let _waiting =
+        actix::spawn(async move { acquire(&supervisor, "other:2m", None).await.map(|_| ()) });
     actix::clock::sleep(Duration::from_millis(50)).await;
     let answer = call!(app, post, "/api/chat", chat_body("other:2m", "x"));
     assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(answer.retry_after.as_deref(), Some("1"));
-    let answer = call!(app, post, "/v1/chat/completions", chat_body("other:2m", "x"));
+    let answer = call!(
+        app,
+        post,
+        "/v1/chat/completions",
+        chat_body("other:2m", "x")
+    );
     assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(answer.retry_after.is_some());
 }
@@ -243,10 +334,23 @@ async fn anthropic_stream_has_the_real_event_sequence() {
     let body = json!({"model": "tiny:1m", "max_tokens": 50, "stream": true, "system": "be kind", "messages": [{"role": "user", "content": "x"}]});
     let answer = call!(app, post, "/v1/messages", body);
     assert_eq!(answer.status, StatusCode::OK);
-    let events: Vec<&str> = answer.text.lines().filter_map(|l| l.strip_prefix("event: ")).collect();
+    let events: Vec<&str> = answer
+        .text
+        .lines()
+        .filter_map(|l| l.strip_prefix("event: "))
+        .collect();
     assert_eq!(events.first(), Some(&"message_start"));
-    assert_eq!(&events[events.len() - 3..], ["content_block_stop", "message_delta", "message_stop"]);
-    assert_eq!(events.iter().filter(|e| **e == "content_block_delta").count(), 3);
+    assert_eq!(
+        &events[events.len() - 3..],
+        ["content_block_stop", "message_delta", "message_stop"]
+    );
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| **e == "content_block_delta")
+            .count(),
+        3
+    );
     let plain = json!({"model": "tiny:1m", "max_tokens": 50, "messages": [{"role": "user", "content": "x"}]});
     let body = call!(app, post, "/v1/messages", plain).json();
     assert_eq!(body["type"], "message");
@@ -260,14 +364,19 @@ async fn ollama_streams_ndjson_by_default_and_reports_counts() {
     let app = test::init_service(build_app(h.state.clone())).await;
     let answer = call!(app, post, "/api/chat", chat_body("tiny:1m", "hi"));
     assert!(answer.content_type.starts_with("application/x-ndjson"));
-    let lines: Vec<Value> = answer.text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<Value> = answer
+        .text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(lines.len(), 4);
     assert_eq!(lines[0]["message"]["content"], "Hello");
     let last = &lines[3];
     assert_eq!(last["done"], true);
     assert_eq!(last["eval_count"], 3);
     assert!(last["total_duration"].as_u64().unwrap() > 0);
-    let body = json!({"model": "tiny:1m", "prompt": "hi", "stream": false, "options": {"num_predict": 2}});
+    let body =
+        json!({"model": "tiny:1m", "prompt": "hi", "stream": false, "options": {"num_predict": 2}});
     let answer = call!(app, post, "/api/generate", body).json();
     assert_eq!(answer["response"], "Hello there");
     assert_eq!(answer["done_reason"], "length");
@@ -282,7 +391,13 @@ async fn ollama_load_and_unload_with_an_empty_request() {
     let ps = call!(app, get, "/api/ps").json();
     assert_eq!(ps["models"][0]["name"], "tiny:1m");
     assert_eq!(ps["models"][0]["details"]["family"], "llama");
-    let answer = call!(app, post, "/api/chat", json!({"model": "tiny:1m", "messages": [], "keep_alive": 0})).json();
+    let answer = call!(
+        app,
+        post,
+        "/api/chat",
+        json!({"model": "tiny:1m", "messages": [], "keep_alive": 0})
+    )
+    .json();
     assert_eq!(answer["done_reason"], "unload");
     actix::clock::sleep(Duration::from_millis(20)).await;
     assert_eq!(call!(app, get, "/api/ps").json()["models"], json!([]));
@@ -300,23 +415,42 @@ async fn listing_routes_stats_health_and_the_rest() {
     assert_eq!(models["data"][1]["id"], "other:2m");
     let show = call!(app, post, "/api/show", json!({"model": "tiny:1m"}));
     assert_eq!(show.json()["details"]["quantization_level"], "Q8_0");
-    assert_eq!(call!(app, post, "/api/show", json!({"name": "nope"})).status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        call!(app, post, "/api/show", json!({"name": "nope"})).status,
+        StatusCode::NOT_FOUND
+    );
     assert!(call!(app, get, "/api/version").json()["version"].is_string());
     assert_eq!(call!(app, get, "/health").json()["status"], "ok");
 
-    call!(app, post, "/v1/chat/completions", chat_body("tiny:1m", "hi"));
+    call!(
+        app,
+        post,
+        "/v1/chat/completions",
+        chat_body("tiny:1m", "hi")
+    );
     let stats = call!(app, get, "/v1/stats").json();
     assert_eq!(stats["models"][0]["name"], "tiny:1m");
     assert_eq!(stats["models"][0]["sequences_in_use"], 0);
     assert_eq!(stats["max_loaded"], 2);
     assert!(stats["models"][0]["expires_at"].is_string());
 
-    let responses = call!(app, post, "/v1/responses", json!({"model": "tiny:1m", "input": "x"}));
+    let responses = call!(
+        app,
+        post,
+        "/v1/responses",
+        json!({"model": "tiny:1m", "input": "x"})
+    );
     assert_eq!(responses.status, StatusCode::NOT_FOUND);
-    assert!(responses.json()["error"]["message"].as_str().unwrap().contains("not offered in this version"));
+    assert!(responses.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("not offered in this version"));
     let unknown = call!(app, get, "/api/nothing");
     assert_eq!(unknown.status, StatusCode::NOT_FOUND);
-    assert!(unknown.json()["error"].is_string(), "Ollama shape under /api");
+    assert!(
+        unknown.json()["error"].is_string(),
+        "Ollama shape under /api"
+    );
     assert!(call!(app, get, "/v2/what").json()["error"]["message"].is_string());
 }
 
@@ -324,15 +458,29 @@ async fn listing_routes_stats_health_and_the_rest() {
 async fn errors_after_the_first_token() {
     let h = harness(2, 8);
     let app = test::init_service(build_app(h.state.clone())).await;
-    let answer = call!(app, post, "/v1/chat/completions", chat_body("tiny:1m", "FAIL"));
+    let answer = call!(
+        app,
+        post,
+        "/v1/chat/completions",
+        chat_body("tiny:1m", "FAIL")
+    );
     assert_eq!(answer.status, StatusCode::INTERNAL_SERVER_ERROR);
-    assert!(answer.json()["error"]["message"].as_str().unwrap().contains("fake decode failed"));
+    assert!(answer.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("fake decode failed"));
     let mut streaming = chat_body("tiny:1m", "FAIL");
     streaming["stream"] = json!(true);
     let frames = sse_data(&call!(app, post, "/v1/chat/completions", streaming).text);
     assert!(frames.iter().any(|f| f["error"]["message"].is_string()));
     assert_eq!(frames.last(), Some(&Value::String("[DONE]".into())));
-    let lines = call!(app, post, "/api/generate", json!({"model": "tiny:1m", "prompt": "FAIL"})).text;
+    let lines = call!(
+        app,
+        post,
+        "/api/generate",
+        json!({"model": "tiny:1m", "prompt": "FAIL"})
+    )
+    .text;
     assert!(lines.lines().last().unwrap().contains("\"error\""));
 }
 
@@ -342,7 +490,10 @@ async fn a_client_that_goes_away_frees_its_sequence() {
     let app = test::init_service(build_app(h.state.clone())).await;
     let mut body = chat_body("tiny:1m", "SLOW");
     body["stream"] = json!(true);
-    let request = test::TestRequest::post().uri("/v1/chat/completions").set_json(&body).to_request();
+    let request = test::TestRequest::post()
+        .uri("/v1/chat/completions")
+        .set_json(&body)
+        .to_request();
     let response = test::call_service(&app, request).await;
     let mut stream = Box::pin(response.into_body());
     let mut frames = 0;
@@ -358,25 +509,49 @@ async fn a_client_that_goes_away_frees_its_sequence() {
         actix::clock::sleep(Duration::from_millis(25)).await;
         waited += 1;
     }
-    assert_eq!(h.in_use.load(Ordering::SeqCst), 0, "the cancelled request left its sequence");
+    assert_eq!(
+        h.in_use.load(Ordering::SeqCst),
+        0,
+        "the cancelled request left its sequence"
+    );
     let stats = call!(app, get, "/v1/stats").json();
-    assert_eq!(stats["models"][0]["requests_in_flight"], 0, "the lease was released");
+    assert_eq!(
+        stats["models"][0]["requests_in_flight"], 0,
+        "the lease was released"
+    );
 }
 
 #[actix_web::test]
 async fn the_grammar_file_applies_unless_the_request_brings_its_own_constraint() {
     let loader = ScriptedLoader::new();
-    let config = SupervisorConfig { max_loaded: 1, default_keep_alive: KeepAlive::For(Duration::from_secs(60)), max_queue: 4 };
+    let config = SupervisorConfig {
+        max_loaded: 1,
+        default_keep_alive: KeepAlive::For(Duration::from_secs(60)),
+        max_queue: 4,
+    };
     let supervisor = Supervisor::new(Arc::new(loader), config).start();
     let limits = crate::grammar::limits::Limits::default();
-    let grammar = crate::grammar::gbnf::compile_gbnf(b"root ::= \"yes\" | \"no\"", &limits).unwrap();
-    let state = web::Data::new(AppState::new(supervisor, Arc::new(FakeCatalog), Some(Arc::new(grammar)), BODY_LIMIT));
+    let grammar =
+        crate::grammar::gbnf::compile_gbnf(b"root ::= \"yes\" | \"no\"", &limits).unwrap();
+    let state = web::Data::new(AppState::new(
+        supervisor,
+        Arc::new(FakeCatalog),
+        Some(Arc::new(grammar)),
+        BODY_LIMIT,
+    ));
     let app = test::init_service(build_app(state.clone())).await;
     let body = call!(app, post, "/v1/chat/completions", chat_body("tiny:1m", "x")).json();
-    assert_eq!(body["choices"][0]["message"]["content"], "{\"ok\":true}", "the scripted model saw a constraint");
+    assert_eq!(
+        body["choices"][0]["message"]["content"], "{\"ok\":true}",
+        "the scripted model saw a constraint"
+    );
     let mut with_schema = chat_body("tiny:1m", "x");
     with_schema["llamay_schema"] = json!({"type": "integer"});
-    assert_eq!(call!(app, post, "/v1/chat/completions", with_schema).status, StatusCode::OK, "a request schema replaces the file's grammar");
+    assert_eq!(
+        call!(app, post, "/v1/chat/completions", with_schema).status,
+        StatusCode::OK,
+        "a request schema replaces the file's grammar"
+    );
 }
 
 #[actix_web::test]
@@ -387,11 +562,21 @@ async fn grammar_refusals_name_the_problem_and_compiled_constraints_are_reused()
     left_recursive["grammar"] = json!("root ::= root \"a\" | \"a\"");
     let answer = call!(app, post, "/v1/chat/completions", left_recursive);
     assert_eq!(answer.status, StatusCode::BAD_REQUEST);
-    assert!(answer.json()["error"]["message"].as_str().unwrap().contains("left-recursive"), "{}", answer.text);
+    assert!(
+        answer.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("left-recursive"),
+        "{}",
+        answer.text
+    );
     let mut schema = chat_body("tiny:1m", "x");
     schema["response_format"] = json!({"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "integer", "minimum": 3}}});
     for _ in 0..3 {
-        assert_eq!(call!(app, post, "/v1/chat/completions", schema.clone()).status, StatusCode::OK);
+        assert_eq!(
+            call!(app, post, "/v1/chat/completions", schema.clone()).status,
+            StatusCode::OK
+        );
     }
     let stats = call!(app, get, "/v1/stats").json();
     assert_eq!(stats["compiled_constraints"]["hits"], 2);

@@ -24,19 +24,31 @@ pub const SHUTDOWN_GRACE_SECONDS: u64 = 10;
 const MAX_GRAMMAR_FILE_BYTES: u64 = 1024 * 1024;
 
 /// Runs [`serve`] in a fresh actix system (what `main` calls).
-pub fn serve_blocking(config: Config, loader: Arc<dyn ModelLoader>, catalog: Arc<dyn ModelCatalog>) -> io::Result<()> {
+pub fn serve_blocking(
+    config: Config,
+    loader: Arc<dyn ModelLoader>,
+    catalog: Arc<dyn ModelCatalog>,
+) -> io::Result<()> {
     actix_web::rt::System::new().block_on(serve(config, loader, catalog))
 }
 
 /// Serves until a stop signal. Must run inside an actix system.
-pub async fn serve(config: Config, loader: Arc<dyn ModelLoader>, catalog: Arc<dyn ModelCatalog>) -> io::Result<()> {
+pub async fn serve(
+    config: Config,
+    loader: Arc<dyn ModelLoader>,
+    catalog: Arc<dyn ModelCatalog>,
+) -> io::Result<()> {
     let default_grammar = match &config.grammar_file {
         Some(path) => Some(Arc::new(load_grammar_file(path)?)),
         None => None,
     };
     let supervisor = Supervisor::new(
         loader,
-        SupervisorConfig { max_loaded: config.max_loaded, default_keep_alive: config.keep_alive, max_queue: config.max_queue },
+        SupervisorConfig {
+            max_loaded: config.max_loaded,
+            default_keep_alive: config.keep_alive,
+            max_queue: config.max_queue,
+        },
     )
     .start();
 
@@ -50,7 +62,12 @@ pub async fn serve(config: Config, loader: Arc<dyn ModelLoader>, catalog: Arc<dy
         None => None,
     };
 
-    let state = web::Data::new(AppState::new(supervisor.clone(), catalog, default_grammar, config.max_body_bytes));
+    let state = web::Data::new(AppState::new(
+        supervisor.clone(),
+        catalog,
+        default_grammar,
+        config.max_body_bytes,
+    ));
     let app_state = state.clone();
     let server = HttpServer::new(move || build_app(app_state.clone()))
         .disable_signals()
@@ -73,7 +90,11 @@ pub async fn serve(config: Config, loader: Arc<dyn ModelLoader>, catalog: Arc<dy
     state.shutting_down.store(true, Ordering::Release);
     let busy = supervisor.send(Shutdown).await.unwrap_or(0);
     if busy > 0 {
-        tracing::info!(models = busy, grace_seconds = SHUTDOWN_GRACE_SECONDS, "waiting for running requests");
+        tracing::info!(
+            models = busy,
+            grace_seconds = SHUTDOWN_GRACE_SECONDS,
+            "waiting for running requests"
+        );
     }
     handle.stop(true).await;
     let _ = running.await;
@@ -85,11 +106,23 @@ pub async fn serve(config: Config, loader: Arc<dyn ModelLoader>, catalog: Arc<dy
 fn load_grammar_file(path: &std::path::Path) -> io::Result<CompiledGrammar> {
     let size = std::fs::metadata(path)?.len();
     if size > MAX_GRAMMAR_FILE_BYTES {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{}: {size} bytes is too large for a grammar", path.display())));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{}: {size} bytes is too large for a grammar",
+                path.display()
+            ),
+        ));
     }
     let source = std::fs::read(path)?;
-    crate::grammar::gbnf::compile_gbnf(&source, &crate::grammar::limits::Limits::default())
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{}: {e}", path.display())))
+    crate::grammar::gbnf::compile_gbnf(&source, &crate::grammar::limits::Limits::default()).map_err(
+        |e| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{}: {e}", path.display()),
+            )
+        },
+    )
 }
 
 /// `1.59 GB`, as the banner prints a model's size.
@@ -110,7 +143,12 @@ pub fn route_table(base: &str) -> String {
         ("OpenAI", "POST", "/v1/chat/completions", ""),
         ("Anthropic", "POST", "/v1/messages", ""),
         ("Ollama", "POST", "/api/chat", "(and /api/generate)"),
-        ("Models", "GET", "/api/tags", "(and /api/ps, /api/show, /v1/models)"),
+        (
+            "Models",
+            "GET",
+            "/api/tags",
+            "(and /api/ps, /api/show, /v1/models)",
+        ),
         ("Stats", "GET", "/v1/stats", ""),
         ("Health", "GET", "/health", ""),
     ];
@@ -126,7 +164,12 @@ pub fn route_table(base: &str) -> String {
 
 fn print_banner(config: &Config, model: Option<&ModelInfo>, bound: &[String]) {
     let (name, arch, params, context) = match model {
-        Some(info) => (info.name.as_str(), info.architecture.as_str(), human_bytes(info.size_bytes), info.context_length),
+        Some(info) => (
+            info.name.as_str(),
+            info.architecture.as_str(),
+            human_bytes(info.size_bytes),
+            info.context_length,
+        ),
         None => ("", "", String::new(), config.context),
     };
     tracing::info!(

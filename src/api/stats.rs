@@ -11,7 +11,9 @@ use crate::actors::supervisor::Snapshot;
 
 pub async fn stats(state: web::Data<AppState>) -> HttpResponse {
     let Ok(status) = state.supervisor.send(Snapshot).await else {
-        return HttpResponse::ServiceUnavailable().json(json!({"error": {"message": "llamay is shutting down", "type": "Service Unavailable"}}));
+        return HttpResponse::ServiceUnavailable().json(
+            json!({"error": {"message": "llamay is shutting down", "type": "Service Unavailable"}}),
+        );
     };
     let models: Vec<serde_json::Value> = status
         .models
@@ -57,11 +59,15 @@ pub async fn stats(state: web::Data<AppState>) -> HttpResponse {
 
 pub async fn health(state: web::Data<AppState>) -> HttpResponse {
     if state.shutting_down.load(Ordering::Acquire) {
-        return HttpResponse::ServiceUnavailable().insert_header(("Retry-After", "5")).json(json!({"status": "stopping"}));
+        return HttpResponse::ServiceUnavailable()
+            .insert_header(("Retry-After", "5"))
+            .json(json!({"status": "stopping"}));
     }
     HttpResponse::Ok().json(json!({"status": "ok", "version": env!("CARGO_PKG_VERSION")}))
 }
 
 pub async fn root() -> HttpResponse {
-    HttpResponse::Ok().content_type("text/plain; charset=utf-8").body("llamay is running")
+    HttpResponse::Ok()
+        .content_type("text/plain; charset=utf-8")
+        .body("llamay is running")
 }

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use crate::actors::messages::{Generation, LoadedModel, ModelLoader};
 use crate::core::{
-    CatalogEntry, Completion, FinishReason, ModelCatalog, ModelDescription, ModelInfo, ModelTotals, PromptInput,
-    StreamEvent, Timings, Usage, ValidGenerateRequest,
+    CatalogEntry, Completion, FinishReason, ModelCatalog, ModelDescription, ModelInfo, ModelTotals,
+    PromptInput, StreamEvent, Timings, Usage, ValidGenerateRequest,
 };
 use crate::error::CoreError;
 
@@ -60,7 +60,9 @@ pub struct ScriptedLoader {
 
 impl ScriptedLoader {
     pub fn new() -> Self {
-        ScriptedLoader { in_use: Arc::new(AtomicUsize::new(0)) }
+        ScriptedLoader {
+            in_use: Arc::new(AtomicUsize::new(0)),
+        }
     }
 }
 
@@ -80,13 +82,20 @@ impl ModelLoader for ScriptedLoader {
             digest: "sha256:abcd".into(),
             parallel: 4,
         };
-        Ok(Arc::new(ScriptedModel { info, in_use: self.in_use.clone() }))
+        Ok(Arc::new(ScriptedModel {
+            info,
+            in_use: self.in_use.clone(),
+        }))
     }
 }
 
 fn prompt_text(input: &PromptInput) -> String {
     match input {
-        PromptInput::Chat { messages, .. } => messages.iter().map(|m| m.content.as_str()).collect::<Vec<_>>().join("\n"),
+        PromptInput::Chat { messages, .. } => messages
+            .iter()
+            .map(|m| m.content.as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
         PromptInput::Raw { prompt, .. } => prompt.clone(),
     }
 }
@@ -129,9 +138,18 @@ impl LoadedModel for ScriptedModel {
                     finish = FinishReason::Length;
                     break;
                 }
-                let word = if slow { " tick".to_string() } else if let Some(word) = words.get(index) { word.clone() } else { break };
+                let word = if slow {
+                    " tick".to_string()
+                } else if let Some(word) = words.get(index) {
+                    word.clone()
+                } else {
+                    break;
+                };
                 index += 1;
-                if sender.blocking_send(StreamEvent::Delta { text: word }).is_err() {
+                if sender
+                    .blocking_send(StreamEvent::Delta { text: word })
+                    .is_err()
+                {
                     finish = FinishReason::Cancelled;
                     break;
                 }
@@ -143,8 +161,14 @@ impl LoadedModel for ScriptedModel {
             in_use.fetch_sub(1, Ordering::SeqCst);
             let completion = Completion {
                 finish_reason: finish,
-                usage: Usage { prompt_tokens: prompt.split_whitespace().count() as u32, completion_tokens: sent },
-                timings: Timings { total: Duration::from_millis(3), ..Timings::default() },
+                usage: Usage {
+                    prompt_tokens: prompt.split_whitespace().count() as u32,
+                    completion_tokens: sent,
+                },
+                timings: Timings {
+                    total: Duration::from_millis(3),
+                    ..Timings::default()
+                },
                 ..Completion::default()
             };
             let _ = sender.blocking_send(StreamEvent::Done(completion));

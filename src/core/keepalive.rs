@@ -34,7 +34,9 @@ impl KeepAlive {
     /// From seconds, as Ollama reads a JSON number.
     pub fn from_seconds(seconds: f64) -> Result<Self, KeepAliveParseError> {
         if !seconds.is_finite() {
-            return Err(KeepAliveParseError { input: seconds.to_string() });
+            return Err(KeepAliveParseError {
+                input: seconds.to_string(),
+            });
         }
         Ok(if seconds < 0.0 {
             KeepAlive::Forever
@@ -51,10 +53,14 @@ impl KeepAlive {
         match value {
             serde_json::Value::Number(n) => match n.as_f64() {
                 Some(seconds) => Self::from_seconds(seconds),
-                None => Err(KeepAliveParseError { input: n.to_string() }),
+                None => Err(KeepAliveParseError {
+                    input: n.to_string(),
+                }),
             },
             serde_json::Value::String(s) => s.parse(),
-            other => Err(KeepAliveParseError { input: other.to_string() }),
+            other => Err(KeepAliveParseError {
+                input: other.to_string(),
+            }),
         }
     }
 
@@ -72,7 +78,9 @@ impl std::str::FromStr for KeepAlive {
     type Err = KeepAliveParseError;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let err = || KeepAliveParseError { input: text.chars().take(MAX_DURATION_TEXT).collect() };
+        let err = || KeepAliveParseError {
+            input: text.chars().take(MAX_DURATION_TEXT).collect(),
+        };
         let trimmed = text.trim();
         if trimmed.is_empty() || trimmed.len() > MAX_DURATION_TEXT {
             return Err(err());
@@ -102,12 +110,16 @@ fn parse_go_duration(text: &str) -> Option<f64> {
     }
     while position < bytes.len() {
         let number_start = position;
-        while position < bytes.len() && (bytes[position].is_ascii_digit() || bytes[position] == b'.') {
+        while position < bytes.len()
+            && (bytes[position].is_ascii_digit() || bytes[position] == b'.')
+        {
             position += 1;
         }
         let number: f64 = text.get(number_start..position)?.parse().ok()?;
         let unit_start = position;
-        while position < bytes.len() && !(bytes[position].is_ascii_digit() || bytes[position] == b'.') {
+        while position < bytes.len()
+            && !(bytes[position].is_ascii_digit() || bytes[position] == b'.')
+        {
             position += 1;
         }
         let scale = match text.get(unit_start..position)? {
@@ -158,18 +170,41 @@ mod tests {
         assert_eq!("-1".parse(), Ok(KeepAlive::Forever));
         assert_eq!("-1m".parse(), Ok(KeepAlive::Forever));
         assert_eq!("10m".parse(), Ok(KeepAlive::For(Duration::from_secs(600))));
-        assert_eq!("1h30m".parse(), Ok(KeepAlive::For(Duration::from_secs(5400))));
+        assert_eq!(
+            "1h30m".parse(),
+            Ok(KeepAlive::For(Duration::from_secs(5400)))
+        );
         assert_eq!("5m0s".parse(), Ok(KeepAlive::For(Duration::from_secs(300))));
-        assert_eq!("250ms".parse(), Ok(KeepAlive::For(Duration::from_millis(250))));
-        assert_eq!(KeepAlive::from_json(&json!(30)), Ok(KeepAlive::For(Duration::from_secs(30))));
+        assert_eq!(
+            "250ms".parse(),
+            Ok(KeepAlive::For(Duration::from_millis(250)))
+        );
+        assert_eq!(
+            KeepAlive::from_json(&json!(30)),
+            Ok(KeepAlive::For(Duration::from_secs(30)))
+        );
         assert_eq!(KeepAlive::from_json(&json!(-5)), Ok(KeepAlive::Forever));
         assert_eq!(KeepAlive::from_json(&json!(0)), Ok(KeepAlive::UnloadNow));
     }
 
     #[test]
     fn refuses_nonsense_without_panicking() {
-        for bad in ["", "m", "10x", "1h-3m", "..s", "5 m", "ha", "µ", "1e400h", &"9".repeat(100)] {
-            assert!(bad.parse::<KeepAlive>().is_err(), "{bad:?} should be refused");
+        for bad in [
+            "",
+            "m",
+            "10x",
+            "1h-3m",
+            "..s",
+            "5 m",
+            "ha",
+            "µ",
+            "1e400h",
+            &"9".repeat(100),
+        ] {
+            assert!(
+                bad.parse::<KeepAlive>().is_err(),
+                "{bad:?} should be refused"
+            );
         }
         assert!(KeepAlive::from_json(&json!(true)).is_err());
         assert!(KeepAlive::from_json(&json!(null)).is_err());
@@ -178,7 +213,10 @@ mod tests {
     #[test]
     fn displays_like_go() {
         assert_eq!(KeepAlive::For(Duration::from_secs(300)).to_string(), "5m0s");
-        assert_eq!(KeepAlive::For(Duration::from_secs(3725)).to_string(), "1h2m5s");
+        assert_eq!(
+            KeepAlive::For(Duration::from_secs(3725)).to_string(),
+            "1h2m5s"
+        );
         assert_eq!(KeepAlive::For(Duration::from_secs(45)).to_string(), "45s");
     }
 }

@@ -15,7 +15,7 @@ pub use crate::error::{CoreError, ErrorCode};
 pub use keepalive::KeepAlive;
 pub use model::{CatalogEntry, ModelCatalog, ModelDescription, ModelInfo, ModelTotals};
 pub use request::{
-    ChatMessage, Constraint, ConstraintKind, PromptInput, Role, SamplingParams, ToolCall, ToolChoice,
-    ToolSpec, ValidGenerateRequest,
+    ChatMessage, Constraint, ConstraintKind, PromptInput, Role, SamplingParams, ToolCall,
+    ToolChoice, ToolSpec, ValidGenerateRequest,
 };
 pub use response::{Completion, FinishReason, StreamEvent, Timings, Usage};

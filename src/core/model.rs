@@ -58,7 +58,10 @@ impl ModelTotals {
     }
 }
 
-fn serialize_seconds<S: serde::Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+fn serialize_seconds<S: serde::Serializer>(
+    duration: &Duration,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
     serializer.serialize_f64(duration.as_secs_f64())
 }
 

@@ -72,7 +72,13 @@ pub struct ChatMessage {
 
 impl ChatMessage {
     pub fn new(role: Role, content: impl Into<String>) -> Self {
-        ChatMessage { role, content: content.into(), tool_calls: Vec::new(), name: None, tool_call_id: None }
+        ChatMessage {
+            role,
+            content: content.into(),
+            tool_calls: Vec::new(),
+            name: None,
+            tool_call_id: None,
+        }
     }
 }
 
@@ -80,8 +86,15 @@ impl ChatMessage {
 /// (Ollama `/api/generate`; `template: false` is Ollama's `raw: true`).
 #[derive(Debug, Clone, PartialEq)]
 pub enum PromptInput {
-    Chat { messages: Vec<ChatMessage>, tools: Vec<ToolSpec> },
-    Raw { prompt: String, system: Option<String>, template: bool },
+    Chat {
+        messages: Vec<ChatMessage>,
+        tools: Vec<ToolSpec>,
+    },
+    Raw {
+        prompt: String,
+        system: Option<String>,
+        template: bool,
+    },
 }
 
 /// Sampling knobs, already range-checked by the API conversion.
@@ -137,7 +150,9 @@ pub struct Constraint {
 
 impl std::fmt::Debug for Constraint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Constraint").field("kind", &self.kind).finish_non_exhaustive()
+        f.debug_struct("Constraint")
+            .field("kind", &self.kind)
+            .finish_non_exhaustive()
     }
 }
 

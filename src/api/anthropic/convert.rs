@@ -4,10 +4,15 @@
 
 use serde_json::Value;
 
-use super::types::{ContentBlock, InputContent, MessagesRequest, SystemField, ToolChoiceField, ToolDefinition};
+use super::types::{
+    ContentBlock, InputContent, MessagesRequest, SystemField, ToolChoiceField, ToolDefinition,
+};
 use crate::api::common::{check_range, check_stops};
 use crate::api::constraint::ConstraintSources;
-use crate::core::{ChatMessage, PromptInput, Role, SamplingParams, ToolCall, ToolChoice, ToolSpec, ValidGenerateRequest};
+use crate::core::{
+    ChatMessage, PromptInput, Role, SamplingParams, ToolCall, ToolChoice, ToolSpec,
+    ValidGenerateRequest,
+};
 use crate::error::CoreError;
 
 #[derive(Debug)]
@@ -25,7 +30,9 @@ pub fn convert(body: MessagesRequest) -> Result<Converted, CoreError> {
         return Err(CoreError::invalid("max_tokens: must be at least 1"));
     }
     if body.messages.is_empty() {
-        return Err(CoreError::invalid("messages: at least one message is required"));
+        return Err(CoreError::invalid(
+            "messages: at least one message is required",
+        ));
     }
     let mut messages = Vec::new();
     if let Some(system) = body.system {
@@ -39,17 +46,31 @@ pub fn convert(body: MessagesRequest) -> Result<Converted, CoreError> {
         let role = match message.role.as_str() {
             "user" => Role::User,
             "assistant" => Role::Assistant,
-            other => return Err(CoreError::invalid(format!("messages.{index}.role: {other:?} is not \"user\" or \"assistant\""))),
+            other => {
+                return Err(CoreError::invalid(format!(
+                    "messages.{index}.role: {other:?} is not \"user\" or \"assistant\""
+                )))
+            }
         };
         match message.content {
             InputContent::Text(text) => messages.push(ChatMessage::new(role, text)),
             InputContent::Blocks(blocks) => push_blocks(&mut messages, role, index, blocks)?,
         }
     }
-    let tools = body.tools.unwrap_or_default().into_iter().map(convert_tool).collect::<Result<Vec<_>, _>>()?;
+    let tools = body
+        .tools
+        .unwrap_or_default()
+        .into_iter()
+        .map(convert_tool)
+        .collect::<Result<Vec<_>, _>>()?;
     let tool_choice = convert_tool_choice(body.tool_choice, &tools)?;
 
-    let mut sampling = SamplingParams { temperature: 1.0, top_p: 1.0, repeat_penalty: 1.0, ..SamplingParams::default() };
+    let mut sampling = SamplingParams {
+        temperature: 1.0,
+        top_p: 1.0,
+        repeat_penalty: 1.0,
+        ..SamplingParams::default()
+    };
     if let Some(t) = check_range("temperature", body.temperature, 0.0, 1.0)? {
         sampling.temperature = t;
     }
@@ -65,7 +86,9 @@ pub fn convert(body: MessagesRequest) -> Result<Converted, CoreError> {
     let mut constraint = ConstraintSources::default();
     if let Some(format) = body.llamay_format {
         if format != "json" {
-            return Err(CoreError::invalid(format!("llamay_format: {format:?} is not offered; the one value is \"json\"")));
+            return Err(CoreError::invalid(format!(
+                "llamay_format: {format:?} is not offered; the one value is \"json\""
+            )));
         }
         constraint.any_json = Some("llamay_format");
     }
@@ -73,7 +96,10 @@ pub fn convert(body: MessagesRequest) -> Result<Converted, CoreError> {
         constraint.schema = Some((schema, "llamay_schema"));
         constraint.any_json = None;
     }
-    constraint.grammar = body.llamay_grammar.map(|g| (g, "llamay_grammar")).or(body.grammar.map(|g| (g, "grammar")));
+    constraint.grammar = body
+        .llamay_grammar
+        .map(|g| (g, "llamay_grammar"))
+        .or(body.grammar.map(|g| (g, "grammar")));
 
     let request = ValidGenerateRequest {
         model: body.model,
@@ -86,7 +112,11 @@ pub fn convert(body: MessagesRequest) -> Result<Converted, CoreError> {
         tool_choice,
         parallel_tool_calls: true,
     };
-    Ok(Converted { request, constraint, stream: body.stream })
+    Ok(Converted {
+        request,
+        constraint,
+        stream: body.stream,
+    })
 }
 
 fn text_of_blocks(field: &str, blocks: Vec<ContentBlock>) -> Result<String, CoreError> {
@@ -94,13 +124,22 @@ fn text_of_blocks(field: &str, blocks: Vec<ContentBlock>) -> Result<String, Core
     for block in blocks {
         match (block.kind.as_str(), block.text) {
             ("text", Some(piece)) => text.push_str(&piece),
-            (kind, _) => return Err(CoreError::invalid(format!("{field}: a {kind:?} block is not offered here; send text"))),
+            (kind, _) => {
+                return Err(CoreError::invalid(format!(
+                    "{field}: a {kind:?} block is not offered here; send text"
+                )))
+            }
         }
     }
     Ok(text)
 }
 
-fn push_blocks(messages: &mut Vec<ChatMessage>, role: Role, index: usize, blocks: Vec<ContentBlock>) -> Result<(), CoreError> {
+fn push_blocks(
+    messages: &mut Vec<ChatMessage>,
+    role: Role,
+    index: usize,
+    blocks: Vec<ContentBlock>,
+) -> Result<(), CoreError> {
     let mut current = ChatMessage::new(role, String::new());
     for block in blocks {
         match block.kind.as_str() {
@@ -152,8 +191,13 @@ fn convert_tool(tool: ToolDefinition) -> Result<ToolSpec, CoreError> {
     }
 }
 
-fn convert_tool_choice(choice: Option<ToolChoiceField>, tools: &[ToolSpec]) -> Result<ToolChoice, CoreError> {
-    let Some(choice) = choice else { return Ok(ToolChoice::Auto) };
+fn convert_tool_choice(
+    choice: Option<ToolChoiceField>,
+    tools: &[ToolSpec],
+) -> Result<ToolChoice, CoreError> {
+    let Some(choice) = choice else {
+        return Ok(ToolChoice::Auto);
+    };
     let converted = match (choice.kind.as_str(), choice.name) {
         ("auto", _) => ToolChoice::Auto,
         ("none", _) => ToolChoice::None,
@@ -164,7 +208,9 @@ fn convert_tool_choice(choice: Option<ToolChoiceField>, tools: &[ToolSpec]) -> R
     };
     let _ = choice.disable_parallel_tool_use;
     if matches!(converted, ToolChoice::Required | ToolChoice::Named(_)) && tools.is_empty() {
-        return Err(CoreError::invalid("tool_choice forces a tool call but no tools were offered"));
+        return Err(CoreError::invalid(
+            "tool_choice forces a tool call but no tools were offered",
+        ));
     }
     Ok(converted)
 }
@@ -190,9 +236,14 @@ mod tests {
             ]
         }))
         .unwrap();
-        let PromptInput::Chat { messages, .. } = converted.request.input else { panic!("chat expected") };
+        let PromptInput::Chat { messages, .. } = converted.request.input else {
+            panic!("chat expected")
+        };
         let roles: Vec<Role> = messages.iter().map(|m| m.role).collect();
-        assert_eq!(roles, vec![Role::System, Role::User, Role::Assistant, Role::Tool]);
+        assert_eq!(
+            roles,
+            vec![Role::System, Role::User, Role::Assistant, Role::Tool]
+        );
         assert_eq!(messages[2].tool_calls[0].arguments, json!({"city": "Lyon"}));
         assert_eq!(messages[3].content, "sunny");
         assert_eq!(messages[3].tool_call_id.as_deref(), Some("t1"));
@@ -202,16 +253,28 @@ mod tests {
 
     #[test]
     fn refuses_missing_max_tokens_images_hosted_tools_and_hot_temperatures() {
-        assert!(serde_json::from_value::<MessagesRequest>(json!({"model": "m", "messages": []})).is_err());
-        let base = json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]});
+        assert!(
+            serde_json::from_value::<MessagesRequest>(json!({"model": "m", "messages": []}))
+                .is_err()
+        );
+        let base =
+            json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]});
         let with = |key: &str, value: Value| {
             let mut body = base.clone();
             body[key] = value;
             parse(body).unwrap_err().message
         };
         assert!(with("temperature", json!(1.5)).contains("temperature"));
-        assert!(with("tools", json!([{"type": "web_search_20250305", "name": "web_search"}])).contains("web_search_20250305"));
-        assert!(with("messages", json!([{"role": "user", "content": [{"type": "image", "source": {}}]}])).contains("image"));
+        assert!(with(
+            "tools",
+            json!([{"type": "web_search_20250305", "name": "web_search"}])
+        )
+        .contains("web_search_20250305"));
+        assert!(with(
+            "messages",
+            json!([{"role": "user", "content": [{"type": "image", "source": {}}]}])
+        )
+        .contains("image"));
         assert!(with("llamay_format", json!("xml")).contains("llamay_format"));
     }
 }

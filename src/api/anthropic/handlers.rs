@@ -7,7 +7,9 @@ use serde_json::json;
 use super::convert::convert;
 use super::stream::{stop_reason, tool_use_block, MessageStream};
 use super::types::{ErrorBody, ErrorDetail, MessageResponse, MessagesRequest, UsageBody};
-use crate::api::common::{collect, error_response, event_stream, random_id, read_json, sse_response, start_generation};
+use crate::api::common::{
+    collect, error_response, event_stream, random_id, read_json, sse_response, start_generation,
+};
 use crate::api::constraint::resolve_constraint;
 use crate::api::AppState;
 use crate::error::CoreError;
@@ -16,24 +18,44 @@ use crate::error::CoreError;
 pub fn render_error(error: &CoreError) -> HttpResponse {
     error_response(error).json(ErrorBody {
         kind: "error",
-        error: ErrorDetail { kind: error.code.anthropic_type(), message: error.message.clone() },
+        error: ErrorDetail {
+            kind: error.code.anthropic_type(),
+            message: error.message.clone(),
+        },
     })
 }
 
-pub async fn messages(state: web::Data<AppState>, request: HttpRequest, payload: web::Payload) -> HttpResponse {
-    create(&state, &request, payload).await.unwrap_or_else(|error| render_error(&error))
+pub async fn messages(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    payload: web::Payload,
+) -> HttpResponse {
+    create(&state, &request, payload)
+        .await
+        .unwrap_or_else(|error| render_error(&error))
 }
 
-async fn create(state: &AppState, http: &HttpRequest, payload: web::Payload) -> Result<HttpResponse, CoreError> {
+async fn create(
+    state: &AppState,
+    http: &HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, CoreError> {
     let body: MessagesRequest = read_json(http, payload, state.max_body_bytes).await?;
     let converted = convert(body)?;
     let mut request = converted.request;
-    request.constraint = resolve_constraint(converted.constraint, &state.constraints, state.default_grammar.as_ref())?;
+    request.constraint = resolve_constraint(
+        converted.constraint,
+        &state.constraints,
+        state.default_grammar.as_ref(),
+    )?;
     let model = request.model.clone();
     let started = start_generation(state, request).await?;
     let id = format!("msg_{}", random_id(24));
     if converted.stream {
-        return Ok(sse_response(event_stream(started, MessageStream::new(id, model))));
+        return Ok(sse_response(event_stream(
+            started,
+            MessageStream::new(id, model),
+        )));
     }
     let collected = collect(started).await?;
     let completion = collected.completion;
@@ -51,6 +73,9 @@ async fn create(state: &AppState, http: &HttpRequest, payload: web::Payload) -> 
         content,
         stop_reason: reason,
         stop_sequence: sequence,
-        usage: UsageBody { input_tokens: completion.usage.prompt_tokens, output_tokens: completion.usage.completion_tokens },
+        usage: UsageBody {
+            input_tokens: completion.usage.prompt_tokens,
+            output_tokens: completion.usage.completion_tokens,
+        },
     }))
 }

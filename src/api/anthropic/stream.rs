@@ -32,14 +32,24 @@ pub struct MessageStream {
 
 impl MessageStream {
     pub fn new(id: String, model: String) -> Self {
-        MessageStream { id, model, finished: false }
+        MessageStream {
+            id,
+            model,
+            finished: false,
+        }
     }
 
     fn finish(&self, completion: Completion) -> Vec<Bytes> {
         if let FinishReason::Error(message) = &completion.finish_reason {
-            return vec![sse_frame(Some("error"), &json!({"type": "error", "error": {"type": "api_error", "message": message}}))];
+            return vec![sse_frame(
+                Some("error"),
+                &json!({"type": "error", "error": {"type": "api_error", "message": message}}),
+            )];
         }
-        let mut frames = vec![sse_frame(Some("content_block_stop"), &json!({"type": "content_block_stop", "index": 0}))];
+        let mut frames = vec![sse_frame(
+            Some("content_block_stop"),
+            &json!({"type": "content_block_stop", "index": 0}),
+        )];
         for (offset, call) in completion.tool_calls.iter().enumerate() {
             let index = offset + 1;
             frames.push(sse_frame(
@@ -52,7 +62,10 @@ impl MessageStream {
                 &json!({"type": "content_block_delta", "index": index,
                         "delta": {"type": "input_json_delta", "partial_json": call.arguments.to_string()}}),
             ));
-            frames.push(sse_frame(Some("content_block_stop"), &json!({"type": "content_block_stop", "index": index})));
+            frames.push(sse_frame(
+                Some("content_block_stop"),
+                &json!({"type": "content_block_stop", "index": index}),
+            ));
         }
         let (reason, sequence) = stop_reason(&completion.finish_reason);
         frames.push(sse_frame(
@@ -60,7 +73,10 @@ impl MessageStream {
             &json!({"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence},
                     "usage": {"input_tokens": completion.usage.prompt_tokens, "output_tokens": completion.usage.completion_tokens}}),
         ));
-        frames.push(sse_frame(Some("message_stop"), &json!({"type": "message_stop"})));
+        frames.push(sse_frame(
+            Some("message_stop"),
+            &json!({"type": "message_stop"}),
+        ));
         frames
     }
 }
@@ -108,7 +124,12 @@ mod tests {
     fn parse(frame: &Bytes) -> (String, Value) {
         let text = std::str::from_utf8(frame).unwrap();
         let mut lines = text.lines();
-        let event = lines.next().unwrap().strip_prefix("event: ").unwrap().to_string();
+        let event = lines
+            .next()
+            .unwrap()
+            .strip_prefix("event: ")
+            .unwrap()
+            .to_string();
         let data = lines.next().unwrap().strip_prefix("data: ").unwrap();
         assert!(text.ends_with("\n\n"));
         (event, serde_json::from_str(data).unwrap())
@@ -121,7 +142,10 @@ mod tests {
         frames.extend(stream.event(StreamEvent::Delta { text: "Hi".into() }));
         let done = Completion {
             finish_reason: FinishReason::StopSequence("END".into()),
-            usage: Usage { prompt_tokens: 4, completion_tokens: 1 },
+            usage: Usage {
+                prompt_tokens: 4,
+                completion_tokens: 1,
+            },
             ..Completion::default()
         };
         frames.extend(stream.event(StreamEvent::Done(done)));
@@ -129,10 +153,22 @@ mod tests {
         let names: Vec<&str> = parsed.iter().map(|(e, _)| e.as_str()).collect();
         assert_eq!(
             names,
-            ["message_start", "content_block_start", "ping", "content_block_delta", "content_block_stop", "message_delta", "message_stop"]
+            [
+                "message_start",
+                "content_block_start",
+                "ping",
+                "content_block_delta",
+                "content_block_stop",
+                "message_delta",
+                "message_stop"
+            ]
         );
         for (event, data) in &parsed {
-            assert_eq!(&data["type"], event.as_str(), "data.type repeats the event name");
+            assert_eq!(
+                &data["type"],
+                event.as_str(),
+                "data.type repeats the event name"
+            );
         }
         assert_eq!(parsed[3].1["delta"]["text"], "Hi");
         assert_eq!(parsed[5].1["delta"]["stop_reason"], "stop_sequence");
@@ -143,9 +179,21 @@ mod tests {
     #[test]
     fn tool_calls_come_whole_after_the_text_block() {
         let mut stream = MessageStream::new("msg_1".into(), "m".into());
-        let call = ToolCall { id: "toolu_1".into(), name: "get_weather".into(), arguments: json!({"city": "Pune"}) };
-        let done = Completion { finish_reason: FinishReason::ToolCalls, tool_calls: vec![call], ..Completion::default() };
-        let parsed: Vec<(String, Value)> = stream.event(StreamEvent::Done(done)).iter().map(parse).collect();
+        let call = ToolCall {
+            id: "toolu_1".into(),
+            name: "get_weather".into(),
+            arguments: json!({"city": "Pune"}),
+        };
+        let done = Completion {
+            finish_reason: FinishReason::ToolCalls,
+            tool_calls: vec![call],
+            ..Completion::default()
+        };
+        let parsed: Vec<(String, Value)> = stream
+            .event(StreamEvent::Done(done))
+            .iter()
+            .map(parse)
+            .collect();
         assert_eq!(parsed[1].1["content_block"]["name"], "get_weather");
         assert_eq!(parsed[2].1["delta"]["partial_json"], "{\"city\":\"Pune\"}");
         assert_eq!(parsed[4].1["delta"]["stop_reason"], "tool_use");
@@ -154,8 +202,15 @@ mod tests {
     #[test]
     fn an_error_is_an_error_event() {
         let mut stream = MessageStream::new("msg_1".into(), "m".into());
-        let done = Completion { finish_reason: FinishReason::Error("boom".into()), ..Completion::default() };
-        let parsed: Vec<(String, Value)> = stream.event(StreamEvent::Done(done)).iter().map(parse).collect();
+        let done = Completion {
+            finish_reason: FinishReason::Error("boom".into()),
+            ..Completion::default()
+        };
+        let parsed: Vec<(String, Value)> = stream
+            .event(StreamEvent::Done(done))
+            .iter()
+            .map(parse)
+            .collect();
         assert_eq!(parsed.len(), 1);
         assert_eq!(parsed[0].0, "error");
         assert_eq!(parsed[0].1["error"]["message"], "boom");

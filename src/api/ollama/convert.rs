@@ -7,7 +7,10 @@ use serde_json::Value;
 use super::types::{ChatRequest, GenerateRequest, Message, Options};
 use crate::api::common::{check_range, check_stops};
 use crate::api::constraint::ConstraintSources;
-use crate::core::{ChatMessage, KeepAlive, PromptInput, Role, SamplingParams, ToolCall, ToolChoice, ToolSpec, ValidGenerateRequest};
+use crate::core::{
+    ChatMessage, KeepAlive, PromptInput, Role, SamplingParams, ToolCall, ToolChoice, ToolSpec,
+    ValidGenerateRequest,
+};
 use crate::error::CoreError;
 
 #[derive(Debug)]
@@ -22,17 +25,27 @@ pub struct Converted {
 pub fn convert_chat(body: ChatRequest) -> Result<Converted, CoreError> {
     check_model(&body.model)?;
     let load_only = body.messages.is_empty();
-    let messages = body.messages.into_iter().enumerate().map(|(i, m)| convert_message(i, m)).collect::<Result<Vec<_>, _>>()?;
+    let messages = body
+        .messages
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| convert_message(i, m))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut tools = Vec::new();
     for tool in body.tools.unwrap_or_default() {
         match (tool.kind.as_deref(), tool.function) {
             (None | Some("function"), Some(function)) => tools.push(ToolSpec {
                 name: function.name,
                 description: function.description,
-                parameters: function.parameters.unwrap_or_else(|| serde_json::json!({"type": "object"})),
+                parameters: function
+                    .parameters
+                    .unwrap_or_else(|| serde_json::json!({"type": "object"})),
             }),
             (kind, _) => {
-                return Err(CoreError::invalid(format!("tools: a tool of type {:?} is not offered; send function tools", kind.unwrap_or(""))))
+                return Err(CoreError::invalid(format!(
+                    "tools: a tool of type {:?} is not offered; send function tools",
+                    kind.unwrap_or("")
+                )))
             }
         }
     }
@@ -62,10 +75,14 @@ pub fn convert_generate(body: GenerateRequest) -> Result<Converted, CoreError> {
         return Err(CoreError::invalid("template: a per-request template is not offered; the model's own chat template is used (raw: true sends the prompt as is)"));
     }
     if body.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
-        return Err(CoreError::invalid("suffix: fill-in-the-middle is not offered in this version"));
+        return Err(CoreError::invalid(
+            "suffix: fill-in-the-middle is not offered in this version",
+        ));
     }
     if body.images.as_ref().is_some_and(|i| !i.is_empty()) {
-        return Err(CoreError::invalid("images: image input is not offered in this version"));
+        return Err(CoreError::invalid(
+            "images: image input is not offered in this version",
+        ));
     }
     if body.context.as_ref().is_some_and(|c| !c.is_empty()) {
         return Err(CoreError::invalid("context: token context from an earlier answer is not offered; send the conversation to /api/chat"));
@@ -75,7 +92,11 @@ pub fn convert_generate(body: GenerateRequest) -> Result<Converted, CoreError> {
     let (sampling, stop, num_ctx) = convert_options(body.options)?;
     let request = ValidGenerateRequest {
         model: body.model,
-        input: PromptInput::Raw { prompt, system: body.system, template: !body.raw.unwrap_or(false) },
+        input: PromptInput::Raw {
+            prompt,
+            system: body.system,
+            template: !body.raw.unwrap_or(false),
+        },
         sampling,
         stop,
         constraint: None,
@@ -105,22 +126,40 @@ fn convert_message(index: usize, message: Message) -> Result<ChatMessage, CoreEr
         "user" => Role::User,
         "assistant" => Role::Assistant,
         "tool" => Role::Tool,
-        other => return Err(CoreError::invalid(format!("messages[{index}].role {other:?} is not one of system, user, assistant, tool"))),
+        other => {
+            return Err(CoreError::invalid(format!(
+                "messages[{index}].role {other:?} is not one of system, user, assistant, tool"
+            )))
+        }
     };
     if message.images.as_ref().is_some_and(|i| !i.is_empty()) {
-        return Err(CoreError::invalid(format!("messages[{index}].images: image input is not offered in this version")));
+        return Err(CoreError::invalid(format!(
+            "messages[{index}].images: image input is not offered in this version"
+        )));
     }
     let tool_calls = message
         .tool_calls
         .unwrap_or_default()
         .into_iter()
         .enumerate()
-        .map(|(i, call)| ToolCall { id: format!("call_{index}_{i}"), name: call.function.name, arguments: call.function.arguments })
+        .map(|(i, call)| ToolCall {
+            id: format!("call_{index}_{i}"),
+            name: call.function.name,
+            arguments: call.function.arguments,
+        })
         .collect();
-    Ok(ChatMessage { role, content: message.content.unwrap_or_default(), tool_calls, name: message.tool_name, tool_call_id: None })
+    Ok(ChatMessage {
+        role,
+        content: message.content.unwrap_or_default(),
+        tool_calls,
+        name: message.tool_name,
+        tool_call_id: None,
+    })
 }
 
-fn convert_options(options: Option<Options>) -> Result<(SamplingParams, Vec<String>, Option<u32>), CoreError> {
+fn convert_options(
+    options: Option<Options>,
+) -> Result<(SamplingParams, Vec<String>, Option<u32>), CoreError> {
     let options = options.unwrap_or_default();
     let mut sampling = SamplingParams::default();
     if let Some(t) = check_range("options.temperature", options.temperature, 0.0, 100.0)? {
@@ -141,7 +180,10 @@ fn convert_options(options: Option<Options>) -> Result<(SamplingParams, Vec<Stri
     if let Some(n) = options.repeat_last_n {
         sampling.repeat_last_n = n.max(-1);
     }
-    sampling.seed = options.seed.filter(|s| *s >= 0).map(|s| (s as u64 & u64::from(u32::MAX)) as u32);
+    sampling.seed = options
+        .seed
+        .filter(|s| *s >= 0)
+        .map(|s| (s as u64 & u64::from(u32::MAX)) as u32);
     sampling.max_tokens = match options.num_predict {
         None => None,
         Some(0) => return Err(CoreError::invalid("options.num_predict is 0, which generates nothing; use a positive count, or -1 for no limit")),
@@ -158,20 +200,32 @@ fn convert_options(options: Option<Options>) -> Result<(SamplingParams, Vec<Stri
 fn convert_keep_alive(value: Option<Value>) -> Result<Option<KeepAlive>, CoreError> {
     match value {
         None | Some(Value::Null) => Ok(None),
-        Some(value) => KeepAlive::from_json(&value).map(Some).map_err(|e| CoreError::invalid(format!("keep_alive: {e}"))),
+        Some(value) => KeepAlive::from_json(&value)
+            .map(Some)
+            .map_err(|e| CoreError::invalid(format!("keep_alive: {e}"))),
     }
 }
 
-fn constraint_sources(format: Option<Value>, llamay_grammar: Option<String>, grammar: Option<String>) -> Result<ConstraintSources, CoreError> {
+fn constraint_sources(
+    format: Option<Value>,
+    llamay_grammar: Option<String>,
+    grammar: Option<String>,
+) -> Result<ConstraintSources, CoreError> {
     let mut sources = ConstraintSources::default();
     match format {
         None | Some(Value::Null) => {}
         Some(Value::String(text)) if text.is_empty() => {}
         Some(Value::String(text)) if text == "json" => sources.any_json = Some("format"),
         Some(schema @ Value::Object(_)) => sources.schema = Some((schema, "format")),
-        Some(other) => return Err(CoreError::invalid(format!("format must be \"json\" or a JSON schema object, not {other}"))),
+        Some(other) => {
+            return Err(CoreError::invalid(format!(
+                "format must be \"json\" or a JSON schema object, not {other}"
+            )))
+        }
     }
-    sources.grammar = llamay_grammar.map(|g| (g, "llamay_grammar")).or(grammar.map(|g| (g, "grammar")));
+    sources.grammar = llamay_grammar
+        .map(|g| (g, "llamay_grammar"))
+        .or(grammar.map(|g| (g, "grammar")));
     Ok(sources)
 }
 
@@ -200,7 +254,10 @@ mod tests {
         assert_eq!(request.sampling.max_tokens, Some(12));
         assert_eq!(request.sampling.seed, Some(42));
         assert_eq!(request.num_ctx, Some(512));
-        assert_eq!(request.keep_alive, Some(KeepAlive::For(Duration::from_secs(600))));
+        assert_eq!(
+            request.keep_alive,
+            Some(KeepAlive::For(Duration::from_secs(600)))
+        );
         assert_eq!(converted.constraint.schema.map(|(_, p)| p), Some("format"));
         let converted = chat(json!({"model": "m", "messages": [], "keep_alive": 0, "format": "json", "options": {"num_predict": -1}})).unwrap();
         assert!(converted.load_only);
@@ -214,12 +271,23 @@ mod tests {
         assert!(chat(json!({"model": "m", "messages": [], "format": 3})).is_err());
         assert!(chat(json!({"model": "m", "messages": [], "keep_alive": "soon"})).is_err());
         assert!(chat(json!({"model": "m", "messages": [{"role": "user", "content": "x", "images": ["AAAA"]}]})).is_err());
-        assert!(chat(json!({"model": "m", "messages": [], "options": {"num_predict": 0}})).is_err());
+        assert!(
+            chat(json!({"model": "m", "messages": [], "options": {"num_predict": 0}})).is_err()
+        );
         let generate = |value: Value| convert_generate(serde_json::from_value(value).unwrap());
         assert!(generate(json!({"model": "m", "prompt": "x", "context": [1, 2]})).is_err());
-        assert!(generate(json!({"model": "m", "prompt": "x", "template": "{{ .Prompt }}"})).is_err());
-        let raw = generate(json!({"model": "m", "prompt": "x", "raw": true, "stream": false})).unwrap();
-        assert!(matches!(raw.request.input, PromptInput::Raw { template: false, .. }));
+        assert!(
+            generate(json!({"model": "m", "prompt": "x", "template": "{{ .Prompt }}"})).is_err()
+        );
+        let raw =
+            generate(json!({"model": "m", "prompt": "x", "raw": true, "stream": false})).unwrap();
+        assert!(matches!(
+            raw.request.input,
+            PromptInput::Raw {
+                template: false,
+                ..
+            }
+        ));
         assert!(!raw.stream);
     }
 }

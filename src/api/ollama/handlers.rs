@@ -6,7 +6,10 @@ use serde_json::json;
 
 use super::convert::{convert_chat, convert_generate, Converted};
 use super::stream::{answer_object, Endpoint, NdjsonStream};
-use super::types::{ChatRequest, ErrorBody, GenerateRequest, ModelDetails, PsEntry, PsResponse, ShowRequest, TagEntry, TagsResponse};
+use super::types::{
+    ChatRequest, ErrorBody, GenerateRequest, ModelDetails, PsEntry, PsResponse, ShowRequest,
+    TagEntry, TagsResponse,
+};
 use crate::actors::supervisor::{acquire, Snapshot};
 use crate::api::common::{collect, error_response, event_stream, read_json, start_generation};
 use crate::api::constraint::resolve_constraint;
@@ -16,10 +19,16 @@ use crate::error::CoreError;
 
 /// An error in Ollama's shape.
 pub fn render_error(error: &CoreError) -> HttpResponse {
-    error_response(error).json(ErrorBody { error: error.message.clone() })
+    error_response(error).json(ErrorBody {
+        error: error.message.clone(),
+    })
 }
 
-pub async fn chat(state: web::Data<AppState>, request: HttpRequest, payload: web::Payload) -> HttpResponse {
+pub async fn chat(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    payload: web::Payload,
+) -> HttpResponse {
     let result = async {
         let body: ChatRequest = read_json(&request, payload, state.max_body_bytes).await?;
         answer(&state, convert_chat(body)?, Endpoint::Chat).await
@@ -27,7 +36,11 @@ pub async fn chat(state: web::Data<AppState>, request: HttpRequest, payload: web
     result.await.unwrap_or_else(|error| render_error(&error))
 }
 
-pub async fn generate(state: web::Data<AppState>, request: HttpRequest, payload: web::Payload) -> HttpResponse {
+pub async fn generate(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    payload: web::Payload,
+) -> HttpResponse {
     let result = async {
         let body: GenerateRequest = read_json(&request, payload, state.max_body_bytes).await?;
         answer(&state, convert_generate(body)?, Endpoint::Generate).await
@@ -35,19 +48,31 @@ pub async fn generate(state: web::Data<AppState>, request: HttpRequest, payload:
     result.await.unwrap_or_else(|error| render_error(&error))
 }
 
-async fn answer(state: &AppState, converted: Converted, endpoint: Endpoint) -> Result<HttpResponse, CoreError> {
+async fn answer(
+    state: &AppState,
+    converted: Converted,
+    endpoint: Endpoint,
+) -> Result<HttpResponse, CoreError> {
     let mut request = converted.request;
     let model = request.model.clone();
     if converted.load_only {
         let lease = acquire(&state.supervisor, &model, request.keep_alive).await?;
         drop(lease);
-        let reason = if request.keep_alive == Some(KeepAlive::UnloadNow) { "unload" } else { "load" };
+        let reason = if request.keep_alive == Some(KeepAlive::UnloadNow) {
+            "unload"
+        } else {
+            "load"
+        };
         let mut object = answer_object(endpoint, &model, "", None);
         object["done"] = json!(true);
         object["done_reason"] = json!(reason);
         return Ok(HttpResponse::Ok().json(object));
     }
-    request.constraint = resolve_constraint(converted.constraint, &state.constraints, state.default_grammar.as_ref())?;
+    request.constraint = resolve_constraint(
+        converted.constraint,
+        &state.constraints,
+        state.default_grammar.as_ref(),
+    )?;
     let started = start_generation(state, request).await?;
     if converted.stream {
         return Ok(HttpResponse::Ok()
@@ -55,7 +80,12 @@ async fn answer(state: &AppState, converted: Converted, endpoint: Endpoint) -> R
             .streaming(event_stream(started, NdjsonStream::new(endpoint, model))));
     }
     let collected = collect(started).await?;
-    Ok(HttpResponse::Ok().json(answer_object(endpoint, &model, &collected.text, Some(&collected.completion))))
+    Ok(HttpResponse::Ok().json(answer_object(
+        endpoint,
+        &model,
+        &collected.text,
+        Some(&collected.completion),
+    )))
 }
 
 /// `134.52M`, `1.6B`: Ollama's parameter_size.
@@ -84,7 +114,8 @@ fn details(entry: &CatalogEntry) -> ModelDetails {
 }
 
 fn timestamp(time: Option<chrono::DateTime<chrono::Utc>>) -> String {
-    time.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)).unwrap_or_else(|| "0001-01-01T00:00:00Z".into())
+    time.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true))
+        .unwrap_or_else(|| "0001-01-01T00:00:00Z".into())
 }
 
 pub async fn tags(state: web::Data<AppState>) -> HttpResponse {
@@ -109,7 +140,12 @@ pub async fn tags(state: web::Data<AppState>) -> HttpResponse {
 pub async fn ps(state: web::Data<AppState>) -> HttpResponse {
     let status = match state.supervisor.send(Snapshot).await {
         Ok(status) => status,
-        Err(_) => return render_error(&CoreError::new(crate::error::ErrorCode::ShuttingDown, "llamay is shutting down")),
+        Err(_) => {
+            return render_error(&CoreError::new(
+                crate::error::ErrorCode::ShuttingDown,
+                "llamay is shutting down",
+            ))
+        }
     };
     let models = status
         .models
@@ -130,7 +166,9 @@ pub async fn ps(state: web::Data<AppState>) -> HttpResponse {
                     quantization_level: info.quantization.clone(),
                 },
                 // Kept forever: a date no one reaches, as Ollama prints.
-                expires_at: model.expires_at.map_or_else(|| "2318-08-06T23:59:59Z".into(), |t| timestamp(Some(t))),
+                expires_at: model
+                    .expires_at
+                    .map_or_else(|| "2318-08-06T23:59:59Z".into(), |t| timestamp(Some(t))),
                 size_vram: 0,
                 context_length: info.context_length,
             }
@@ -139,10 +177,18 @@ pub async fn ps(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok().json(PsResponse { models })
 }
 
-pub async fn show(state: web::Data<AppState>, request: HttpRequest, payload: web::Payload) -> HttpResponse {
+pub async fn show(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    payload: web::Payload,
+) -> HttpResponse {
     let result = async {
         let body: ShowRequest = read_json(&request, payload, state.max_body_bytes).await?;
-        let name = body.model.or(body.name).filter(|n| !n.is_empty()).ok_or_else(|| CoreError::invalid("model is required"))?;
+        let name = body
+            .model
+            .or(body.name)
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| CoreError::invalid("model is required"))?;
         let description = state.catalog.describe(&name)?;
         Ok::<_, CoreError>(HttpResponse::Ok().json(json!({
             "license": "",

@@ -28,11 +28,21 @@ pub fn done_reason(reason: &FinishReason) -> &'static str {
 }
 
 pub fn tool_calls_json(calls: &[ToolCall]) -> Value {
-    Value::Array(calls.iter().map(|c| json!({"function": {"name": c.name, "arguments": c.arguments}})).collect())
+    Value::Array(
+        calls
+            .iter()
+            .map(|c| json!({"function": {"name": c.name, "arguments": c.arguments}}))
+            .collect(),
+    )
 }
 
 /// One answer object: a piece of text, or (with `completion`) the final object with its stats.
-pub fn answer_object(endpoint: Endpoint, model: &str, text: &str, completion: Option<&Completion>) -> Value {
+pub fn answer_object(
+    endpoint: Endpoint,
+    model: &str,
+    text: &str,
+    completion: Option<&Completion>,
+) -> Value {
     let mut object = Map::new();
     object.insert("model".into(), json!(model));
     object.insert("created_at".into(), json!(created_at()));
@@ -51,12 +61,27 @@ pub fn answer_object(endpoint: Endpoint, model: &str, text: &str, completion: Op
     object.insert("done".into(), json!(completion.is_some()));
     if let Some(completion) = completion {
         let timings = &completion.timings;
-        object.insert("done_reason".into(), json!(done_reason(&completion.finish_reason)));
-        object.insert("total_duration".into(), json!(nanos(timings.load + timings.total)));
+        object.insert(
+            "done_reason".into(),
+            json!(done_reason(&completion.finish_reason)),
+        );
+        object.insert(
+            "total_duration".into(),
+            json!(nanos(timings.load + timings.total)),
+        );
         object.insert("load_duration".into(), json!(nanos(timings.load)));
-        object.insert("prompt_eval_count".into(), json!(completion.usage.prompt_tokens));
-        object.insert("prompt_eval_duration".into(), json!(nanos(timings.prompt_eval)));
-        object.insert("eval_count".into(), json!(completion.usage.completion_tokens));
+        object.insert(
+            "prompt_eval_count".into(),
+            json!(completion.usage.prompt_tokens),
+        );
+        object.insert(
+            "prompt_eval_duration".into(),
+            json!(nanos(timings.prompt_eval)),
+        );
+        object.insert(
+            "eval_count".into(),
+            json!(completion.usage.completion_tokens),
+        );
         object.insert("eval_duration".into(), json!(nanos(timings.eval)));
     }
     Value::Object(object)
@@ -76,7 +101,11 @@ pub struct NdjsonStream {
 
 impl NdjsonStream {
     pub fn new(endpoint: Endpoint, model: String) -> Self {
-        NdjsonStream { endpoint, model, finished: false }
+        NdjsonStream {
+            endpoint,
+            model,
+            finished: false,
+        }
     }
 }
 
@@ -91,13 +120,23 @@ impl StreamTranslator for NdjsonStream {
         }
         match event {
             StreamEvent::Delta { text } if text.is_empty() => Vec::new(),
-            StreamEvent::Delta { text } => vec![line(&answer_object(self.endpoint, &self.model, &text, None))],
+            StreamEvent::Delta { text } => vec![line(&answer_object(
+                self.endpoint,
+                &self.model,
+                &text,
+                None,
+            ))],
             StreamEvent::Done(completion) => {
                 self.finished = true;
                 if let FinishReason::Error(message) = &completion.finish_reason {
                     return vec![line(&json!({"error": message}))];
                 }
-                vec![line(&answer_object(self.endpoint, &self.model, "", Some(&completion)))]
+                vec![line(&answer_object(
+                    self.endpoint,
+                    &self.model,
+                    "",
+                    Some(&completion),
+                ))]
             }
         }
     }
@@ -111,7 +150,10 @@ mod tests {
 
     fn parse(frame: &Bytes) -> Value {
         let text = std::str::from_utf8(frame).unwrap();
-        assert!(text.ends_with('\n') && text.matches('\n').count() == 1, "one object per line");
+        assert!(
+            text.ends_with('\n') && text.matches('\n').count() == 1,
+            "one object per line"
+        );
         serde_json::from_str(text.trim_end()).unwrap()
     }
 
@@ -124,8 +166,16 @@ mod tests {
         assert_eq!(first["done"], false);
         let done = Completion {
             finish_reason: FinishReason::Length,
-            usage: Usage { prompt_tokens: 5, completion_tokens: 7 },
-            timings: Timings { load: Duration::from_millis(2), prompt_eval: Duration::from_millis(3), eval: Duration::from_millis(4), total: Duration::from_millis(10) },
+            usage: Usage {
+                prompt_tokens: 5,
+                completion_tokens: 7,
+            },
+            timings: Timings {
+                load: Duration::from_millis(2),
+                prompt_eval: Duration::from_millis(3),
+                eval: Duration::from_millis(4),
+                total: Duration::from_millis(10),
+            },
             ..Completion::default()
         };
         let last = parse(&stream.event(StreamEvent::Done(done))[0]);
@@ -136,14 +186,27 @@ mod tests {
         assert_eq!(last["load_duration"], 2_000_000);
         assert_eq!(last["total_duration"], 12_000_000);
         assert_eq!(last["message"]["content"], "");
-        assert!(stream.event(StreamEvent::Delta { text: "late".into() }).is_empty());
+        assert!(stream
+            .event(StreamEvent::Delta {
+                text: "late".into()
+            })
+            .is_empty());
     }
 
     #[test]
     fn generate_uses_response_and_errors_are_error_lines() {
         let mut stream = NdjsonStream::new(Endpoint::Generate, "m".into());
-        assert_eq!(parse(&stream.event(StreamEvent::Delta { text: "x".into() })[0])["response"], "x");
-        let failed = Completion { finish_reason: FinishReason::Error("bad".into()), ..Completion::default() };
-        assert_eq!(parse(&stream.event(StreamEvent::Done(failed))[0]), json!({"error": "bad"}));
+        assert_eq!(
+            parse(&stream.event(StreamEvent::Delta { text: "x".into() })[0])["response"],
+            "x"
+        );
+        let failed = Completion {
+            finish_reason: FinishReason::Error("bad".into()),
+            ..Completion::default()
+        };
+        assert_eq!(
+            parse(&stream.event(StreamEvent::Done(failed))[0]),
+            json!({"error": "bad"})
+        );
     }
 }

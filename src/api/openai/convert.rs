@@ -2,10 +2,15 @@
 //! collects the structured-output sources (llamay_schema and llamay_format win over
 //! response_format), and refuses what this daemon does not do (n > 1, images, hosted tools).
 
-use super::types::{ChatCompletionRequest, MessageContent, RequestMessage, ResponseFormat, StopField, Tool};
+use super::types::{
+    ChatCompletionRequest, MessageContent, RequestMessage, ResponseFormat, StopField, Tool,
+};
 use crate::api::common::{check_range, check_stops};
 use crate::api::constraint::ConstraintSources;
-use crate::core::{ChatMessage, PromptInput, Role, SamplingParams, ToolCall, ToolChoice, ToolSpec, ValidGenerateRequest};
+use crate::core::{
+    ChatMessage, PromptInput, Role, SamplingParams, ToolCall, ToolChoice, ToolSpec,
+    ValidGenerateRequest,
+};
 use crate::error::CoreError;
 
 /// A converted request; the handler compiles `constraint` and sets it on `request`.
@@ -23,20 +28,43 @@ pub fn convert(body: ChatCompletionRequest) -> Result<Converted, CoreError> {
     }
     if let Some(n) = body.n {
         if n != 1 {
-            return Err(CoreError::invalid(format!("n is {n}: llamay returns one choice per request; send n = 1 or leave it out")).with_param("n"));
+            return Err(CoreError::invalid(format!(
+                "n is {n}: llamay returns one choice per request; send n = 1 or leave it out"
+            ))
+            .with_param("n"));
         }
     }
     if body.logprobs == Some(true) {
-        return Err(CoreError::invalid("logprobs are not offered in this version").with_param("logprobs"));
+        return Err(
+            CoreError::invalid("logprobs are not offered in this version").with_param("logprobs"),
+        );
     }
     if body.messages.is_empty() {
-        return Err(CoreError::invalid("messages is empty; send at least one message").with_param("messages"));
+        return Err(
+            CoreError::invalid("messages is empty; send at least one message")
+                .with_param("messages"),
+        );
     }
-    let messages = body.messages.into_iter().enumerate().map(|(i, m)| convert_message(i, m)).collect::<Result<Vec<_>, _>>()?;
-    let tools = body.tools.unwrap_or_default().into_iter().map(convert_tool).collect::<Result<Vec<_>, _>>()?;
+    let messages = body
+        .messages
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| convert_message(i, m))
+        .collect::<Result<Vec<_>, _>>()?;
+    let tools = body
+        .tools
+        .unwrap_or_default()
+        .into_iter()
+        .map(convert_tool)
+        .collect::<Result<Vec<_>, _>>()?;
     let tool_choice = convert_tool_choice(body.tool_choice.as_ref(), &tools)?;
 
-    let mut sampling = SamplingParams { temperature: 1.0, top_p: 1.0, repeat_penalty: 1.0, ..SamplingParams::default() };
+    let mut sampling = SamplingParams {
+        temperature: 1.0,
+        top_p: 1.0,
+        repeat_penalty: 1.0,
+        ..SamplingParams::default()
+    };
     if let Some(t) = check_range("temperature", body.temperature, 0.0, 2.0)? {
         sampling.temperature = t;
     }
@@ -52,7 +80,9 @@ pub fn convert(body: ChatCompletionRequest) -> Result<Converted, CoreError> {
     if let Some(k) = body.top_k {
         sampling.top_k = k.max(0);
     }
-    sampling.seed = body.seed.map(|seed| (seed as u64 & u64::from(u32::MAX)) as u32);
+    sampling.seed = body
+        .seed
+        .map(|seed| (seed as u64 & u64::from(u32::MAX)) as u32);
     let max_tokens = body.max_completion_tokens.or(body.max_tokens);
     if max_tokens == Some(0) {
         return Err(CoreError::invalid("max_tokens must be at least 1").with_param("max_tokens"));
@@ -65,7 +95,13 @@ pub fn convert(body: ChatCompletionRequest) -> Result<Converted, CoreError> {
     };
     let stop = check_stops("stop", stop)?;
 
-    let constraint = constraint_sources(body.response_format, body.llamay_schema, body.llamay_format, body.llamay_grammar, body.grammar)?;
+    let constraint = constraint_sources(
+        body.response_format,
+        body.llamay_schema,
+        body.llamay_format,
+        body.llamay_grammar,
+        body.grammar,
+    )?;
     let request = ValidGenerateRequest {
         model: body.model,
         input: PromptInput::Chat { messages, tools },
@@ -92,7 +128,12 @@ fn convert_message(index: usize, message: RequestMessage) -> Result<ChatMessage,
         "user" => Role::User,
         "assistant" => Role::Assistant,
         "tool" | "function" => Role::Tool,
-        other => return Err(CoreError::invalid(format!("{param}.role {other:?} is not one of system, developer, user, assistant, tool")).with_param(param)),
+        other => {
+            return Err(CoreError::invalid(format!(
+                "{param}.role {other:?} is not one of system, developer, user, assistant, tool"
+            ))
+            .with_param(param))
+        }
     };
     let content = match message.content {
         None => String::new(),
@@ -102,9 +143,10 @@ fn convert_message(index: usize, message: RequestMessage) -> Result<ChatMessage,
             for part in parts {
                 match (part.kind.as_str(), part.text) {
                     ("text", Some(piece)) => text.push_str(&piece),
-                    (kind, _) => {
-                        return Err(CoreError::invalid(format!("{param}.content has a {kind:?} part; only text is offered in this version")).with_param(param))
-                    }
+                    (kind, _) => return Err(CoreError::invalid(format!(
+                        "{param}.content has a {kind:?} part; only text is offered in this version"
+                    ))
+                    .with_param(param)),
                 }
             }
             text
@@ -118,10 +160,17 @@ fn convert_message(index: usize, message: RequestMessage) -> Result<ChatMessage,
         .map(|(i, call)| ToolCall {
             id: call.id.unwrap_or_else(|| format!("call_{i}")),
             name: call.function.name,
-            arguments: serde_json::from_str(&call.function.arguments).unwrap_or(serde_json::Value::String(call.function.arguments)),
+            arguments: serde_json::from_str(&call.function.arguments)
+                .unwrap_or(serde_json::Value::String(call.function.arguments)),
         })
         .collect();
-    Ok(ChatMessage { role, content, tool_calls, name: message.name, tool_call_id: message.tool_call_id })
+    Ok(ChatMessage {
+        role,
+        content,
+        tool_calls,
+        name: message.name,
+        tool_call_id: message.tool_call_id,
+    })
 }
 
 fn convert_tool(tool: Tool) -> Result<ToolSpec, CoreError> {
@@ -139,8 +188,13 @@ fn convert_tool(tool: Tool) -> Result<ToolSpec, CoreError> {
     }
 }
 
-fn convert_tool_choice(choice: Option<&serde_json::Value>, tools: &[ToolSpec]) -> Result<ToolChoice, CoreError> {
-    let bad = || CoreError::invalid("tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}").with_param("tool_choice");
+fn convert_tool_choice(
+    choice: Option<&serde_json::Value>,
+    tools: &[ToolSpec],
+) -> Result<ToolChoice, CoreError> {
+    let bad = || {
+        CoreError::invalid("tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}").with_param("tool_choice")
+    };
     let choice = match choice {
         None | Some(serde_json::Value::Null) => return Ok(ToolChoice::Auto),
         Some(serde_json::Value::String(s)) => match s.as_str() {
@@ -150,15 +204,24 @@ fn convert_tool_choice(choice: Option<&serde_json::Value>, tools: &[ToolSpec]) -
             _ => return Err(bad()),
         },
         Some(object) => {
-            let name = object.pointer("/function/name").and_then(|n| n.as_str()).ok_or_else(bad)?;
+            let name = object
+                .pointer("/function/name")
+                .and_then(|n| n.as_str())
+                .ok_or_else(bad)?;
             if !tools.iter().any(|t| t.name == name) {
-                return Err(CoreError::invalid(format!("tool_choice names {name:?}, which is not among the tools")).with_param("tool_choice"));
+                return Err(CoreError::invalid(format!(
+                    "tool_choice names {name:?}, which is not among the tools"
+                ))
+                .with_param("tool_choice"));
             }
             ToolChoice::Named(name.to_string())
         }
     };
     if !matches!(choice, ToolChoice::Auto | ToolChoice::None) && tools.is_empty() {
-        return Err(CoreError::invalid("tool_choice forces a tool call but no tools were offered").with_param("tool_choice"));
+        return Err(
+            CoreError::invalid("tool_choice forces a tool call but no tools were offered")
+                .with_param("tool_choice"),
+        );
     }
     Ok(choice)
 }
@@ -173,7 +236,10 @@ fn constraint_sources(
     let mut sources = ConstraintSources::default();
     if let Some(format) = llamay_format {
         if format != "json" {
-            return Err(CoreError::invalid(format!("llamay_format {format:?} is not offered; the one value is \"json\"")).with_param("llamay_format"));
+            return Err(CoreError::invalid(format!(
+                "llamay_format {format:?} is not offered; the one value is \"json\""
+            ))
+            .with_param("llamay_format"));
         }
         sources.any_json = Some("llamay_format");
     }
@@ -233,7 +299,9 @@ mod tests {
         assert_eq!(request.sampling.seed, Some(u32::MAX));
         assert_eq!(request.stop, vec!["\n"]);
         assert!(converted.stream && converted.include_usage);
-        let PromptInput::Chat { messages, .. } = request.input else { panic!("chat input expected") };
+        let PromptInput::Chat { messages, .. } = request.input else {
+            panic!("chat input expected")
+        };
         assert_eq!(messages[0].role, Role::System);
         assert_eq!(messages[1].content, "hi there");
     }
@@ -247,14 +315,40 @@ mod tests {
             parse(body).unwrap_err()
         };
         assert_eq!(with("n", json!(2)).param.as_deref(), Some("n"));
-        assert_eq!(with("temperature", json!(3.5)).param.as_deref(), Some("temperature"));
-        assert_eq!(with("max_tokens", json!(0)).param.as_deref(), Some("max_tokens"));
-        assert_eq!(with("llamay_format", json!("yaml")).param.as_deref(), Some("llamay_format"));
-        assert_eq!(with("response_format", json!({"type": "xml"})).param.as_deref(), Some("response_format"));
-        assert!(with("tools", json!([{"type": "web_search"}])).message.contains("web_search"));
-        assert_eq!(with("messages", json!([])).param.as_deref(), Some("messages"));
-        assert!(with("messages", json!([{"role": "user", "content": [{"type": "image_url"}]}])).message.contains("image_url"));
-        assert!(with("stop", json!(vec!["x"; 17])).message.contains("at most"));
+        assert_eq!(
+            with("temperature", json!(3.5)).param.as_deref(),
+            Some("temperature")
+        );
+        assert_eq!(
+            with("max_tokens", json!(0)).param.as_deref(),
+            Some("max_tokens")
+        );
+        assert_eq!(
+            with("llamay_format", json!("yaml")).param.as_deref(),
+            Some("llamay_format")
+        );
+        assert_eq!(
+            with("response_format", json!({"type": "xml"}))
+                .param
+                .as_deref(),
+            Some("response_format")
+        );
+        assert!(with("tools", json!([{"type": "web_search"}]))
+            .message
+            .contains("web_search"));
+        assert_eq!(
+            with("messages", json!([])).param.as_deref(),
+            Some("messages")
+        );
+        assert!(with(
+            "messages",
+            json!([{"role": "user", "content": [{"type": "image_url"}]}])
+        )
+        .message
+        .contains("image_url"));
+        assert!(with("stop", json!(vec!["x"; 17]))
+            .message
+            .contains("at most"));
     }
 
     #[test]
@@ -265,7 +359,14 @@ mod tests {
             "llamay_schema": {"type": "integer"}
         }))
         .unwrap();
-        assert_eq!(converted.constraint.schema.as_ref().map(|(s, p)| (s.clone(), *p)), Some((json!({"type": "integer"}), "llamay_schema")));
+        assert_eq!(
+            converted
+                .constraint
+                .schema
+                .as_ref()
+                .map(|(s, p)| (s.clone(), *p)),
+            Some((json!({"type": "integer"}), "llamay_schema"))
+        );
         assert_eq!(converted.constraint.any_json, None);
         let converted = parse(json!({
             "model": "m", "messages": [{"role": "user", "content": "x"}],

@@ -6,8 +6,14 @@ use actix_web::{web, HttpRequest, HttpResponse};
 
 use super::convert::convert;
 use super::stream::{finish_reason, response_tool_calls, usage_body, ChatStream};
-use super::types::{ChatCompletionRequest, ChatCompletionResponse, Choice, ErrorBody, ErrorDetail, ModelList, ModelObject, ResponseMessage};
-use crate::api::common::{collect, error_response, event_stream, random_id, read_json, sse_response, start_generation, unix_now};
+use super::types::{
+    ChatCompletionRequest, ChatCompletionResponse, Choice, ErrorBody, ErrorDetail, ModelList,
+    ModelObject, ResponseMessage,
+};
+use crate::api::common::{
+    collect, error_response, event_stream, random_id, read_json, sse_response, start_generation,
+    unix_now,
+};
 use crate::api::constraint::resolve_constraint;
 use crate::api::AppState;
 use crate::error::{CoreError, ErrorCode};
@@ -24,15 +30,29 @@ pub fn render_error(error: &CoreError) -> HttpResponse {
     })
 }
 
-pub async fn chat_completions(state: web::Data<AppState>, request: HttpRequest, payload: web::Payload) -> HttpResponse {
-    chat(&state, &request, payload).await.unwrap_or_else(|error| render_error(&error))
+pub async fn chat_completions(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    payload: web::Payload,
+) -> HttpResponse {
+    chat(&state, &request, payload)
+        .await
+        .unwrap_or_else(|error| render_error(&error))
 }
 
-async fn chat(state: &AppState, http: &HttpRequest, payload: web::Payload) -> Result<HttpResponse, CoreError> {
+async fn chat(
+    state: &AppState,
+    http: &HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, CoreError> {
     let body: ChatCompletionRequest = read_json(http, payload, state.max_body_bytes).await?;
     let converted = convert(body)?;
     let mut request = converted.request;
-    request.constraint = resolve_constraint(converted.constraint, &state.constraints, state.default_grammar.as_ref())?;
+    request.constraint = resolve_constraint(
+        converted.constraint,
+        &state.constraints,
+        state.default_grammar.as_ref(),
+    )?;
     let requested_model = request.model.clone();
     let started = start_generation(state, request).await?;
     let id = format!("chatcmpl-{}", random_id(24));
@@ -44,7 +64,11 @@ async fn chat(state: &AppState, http: &HttpRequest, payload: web::Payload) -> Re
     let collected = collect(started).await?;
     let completion = collected.completion;
     let tool_calls = response_tool_calls(&completion.tool_calls);
-    let content = if tool_calls.is_empty() || !collected.text.is_empty() { Some(collected.text) } else { None };
+    let content = if tool_calls.is_empty() || !collected.text.is_empty() {
+        Some(collected.text)
+    } else {
+        None
+    };
     let response = ChatCompletionResponse {
         id,
         object: "chat.completion",
@@ -53,7 +77,11 @@ async fn chat(state: &AppState, http: &HttpRequest, payload: web::Payload) -> Re
         system_fingerprint: "llamay",
         choices: vec![Choice {
             index: 0,
-            message: ResponseMessage { role: "assistant", content, tool_calls },
+            message: ResponseMessage {
+                role: "assistant",
+                content,
+                tool_calls,
+            },
             finish_reason: finish_reason(&completion.finish_reason).unwrap_or("stop"),
             logprobs: None,
         }],
@@ -66,7 +94,10 @@ pub async fn list_models(state: web::Data<AppState>) -> HttpResponse {
     match state.catalog.list() {
         Ok(entries) => HttpResponse::Ok().json(ModelList {
             object: "list",
-            data: entries.into_iter().map(|entry| model_object(entry.name, entry.modified_at)).collect(),
+            data: entries
+                .into_iter()
+                .map(|entry| model_object(entry.name, entry.modified_at))
+                .collect(),
         }),
         Err(error) => render_error(&error),
     }
@@ -74,13 +105,21 @@ pub async fn list_models(state: web::Data<AppState>) -> HttpResponse {
 
 pub async fn get_model(state: web::Data<AppState>, name: web::Path<String>) -> HttpResponse {
     match state.catalog.describe(&name) {
-        Ok(description) => HttpResponse::Ok().json(model_object(description.entry.name, description.entry.modified_at)),
+        Ok(description) => HttpResponse::Ok().json(model_object(
+            description.entry.name,
+            description.entry.modified_at,
+        )),
         Err(error) => render_error(&error),
     }
 }
 
 fn model_object(id: String, modified_at: Option<chrono::DateTime<chrono::Utc>>) -> ModelObject {
-    ModelObject { id, object: "model", created: modified_at.map_or(0, |t| t.timestamp()), owned_by: "llamay" }
+    ModelObject {
+        id,
+        object: "model",
+        created: modified_at.map_or(0, |t| t.timestamp()),
+        owned_by: "llamay",
+    }
 }
 
 pub async fn responses_not_offered() -> HttpResponse {

@@ -12,7 +12,9 @@ use crate::core::{FinishReason, StreamEvent, ToolCall, Usage};
 /// OpenAI's `finish_reason` for a core one (`None` for an error, which is sent as an error object).
 pub fn finish_reason(reason: &FinishReason) -> Option<&'static str> {
     match reason {
-        FinishReason::Stop | FinishReason::StopSequence(_) | FinishReason::Cancelled => Some("stop"),
+        FinishReason::Stop | FinishReason::StopSequence(_) | FinishReason::Cancelled => {
+            Some("stop")
+        }
         FinishReason::Length => Some("length"),
         FinishReason::ToolCalls => Some("tool_calls"),
         FinishReason::Error(_) => None,
@@ -36,7 +38,10 @@ pub fn response_tool_calls(calls: &[ToolCall]) -> Vec<ResponseToolCall> {
             index: index as u32,
             id: call.id.clone(),
             kind: "function",
-            function: FunctionCall { name: call.name.clone(), arguments: call.arguments.to_string() },
+            function: FunctionCall {
+                name: call.name.clone(),
+                arguments: call.arguments.to_string(),
+            },
         })
         .collect()
 }
@@ -51,7 +56,13 @@ pub struct ChatStream {
 
 impl ChatStream {
     pub fn new(id: String, created: i64, model: String, include_usage: bool) -> Self {
-        ChatStream { id, created, model, include_usage, finished: false }
+        ChatStream {
+            id,
+            created,
+            model,
+            include_usage,
+            finished: false,
+        }
     }
 
     fn chunk(&self, delta: Value, finish_reason: Option<&str>) -> Bytes {
@@ -83,7 +94,8 @@ impl StreamTranslator for ChatStream {
                 self.finished = true;
                 let mut frames = Vec::new();
                 if !completion.tool_calls.is_empty() {
-                    let calls = serde_json::to_value(response_tool_calls(&completion.tool_calls)).unwrap_or(Value::Null);
+                    let calls = serde_json::to_value(response_tool_calls(&completion.tool_calls))
+                        .unwrap_or(Value::Null);
                     frames.push(self.chunk(json!({"tool_calls": calls}), None));
                 }
                 match finish_reason(&completion.finish_reason) {
@@ -123,7 +135,10 @@ mod tests {
 
     fn data(frame: &Bytes) -> Value {
         let text = std::str::from_utf8(frame).unwrap();
-        let payload = text.strip_prefix("data: ").and_then(|t| t.strip_suffix("\n\n")).unwrap();
+        let payload = text
+            .strip_prefix("data: ")
+            .and_then(|t| t.strip_suffix("\n\n"))
+            .unwrap();
         serde_json::from_str(payload).unwrap_or(Value::String(payload.to_string()))
     }
 
@@ -138,8 +153,23 @@ mod tests {
 
     #[test]
     fn role_then_deltas_then_finish_then_done() {
-        let done = Completion { finish_reason: FinishReason::Length, usage: Usage { prompt_tokens: 3, completion_tokens: 2 }, ..Completion::default() };
-        let frames = run(false, vec![StreamEvent::Delta { text: "He".into() }, StreamEvent::Delta { text: "".into() }, StreamEvent::Delta { text: "y".into() }, StreamEvent::Done(done)]);
+        let done = Completion {
+            finish_reason: FinishReason::Length,
+            usage: Usage {
+                prompt_tokens: 3,
+                completion_tokens: 2,
+            },
+            ..Completion::default()
+        };
+        let frames = run(
+            false,
+            vec![
+                StreamEvent::Delta { text: "He".into() },
+                StreamEvent::Delta { text: "".into() },
+                StreamEvent::Delta { text: "y".into() },
+                StreamEvent::Done(done),
+            ],
+        );
         assert_eq!(frames.len(), 5);
         assert_eq!(frames[0]["choices"][0]["delta"]["role"], "assistant");
         assert_eq!(frames[1]["choices"][0]["delta"]["content"], "He");
@@ -151,7 +181,13 @@ mod tests {
 
     #[test]
     fn usage_chunk_when_asked() {
-        let done = Completion { usage: Usage { prompt_tokens: 3, completion_tokens: 2 }, ..Completion::default() };
+        let done = Completion {
+            usage: Usage {
+                prompt_tokens: 3,
+                completion_tokens: 2,
+            },
+            ..Completion::default()
+        };
         let frames = run(true, vec![StreamEvent::Done(done)]);
         assert_eq!(frames[0]["usage"], Value::Null);
         assert_eq!(frames[1]["choices"][0]["finish_reason"], "stop");
@@ -164,12 +200,19 @@ mod tests {
     fn an_error_mid_stream_is_an_error_object_and_nothing_follows_done() {
         let mut stream = ChatStream::new("c".into(), 0, "m".into(), false);
         let frames: Vec<Value> = stream
-            .event(StreamEvent::Done(Completion { finish_reason: FinishReason::Error("decode failed".into()), ..Completion::default() }))
+            .event(StreamEvent::Done(Completion {
+                finish_reason: FinishReason::Error("decode failed".into()),
+                ..Completion::default()
+            }))
             .iter()
             .map(data)
             .collect();
         assert_eq!(frames[0]["error"]["message"], "decode failed");
         assert_eq!(frames[1], "[DONE]");
-        assert!(stream.event(StreamEvent::Delta { text: "late".into() }).is_empty());
+        assert!(stream
+            .event(StreamEvent::Delta {
+                text: "late".into()
+            })
+            .is_empty());
     }
 }
