@@ -505,7 +505,7 @@ async fn a_client_that_goes_away_frees_its_sequence() {
     assert_eq!(h.in_use.load(Ordering::SeqCst), 1);
     drop(stream);
     let mut waited = 0;
-    while h.in_use.load(Ordering::SeqCst) != 0 && waited < 40 {
+    while h.in_use.load(Ordering::SeqCst) != 0 && waited < 200 {
         actix::clock::sleep(Duration::from_millis(25)).await;
         waited += 1;
     }
