@@ -21,6 +21,16 @@ use super::ir::ByteSet;
 pub(crate) struct SkipSet {
     pub(crate) bytes: ByteSet,
     pub(crate) capacity: u32,
+    /// The capacity was cut short by how far the chain was followed, not by the grammar:
+    /// following it again from further along may give more.
+    pub(crate) truncated: bool,
+}
+
+impl SkipSet {
+    /// Whether this set is worth recomputing for a walk that could use `wanted` characters.
+    pub(crate) fn is_short(&self, wanted: u32) -> bool {
+        self.truncated && self.capacity < wanted
+    }
 }
 use super::mask::TokenMask;
 
@@ -141,20 +151,35 @@ impl StateTable {
         let mut chain: Vec<(u32, ByteSet)> = Vec::new();
         let mut current = state;
         let tail = loop {
-            if let Some(known) = self.known_skip_set(current) {
-                break *known;
+            match self.known_skip_set(current) {
+                // A known set cut short is followed again while there is room to do better.
+                Some(known) if !known.is_short(max_chars.saturating_sub(chain.len() as u32)) => {
+                    break *known
+                }
+                _ => {}
             }
-            if chain.len() as u32 >= max_chars || chain.iter().any(|(s, _)| *s == current) {
-                // Far enough (no token is longer) or a longer cycle: no promise past here.
+            if chain.len() as u32 >= max_chars {
+                // Far enough: no token is longer. Following again from further along may
+                // give more.
                 break SkipSet {
                     bytes: ByteSet::ALL,
                     capacity: 0,
+                    truncated: true,
+                };
+            }
+            if chain.iter().any(|(s, _)| *s == current) {
+                // A cycle longer than one state: no promise past it, and none to gain later.
+                break SkipSet {
+                    bytes: ByteSet::ALL,
+                    capacity: 0,
+                    truncated: false,
                 };
             }
             let Some(target) = self.heaviest_target(current, weights)? else {
                 break SkipSet {
                     bytes: ByteSet::EMPTY,
                     capacity: 0,
+                    truncated: false,
                 };
             };
             let entry = self.entry_bytes(current, target, weights, explore_utf8)?;
@@ -162,6 +187,7 @@ impl StateTable {
                 let looping = SkipSet {
                     bytes: entry,
                     capacity: u32::MAX,
+                    truncated: false,
                 };
                 self.remember_skip_set(current, looping);
                 break looping;
@@ -184,11 +210,13 @@ impl StateTable {
                 SkipSet {
                     bytes: shared,
                     capacity: after.capacity.saturating_add(1),
+                    truncated: after.truncated,
                 }
             } else {
                 SkipSet {
                     bytes: entry,
                     capacity: u32::from(!entry.is_empty()),
+                    truncated: false,
                 }
             };
             self.remember_skip_set(chain_state, after);

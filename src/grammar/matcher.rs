@@ -37,6 +37,7 @@ const CHAIN_MAX: u32 = 16;
 const NO_SKIP: SkipSet = SkipSet {
     bytes: ByteSet::EMPTY,
     capacity: 0,
+    truncated: false,
 };
 
 /// The constraint state of one generation.
@@ -288,7 +289,10 @@ impl Matcher {
             if parent_pending == 0
                 && depth_alive[depth - 1] >= SKIP_SET_MIN_ALIVE
                 && left_under_parent >= skip_set_min_nodes
-                && self.table.known_skip_set(parent).is_none()
+                && self
+                    .table
+                    .known_skip_set(parent)
+                    .is_none_or(|known| known.is_short(CHAIN_MAX / 2))
             {
                 // Learn the bytes this state lets through unchanged or along a chain, so that
                 // its big subtrees can be allowed without a walk. That costs a transition per
@@ -313,8 +317,8 @@ impl Matcher {
                 // the character this byte starts (if any) taken from the budget.
                 let started = u32::from(!(0x80..=0xBF).contains(&node.byte));
                 SkipSet {
-                    bytes: parent_skips.bytes,
                     capacity: parent_skips.capacity.saturating_sub(started),
+                    ..parent_skips
                 }
             } else {
                 NO_SKIP
