@@ -32,7 +32,7 @@ const SKIP_SET_MIN_ALIVE: u16 = 24;
 /// How far a chain of states (a bounded repetition) is followed for a skip set: tokens of
 /// more characters than this are walked instead. Each chain state costs a transition per byte
 /// class.
-const CHAIN_MAX: u32 = 16;
+const CHAIN_MAX: u32 = 32;
 
 const NO_SKIP: SkipSet = SkipSet {
     bytes: ByteSet::EMPTY,
