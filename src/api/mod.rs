@@ -12,6 +12,7 @@ pub mod ollama;
 pub mod openai;
 pub mod serve;
 pub mod stats;
+pub mod tool_wire;
 
 #[cfg(test)]
 mod route_tests;

@@ -2,6 +2,8 @@
 //! tool_result blocks, sampling (temperature 0..1 as Anthropic allows), stop_sequences, tools and
 //! the llamay_* structured-output fields. Images and hosted tools are refused by name.
 
+use std::collections::HashMap;
+
 use serde_json::Value;
 
 use super::types::{
@@ -9,6 +11,7 @@ use super::types::{
 };
 use crate::api::common::{check_range, check_stops};
 use crate::api::constraint::ConstraintSources;
+use crate::api::tool_wire::{check_tool_type, check_tools};
 use crate::core::{
     ChatMessage, PromptInput, Role, SamplingParams, ToolCall, ToolChoice, ToolSpec,
     ValidGenerateRequest,
@@ -42,6 +45,8 @@ pub fn convert(body: MessagesRequest) -> Result<Converted, CoreError> {
         };
         messages.push(ChatMessage::new(Role::System, text));
     }
+    // Anthropic's tool_result names only the tool_use id; the prompt wants the tool's name.
+    let mut call_names: HashMap<String, String> = HashMap::new();
     for (index, message) in body.messages.into_iter().enumerate() {
         let role = match message.role.as_str() {
             "user" => Role::User,
@@ -54,7 +59,9 @@ pub fn convert(body: MessagesRequest) -> Result<Converted, CoreError> {
         };
         match message.content {
             InputContent::Text(text) => messages.push(ChatMessage::new(role, text)),
-            InputContent::Blocks(blocks) => push_blocks(&mut messages, role, index, blocks)?,
+            InputContent::Blocks(blocks) => {
+                push_blocks(&mut messages, &mut call_names, role, index, blocks)?
+            }
         }
     }
     let tools = body
@@ -63,7 +70,8 @@ pub fn convert(body: MessagesRequest) -> Result<Converted, CoreError> {
         .into_iter()
         .map(convert_tool)
         .collect::<Result<Vec<_>, _>>()?;
-    let tool_choice = convert_tool_choice(body.tool_choice, &tools)?;
+    let (tool_choice, parallel_tool_calls) = convert_tool_choice(body.tool_choice)?;
+    check_tools(&tools, &tool_choice)?;
 
     let mut sampling = SamplingParams {
         temperature: 1.0,
@@ -110,7 +118,7 @@ pub fn convert(body: MessagesRequest) -> Result<Converted, CoreError> {
         num_ctx: None,
         keep_alive: None,
         tool_choice,
-        parallel_tool_calls: true,
+        parallel_tool_calls,
     };
     Ok(Converted {
         request,
@@ -136,6 +144,7 @@ fn text_of_blocks(field: &str, blocks: Vec<ContentBlock>) -> Result<String, Core
 
 fn push_blocks(
     messages: &mut Vec<ChatMessage>,
+    call_names: &mut HashMap<String, String>,
     role: Role,
     index: usize,
     blocks: Vec<ContentBlock>,
@@ -144,11 +153,15 @@ fn push_blocks(
     for block in blocks {
         match block.kind.as_str() {
             "text" => current.content.push_str(block.text.as_deref().unwrap_or("")),
-            "tool_use" if role == Role::Assistant => current.tool_calls.push(ToolCall {
-                id: block.id.unwrap_or_default(),
-                name: block.name.unwrap_or_default(),
-                arguments: block.input.unwrap_or(Value::Object(Default::default())),
-            }),
+            "tool_use" if role == Role::Assistant => {
+                let call = ToolCall {
+                    id: block.id.unwrap_or_default(),
+                    name: block.name.unwrap_or_default(),
+                    arguments: block.input.unwrap_or(Value::Object(Default::default())),
+                };
+                call_names.insert(call.id.clone(), call.name.clone());
+                current.tool_calls.push(call);
+            }
             "tool_result" if role == Role::User => {
                 let content = match block.content {
                     None => String::new(),
@@ -161,6 +174,11 @@ fn push_blocks(
                     Some(other) => other.to_string(),
                 };
                 let mut result = ChatMessage::new(Role::Tool, content);
+                result.name = block
+                    .tool_use_id
+                    .as_deref()
+                    .and_then(|id| call_names.get(id))
+                    .cloned();
                 result.tool_call_id = block.tool_use_id;
                 messages.push(result);
             }
@@ -179,40 +197,35 @@ fn push_blocks(
 }
 
 fn convert_tool(tool: ToolDefinition) -> Result<ToolSpec, CoreError> {
-    match tool.kind.as_deref() {
-        None | Some("custom") => Ok(ToolSpec {
-            name: tool.name,
-            description: tool.description,
-            parameters: tool.input_schema.unwrap_or_else(|| serde_json::json!({"type": "object"})),
-        }),
-        Some(kind) => Err(CoreError::invalid(format!(
-            "tools: the hosted tool type {kind:?} is refused: llamay runs nothing on your behalf; offer client tools with an input_schema"
-        ))),
+    if let Some(kind) = tool.kind.as_deref() {
+        check_tool_type(kind)?;
     }
+    Ok(ToolSpec {
+        name: tool.name,
+        description: tool.description,
+        parameters: tool
+            .input_schema
+            .unwrap_or_else(|| serde_json::json!({"type": "object"})),
+    })
 }
 
-fn convert_tool_choice(
-    choice: Option<ToolChoiceField>,
-    tools: &[ToolSpec],
-) -> Result<ToolChoice, CoreError> {
+/// The core choice and whether a forced call may be several (`disable_parallel_tool_use`).
+fn convert_tool_choice(choice: Option<ToolChoiceField>) -> Result<(ToolChoice, bool), CoreError> {
     let Some(choice) = choice else {
-        return Ok(ToolChoice::Auto);
+        return Ok((ToolChoice::Auto, true));
     };
     let converted = match (choice.kind.as_str(), choice.name) {
         ("auto", _) => ToolChoice::Auto,
         ("none", _) => ToolChoice::None,
         ("any", _) => ToolChoice::Required,
-        ("tool", Some(name)) if tools.iter().any(|t| t.name == name) => ToolChoice::Named(name),
-        ("tool", Some(name)) => return Err(CoreError::invalid(format!("tool_choice: {name:?} is not among the tools"))),
-        _ => return Err(CoreError::invalid("tool_choice: expected {\"type\": \"auto\" | \"any\" | \"none\"} or {\"type\": \"tool\", \"name\": ...}")),
+        ("tool", Some(name)) => ToolChoice::Named(name),
+        _ => {
+            return Err(CoreError::invalid(
+                "tool_choice: expected {\"type\": \"auto\" | \"any\" | \"none\"} or {\"type\": \"tool\", \"name\": ...}",
+            ))
+        }
     };
-    let _ = choice.disable_parallel_tool_use;
-    if matches!(converted, ToolChoice::Required | ToolChoice::Named(_)) && tools.is_empty() {
-        return Err(CoreError::invalid(
-            "tool_choice forces a tool call but no tools were offered",
-        ));
-    }
-    Ok(converted)
+    Ok((converted, !choice.disable_parallel_tool_use.unwrap_or(false)))
 }
 
 #[cfg(test)]

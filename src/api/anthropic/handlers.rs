@@ -5,7 +5,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::json;
 
 use super::convert::convert;
-use super::stream::{stop_reason, tool_use_block, MessageStream};
+use super::stream::{stop_reason, tool_use_block, with_anthropic_ids, MessageStream};
 use super::types::{ErrorBody, ErrorDetail, MessageResponse, MessagesRequest, UsageBody};
 use crate::api::common::{
     collect, error_response, event_stream, random_id, read_json, sse_response, start_generation,
@@ -63,7 +63,7 @@ async fn create(
     if !collected.text.is_empty() || completion.tool_calls.is_empty() {
         content.push(json!({"type": "text", "text": collected.text}));
     }
-    content.extend(completion.tool_calls.iter().map(tool_use_block));
+    content.extend(with_anthropic_ids(&completion.tool_calls).iter().map(tool_use_block));
     let (reason, sequence) = stop_reason(&completion.finish_reason);
     Ok(HttpResponse::Ok().json(MessageResponse {
         id,

@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 
 use crate::api::common::{sse_frame, StreamTranslator};
 use crate::core::{Completion, FinishReason, StreamEvent, ToolCall};
+use crate::tools::anthropic_call_id;
 
 /// Anthropic's `stop_reason` and `stop_sequence` for a core finish reason.
 pub fn stop_reason(reason: &FinishReason) -> (Option<&'static str>, Option<String>) {
@@ -18,6 +19,23 @@ pub fn stop_reason(reason: &FinishReason) -> (Option<&'static str>, Option<Strin
         FinishReason::ToolCalls => (Some("tool_use"), None),
         FinishReason::Error(_) => (None, None),
     }
+}
+
+/// The completion's calls with ids in Anthropic's shape: the model worker names calls the
+/// OpenAI way (`call_…`), so each gets a fresh `toolu_…` id here, the one place both the JSON
+/// and the streamed answers take their calls from.
+pub fn with_anthropic_ids(calls: &[ToolCall]) -> Vec<ToolCall> {
+    calls
+        .iter()
+        .map(|call| ToolCall {
+            id: if call.id.starts_with("toolu_") {
+                call.id.clone()
+            } else {
+                anthropic_call_id()
+            },
+            ..call.clone()
+        })
+        .collect()
 }
 
 pub fn tool_use_block(call: &ToolCall) -> Value {
@@ -50,7 +68,7 @@ impl MessageStream {
             Some("content_block_stop"),
             &json!({"type": "content_block_stop", "index": 0}),
         )];
-        for (offset, call) in completion.tool_calls.iter().enumerate() {
+        for (offset, call) in with_anthropic_ids(&completion.tool_calls).iter().enumerate() {
             let index = offset + 1;
             frames.push(sse_frame(
                 Some("content_block_start"),
@@ -180,7 +198,7 @@ mod tests {
     fn tool_calls_come_whole_after_the_text_block() {
         let mut stream = MessageStream::new("msg_1".into(), "m".into());
         let call = ToolCall {
-            id: "toolu_1".into(),
+            id: "call_0123456789ab".into(),
             name: "get_weather".into(),
             arguments: json!({"city": "Pune"}),
         };
@@ -195,6 +213,8 @@ mod tests {
             .map(parse)
             .collect();
         assert_eq!(parsed[1].1["content_block"]["name"], "get_weather");
+        let id = parsed[1].1["content_block"]["id"].as_str().unwrap();
+        assert!(id.starts_with("toolu_") && id.len() == 30, "{id}");
         assert_eq!(parsed[2].1["delta"]["partial_json"], "{\"city\":\"Pune\"}");
         assert_eq!(parsed[4].1["delta"]["stop_reason"], "tool_use");
     }

@@ -60,6 +60,8 @@ pub struct ContentBlock {
 pub struct ToolDefinition {
     #[serde(rename = "type")]
     pub kind: Option<String>,
+    /// Absent is refused by the tool checks with the tool's index, not by the parser.
+    #[serde(default)]
     pub name: String,
     pub description: Option<String>,
     pub input_schema: Option<Value>,

@@ -7,6 +7,7 @@ use serde_json::Value;
 use super::types::{ChatRequest, GenerateRequest, Message, Options};
 use crate::api::common::{check_range, check_stops};
 use crate::api::constraint::ConstraintSources;
+use crate::api::tool_wire::{check_tool_type, check_tools, openai_style_choice};
 use crate::core::{
     ChatMessage, KeepAlive, PromptInput, Role, SamplingParams, ToolCall, ToolChoice, ToolSpec,
     ValidGenerateRequest,
@@ -33,22 +34,22 @@ pub fn convert_chat(body: ChatRequest) -> Result<Converted, CoreError> {
         .collect::<Result<Vec<_>, _>>()?;
     let mut tools = Vec::new();
     for tool in body.tools.unwrap_or_default() {
-        match (tool.kind.as_deref(), tool.function) {
-            (None | Some("function"), Some(function)) => tools.push(ToolSpec {
-                name: function.name,
-                description: function.description,
-                parameters: function
-                    .parameters
-                    .unwrap_or_else(|| serde_json::json!({"type": "object"})),
-            }),
-            (kind, _) => {
-                return Err(CoreError::invalid(format!(
-                    "tools: a tool of type {:?} is not offered; send function tools",
-                    kind.unwrap_or("")
-                )))
-            }
+        if let Some(kind) = tool.kind.as_deref() {
+            check_tool_type(kind)?;
         }
+        let function = tool
+            .function
+            .ok_or_else(|| CoreError::invalid("tools: a function tool needs its \"function\" object"))?;
+        tools.push(ToolSpec {
+            name: function.name,
+            description: function.description,
+            parameters: function
+                .parameters
+                .unwrap_or_else(|| serde_json::json!({"type": "object"})),
+        });
     }
+    let tool_choice = openai_style_choice(body.tool_choice.as_ref())?;
+    check_tools(&tools, &tool_choice)?;
     let (sampling, stop, num_ctx) = convert_options(body.options)?;
     let request = ValidGenerateRequest {
         model: body.model,
@@ -58,7 +59,7 @@ pub fn convert_chat(body: ChatRequest) -> Result<Converted, CoreError> {
         constraint: None,
         num_ctx,
         keep_alive: convert_keep_alive(body.keep_alive)?,
-        tool_choice: ToolChoice::Auto,
+        tool_choice,
         parallel_tool_calls: false,
     };
     Ok(Converted {
@@ -152,7 +153,7 @@ fn convert_message(index: usize, message: Message) -> Result<ChatMessage, CoreEr
         role,
         content: message.content.unwrap_or_default(),
         tool_calls,
-        name: message.tool_name,
+        name: message.tool_name.or(message.name),
         tool_call_id: None,
     })
 }

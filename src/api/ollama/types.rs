@@ -9,6 +9,9 @@ pub struct ChatRequest {
     #[serde(default)]
     pub messages: Vec<Message>,
     pub tools: Option<Vec<Tool>>,
+    /// llamay's extension, as OpenAI's `tool_choice` (`"required"`, a named function...);
+    /// absent means `"auto"`, Ollama's only behaviour.
+    pub tool_choice: Option<Value>,
     pub format: Option<Value>,
     pub options: Option<Options>,
     pub stream: Option<bool>,
@@ -43,6 +46,8 @@ pub struct Message {
     pub images: Option<Vec<Value>>,
     pub tool_calls: Option<Vec<MessageToolCall>>,
     pub tool_name: Option<String>,
+    /// What older clients (and the tutorial) send instead of `tool_name`.
+    pub name: Option<String>,
 }
 
 #[derive(Debug, Deserialize, Serialize, Clone)]
@@ -66,6 +71,8 @@ pub struct Tool {
 
 #[derive(Debug, Deserialize)]
 pub struct ToolFunction {
+    /// Absent is refused by the tool checks with the tool's index, not by the parser.
+    #[serde(default)]
     pub name: String,
     pub description: Option<String>,
     pub parameters: Option<Value>,

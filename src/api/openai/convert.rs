@@ -7,8 +7,9 @@ use super::types::{
 };
 use crate::api::common::{check_range, check_stops};
 use crate::api::constraint::ConstraintSources;
+use crate::api::tool_wire::{check_tool_type, check_tools, openai_style_choice};
 use crate::core::{
-    ChatMessage, PromptInput, Role, SamplingParams, ToolCall, ToolChoice, ToolSpec,
+    ChatMessage, PromptInput, Role, SamplingParams, ToolCall, ToolSpec,
     ValidGenerateRequest,
 };
 use crate::error::CoreError;
@@ -57,7 +58,8 @@ pub fn convert(body: ChatCompletionRequest) -> Result<Converted, CoreError> {
         .into_iter()
         .map(convert_tool)
         .collect::<Result<Vec<_>, _>>()?;
-    let tool_choice = convert_tool_choice(body.tool_choice.as_ref(), &tools)?;
+    let tool_choice = openai_style_choice(body.tool_choice.as_ref())?;
+    check_tools(&tools, &tool_choice)?;
 
     let mut sampling = SamplingParams {
         temperature: 1.0,
@@ -174,56 +176,15 @@ fn convert_message(index: usize, message: RequestMessage) -> Result<ChatMessage,
 }
 
 fn convert_tool(tool: Tool) -> Result<ToolSpec, CoreError> {
-    match (tool.kind.as_str(), tool.function) {
-        ("function", Some(function)) => Ok(ToolSpec {
-            name: function.name,
-            description: function.description,
-            parameters: function.parameters.unwrap_or_else(|| serde_json::json!({"type": "object"})),
-        }),
-        ("function", None) => Err(CoreError::invalid("a function tool needs its function object").with_param("tools")),
-        (kind, _) => Err(CoreError::invalid(format!(
-            "the hosted tool type {kind:?} is refused: llamay runs nothing on your behalf; offer client tools of type \"function\""
-        ))
-        .with_param("tools")),
-    }
-}
-
-fn convert_tool_choice(
-    choice: Option<&serde_json::Value>,
-    tools: &[ToolSpec],
-) -> Result<ToolChoice, CoreError> {
-    let bad = || {
-        CoreError::invalid("tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}").with_param("tool_choice")
-    };
-    let choice = match choice {
-        None | Some(serde_json::Value::Null) => return Ok(ToolChoice::Auto),
-        Some(serde_json::Value::String(s)) => match s.as_str() {
-            "auto" => ToolChoice::Auto,
-            "none" => ToolChoice::None,
-            "required" => ToolChoice::Required,
-            _ => return Err(bad()),
-        },
-        Some(object) => {
-            let name = object
-                .pointer("/function/name")
-                .and_then(|n| n.as_str())
-                .ok_or_else(bad)?;
-            if !tools.iter().any(|t| t.name == name) {
-                return Err(CoreError::invalid(format!(
-                    "tool_choice names {name:?}, which is not among the tools"
-                ))
-                .with_param("tool_choice"));
-            }
-            ToolChoice::Named(name.to_string())
-        }
-    };
-    if !matches!(choice, ToolChoice::Auto | ToolChoice::None) && tools.is_empty() {
-        return Err(
-            CoreError::invalid("tool_choice forces a tool call but no tools were offered")
-                .with_param("tool_choice"),
-        );
-    }
-    Ok(choice)
+    check_tool_type(&tool.kind).map_err(|error| error.with_param("tools"))?;
+    let function = tool
+        .function
+        .ok_or_else(|| CoreError::invalid("a function tool needs its \"function\" object").with_param("tools"))?;
+    Ok(ToolSpec {
+        name: function.name,
+        description: function.description,
+        parameters: function.parameters.unwrap_or_else(|| serde_json::json!({"type": "object"})),
+    })
 }
 
 fn constraint_sources(

@@ -106,6 +106,8 @@ pub struct Tool {
 
 #[derive(Debug, Deserialize)]
 pub struct FunctionDefinition {
+    /// Absent is refused by the tool checks with the tool's index, not by the parser.
+    #[serde(default)]
     pub name: String,
     pub description: Option<String>,
     pub parameters: Option<Value>,

@@ -1,0 +1,78 @@
+//! Tool handling the three API shapes share: reading an OpenAI-style `tool_choice` value (the
+//! OpenAI route, and the Ollama route's llamay extension of the same name), and running the
+//! pure checks of `crate::tools` before a request reaches a model, so a bad tool list is a 400
+//! in the route's own error shape without loading anything.
+//!
+//! Cost: linear in the number of tools; no schema is compiled here (the model worker's
+//! `plan_tool_use` compiles them and refuses a schema keyword by the tool's name).
+
+use serde_json::Value;
+
+use crate::core::{ToolChoice, ToolSpec};
+use crate::error::CoreError;
+use crate::tools::{check_hosted_type, validate_choice, validate_tools};
+
+/// `"auto"`, `"none"`, `"required"`, or `{"type": "function", "function": {"name": …}}`; absent
+/// or `null` means `"auto"`.
+pub fn openai_style_choice(choice: Option<&Value>) -> Result<ToolChoice, CoreError> {
+    let bad = || {
+        CoreError::invalid(
+            "tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}",
+        )
+        .with_param("tool_choice")
+    };
+    match choice {
+        None | Some(Value::Null) => Ok(ToolChoice::Auto),
+        Some(Value::String(text)) => match text.as_str() {
+            "auto" => Ok(ToolChoice::Auto),
+            "none" => Ok(ToolChoice::None),
+            "required" => Ok(ToolChoice::Required),
+            _ => Err(bad()),
+        },
+        Some(object) => {
+            let name = object.pointer("/function/name").and_then(Value::as_str).ok_or_else(bad)?;
+            Ok(ToolChoice::Named(name.to_string()))
+        }
+    }
+}
+
+/// Refuses a declared tool `type` that is not a client tool (hosted types by name).
+pub fn check_tool_type(type_name: &str) -> Result<(), CoreError> {
+    check_hosted_type(type_name).map_err(CoreError::from)
+}
+
+/// Names present and unique, object schemas, and a `tool_choice` naming an offered tool.
+pub fn check_tools(tools: &[ToolSpec], choice: &ToolChoice) -> Result<(), CoreError> {
+    validate_tools(tools)?;
+    validate_choice(tools, choice)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn reads_each_choice_form() {
+        assert_eq!(openai_style_choice(None).unwrap(), ToolChoice::Auto);
+        assert_eq!(openai_style_choice(Some(&json!("none"))).unwrap(), ToolChoice::None);
+        assert_eq!(openai_style_choice(Some(&json!("required"))).unwrap(), ToolChoice::Required);
+        let named = json!({"type": "function", "function": {"name": "get_weather"}});
+        assert_eq!(openai_style_choice(Some(&named)).unwrap(), ToolChoice::Named("get_weather".into()));
+        assert!(openai_style_choice(Some(&json!("sometimes"))).is_err());
+        assert!(openai_style_choice(Some(&json!({"type": "function"}))).is_err());
+    }
+
+    #[test]
+    fn unknown_named_tool_and_hosted_types_are_400s_naming_them() {
+        let tools = vec![ToolSpec { name: "get_weather".into(), description: None, parameters: json!({"type": "object"}) }];
+        let error = check_tools(&tools, &ToolChoice::Named("get_news".into())).unwrap_err();
+        assert_eq!(error.status(), 400);
+        assert!(error.message.contains("get_news"), "{}", error.message);
+        let error = check_tool_type("code_interpreter").unwrap_err();
+        assert_eq!(error.status(), 400);
+        assert!(error.message.contains("code_interpreter"), "{}", error.message);
+    }
+}
