@@ -52,7 +52,7 @@ fn any_json_accepts_json_and_rejects_the_rest() {
         &[
             "{}", "[]", "0", "-1.5e+3", "\"a\\u00e9\\n\\\"\"", "true", "null",
             "{\"a\": [1, 2, {\"b\": null}], \"c\": \"\u{e9}\u{1F600}\"}",
-            " { } ", "\"\\ud83d\\ude00\"",
+            " { }", "\"\\ud83d\\ude00\"",
         ],
     );
     assert_rejects(&grammar, &["{", "01", "[1,]", "{\"a\"}", "\"\\x\"", "tru", "\"\\ud800\"", "1.", "\"a\nb\""]);
@@ -70,7 +70,7 @@ fn whitespace_beyond_the_budget_is_rejected() {
 #[test]
 fn types_one_or_a_list() {
     let grammar = schema(json!({"type": ["string", "null"]}));
-    assert_accepts(&grammar, &["\"x\"", "null", " null "]);
+    assert_accepts(&grammar, &["\"x\"", "null", " \n null"]);
     assert_rejects(&grammar, &["1", "{}", "true"]);
     let integer = schema(json!({"type": "integer"}));
     assert_accepts(&integer, &["0", "-12", "123456789012345678901234"]);
