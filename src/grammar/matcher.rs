@@ -29,6 +29,9 @@ const SKIP_SET_MIN_NODES: usize = 2048;
 /// walk: a state that lets few bytes through has small masks, cheaper to walk than to analyse.
 const SKIP_SET_MIN_ALIVE: u16 = 24;
 
+/// The walk's own state also qualifies once this many nodes below it were found alive.
+const ROOT_MIN_ALIVE: usize = 256;
+
 /// How far a chain of states (a bounded repetition) is followed for a skip set: tokens of
 /// more characters than this are walked instead. Each chain state costs a transition per byte
 /// class.
@@ -241,6 +244,7 @@ impl Matcher {
         let mut depth_alive = std::mem::take(&mut self.depth_alive);
         depth_alive.resize(depth_count, 0);
         depth_alive[0] = 0;
+        let mut alive_total = 0usize;
         let skip_set_min_nodes = (nodes.len() / 16).clamp(64, SKIP_SET_MIN_NODES);
         depth_states[0] = self.state;
         depth_pending[0] = self.pending_continuations;
@@ -285,9 +289,11 @@ impl Matcher {
             }
             let parent_pending = depth_pending[depth - 1];
             depth_alive[depth - 1] = depth_alive[depth - 1].saturating_add(1);
+            alive_total += 1;
             let left_under_parent = depth_ends[depth - 1] as usize - index;
             if parent_pending == 0
-                && depth_alive[depth - 1] >= SKIP_SET_MIN_ALIVE
+                && (depth_alive[depth - 1] >= SKIP_SET_MIN_ALIVE
+                    || (depth == 1 && alive_total >= ROOT_MIN_ALIVE))
                 && left_under_parent >= skip_set_min_nodes
                 && self
                     .table
