@@ -1,7 +1,9 @@
 //! The two bounded caches a matcher keeps, kept apart because their costs differ:
 //! [`StateTable`] interns automaton configurations as state ids and fills a (state, byte
 //! class) -> state table lazily, like a lazy DFA (cheap entries, many of them);
-//! [`MaskCache`] keeps the allowed-token bitset of a state (expensive, few).
+//! [`MaskCache`] keeps the allowed-token bitset of a state (expensive, few). The state table
+//! also remembers each state's [`SkipSet`] once worked out: the bytes and character budget
+//! with which whole trie subtrees can be allowed without walking them.
 //!
 //! Both have a bound (`Limits::transition_states`, `Limits::mask_cache`). A full table is
 //! cleared, keeping only the states the caller still holds, and the clear is counted; it
