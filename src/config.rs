@@ -2,7 +2,7 @@
 //! environment variables, then `llamay serve` flags ([`ServeArgs`]), each overriding the last,
 //! and validated before anything starts. `configs/llamay.toml` documents every key.
 //!
-//! Key types: [`Config`], [`ServeArgs`] (clap), [`KvCacheType`], [`LogFormat`], [`ConfigError`].
+//! Key types: [`Config`], [`ServeArgs`] (clap), [`LogFormat`], [`ConfigError`].
 //! Costs: read once at start-up.
 
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -14,6 +14,7 @@ use serde::Deserialize;
 use thiserror::Error;
 
 use crate::core::KeepAlive;
+use crate::llm::KvType;
 
 /// Flags of `llamay serve`. The spec writes long flags with one dash (`-addr`); main.rs passes
 /// argv through [`normalize_single_dash_flags`] first so clap sees `--addr`.
@@ -51,8 +52,11 @@ pub struct ServeArgs {
     pub config: Option<PathBuf>,
 }
 
-/// Flags that the spec writes with a single dash; [`normalize_single_dash_flags`] rewrites them.
+/// Long flags that llamay, like llama.cpp, accepts with a single dash (`-addr`, `-chat`,
+/// `-grammar-file`), for every subcommand; [`normalize_single_dash_flags`] rewrites them.
+/// A list rather than a pattern, so a value such as `-p "-hello"` is never mistaken for a flag.
 pub const SINGLE_DASH_LONG_FLAGS: &[&str] = &[
+    // serve
     "addr",
     "max-loaded",
     "keepalive",
@@ -63,10 +67,23 @@ pub const SINGLE_DASH_LONG_FLAGS: &[&str] = &[
     "grammar-file",
     "config",
     "model",
+    // run
+    "prompt",
+    "chat",
+    "system",
+    "n-predict",
+    "ctx-size",
+    "temp",
+    "top-k",
+    "top-p",
+    "min-p",
+    "repeat-penalty",
+    "seed",
+    "stats",
+    "json",
+    "schema",
 ];
 
-/// Rewrites `-addr x` / `-addr=x` to `--addr x` / `--addr=x` for the flags in `long_flags`,
-/// leaving everything else (short flags, values such as `-1`) alone.
 pub fn normalize_single_dash_flags(
     args: impl IntoIterator<Item = String>,
     long_flags: &[&str],
@@ -89,41 +106,13 @@ pub fn normalize_single_dash_flags(
         .collect()
 }
 
-/// The KV cache element type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KvCacheType {
-    F32,
-    F16,
-    Q8_0,
-    Q4_0,
-}
-
-impl KvCacheType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            KvCacheType::F32 => "f32",
-            KvCacheType::F16 => "f16",
-            KvCacheType::Q8_0 => "q8_0",
-            KvCacheType::Q4_0 => "q4_0",
-        }
-    }
-}
-
-impl FromStr for KvCacheType {
-    type Err = ConfigError;
-    fn from_str(text: &str) -> Result<Self, ConfigError> {
-        match text.trim().to_ascii_lowercase().as_str() {
-            "f32" => Ok(KvCacheType::F32),
-            "f16" => Ok(KvCacheType::F16),
-            "q8_0" | "q8" => Ok(KvCacheType::Q8_0),
-            "q4_0" | "q4" => Ok(KvCacheType::Q4_0),
-            other => Err(ConfigError::Invalid {
-                key: "kv",
-                value: other.to_string(),
-                expected: "f32, f16, q8_0 or q4_0",
-            }),
-        }
-    }
+/// `-kv` and its file and environment spellings, with the config's error.
+fn parse_kv(text: &str) -> Result<KvType, ConfigError> {
+    text.trim().parse().map_err(|_| ConfigError::Invalid {
+        key: "kv",
+        value: text.to_string(),
+        expected: "f32, f16, q8_0 or q4_0",
+    })
 }
 
 /// How log lines are written.
@@ -174,7 +163,7 @@ pub struct Config {
     pub keep_alive: KeepAlive,
     pub context: u32,
     pub threads: usize,
-    pub kv: KvCacheType,
+    pub kv: KvType,
     pub parallel: u32,
     pub grammar_file: Option<PathBuf>,
     pub max_queue: usize,
@@ -191,7 +180,7 @@ impl Default for Config {
             keep_alive: KeepAlive::For(Duration::from_secs(300)),
             context: 4096,
             threads: default_threads(),
-            kv: KvCacheType::F32,
+            kv: KvType::F32,
             parallel: 4,
             grammar_file: None,
             max_queue: 512,
@@ -300,7 +289,7 @@ impl Config {
         set(&mut self.context, file.context);
         set(&mut self.threads, file.threads);
         if let Some(kv) = file.kv {
-            self.kv = kv.parse()?;
+            self.kv = parse_kv(&kv)?;
         }
         set(&mut self.parallel, file.parallel);
         if file.grammar_file.is_some() {
@@ -328,7 +317,7 @@ impl Config {
         parse_env(env, "LLAMAY_CONTEXT", "context", &mut self.context)?;
         parse_env(env, "LLAMAY_THREADS", "threads", &mut self.threads)?;
         if let Some(kv) = env("LLAMAY_KV") {
-            self.kv = kv.parse()?;
+            self.kv = parse_kv(&kv)?;
         }
         parse_env(env, "LLAMAY_PARALLEL", "parallel", &mut self.parallel)?;
         if let Some(path) = env("LLAMAY_GRAMMAR_FILE") {
@@ -359,7 +348,7 @@ impl Config {
         set(&mut self.context, args.context);
         set(&mut self.threads, args.threads);
         if let Some(kv) = &args.kv {
-            self.kv = kv.parse()?;
+            self.kv = parse_kv(&kv)?;
         }
         set(&mut self.parallel, args.parallel);
         if args.grammar_file.is_some() {
@@ -477,7 +466,7 @@ mod tests {
         assert_eq!(config.addr, "localhost:11435");
         assert_eq!(config.max_loaded, 2);
         assert_eq!(config.keep_alive.to_string(), "5m0s");
-        assert_eq!(config.kv, KvCacheType::F32);
+        assert_eq!(config.kv, KvType::F32);
         assert_eq!(config.parallel, 4);
     }
 
@@ -497,7 +486,7 @@ mod tests {
         assert_eq!(config.max_loaded, 5);
         assert_eq!(config.keep_alive, KeepAlive::Forever);
         assert_eq!(config.parallel, 8);
-        assert_eq!(config.kv, KvCacheType::F16);
+        assert_eq!(config.kv, KvType::F16);
     }
 
     #[test]

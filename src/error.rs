@@ -161,7 +161,7 @@ impl CoreError {
     pub fn model_not_found(name: &str) -> Self {
         Self::new(
             ErrorCode::ModelNotFound,
-            format!("model {name:?} not found; `llamay pull {name}` installs it"),
+            format!("model {name:?} not found; `llamay list` shows the installed models and `llamay import FILE {name}` adds one"),
         )
     }
 

@@ -9,7 +9,10 @@ mod cli;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let args = cli::normalize_args(std::env::args_os());
+    let args = llamay::config::normalize_single_dash_flags(
+        std::env::args_os().map(|a| a.to_string_lossy().into_owned()),
+        llamay::config::SINGLE_DASH_LONG_FLAGS,
+    );
     match cli::main(args) {
         Ok(code) => code,
         Err(error) => {

@@ -6,9 +6,9 @@
 use std::sync::Arc;
 
 use crate::actors::model::{StoreLoader, WorkerSettings};
-use crate::config::{Config, KvCacheType};
+use crate::config::Config;
 use crate::core::{CatalogEntry, CoreError, ModelCatalog, ModelDescription};
-use crate::llm::{ContextParams, KvType};
+use crate::llm::ContextParams;
 use crate::store::{Manifest, ModelName, Store, StoreError};
 
 /// The store as `/api/tags`, `/v1/models` and `/api/show` see it.
@@ -78,12 +78,6 @@ impl ModelCatalog for StoreCatalog {
 
 /// Serves until a stop signal, with models loaded from `store`.
 pub fn run(config: Config, store: Arc<Store>) -> std::io::Result<()> {
-    let kv_type = match config.kv {
-        KvCacheType::F32 => KvType::F32,
-        KvCacheType::F16 => KvType::F16,
-        KvCacheType::Q8_0 => KvType::Q8_0,
-        KvCacheType::Q4_0 => KvType::Q4_0,
-    };
     // `context` is per sequence, as Ollama's num_ctx: the KV cache holds `parallel` of them.
     let settings = WorkerSettings {
         context: ContextParams {
@@ -91,7 +85,7 @@ pub fn run(config: Config, store: Arc<Store>) -> std::io::Result<()> {
             threads: config.threads.min(i32::MAX as usize) as i32,
             batch: 512,
             sequences: config.parallel,
-            kv_type,
+            kv_type: config.kv,
         },
     };
     let loader = Arc::new(StoreLoader::new(Arc::clone(&store), settings));

@@ -376,6 +376,9 @@ fn step(context: &mut Context<'_>, live: &mut [Option<Live>], shared: &Shared) {
     if plan.is_empty() {
         return;
     }
+    let step_started = Instant::now();
+    let generating = plan.iter().any(|(_, from, _)| from.is_none());
+    let prompting = plan.iter().any(|(_, from, _)| from.is_some());
     let mut generated_tokens: Vec<[u32; 1]> = Vec::with_capacity(plan.len());
     for (index, from, _) in &plan {
         let token = match (from, &live[*index]) {
@@ -450,6 +453,17 @@ fn step(context: &mut Context<'_>, live: &mut [Option<Live>], shared: &Shared) {
             }
         }
     }
+    // Wall-clock time of the model's steps, so tok/s in /v1/stats is what the model delivers
+    // in aggregate rather than an average over sequences that overlapped.
+    if let Ok(mut totals) = shared.totals.lock() {
+        let spent = step_started.elapsed();
+        if generating {
+            totals.generation_time += spent;
+        }
+        if prompting {
+            totals.prompt_eval_time += spent;
+        }
+    }
 }
 
 /// Sends the last text and the completion of a live job, and books its totals.
@@ -484,8 +498,6 @@ fn finish(job: Job, reason: FinishReason, text: String, timings: Timings, prompt
         totals.requests += 1;
         totals.prompt_tokens += prompt_tokens as u64;
         totals.generated_tokens += completion_tokens as u64;
-        totals.generation_time += timings.eval;
-        totals.prompt_eval_time += timings.prompt_eval;
         if let Some(stats) = &constraint_stats {
             totals.constraint_caches = stats.get("stats").cloned();
         }

@@ -181,7 +181,7 @@ fn print_banner(config: &Config, model: Option<&ModelInfo>, bound: &[String]) {
         params = %params,
         context,
         threads = config.threads,
-        kv = config.kv.as_str(),
+        kv = %config.kv,
         parallel = config.parallel,
         listening = %bound.join(","),
         "llamay serving"

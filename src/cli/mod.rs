@@ -7,7 +7,6 @@ mod check;
 mod models;
 mod run;
 
-use std::ffi::OsString;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -62,24 +61,7 @@ enum Command {
     },
 }
 
-/// Rewrites llama.cpp-style `-word` flags as `--word` so clap can read them; `-m`, negative
-/// numbers and `-` (stdin) are left alone.
-pub fn normalize_args(args: impl Iterator<Item = OsString>) -> Vec<OsString> {
-    args.map(|arg| match arg.to_str() {
-        Some(text)
-            if text.len() > 2
-                && text.starts_with('-')
-                && !text.starts_with("--")
-                && text[1..].chars().next().is_some_and(|c| c.is_ascii_alphabetic()) =>
-        {
-            OsString::from(format!("-{text}"))
-        }
-        _ => arg,
-    })
-    .collect()
-}
-
-fn init_logging(json: bool) {
+pub fn init_logging(json: bool) {
     // llama.cpp logs thousands of lines a run (target `llama-cpp-2`); RUST_LOG=llama-cpp-2=info shows them.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,llama-cpp-2=off,llama_cpp_2=off"));
@@ -87,7 +69,7 @@ fn init_logging(json: bool) {
     let _ = if json { builder.json().try_init() } else { builder.try_init() };
 }
 
-pub fn main(args: Vec<OsString>) -> Result<ExitCode, CliError> {
+pub fn main(args: Vec<String>) -> Result<ExitCode, CliError> {
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(error) => {
@@ -102,10 +84,7 @@ pub fn main(args: Vec<OsString>) -> Result<ExitCode, CliError> {
             init_logging(false);
             run::run(args)
         }
-        Command::Serve(args) => {
-            init_logging(std::env::var("LLAMAY_LOG_FORMAT").is_ok_and(|f| f == "json"));
-            models::serve(args)
-        }
+        Command::Serve(args) => models::serve(args),
         Command::Import { file, name } => models::import(&file, &name),
         Command::List => models::list(),
         Command::Show { name } => models::show(&name),

@@ -28,13 +28,13 @@ pub struct RunArgs {
     #[arg(short = 'm', long = "model")]
     model: String,
     /// The prompt; read from stdin when absent.
-    #[arg(short = 'p', long = "prompt")]
+    #[arg(short = 'p', long = "prompt", allow_hyphen_values = true)]
     prompt: Option<String>,
     /// Apply the model's chat template (the prompt is a user message).
     #[arg(long)]
     chat: bool,
     /// A system message (with -chat).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     system: Option<String>,
     /// Most tokens to generate.
     #[arg(short = 'n', long = "n-predict", default_value_t = 256, allow_hyphen_values = true)]
@@ -122,7 +122,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
     let max_tokens = positive("-n", args.n_predict)?;
     let threads = match args.threads {
         Some(t) => positive("-t", t)?,
-        None => llamay::llm::default_threads(),
+        None => llamay::config::default_threads() as u32,
     };
     let ctx_size = args.ctx_size.map(|c| positive("-c", c)).transpose()?;
     let top_k = u32::try_from(args.top_k).map_err(|_| CliError::Usage("-top-k must not be negative".into()))?;

@@ -43,9 +43,3 @@ pub fn llama_backend() -> Result<&'static llama_cpp_2::llama_backend::LlamaBacke
     backend::get()
 }
 
-/// Decode threads when none are asked for: one per physical core (half the logical CPUs,
-/// at least one). Spinning threads on shared or hyper-threaded cores slow decoding down by
-/// an order of magnitude on a busy machine, so this errs low.
-pub fn default_threads() -> u32 {
-    std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1) as u32)
-}

@@ -72,11 +72,19 @@ impl fmt::Display for SchemaError {
     }
 }
 
+/// A generated document: optional leading whitespace, then the value, and nothing after it.
+/// Trailing whitespace is valid JSON text, but allowing it lets a model spend the whole
+/// whitespace budget on newlines after the closing brace; without it the constraint is
+/// complete at the last byte of the value and generation stops there.
+fn document(value: RuleId) -> Vec<Vec<Symbol>> {
+    vec![vec![Symbol::Whitespace, Symbol::Rule(value)]]
+}
+
 /// Any RFC 8259 JSON document (`-json`, `format: "json"`, `json_object`).
 pub fn any_json() -> Grammar {
     let mut sink = json::RuleSink::new();
     let value = sink.any_value();
-    let root = sink.add("root", vec![vec![Symbol::Whitespace, Symbol::Rule(value), Symbol::Whitespace]]);
+    let root = sink.add("root", document(value));
     sink.builder.finish(root, WHITESPACE_BUDGET)
 }
 
@@ -91,9 +99,7 @@ pub fn compile_schema(schema: &Value) -> Result<Grammar, SchemaError> {
     let value = compiler.compile(vec![compile::Part::new(schema, "")], true)?.ok_or_else(|| {
         SchemaError::new("schema", "", "which no JSON document can satisfy")
     })?;
-    let root = compiler
-        .sink
-        .add("root", vec![vec![Symbol::Whitespace, Symbol::Rule(value), Symbol::Whitespace]]);
+    let root = compiler.sink.add("root", document(value));
     let grammar = compiler.sink.builder.finish(root, WHITESPACE_BUDGET);
     prune(grammar).ok_or_else(|| SchemaError::new("schema", "", "which no JSON document can satisfy"))
 }
