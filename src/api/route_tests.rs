@@ -582,3 +582,6 @@ async fn grammar_refusals_name_the_problem_and_compiled_constraints_are_reused()
     assert_eq!(stats["compiled_constraints"]["hits"], 2);
     assert_eq!(stats["compiled_constraints"]["entries"], 1);
 }
+
+#[path = "tool_route_tests.rs"]
+mod tools;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::actors::messages::{Generation, LoadedModel, ModelLoader};
 use crate::core::{
     CatalogEntry, Completion, FinishReason, ModelCatalog, ModelDescription, ModelInfo, ModelTotals,
-    PromptInput, StreamEvent, Timings, Usage, ValidGenerateRequest,
+    PromptInput, StreamEvent, Timings, ToolCall, ToolChoice, Usage, ValidGenerateRequest,
 };
 use crate::error::CoreError;
 
@@ -48,7 +48,9 @@ fn entry(name: &str) -> CatalogEntry {
 
 /// What the fake model says: the words of `script`, one delta each. A prompt containing
 /// `TOO LONG` is refused at submit; `SLOW` streams a word every 50 ms until cancelled;
-/// `FAIL` ends in an error after one word. A constrained request answers `{"ok":true}`.
+/// `FAIL` ends in an error after one word. A constrained request answers `{"ok":true}`. A
+/// forced tool choice answers as the model worker does: one call to the named (or first) tool,
+/// after a leftover fragment of a second call when the prompt says `CUT`.
 pub struct ScriptedModel {
     info: ModelInfo,
     in_use: Arc<AtomicUsize>,
@@ -100,6 +102,22 @@ fn prompt_text(input: &PromptInput) -> String {
     }
 }
 
+fn forced_call(request: &ValidGenerateRequest) -> Option<ToolCall> {
+    let PromptInput::Chat { tools, .. } = &request.input else {
+        return None;
+    };
+    let name = match &request.tool_choice {
+        ToolChoice::Required => tools.first()?.name.clone(),
+        ToolChoice::Named(name) => name.clone(),
+        ToolChoice::Auto | ToolChoice::None => return None,
+    };
+    Some(ToolCall {
+        id: "call_0123456789ab".into(),
+        name,
+        arguments: serde_json::json!({"city": "Paris", "unit": "c"}),
+    })
+}
+
 impl LoadedModel for ScriptedModel {
     fn info(&self) -> &ModelInfo {
         &self.info
@@ -109,6 +127,26 @@ impl LoadedModel for ScriptedModel {
         let prompt = prompt_text(&request.input);
         if prompt.contains("TOO LONG") {
             return Err(CoreError::prompt_too_long(5000, 2048));
+        }
+        if let Some(call) = forced_call(&request) {
+            let leftover = if prompt.contains("CUT") {
+                "<tool_call>\n{\"name\""
+            } else {
+                ""
+            };
+            let (generation, sender, _cancel) = Generation::channel();
+            std::thread::spawn(move || {
+                let _ = sender.blocking_send(StreamEvent::Delta {
+                    text: leftover.into(),
+                });
+                let completion = Completion {
+                    finish_reason: FinishReason::ToolCalls,
+                    tool_calls: vec![call],
+                    ..Completion::default()
+                };
+                let _ = sender.blocking_send(StreamEvent::Done(completion));
+            });
+            return Ok(generation);
         }
         let words: Vec<String> = if request.constraint.is_some() {
             vec!["{\"ok\":".into(), "true}".into()]

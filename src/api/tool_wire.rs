@@ -30,7 +30,10 @@ pub fn openai_style_choice(choice: Option<&Value>) -> Result<ToolChoice, CoreErr
             _ => Err(bad()),
         },
         Some(object) => {
-            let name = object.pointer("/function/name").and_then(Value::as_str).ok_or_else(bad)?;
+            let name = object
+                .pointer("/function/name")
+                .and_then(Value::as_str)
+                .ok_or_else(bad)?;
             Ok(ToolChoice::Named(name.to_string()))
         }
     }
@@ -57,22 +60,39 @@ mod tests {
     #[test]
     fn reads_each_choice_form() {
         assert_eq!(openai_style_choice(None).unwrap(), ToolChoice::Auto);
-        assert_eq!(openai_style_choice(Some(&json!("none"))).unwrap(), ToolChoice::None);
-        assert_eq!(openai_style_choice(Some(&json!("required"))).unwrap(), ToolChoice::Required);
+        assert_eq!(
+            openai_style_choice(Some(&json!("none"))).unwrap(),
+            ToolChoice::None
+        );
+        assert_eq!(
+            openai_style_choice(Some(&json!("required"))).unwrap(),
+            ToolChoice::Required
+        );
         let named = json!({"type": "function", "function": {"name": "get_weather"}});
-        assert_eq!(openai_style_choice(Some(&named)).unwrap(), ToolChoice::Named("get_weather".into()));
+        assert_eq!(
+            openai_style_choice(Some(&named)).unwrap(),
+            ToolChoice::Named("get_weather".into())
+        );
         assert!(openai_style_choice(Some(&json!("sometimes"))).is_err());
         assert!(openai_style_choice(Some(&json!({"type": "function"}))).is_err());
     }
 
     #[test]
     fn unknown_named_tool_and_hosted_types_are_400s_naming_them() {
-        let tools = vec![ToolSpec { name: "get_weather".into(), description: None, parameters: json!({"type": "object"}) }];
+        let tools = vec![ToolSpec {
+            name: "get_weather".into(),
+            description: None,
+            parameters: json!({"type": "object"}),
+        }];
         let error = check_tools(&tools, &ToolChoice::Named("get_news".into())).unwrap_err();
         assert_eq!(error.status(), 400);
         assert!(error.message.contains("get_news"), "{}", error.message);
         let error = check_tool_type("code_interpreter").unwrap_err();
         assert_eq!(error.status(), 400);
-        assert!(error.message.contains("code_interpreter"), "{}", error.message);
+        assert!(
+            error.message.contains("code_interpreter"),
+            "{}",
+            error.message
+        );
     }
 }

@@ -225,7 +225,10 @@ fn convert_tool_choice(choice: Option<ToolChoiceField>) -> Result<(ToolChoice, b
             ))
         }
     };
-    Ok((converted, !choice.disable_parallel_tool_use.unwrap_or(false)))
+    Ok((
+        converted,
+        !choice.disable_parallel_tool_use.unwrap_or(false),
+    ))
 }
 
 #[cfg(test)]
@@ -289,5 +292,50 @@ mod tests {
         )
         .contains("image"));
         assert!(with("llamay_format", json!("xml")).contains("llamay_format"));
+    }
+
+    #[test]
+    fn tool_choice_forms_and_tool_result_names() {
+        let converted = parse(json!({
+            "model": "m", "max_tokens": 10,
+            "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}],
+            "tool_choice": {"type": "tool", "name": "get_weather", "disable_parallel_tool_use": true},
+            "messages": [
+                {"role": "user", "content": "weather?"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_9", "name": "get_weather", "input": {}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_9", "content": "sunny"},
+                                             {"type": "text", "text": "and tomorrow?"}]}
+            ]
+        }))
+        .unwrap();
+        assert_eq!(
+            converted.request.tool_choice,
+            ToolChoice::Named("get_weather".into())
+        );
+        assert!(!converted.request.parallel_tool_calls);
+        let PromptInput::Chat { messages, .. } = converted.request.input else {
+            panic!("chat expected")
+        };
+        assert_eq!(messages[2].role, Role::Tool);
+        assert_eq!(messages[2].name.as_deref(), Some("get_weather"));
+        assert_eq!(messages[3].content, "and tomorrow?");
+
+        let base = |choice: Value| {
+            parse(
+                json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "x"}],
+                         "tools": [{"name": "a"}], "tool_choice": choice}),
+            )
+        };
+        let any = base(json!({"type": "any"})).unwrap().request;
+        assert_eq!(
+            (any.tool_choice, any.parallel_tool_calls),
+            (ToolChoice::Required, true)
+        );
+        assert_eq!(
+            base(json!({"type": "none"})).unwrap().request.tool_choice,
+            ToolChoice::None
+        );
+        let error = base(json!({"type": "tool", "name": "b"})).unwrap_err();
+        assert!(error.message.contains("\"b\""), "{}", error.message);
     }
 }

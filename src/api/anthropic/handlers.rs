@@ -63,7 +63,11 @@ async fn create(
     if !collected.text.is_empty() || completion.tool_calls.is_empty() {
         content.push(json!({"type": "text", "text": collected.text}));
     }
-    content.extend(with_anthropic_ids(&completion.tool_calls).iter().map(tool_use_block));
+    content.extend(
+        with_anthropic_ids(&completion.tool_calls)
+            .iter()
+            .map(tool_use_block),
+    );
     let (reason, sequence) = stop_reason(&completion.finish_reason);
     Ok(HttpResponse::Ok().json(MessageResponse {
         id,

@@ -68,7 +68,10 @@ impl MessageStream {
             Some("content_block_stop"),
             &json!({"type": "content_block_stop", "index": 0}),
         )];
-        for (offset, call) in with_anthropic_ids(&completion.tool_calls).iter().enumerate() {
+        for (offset, call) in with_anthropic_ids(&completion.tool_calls)
+            .iter()
+            .enumerate()
+        {
             let index = offset + 1;
             frames.push(sse_frame(
                 Some("content_block_start"),

@@ -37,9 +37,9 @@ pub fn convert_chat(body: ChatRequest) -> Result<Converted, CoreError> {
         if let Some(kind) = tool.kind.as_deref() {
             check_tool_type(kind)?;
         }
-        let function = tool
-            .function
-            .ok_or_else(|| CoreError::invalid("tools: a function tool needs its \"function\" object"))?;
+        let function = tool.function.ok_or_else(|| {
+            CoreError::invalid("tools: a function tool needs its \"function\" object")
+        })?;
         tools.push(ToolSpec {
             name: function.name,
             description: function.description,
@@ -290,5 +290,34 @@ mod tests {
             }
         ));
         assert!(!raw.stream);
+    }
+
+    #[test]
+    fn tools_take_a_choice_and_tool_messages_a_name() {
+        let converted = chat(json!({
+            "model": "m", "tool_choice": "required",
+            "tools": [{"type": "function", "function": {"name": "get_order_status"}}],
+            "messages": [
+                {"role": "user", "content": "where?"},
+                {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "get_order_status", "arguments": {"order_id": "A-1"}}}]},
+                {"role": "tool", "name": "get_order_status", "content": "{}"},
+                {"role": "tool", "tool_name": "get_order_status", "content": "{}"}
+            ]
+        }))
+        .unwrap();
+        assert_eq!(converted.request.tool_choice, ToolChoice::Required);
+        assert!(!converted.request.parallel_tool_calls);
+        let PromptInput::Chat { messages, .. } = converted.request.input else {
+            panic!("chat expected")
+        };
+        assert_eq!(
+            messages[1].tool_calls[0].arguments,
+            json!({"order_id": "A-1"})
+        );
+        assert_eq!(messages[2].name.as_deref(), Some("get_order_status"));
+        assert_eq!(messages[3].name.as_deref(), Some("get_order_status"));
+        let hosted = chat(json!({"model": "m", "messages": [], "tools": [{"type": "web_search"}]}))
+            .unwrap_err();
+        assert!(hosted.message.contains("web_search"), "{}", hosted.message);
     }
 }

@@ -9,8 +9,7 @@ use crate::api::common::{check_range, check_stops};
 use crate::api::constraint::ConstraintSources;
 use crate::api::tool_wire::{check_tool_type, check_tools, openai_style_choice};
 use crate::core::{
-    ChatMessage, PromptInput, Role, SamplingParams, ToolCall, ToolSpec,
-    ValidGenerateRequest,
+    ChatMessage, PromptInput, Role, SamplingParams, ToolCall, ToolSpec, ValidGenerateRequest,
 };
 use crate::error::CoreError;
 
@@ -145,10 +144,12 @@ fn convert_message(index: usize, message: RequestMessage) -> Result<ChatMessage,
             for part in parts {
                 match (part.kind.as_str(), part.text) {
                     ("text", Some(piece)) => text.push_str(&piece),
-                    (kind, _) => return Err(CoreError::invalid(format!(
+                    (kind, _) => {
+                        return Err(CoreError::invalid(format!(
                         "{param}.content has a {kind:?} part; only text is offered in this version"
                     ))
-                    .with_param(param)),
+                        .with_param(param))
+                    }
                 }
             }
             text
@@ -177,13 +178,15 @@ fn convert_message(index: usize, message: RequestMessage) -> Result<ChatMessage,
 
 fn convert_tool(tool: Tool) -> Result<ToolSpec, CoreError> {
     check_tool_type(&tool.kind).map_err(|error| error.with_param("tools"))?;
-    let function = tool
-        .function
-        .ok_or_else(|| CoreError::invalid("a function tool needs its \"function\" object").with_param("tools"))?;
+    let function = tool.function.ok_or_else(|| {
+        CoreError::invalid("a function tool needs its \"function\" object").with_param("tools")
+    })?;
     Ok(ToolSpec {
         name: function.name,
         description: function.description,
-        parameters: function.parameters.unwrap_or_else(|| serde_json::json!({"type": "object"})),
+        parameters: function
+            .parameters
+            .unwrap_or_else(|| serde_json::json!({"type": "object"})),
     })
 }
 
@@ -336,5 +339,41 @@ mod tests {
         }))
         .unwrap();
         assert!(converted.constraint.schema.is_some() && converted.constraint.grammar.is_some());
+    }
+
+    #[test]
+    fn tool_results_and_earlier_calls_convert() {
+        let converted = parse(json!({
+            "model": "m", "parallel_tool_calls": false,
+            "tools": [{"type": "function", "function": {"name": "get_weather"}}],
+            "messages": [
+                {"role": "user", "content": "weather?"},
+                {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+                    "function": {"name": "get_weather", "arguments": "{\"city\":\"Pune\"}"}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}
+            ]
+        }))
+        .unwrap();
+        assert!(!converted.request.parallel_tool_calls);
+        let PromptInput::Chat { messages, tools } = converted.request.input else {
+            panic!("chat expected")
+        };
+        assert_eq!(tools[0].parameters, json!({"type": "object"}));
+        assert_eq!(messages[1].tool_calls[0].arguments, json!({"city": "Pune"}));
+        assert_eq!(messages[1].tool_calls[0].id, "call_1");
+        assert_eq!(messages[2].role, Role::Tool);
+        assert_eq!(messages[2].tool_call_id.as_deref(), Some("call_1"));
+    }
+
+    #[test]
+    fn a_named_tool_that_was_not_offered_is_refused_by_name() {
+        let error = parse(json!({
+            "model": "m", "messages": [{"role": "user", "content": "x"}],
+            "tools": [{"type": "function", "function": {"name": "get_weather"}}],
+            "tool_choice": {"type": "function", "function": {"name": "get_news"}}
+        }))
+        .unwrap_err();
+        assert_eq!(error.param.as_deref(), Some("tool_choice"));
+        assert!(error.message.contains("\"get_news\""), "{}", error.message);
     }
 }
