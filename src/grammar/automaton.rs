@@ -24,6 +24,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::OnceLock;
 
+use super::cache::CacheRegistry;
 use super::error::{GrammarError, Location};
 use super::ir::{ByteSet, Grammar, Symbol};
 use super::limits::Limits;
@@ -74,6 +75,8 @@ pub struct CompiledGrammar {
     /// Canonical encoding of the configuration before any byte.
     initial: Vec<u32>,
     limits: Limits,
+    /// Transition tables and masks shared by the matchers of this grammar, per vocabulary.
+    caches: CacheRegistry,
 }
 
 /// Why a byte step could not be computed (the input itself is not at fault).
@@ -184,6 +187,7 @@ impl CompiledGrammar {
             class_representatives,
             initial: Vec::new(),
             limits: limits.clone(),
+            caches: CacheRegistry::default(),
         };
         let mut stacks = StackSet::default();
         let root_call = [u32::MAX];
@@ -197,6 +201,10 @@ impl CompiledGrammar {
             })?;
         compiled.initial = stacks.into_encoded();
         Ok(compiled)
+    }
+
+    pub(crate) fn cache_registry(&self) -> &CacheRegistry {
+        &self.caches
     }
 
     pub fn limits(&self) -> &Limits {

@@ -1,9 +1,12 @@
-//! The two bounded caches a matcher keeps, kept apart because their costs differ:
+//! The two bounded caches a matcher uses, kept apart because their costs differ:
 //! [`StateTable`] interns automaton configurations as state ids and fills a (state, byte
 //! class) -> state table lazily, like a lazy DFA (cheap entries, many of them);
 //! [`MaskCache`] keeps the allowed-token bitset of a state (expensive, few). The state table
 //! also remembers each state's [`SkipSet`] once worked out: the bytes and character budget
 //! with which whole trie subtrees can be allowed without walking them.
+//!
+//! Both are shared by every matcher of one grammar and vocabulary ([`SharedCaches`], found
+//! through the grammar's [`CacheRegistry`]), so a schema served again starts warm.
 //!
 //! Both have a bound (`Limits::transition_states`, `Limits::mask_cache`). A full table is
 //! cleared, keeping only the states the caller still holds, and the clear is counted; it
@@ -12,10 +15,11 @@
 //! plus 4 bytes per byte class; a mask costs vocabulary/8 bytes.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use super::automaton::{config_can_continue, config_is_accepting, CompiledGrammar};
 use super::ir::ByteSet;
+use super::toktrie::TokenTrie;
 
 /// Bytes and a character budget: any valid UTF-8 text of at most `capacity` characters made
 /// only of `bytes` keeps the automaton alive (`u32::MAX`: unbounded).
@@ -43,7 +47,9 @@ const UNKNOWN: u32 = u32::MAX;
 pub(crate) const FULL: u32 = u32::MAX - 1;
 
 pub(crate) struct StateTable {
-    grammar: Arc<CompiledGrammar>,
+    /// Weak: the grammar owns the tables shared by its matchers (see [`CacheRegistry`]).
+    grammar: Weak<CompiledGrammar>,
+    byte_class: [u8; 256],
     classes: usize,
     configs: Vec<Box<[u32]>>,
     ids: HashMap<Box<[u32]>, u32>,
@@ -66,14 +72,15 @@ pub(crate) struct StateTable {
 impl StateTable {
     /// `min_capacity` must exceed the states a caller keeps alive across a clear (a mask walk
     /// keeps one per trie depth), so that a cleared table always has room for the next state.
-    pub(crate) fn new(grammar: Arc<CompiledGrammar>, min_capacity: usize) -> Self {
+    pub(crate) fn new(grammar: &Arc<CompiledGrammar>, min_capacity: usize) -> Self {
         let classes = grammar.class_count();
         let capacity = grammar.limits().transition_states.max(min_capacity);
         // Room for every state a caller keeps across a clear, each as large as allowed.
         let word_budget = (capacity.saturating_mul(1024))
             .max((min_capacity + 1).saturating_mul(grammar.limits().max_state_words));
         let mut table = StateTable {
-            grammar,
+            grammar: Arc::downgrade(grammar),
+            byte_class: *grammar.byte_class(),
             classes,
             configs: Vec::new(),
             ids: HashMap::new(),
@@ -92,10 +99,21 @@ impl StateTable {
         table
     }
 
-    /// The state of the grammar before any byte.
-    pub(crate) fn initial(&mut self) -> u32 {
-        let config = self.grammar.initial_config().to_vec().into_boxed_slice();
-        self.intern(config).unwrap_or(DEAD)
+    /// The state of `config` (a configuration of this table's grammar), interned; clears the
+    /// table (keeping `live`) when it is full. DEAD for the empty configuration.
+    pub(crate) fn adopt(&mut self, config: &[u32], live: &mut [u32]) -> u32 {
+        match self.intern(config.into()) {
+            Some(id) => id,
+            None => {
+                self.clear_keeping(live);
+                self.intern(config.into()).unwrap_or(DEAD)
+            }
+        }
+    }
+
+    /// Changes whenever state ids are reassigned (a clear): ids from another epoch are stale.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.clears
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -312,7 +330,7 @@ impl StateTable {
         };
         let mut groups: Vec<(u8, ByteSet)> = Vec::new();
         for byte in low..=high {
-            let class = self.grammar.byte_class()[byte as usize];
+            let class = self.byte_class[byte as usize];
             match groups.iter_mut().find(|(c, _)| *c == class) {
                 Some((_, bytes)) => bytes.insert(byte),
                 None => groups.push((class, ByteSet::single(byte))),
@@ -349,8 +367,7 @@ impl StateTable {
     /// The state after `byte`, [`DEAD`], or [`FULL`] when a new state would not fit.
     #[inline]
     pub(crate) fn next(&mut self, state: u32, byte: u8) -> u32 {
-        let index =
-            state as usize * self.classes + self.grammar.byte_class()[byte as usize] as usize;
+        let index = state as usize * self.classes + self.byte_class[byte as usize] as usize;
         match self.transitions.get(index) {
             Some(&target) if target != UNKNOWN => target,
             Some(_) => self.fill(index, state, byte),
@@ -360,7 +377,11 @@ impl StateTable {
 
     #[cold]
     fn fill(&mut self, index: usize, state: u32, byte: u8) -> u32 {
-        let target = match self.grammar.step(&self.configs[state as usize], byte) {
+        // Matchers hold the grammar, so it is alive whenever one asks for a transition.
+        let Some(grammar) = self.grammar.upgrade() else {
+            return DEAD;
+        };
+        let target = match grammar.step(&self.configs[state as usize], byte) {
             Err(_) => {
                 self.overflows += 1;
                 DEAD
@@ -430,7 +451,7 @@ impl StateTable {
 /// is cleared.
 pub(crate) struct MaskCache {
     index: HashMap<u32, usize>,
-    masks: Vec<TokenMask>,
+    masks: Vec<Arc<TokenMask>>,
     capacity: usize,
     pub(crate) clears: u64,
 }
@@ -449,20 +470,18 @@ impl MaskCache {
         self.index.get(&state).copied()
     }
 
-    pub(crate) fn mask(&self, slot: usize) -> &TokenMask {
-        &self.masks[slot]
+    pub(crate) fn mask(&self, slot: usize) -> Option<&Arc<TokenMask>> {
+        self.masks.get(slot)
     }
 
-    /// Stores `mask` for `state`, clearing the cache first when it is full; returns its slot.
-    pub(crate) fn insert(&mut self, state: u32, mask: TokenMask) -> usize {
+    /// Stores `mask` for `state`, clearing the cache first when it is full.
+    pub(crate) fn insert(&mut self, state: u32, mask: Arc<TokenMask>) {
         if self.masks.len() >= self.capacity {
             self.clear();
             self.clears += 1;
         }
         self.masks.push(mask);
-        let slot = self.masks.len() - 1;
-        self.index.insert(state, slot);
-        slot
+        self.index.insert(state, self.masks.len() - 1);
     }
 
     /// Drops every mask (state ids changed); not counted as a clear of this cache.
@@ -477,5 +496,72 @@ impl MaskCache {
 
     pub(crate) fn capacity(&self) -> usize {
         self.capacity
+    }
+}
+
+/// The state table and mask cache of one (grammar, vocabulary) pair, shared by every matcher
+/// of that pair so that a schema served again starts warm. Matchers of one model run on one
+/// thread, so the lock is uncontended; a matcher keeps its own configuration and re-interns
+/// it when a clear (by any matcher) changed the state ids.
+pub(crate) struct SharedCaches {
+    pub(crate) table: StateTable,
+    pub(crate) masks: MaskCache,
+}
+
+impl SharedCaches {
+    /// Clears the state table keeping `live`, and drops every mask (their keys were ids).
+    pub(crate) fn clear_keeping(&mut self, live: &mut [u32]) {
+        self.table.clear_keeping(live);
+        self.masks.clear();
+    }
+
+    /// Locks `shared`; a poisoned lock (a panic elsewhere mid-update) is started afresh.
+    pub(crate) fn lock(shared: &Mutex<SharedCaches>) -> MutexGuard<'_, SharedCaches> {
+        match shared.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => {
+                shared.clear_poison();
+                let mut guard = poisoned.into_inner();
+                guard.clear_keeping(&mut []);
+                guard
+            }
+        }
+    }
+}
+
+/// Per grammar, the [`SharedCaches`] of each vocabulary it is used with. Held by the grammar
+/// (the tables point back to it weakly), so they live as long as the compiled grammar does;
+/// an entry whose vocabulary is gone is dropped at the next lookup.
+#[derive(Default)]
+pub(crate) struct CacheRegistry(Mutex<Vec<(Weak<TokenTrie>, Arc<Mutex<SharedCaches>>)>>);
+
+impl std::fmt::Debug for CacheRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CacheRegistry")
+    }
+}
+
+impl CacheRegistry {
+    /// The caches of `grammar` with `trie`, created on first use.
+    pub(crate) fn caches_for(
+        grammar: &Arc<CompiledGrammar>,
+        trie: &Arc<TokenTrie>,
+    ) -> Arc<Mutex<SharedCaches>> {
+        let mut entries = match grammar.cache_registry().0.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        entries.retain(|(vocabulary, _)| vocabulary.strong_count() > 0);
+        let wanted = Arc::downgrade(trie);
+        if let Some((_, caches)) = entries.iter().find(|(v, _)| v.ptr_eq(&wanted)) {
+            return caches.clone();
+        }
+        // Room for the dead state, a matcher's current one, one per trie depth, and the next.
+        let caches = Arc::new(Mutex::new(SharedCaches {
+            table: StateTable::new(grammar, trie.max_depth() + 4),
+            masks: MaskCache::new(grammar.limits().mask_cache),
+        }));
+        entries.push((wanted, caches.clone()));
+        caches
     }
 }

@@ -1,5 +1,6 @@
-//! [`Matcher`]: the per-request state of a constraint — where the automaton is, its two
-//! caches, and its stats — and the operations the sampler calls at each token.
+//! [`Matcher`]: the per-request state of a constraint — where the automaton is, the two
+//! caches it shares with the other matchers of its grammar and vocabulary, and its own stats —
+//! and the operations the sampler calls at each token.
 //!
 //! The sampler samples first and asks [`Matcher::is_allowed`] (a walk of one token's bytes
 //! through the transition table, usually cached); only when the token is refused does it ask
@@ -9,11 +10,11 @@
 //! Cost: a cached mask is a lookup; a new one costs the trie nodes whose prefix stays alive
 //! (tens of microseconds typically, a full pass over the vocabulary at worst).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::automaton::{describe_expected, CompiledGrammar};
-use super::cache::{MaskCache, SkipSet, StateTable, DEAD, FULL};
+use super::cache::{CacheRegistry, SharedCaches, SkipSet, DEAD, FULL};
 use super::error::GrammarError;
 use super::ir::ByteSet;
 use super::mask::TokenMask;
@@ -47,9 +48,18 @@ const NO_SKIP: SkipSet = SkipSet {
 pub struct Matcher {
     grammar: Arc<CompiledGrammar>,
     trie: Arc<TokenTrie>,
-    table: StateTable,
-    masks: MaskCache,
+    /// The state table and masks of this grammar and vocabulary, shared with every other
+    /// matcher of the pair (see [`SharedCaches`]).
+    shared: Arc<Mutex<SharedCaches>>,
+    /// The current configuration, and its id in the shared table while the table's epoch is
+    /// `epoch` (a clear by another matcher renumbers states; the id is then re-interned).
+    config: Box<[u32]>,
     state: u32,
+    epoch: u64,
+    accepting: bool,
+    can_continue: bool,
+    /// The mask last returned by [`Matcher::compute_mask`].
+    last_mask: Option<Arc<TokenMask>>,
     /// One state per trie depth during a walk; kept to reuse the allocation.
     depth_states: Vec<u32>,
     /// Per trie depth during a walk: the bytes whose subtrees may be skipped, and the UTF-8
@@ -67,17 +77,20 @@ pub struct Matcher {
 
 impl Matcher {
     pub fn new(grammar: Arc<CompiledGrammar>, trie: Arc<TokenTrie>) -> Self {
-        // Room for the dead state, the current one, one per trie depth, and the next.
-        let mut table = StateTable::new(grammar.clone(), trie.max_depth() + 4);
-        let state = table.initial();
-        let masks = MaskCache::new(grammar.limits().mask_cache);
+        let shared = CacheRegistry::caches_for(&grammar, &trie);
+        let config: Box<[u32]> = grammar.initial_config().into();
         let depth_states = vec![DEAD; trie.max_depth() + 1];
         let mut matcher = Matcher {
             grammar,
             trie,
-            table,
-            masks,
-            state,
+            shared,
+            config,
+            state: DEAD,
+            // No table epoch is this: the first use interns the configuration.
+            epoch: u64::MAX,
+            accepting: false,
+            can_continue: false,
+            last_mask: None,
             depth_states,
             depth_skips: Vec::new(),
             depth_pending: Vec::new(),
@@ -87,15 +100,50 @@ impl Matcher {
             computed_this_step: false,
             stats: MaskStats::default(),
         };
-        matcher.refresh_stats();
+        let shared = matcher.shared.clone();
+        let mut caches = SharedCaches::lock(&shared);
+        matcher.sync(&mut caches);
+        matcher.accepting = caches.table.is_accepting(matcher.state);
+        matcher.can_continue = caches.table.can_continue(matcher.state);
+        matcher.refresh_stats(&caches);
+        drop(caches);
         matcher
+    }
+
+    /// Makes `self.state` an id of the shared table's current epoch.
+    fn sync(&mut self, caches: &mut SharedCaches) {
+        if self.epoch != caches.table.epoch() {
+            let before = caches.table.epoch();
+            self.state = caches.table.adopt(&self.config, &mut []);
+            if caches.table.epoch() != before {
+                caches.masks.clear();
+            }
+            self.epoch = caches.table.epoch();
+        }
+    }
+
+    /// Runs `operation` on the shared caches, with the current state valid in them, counting
+    /// the clears and overflows it caused in this matcher's stats.
+    fn with_caches<R>(&mut self, operation: impl FnOnce(&mut Self, &mut SharedCaches) -> R) -> R {
+        let shared = self.shared.clone();
+        let mut caches = SharedCaches::lock(&shared);
+        let clears_before = caches.table.clears + caches.masks.clears;
+        let overflows_before = caches.table.overflows;
+        self.sync(&mut caches);
+        let result = operation(self, &mut caches);
+        self.epoch = caches.table.epoch();
+        self.stats.table_clears += (caches.table.clears + caches.masks.clears) - clears_before;
+        self.stats.overflows += caches.table.overflows - overflows_before;
+        self.refresh_stats(&caches);
+        result
     }
 
     /// Whether `token` may come next: its bytes keep the automaton alive, or it ends
     /// generation and the automaton accepts.
     pub fn is_allowed(&mut self, token: u32) -> bool {
         let started = Instant::now();
-        let allowed = self.state_after(token).is_some();
+        let allowed =
+            self.with_caches(|matcher, caches| matcher.state_after(caches, token).is_some());
         self.add_time(started);
         allowed
     }
@@ -103,25 +151,35 @@ impl Matcher {
     /// Every token allowed next (end-of-generation tokens exactly when accepting).
     pub fn compute_mask(&mut self) -> &TokenMask {
         let started = Instant::now();
-        let slot = match self.masks.get(self.state) {
-            Some(slot) => slot,
-            None => {
-                self.computed_this_step = true;
-                self.stats.masks_computed += 1;
-                let mask = self.walk_trie();
-                self.masks.insert(self.state, mask)
+        let mask = self.with_caches(|matcher, caches| {
+            let cached = caches.masks.get(matcher.state);
+            match cached.and_then(|slot| caches.masks.mask(slot)) {
+                Some(mask) => mask.clone(),
+                None => {
+                    matcher.computed_this_step = true;
+                    matcher.stats.masks_computed += 1;
+                    let mask = Arc::new(matcher.walk_trie(caches));
+                    caches.masks.insert(matcher.state, mask.clone());
+                    mask
+                }
             }
-        };
+        });
         self.add_time(started);
-        self.refresh_stats();
-        self.masks.mask(slot)
+        self.last_mask.insert(mask)
     }
 
     /// Advances past `token`; refuses a token the grammar does not allow here, leaving the
     /// state unchanged.
     pub fn commit(&mut self, token: u32) -> Result<(), GrammarError> {
         let started = Instant::now();
-        let result = match self.state_after(token) {
+        let next = self.with_caches(|matcher, caches| {
+            let next = matcher.state_after(caches, token)?;
+            matcher.config = caches.table.config(next).into();
+            matcher.accepting = caches.table.is_accepting(next);
+            matcher.can_continue = caches.table.can_continue(next);
+            Some(next)
+        });
+        let result = match next {
             Some(next) => {
                 self.state = next;
                 for &byte in self.trie.token_bytes(token).unwrap_or_default() {
@@ -137,32 +195,32 @@ impl Matcher {
             None => Err(self.rejection(token)),
         };
         self.add_time(started);
-        self.refresh_stats();
         result
     }
 
     /// Whether the text so far is a complete sentence of the grammar.
     pub fn is_accepting(&self) -> bool {
-        self.table.is_accepting(self.state)
+        self.accepting
     }
 
     /// Whether some non-empty continuation exists.
     pub fn can_continue(&self) -> bool {
-        self.table.can_continue(self.state)
+        self.can_continue
     }
 
     pub fn stats(&self) -> &MaskStats {
         &self.stats
     }
 
-    /// Forgets every cached mask (transitions stay); for measuring the cost of a mask walk.
+    /// Forgets every cached mask of this grammar and vocabulary (transitions stay); for
+    /// measuring the cost of a mask walk.
     pub fn forget_masks(&mut self) {
-        self.masks.clear();
+        SharedCaches::lock(&self.shared).masks.clear();
     }
 
     /// What the grammar expects next, for messages.
     pub fn expected(&self) -> String {
-        describe_expected(&self.grammar, self.table.config(self.state))
+        describe_expected(&self.grammar, &self.config)
     }
 
     fn rejection(&self, token: u32) -> GrammarError {
@@ -179,7 +237,7 @@ impl Matcher {
     }
 
     /// The state after `token`, or `None` when it is not allowed.
-    fn state_after(&mut self, token: u32) -> Option<u32> {
+    fn state_after(&mut self, caches: &mut SharedCaches, token: u32) -> Option<u32> {
         if self.trie.is_eog(token) {
             return self.is_accepting().then_some(self.state);
         }
@@ -191,9 +249,9 @@ impl Matcher {
         'retry: loop {
             let mut state = self.state;
             for &byte in bytes {
-                state = self.table.next(state, byte);
+                state = caches.table.next(state, byte);
                 if state == FULL {
-                    self.clear_tables(&mut []);
+                    self.clear_tables(caches, &mut []);
                     continue 'retry;
                 }
                 if state == DEAD {
@@ -206,14 +264,14 @@ impl Matcher {
 
     /// Clears the transition table keeping the current state and `also_live`, and drops every
     /// mask (their keys were state ids).
-    fn clear_tables(&mut self, also_live: &mut [u32]) {
+    fn clear_tables(&mut self, caches: &mut SharedCaches, also_live: &mut [u32]) {
         let mut live = Vec::with_capacity(also_live.len() + 1);
         live.push(self.state);
         live.extend_from_slice(also_live);
-        self.table.clear_keeping(&mut live);
+        caches.clear_keeping(&mut live);
         self.state = live[0];
+        self.epoch = caches.table.epoch();
         also_live.copy_from_slice(&live[1..]);
-        self.masks.clear();
     }
 
     /// One forward pass over the trie from the current state. A subtree is skipped as soon as
@@ -221,7 +279,7 @@ impl Matcher {
     /// leads into such a loop), a subtree of valid UTF-8 tokens made only of their bytes is
     /// allowed whole without being walked; inside a character the set of the state where the
     /// character began still applies while the character's bytes belong to it.
-    fn walk_trie(&mut self) -> TokenMask {
+    fn walk_trie(&mut self, caches: &mut SharedCaches) -> TokenMask {
         let trie = self.trie.clone();
         let mut mask = TokenMask::new(trie.vocab_size());
         let nodes = &trie.nodes[..];
@@ -249,7 +307,7 @@ impl Matcher {
         depth_states[0] = self.state;
         depth_pending[0] = self.pending_continuations;
         depth_skips[0] = match self.pending_continuations {
-            0 => self
+            0 => caches
                 .table
                 .known_skip_set(self.state)
                 .copied()
@@ -276,14 +334,14 @@ impl Matcher {
                 continue;
             }
             let parent = depth_states[depth - 1];
-            let next = self.table.next(parent, node.byte);
+            let next = caches.table.next(parent, node.byte);
             if next == DEAD {
                 index = node.subtree_end as usize;
                 continue;
             }
             if next == FULL {
                 // Keep the states of the path being walked; the current state stays first.
-                self.clear_tables(&mut depth_states[1..depth]);
+                self.clear_tables(caches, &mut depth_states[1..depth]);
                 depth_states[0] = self.state;
                 continue;
             }
@@ -295,7 +353,7 @@ impl Matcher {
                 && (depth_alive[depth - 1] >= SKIP_SET_MIN_ALIVE
                     || (depth == 1 && alive_total >= ROOT_MIN_ALIVE))
                 && left_under_parent >= skip_set_min_nodes
-                && self
+                && caches
                     .table
                     .known_skip_set(parent)
                     .is_none_or(|known| known.is_short(CHAIN_MAX / 2))
@@ -304,7 +362,7 @@ impl Matcher {
                 // its big subtrees can be allowed without a walk. That costs a transition per
                 // byte class per chain state, so only where much of the trie is left below.
                 let weights = &trie.byte_weights;
-                if let Some(set) = self.table.skip_set(
+                if let Some(set) = caches.table.skip_set(
                     parent,
                     weights,
                     trie.many_non_ascii,
@@ -317,7 +375,11 @@ impl Matcher {
             depth_pending[depth] = pending;
             let parent_skips = depth_skips[depth - 1];
             depth_skips[depth] = if pending == 0 {
-                self.table.known_skip_set(next).copied().unwrap_or(NO_SKIP)
+                caches
+                    .table
+                    .known_skip_set(next)
+                    .copied()
+                    .unwrap_or(NO_SKIP)
             } else if parent_skips.bytes.contains(node.byte) {
                 // Inside a character begun under the parent's set: the set still holds, with
                 // the character this byte starts (if any) taken from the budget.
@@ -342,7 +404,7 @@ impl Matcher {
                 mask.set(token);
             }
         }
-        if self.is_accepting() {
+        if caches.table.is_accepting(self.state) {
             for &token in trie.eog_tokens() {
                 mask.set(token);
             }
@@ -359,14 +421,13 @@ impl Matcher {
         self.stats.mask_time_ns += started.elapsed().as_nanos() as u64;
     }
 
-    fn refresh_stats(&mut self) {
-        self.stats.states = self.table.len();
-        self.stats.states_capacity = self.table.capacity();
-        self.stats.states_peak = self.table.peak;
-        self.stats.masks = self.masks.len();
-        self.stats.masks_capacity = self.masks.capacity();
-        self.stats.table_clears = self.table.clears + self.masks.clears;
-        self.stats.overflows = self.table.overflows;
+    /// The sizes of the shared caches (clears and overflows are counted per matcher).
+    fn refresh_stats(&mut self, caches: &SharedCaches) {
+        self.stats.states = caches.table.len();
+        self.stats.states_capacity = caches.table.capacity();
+        self.stats.states_peak = caches.table.peak;
+        self.stats.masks = caches.masks.len();
+        self.stats.masks_capacity = caches.masks.capacity();
     }
 }
 

@@ -119,7 +119,7 @@ fn allowed_by_definition(
     if bytes.is_empty() {
         return false;
     }
-    let mut config = matcher.table.config(matcher.state).to_vec();
+    let mut config = matcher.config.to_vec();
     for &byte in bytes {
         match matcher.grammar.step(&config, byte) {
             Ok(next) if !next.is_empty() => config = next,
@@ -259,6 +259,86 @@ fn masks_stay_exact_across_table_and_cache_clears() {
     assert!(
         stats.states <= stats.states_capacity && stats.masks <= 2,
         "{stats:?}"
+    );
+}
+
+#[test]
+fn matchers_sharing_a_grammar_stay_exact_when_others_clear_the_tables() {
+    let (vocabulary, eog) = synthetic_vocabulary(13, 600);
+    let limits = Limits {
+        transition_states: 8,
+        mask_cache: 2,
+        ..Limits::default()
+    };
+    let source = std::fs::read(format!("{CORPUS}/json.gbnf")).unwrap_or_default();
+    let grammar = Arc::new(compile_gbnf(&source, &limits).unwrap_or_else(|e| panic!("{e}")));
+    let trie = Arc::new(TokenTrie::new(&vocabulary, &eog));
+    let mut matchers: Vec<Matcher> = (0..3)
+        .map(|_| Matcher::new(grammar.clone(), trie.clone()))
+        .collect();
+    let mut rng = TestRng::new(5);
+    for step in 0..30 {
+        for (which, matcher) in matchers.iter_mut().enumerate() {
+            let mask = matcher.compute_mask().clone();
+            for token in 0..vocabulary.len() as u32 {
+                let expected = allowed_by_definition(matcher, &vocabulary, &eog, token);
+                assert_eq!(
+                    mask.is_set(token),
+                    expected,
+                    "matcher {which} step {step} token {token}"
+                );
+            }
+            let choices: Vec<u32> = mask.iter_set().filter(|t| !eog.contains(t)).collect();
+            if let Some(&token) = choices.get(rng.below(choices.len())) {
+                matcher
+                    .commit(token)
+                    .unwrap_or_else(|e| panic!("matcher {which}: {e}"));
+            }
+        }
+    }
+    for matcher in &matchers {
+        assert!(matcher.stats().table_clears > 0, "{:?}", matcher.stats());
+    }
+}
+
+#[test]
+fn a_second_matcher_of_a_grammar_reuses_its_masks_and_counts_only_its_own_work() {
+    let (vocabulary, eog) = synthetic_vocabulary(17, 700);
+    let source = std::fs::read(format!("{CORPUS}/json.gbnf")).unwrap_or_default();
+    let grammar =
+        Arc::new(compile_gbnf(&source, &Limits::default()).unwrap_or_else(|e| panic!("{e}")));
+    let trie = Arc::new(TokenTrie::new(&vocabulary, &eog));
+    let walk = |matcher: &mut Matcher| {
+        for token in [
+            b'{' as u32,
+            b'"' as u32,
+            b'k' as u32,
+            b'"' as u32,
+            b':' as u32,
+        ] {
+            matcher.compute_mask();
+            matcher.commit(token).unwrap_or_else(|e| panic!("{e}"));
+        }
+        matcher.compute_mask().clone()
+    };
+    let mut first = Matcher::new(grammar.clone(), trie.clone());
+    let first_mask = walk(&mut first);
+    let computed = first.stats().masks_computed;
+    assert!(computed > 0, "{:?}", first.stats());
+    let mut second = Matcher::new(grammar.clone(), trie.clone());
+    let second_mask = walk(&mut second);
+    assert_eq!(second_mask, first_mask);
+    assert_eq!(second.stats().masks_computed, 0, "{:?}", second.stats());
+    assert_eq!(second.stats().cached_steps, 5);
+    // Another vocabulary gets caches of its own.
+    let other_trie = Arc::new(TokenTrie::new(&vocabulary, &eog));
+    let mut third = Matcher::new(grammar, other_trie);
+    walk(&mut third);
+    assert_eq!(
+        third.stats().masks_computed,
+        computed,
+        "{:?}",
+        third.stats()
     );
 }
 
