@@ -95,6 +95,9 @@ pub struct Started {
     /// A forced tool choice: the grammar allows nothing but calls, so text left over beside
     /// complete calls can only be a call cut off by the token limit, and is not sent.
     pub calls_only: bool,
+    /// `parallel_tool_calls: false` (and always on Ollama's route): a forced call's grammar
+    /// allows one call, but under `"auto"` the model may write several; only the first is kept.
+    pub single_call: bool,
 }
 
 impl Started {
@@ -112,12 +115,14 @@ pub async fn start_generation(
         request.tool_choice,
         ToolChoice::Required | ToolChoice::Named(_)
     ) && matches!(&request.input, PromptInput::Chat { tools, .. } if !tools.is_empty());
+    let request_parallel = request.parallel_tool_calls;
     let lease = acquire(&state.supervisor, &request.model, request.keep_alive).await?;
     let generation = lease.model().submit(request)?;
     Ok(Started {
         generation,
         lease,
         calls_only,
+        single_call: !request_parallel,
     })
 }
 
@@ -141,6 +146,9 @@ pub async fn collect(mut started: Started) -> Result<Collected, CoreError> {
                 }
                 completion.timings.load =
                     completion.timings.load.max(started.lease.load_duration());
+                if started.single_call {
+                    completion.tool_calls.truncate(1);
+                }
                 if started.calls_only && !completion.tool_calls.is_empty() {
                     text.clear();
                 }
@@ -203,6 +211,9 @@ pub fn event_stream<T: StreamTranslator>(
                 Some(StreamEvent::Done(mut completion)) => {
                     completion.timings.load =
                         completion.timings.load.max(started.lease.load_duration());
+                    if started.single_call {
+                        completion.tool_calls.truncate(1);
+                    }
                     // Release the model before the last frames go out.
                     state.started = None;
                     let mut frames = Vec::new();

@@ -206,3 +206,44 @@ async fn tool_refusals_are_400s_in_each_shape_without_loading_a_model() {
         "a refused tool list loads nothing"
     );
 }
+
+#[actix_web::test]
+async fn without_parallel_calls_only_the_first_call_is_kept() {
+    let harness = harness(1, 8);
+    let app = test::init_service(build_app(harness.state.clone())).await;
+    let mut body = openai_forced("weather? TWO", false);
+    let calls = |answer: Value| {
+        answer["choices"][0]["message"]["tool_calls"]
+            .as_array()
+            .map(Vec::len)
+    };
+    assert_eq!(
+        calls(call!(app, post, "/v1/chat/completions", body.clone()).json()),
+        Some(2)
+    );
+    body["parallel_tool_calls"] = json!(false);
+    assert_eq!(
+        calls(call!(app, post, "/v1/chat/completions", body.clone()).json()),
+        Some(1)
+    );
+    body["stream"] = json!(true);
+    let streamed = sse_data(&call!(app, post, "/v1/chat/completions", body).text);
+    let delta = streamed
+        .iter()
+        .find(|c| c["choices"][0]["delta"]["tool_calls"].is_array())
+        .unwrap();
+    assert_eq!(
+        delta["choices"][0]["delta"]["tool_calls"]
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+    let ollama = json!({"model": "tiny:1m", "stream": false, "messages": [{"role": "user", "content": "TWO"}],
+                        "tools": [weather_openai()], "tool_choice": "required"});
+    let answer = call!(app, post, "/api/chat", ollama).json();
+    assert_eq!(
+        answer["message"]["tool_calls"].as_array().map(Vec::len),
+        Some(1),
+        "{answer}"
+    );
+}
