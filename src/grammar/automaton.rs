@@ -320,7 +320,9 @@ impl CompiledGrammar {
     /// empty result is the dead configuration.
     pub(crate) fn step(&self, config: &[u32], byte: u8) -> Result<Vec<u32>, StepOverflow> {
         let is_whitespace = WHITESPACE_BYTES.contains(&byte);
-        let mut out: Vec<(Vec<u32>, u32)> = Vec::new();
+        // Stacks are built back to back in one buffer (two allocations per step, not one per
+        // stack): `out` holds each one's (start, frame count, whitespace used).
+        let mut out = StepStacks::default();
         for (ws_used, frames) in decode(config) {
             let Some((&top, below)) = frames.split_last() else {
                 continue;
@@ -332,7 +334,7 @@ impl CompiledGrammar {
                 FlatSymbol::Whitespace if is_whitespace && ws_used < self.whitespace_budget => {
                     let used = ws_used + 1;
                     if used < self.whitespace_budget {
-                        out.push((frames.to_vec(), used));
+                        out.push(&[frames], used);
                     }
                     self.continue_at(below, top + 1, used, &mut out)?;
                 }
@@ -343,20 +345,26 @@ impl CompiledGrammar {
             }
         }
         // Canonical order; of stacks equal but for whitespace used, the thriftiest stays.
-        out.sort_unstable();
-        out.dedup_by(|later, earlier| later.0 == earlier.0);
-        if out.len() > self.limits.max_stacks {
+        let StepStacks { frames, mut stacks } = out;
+        let frames_of = |&(start, len, _): &(u32, u32, u32)| {
+            frames
+                .get(start as usize..(start + len) as usize)
+                .unwrap_or_default()
+        };
+        stacks.sort_unstable_by(|a, b| frames_of(a).cmp(frames_of(b)).then(a.2.cmp(&b.2)));
+        stacks.dedup_by(|later, earlier| frames_of(later) == frames_of(earlier));
+        if stacks.len() > self.limits.max_stacks {
             return Err(StepOverflow::TooManyStacks);
         }
-        let size: usize = out.iter().map(|(frames, _)| frames.len() + 2).sum();
+        let size: usize = stacks.iter().map(|&(_, len, _)| len as usize + 2).sum();
         if size > self.limits.max_state_words {
             return Err(StepOverflow::StateTooLarge);
         }
         let mut encoded = Vec::with_capacity(size);
-        for (frames, ws_used) in out {
-            encoded.push(frames.len() as u32);
-            encoded.push(ws_used);
-            encoded.extend_from_slice(&frames);
+        for stack in &stacks {
+            encoded.push(stack.1);
+            encoded.push(stack.2);
+            encoded.extend_from_slice(frames_of(stack));
         }
         Ok(encoded)
     }
@@ -369,7 +377,7 @@ impl CompiledGrammar {
         below: &[u32],
         mut position: u32,
         ws_used: u32,
-        out: &mut Vec<(Vec<u32>, u32)>,
+        out: &mut StepStacks,
     ) -> Result<(), StepOverflow> {
         let mut depth = below.len();
         loop {
@@ -384,10 +392,7 @@ impl CompiledGrammar {
                 if depth + relative.len() > self.limits.max_stack_depth {
                     return Err(StepOverflow::StackDepth);
                 }
-                let mut frames = Vec::with_capacity(depth + relative.len());
-                frames.extend_from_slice(&below[..depth]);
-                frames.extend_from_slice(relative);
-                out.push((frames, ws_used));
+                out.push(&[&below[..depth], relative], ws_used);
                 if out.len() > self.limits.max_stacks.saturating_mul(4) {
                     return Err(StepOverflow::TooManyStacks);
                 }
@@ -396,7 +401,7 @@ impl CompiledGrammar {
                 return Ok(());
             }
             if depth == 0 {
-                out.push((Vec::new(), ws_used));
+                out.push(&[], ws_used);
                 return Ok(());
             }
             depth -= 1;
@@ -447,6 +452,30 @@ impl CompiledGrammar {
             }
         }
         allowed
+    }
+}
+
+/// The stacks a byte step reaches, before sorting: frames back to back, and per stack its
+/// (start, frame count, whitespace used).
+#[derive(Default)]
+struct StepStacks {
+    frames: Vec<u32>,
+    stacks: Vec<(u32, u32, u32)>,
+}
+
+impl StepStacks {
+    /// Adds the stack made of `parts` (bottom first).
+    fn push(&mut self, parts: &[&[u32]], ws_used: u32) {
+        let start = self.frames.len() as u32;
+        for part in parts {
+            self.frames.extend_from_slice(part);
+        }
+        let len = self.frames.len() as u32 - start;
+        self.stacks.push((start, len, ws_used));
+    }
+
+    fn len(&self) -> usize {
+        self.stacks.len()
     }
 }
 

@@ -15,6 +15,7 @@
 //! plus 4 bytes per byte class; a mask costs vocabulary/8 bytes.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use super::automaton::{config_can_continue, config_is_accepting, CompiledGrammar};
@@ -40,6 +41,52 @@ impl SkipSet {
 }
 use super::mask::TokenMask;
 
+/// A multiply-rotate hash over 8-byte words (configurations are long: SipHash dominated
+/// interning). Keys come from compiled grammars, and the table is bounded, so collisions
+/// cost at most a bounded number of comparisons.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct WordHasher(u64);
+
+impl WordHasher {
+    #[inline]
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for WordHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(word));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+
+    #[inline]
+    fn write_u32(&mut self, value: u32) {
+        self.add(u64::from(value));
+    }
+
+    #[inline]
+    fn write_usize(&mut self, value: usize) {
+        self.add(value as u64);
+    }
+
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 /// The state id of the dead configuration (no stack alive); every table has it.
 pub(crate) const DEAD: u32 = 0;
 const UNKNOWN: u32 = u32::MAX;
@@ -52,7 +99,7 @@ pub(crate) struct StateTable {
     byte_class: [u8; 256],
     classes: usize,
     configs: Vec<Box<[u32]>>,
-    ids: HashMap<Box<[u32]>, u32>,
+    ids: HashMap<Box<[u32]>, u32, BuildHasherDefault<WordHasher>>,
     transitions: Vec<u32>,
     accepting: Vec<bool>,
     can_continue: Vec<bool>,
@@ -83,7 +130,7 @@ impl StateTable {
             byte_class: *grammar.byte_class(),
             classes,
             configs: Vec::new(),
-            ids: HashMap::new(),
+            ids: HashMap::default(),
             transitions: Vec::new(),
             accepting: Vec::new(),
             can_continue: Vec::new(),
