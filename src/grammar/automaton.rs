@@ -319,24 +319,34 @@ impl CompiledGrammar {
     /// The configuration after reading `byte` in configuration `config` (both encoded); an
     /// empty result is the dead configuration.
     pub(crate) fn step(&self, config: &[u32], byte: u8) -> Result<Vec<u32>, StepOverflow> {
+        self.step_with(config, byte, &mut StepStacks::default())
+    }
+
+    /// [`CompiledGrammar::step`] building the stacks in `out`, a buffer kept across steps
+    /// (the stacks go back to back in it, not in a vector each).
+    pub(crate) fn step_with(
+        &self,
+        config: &[u32],
+        byte: u8,
+        out: &mut StepStacks,
+    ) -> Result<Vec<u32>, StepOverflow> {
         let is_whitespace = WHITESPACE_BYTES.contains(&byte);
-        // Stacks are built back to back in one buffer (two allocations per step, not one per
-        // stack): `out` holds each one's (start, frame count, whitespace used).
-        let mut out = StepStacks::default();
+        out.frames.clear();
+        out.stacks.clear();
         for (ws_used, frames) in decode(config) {
             let Some((&top, below)) = frames.split_last() else {
                 continue;
             };
             match self.symbols[top as usize] {
                 FlatSymbol::Bytes(set) if set.contains(byte) => {
-                    self.continue_at(below, top + 1, ws_used, &mut out)?
+                    self.continue_at(below, top + 1, ws_used, out)?
                 }
                 FlatSymbol::Whitespace if is_whitespace && ws_used < self.whitespace_budget => {
                     let used = ws_used + 1;
                     if used < self.whitespace_budget {
                         out.push(&[frames], used);
                     }
-                    self.continue_at(below, top + 1, used, &mut out)?;
+                    self.continue_at(below, top + 1, used, out)?;
                 }
                 _ => {}
             }
@@ -345,7 +355,8 @@ impl CompiledGrammar {
             }
         }
         // Canonical order; of stacks equal but for whitespace used, the thriftiest stays.
-        let StepStacks { frames, mut stacks } = out;
+        let frames = &out.frames;
+        let stacks = &mut out.stacks;
         let frames_of = |&(start, len, _): &(u32, u32, u32)| {
             frames
                 .get(start as usize..(start + len) as usize)
@@ -361,7 +372,7 @@ impl CompiledGrammar {
             return Err(StepOverflow::StateTooLarge);
         }
         let mut encoded = Vec::with_capacity(size);
-        for stack in &stacks {
+        for stack in stacks.iter() {
             encoded.push(stack.1);
             encoded.push(stack.2);
             encoded.extend_from_slice(frames_of(stack));
@@ -458,7 +469,7 @@ impl CompiledGrammar {
 /// The stacks a byte step reaches, before sorting: frames back to back, and per stack its
 /// (start, frame count, whitespace used).
 #[derive(Default)]
-struct StepStacks {
+pub(crate) struct StepStacks {
     frames: Vec<u32>,
     stacks: Vec<(u32, u32, u32)>,
 }

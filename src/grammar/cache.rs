@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use super::automaton::{config_can_continue, config_is_accepting, CompiledGrammar};
+use super::automaton::{config_can_continue, config_is_accepting, CompiledGrammar, StepStacks};
 use super::ir::ByteSet;
 use super::toktrie::TokenTrie;
 
@@ -105,6 +105,8 @@ pub(crate) struct StateTable {
     can_continue: Vec<bool>,
     /// Per state, once computed: its skip set (see [`StateTable::skip_set`]).
     skip_sets: Vec<Option<SkipSet>>,
+    /// Reused by every byte step this table computes.
+    step_buffer: StepStacks,
     capacity: usize,
     /// Words of configurations held, and the most allowed before a clear.
     words: usize,
@@ -135,6 +137,7 @@ impl StateTable {
             accepting: Vec::new(),
             can_continue: Vec::new(),
             skip_sets: Vec::new(),
+            step_buffer: StepStacks::default(),
             capacity,
             words: 0,
             word_budget,
@@ -428,7 +431,12 @@ impl StateTable {
         let Some(grammar) = self.grammar.upgrade() else {
             return DEAD;
         };
-        let target = match grammar.step(&self.configs[state as usize], byte) {
+        let config = self
+            .configs
+            .get(state as usize)
+            .map(|c| &c[..])
+            .unwrap_or(&[]);
+        let target = match grammar.step_with(config, byte, &mut self.step_buffer) {
             Err(_) => {
                 self.overflows += 1;
                 DEAD
