@@ -319,17 +319,19 @@ impl CompiledGrammar {
     /// The configuration after reading `byte` in configuration `config` (both encoded); an
     /// empty result is the dead configuration.
     pub(crate) fn step(&self, config: &[u32], byte: u8) -> Result<Vec<u32>, StepOverflow> {
-        self.step_with(config, byte, &mut StepStacks::default())
+        let mut out = StepStacks::default();
+        self.step_with(config, byte, &mut out)?;
+        Ok(out.encoded)
     }
 
-    /// [`CompiledGrammar::step`] building the stacks in `out`, a buffer kept across steps
+    /// [`CompiledGrammar::step`] into `out.encoded`, with `out` a buffer kept across steps
     /// (the stacks go back to back in it, not in a vector each).
     pub(crate) fn step_with(
         &self,
         config: &[u32],
         byte: u8,
         out: &mut StepStacks,
-    ) -> Result<Vec<u32>, StepOverflow> {
+    ) -> Result<(), StepOverflow> {
         let is_whitespace = WHITESPACE_BYTES.contains(&byte);
         out.frames.clear();
         out.stacks.clear();
@@ -371,13 +373,15 @@ impl CompiledGrammar {
         if size > self.limits.max_state_words {
             return Err(StepOverflow::StateTooLarge);
         }
-        let mut encoded = Vec::with_capacity(size);
+        let encoded = &mut out.encoded;
+        encoded.clear();
+        encoded.reserve(size);
         for stack in stacks.iter() {
             encoded.push(stack.1);
             encoded.push(stack.2);
             encoded.extend_from_slice(frames_of(stack));
         }
-        Ok(encoded)
+        Ok(())
     }
 
     /// Adds to `out` the stacks reached from the stack `below` + `position` without reading a
@@ -472,6 +476,8 @@ impl CompiledGrammar {
 pub(crate) struct StepStacks {
     frames: Vec<u32>,
     stacks: Vec<(u32, u32, u32)>,
+    /// The configuration the step reached.
+    pub(crate) encoded: Vec<u32>,
 }
 
 impl StepStacks {

@@ -441,11 +441,18 @@ impl StateTable {
                 self.overflows += 1;
                 DEAD
             }
-            Ok(next) if next.is_empty() => DEAD,
-            Ok(next) => match self.intern(next.into_boxed_slice()) {
-                Some(id) => id,
-                None => return FULL,
-            },
+            Ok(()) => {
+                // Looked up before copying: most steps reach a known state.
+                let next = &self.step_buffer.encoded;
+                match self.ids.get(&next[..]) {
+                    Some(&id) => id,
+                    None if next.is_empty() => DEAD,
+                    None => match self.intern(next[..].into()) {
+                        Some(id) => id,
+                        None => return FULL,
+                    },
+                }
+            }
         };
         self.transitions[index] = target;
         target
