@@ -2,7 +2,8 @@
 //!
 //! Tokens split multi-byte characters (a byte-level BPE token can end halfway through an emoji),
 //! so [`Utf8Stream`] holds back an incomplete trailing sequence until the bytes that finish it
-//! arrive. Bytes that can never become valid UTF-8 are emitted as U+FFFD.
+//! arrive. Bytes that can never become valid UTF-8 are emitted as U+FFFD; a character still
+//! unfinished when the generation ends is dropped.
 //! Cost: O(bytes) per push, at most 3 bytes held back.
 
 /// Turns a stream of byte chunks into text without ever splitting a character.
@@ -47,11 +48,12 @@ impl Utf8Stream {
         }
     }
 
-    /// Flushes what is held back at the end of a generation (as U+FFFD if incomplete).
+    /// Ends the stream. Only the start of a character can be held back (`push` emits or
+    /// replaces everything else), and a character the generation never finished is dropped:
+    /// a replacement character would be text no constraint allowed.
     pub fn finish(&mut self) -> String {
-        let rest = String::from_utf8_lossy(&self.pending).into_owned();
         self.pending.clear();
-        rest
+        String::new()
     }
 
     /// Bytes held back waiting for the rest of a character.
@@ -97,6 +99,6 @@ mod tests {
         let mut stream = Utf8Stream::new();
         assert_eq!(stream.push(&[b'x', 0xFF, b'y']), "x\u{FFFD}y");
         assert_eq!(stream.push(&[0xE6, 0x9D]), "");
-        assert_eq!(stream.finish(), "\u{FFFD}");
+        assert_eq!(stream.finish(), "", "an unfinished character is dropped, not replaced");
     }
 }

@@ -1,0 +1,130 @@
+//! Constrained generation with the real SmolLM2: whatever the model picks, the output stays
+//! inside the grammar or schema. Runs through the model worker, as `llamay run` and the daemon do.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use llamay::actors::messages::LoadedModel;
+use llamay::actors::model::{locate_model, LlamaModelHandle, WorkerSettings};
+use llamay::core::{
+    ChatMessage, Completion, Constraint, ConstraintKind, FinishReason, PromptInput, Role, SamplingParams,
+    StreamEvent, ToolChoice, ValidGenerateRequest,
+};
+use llamay::grammar::{check_input, compile_gbnf, CheckOutcome, CompiledGrammar, Limits};
+use llamay::llm::{ContextParams, KvType, Model};
+use llamay::store::Store;
+
+/// One SmolLM2 worker with four sequences, shared by the tests in this file.
+fn smollm2() -> &'static LlamaModelHandle {
+    static HANDLE: OnceLock<LlamaModelHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        let store = Store::open(&Store::default_home()).expect("store");
+        let (path, info) = locate_model("smollm2:135m", Some(&store)).expect("smollm2:135m (scripts/setup)");
+        let model = Arc::new(Model::load(&path).expect("model loads"));
+        let settings = WorkerSettings {
+            context: ContextParams { n_ctx: 4096, threads: 1, batch: 512, sequences: 4, kv_type: KvType::F32 },
+        };
+        LlamaModelHandle::start(model, info, &settings).expect("worker")
+    })
+}
+
+fn generate(prompt: &str, constraint: Constraint, seed: Option<u32>, max_tokens: u32) -> (String, Completion) {
+    let request = ValidGenerateRequest {
+        model: "smollm2:135m".into(),
+        input: PromptInput::Chat { messages: vec![ChatMessage::new(Role::User, prompt)], tools: Vec::new() },
+        sampling: SamplingParams {
+            temperature: if seed.is_some() { 0.9 } else { 0.0 },
+            seed,
+            max_tokens: Some(max_tokens),
+            repeat_penalty: 1.0,
+            ..Default::default()
+        },
+        stop: Vec::new(),
+        constraint: Some(constraint),
+        num_ctx: None,
+        keep_alive: None,
+        tool_choice: ToolChoice::None,
+        parallel_tool_calls: false,
+    };
+    let mut generation = smollm2().submit(request).expect("submit");
+    let mut text = String::new();
+    while let Some(event) = generation.events.blocking_recv() {
+        match event {
+            StreamEvent::Delta { text: delta } => text.push_str(&delta),
+            StreamEvent::Done(done) => return (text, done),
+        }
+    }
+    panic!("no completion");
+}
+
+fn corpus(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpora/gbnf").join(name)
+}
+
+#[test]
+fn every_sample_grammar_holds_greedy_and_sampled() {
+    let prompts = [
+        ("arithmetic.gbnf", "Write two sums."),
+        ("c.gbnf", "Write a small C function."),
+        ("chess.gbnf", "Play the first moves of a chess game."),
+        ("english.gbnf", "Describe the sea."),
+        ("japanese.gbnf", "Say hello in Japanese."),
+        ("json.gbnf", "Describe a cat as JSON."),
+        ("json_arr.gbnf", "List three fruits as a JSON array."),
+        ("list.gbnf", "List four things that break when a laptop goes offline."),
+    ];
+    for (file, prompt) in prompts {
+        let source = std::fs::read(corpus(file)).unwrap();
+        let grammar = Arc::new(compile_gbnf(&source, &Limits::default()).unwrap_or_else(|e| panic!("{file}: {e}")));
+        for seed in [None, Some(1), Some(2)] {
+            let constraint = Constraint { kind: ConstraintKind::Grammar, grammar: Arc::clone(&grammar) };
+            let (text, done) = generate(prompt, constraint, seed, 40);
+            let outcome = check_input(&grammar, text.as_bytes());
+            match done.finish_reason {
+                // Ended by the model or the constraint: a whole sentence of the grammar.
+                FinishReason::Stop => assert_eq!(outcome, CheckOutcome::Match, "{file} seed {seed:?}: {text:?}"),
+                // Cut by the token budget: a prefix that can still be completed.
+                FinishReason::Length => assert!(
+                    matches!(outcome, CheckOutcome::Match | CheckOutcome::Incomplete { .. }),
+                    "{file} seed {seed:?}: {outcome:?} for {text:?}"
+                ),
+                other => panic!("{file} seed {seed:?}: finished with {other:?}"),
+            }
+            assert!(!text.is_empty(), "{file} seed {seed:?}: nothing generated");
+        }
+    }
+}
+
+fn schema_constraint(schema: &serde_json::Value) -> Constraint {
+    let ir = llamay::grammar::schema::compile_schema(schema).expect("schema compiles");
+    let grammar = CompiledGrammar::new(ir, &Limits::default()).expect("automaton");
+    Constraint { kind: ConstraintKind::Schema, grammar: Arc::new(grammar) }
+}
+
+#[test]
+fn the_spec_order_schema_yields_a_document_that_validates() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/schemas/order.json");
+    let schema: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("the order schema is valid JSON Schema");
+    let prompt = "Order 7 from Acme: 3 widgets at 4.50 EUR each, ship to Lyon, postcode 69001.";
+    for seed in [None, Some(7)] {
+        let (text, done) = generate(prompt, schema_constraint(&schema), seed, 400);
+        assert_eq!(done.finish_reason, FinishReason::Stop, "seed {seed:?}: {text}");
+        let document: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        let errors: Vec<String> = validator.iter_errors(&document).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "seed {seed:?}: {errors:?} in {text}");
+    }
+}
+
+#[test]
+fn any_json_output_parses() {
+    let grammar = CompiledGrammar::new(llamay::grammar::schema::any_json(), &Limits::default()).unwrap();
+    let constraint = Constraint { kind: ConstraintKind::Json, grammar: Arc::new(grammar) };
+    let prompt = "Give me a JSON object with keys name, port and tls for a local server.";
+    let (text, done) = generate(prompt, constraint, None, 200);
+    assert_eq!(done.finish_reason, FinishReason::Stop, "{:?}: {text}", done.finish_reason);
+    serde_json::from_str::<serde_json::Value>(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let stats = done.constraint_stats.expect("constraint stats");
+    let summary = stats["summary"].as_str().unwrap();
+    assert!(summary.starts_with("json mask: "), "{summary}");
+}
