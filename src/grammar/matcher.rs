@@ -68,6 +68,8 @@ pub struct Matcher {
     depth_pending: Vec<u8>,
     depth_ends: Vec<u32>,
     depth_alive: Vec<u16>,
+    /// Per trie depth: every byte on the path so far is in the start mask's byte set.
+    depth_within: Vec<bool>,
     /// UTF-8 continuation bytes the committed text still owes (it may end mid-character).
     pending_continuations: u8,
     /// Whether this step needed a new mask (for the hit rate).
@@ -96,6 +98,7 @@ impl Matcher {
             depth_pending: Vec::new(),
             depth_ends: Vec::new(),
             depth_alive: Vec::new(),
+            depth_within: Vec::new(),
             pending_continuations: 0,
             computed_this_step: false,
             stats: MaskStats::default(),
@@ -281,7 +284,6 @@ impl Matcher {
     /// character began still applies while the character's bytes belong to it.
     fn walk_trie(&mut self, caches: &mut SharedCaches) -> TokenMask {
         let trie = self.trie.clone();
-        let mut mask = TokenMask::new(trie.vocab_size());
         let nodes = &trie.nodes[..];
         let subtree_bytes = &trie.subtree_bytes[..];
         let depth_count = trie.max_depth() + 1;
@@ -301,6 +303,8 @@ impl Matcher {
         // depth_alive[d]: children of the node at depth d found alive so far in this walk.
         let mut depth_alive = std::mem::take(&mut self.depth_alive);
         depth_alive.resize(depth_count, 0);
+        let mut depth_within = std::mem::take(&mut self.depth_within);
+        depth_within.resize(depth_count, false);
         depth_alive[0] = 0;
         let mut alive_total = 0usize;
         let skip_set_min_nodes = (nodes.len() / 16).clamp(64, SKIP_SET_MIN_NODES);
@@ -314,6 +318,16 @@ impl Matcher {
                 .unwrap_or(NO_SKIP),
             _ => NO_SKIP,
         };
+        // From a state that loops on a set of bytes, start from every token made only of them
+        // (shared per vocabulary) instead of setting them subtree by subtree: a skipped
+        // subtree whose path and bytes lie in that set needs no bits set.
+        let (mut mask, within_bytes) = if depth_skips[0].capacity == u32::MAX {
+            let start = trie.tokens_within(&depth_skips[0].bytes);
+            ((*start).clone(), depth_skips[0].bytes)
+        } else {
+            (TokenMask::new(trie.vocab_size()), ByteSet::EMPTY)
+        };
+        depth_within[0] = depth_skips[0].capacity == u32::MAX;
         let mut index = 0usize;
         while let Some(node) = nodes.get(index) {
             let depth = node.depth as usize;
@@ -327,8 +341,8 @@ impl Matcher {
                 let end = node.subtree_end as usize;
                 let first = trie.first_token.get(index).copied().unwrap_or(0) as usize;
                 let last = trie.first_token.get(end).copied().unwrap_or(0) as usize;
-                for &token in trie.preorder_tokens.get(first..last).unwrap_or_default() {
-                    mask.set(token);
+                if !(depth_within[depth - 1] && is_subset(&skips.bytes, &within_bytes)) {
+                    mask.set_all(trie.preorder_tokens.get(first..last).unwrap_or_default());
                 }
                 index = end;
                 continue;
@@ -392,6 +406,7 @@ impl Matcher {
                 NO_SKIP
             };
             depth_states[depth] = next;
+            depth_within[depth] = depth_within[depth - 1] && within_bytes.contains(node.byte);
             depth_ends[depth] = node.subtree_end;
             depth_alive[depth] = 0;
             if node.token != NO_TOKEN {
@@ -414,6 +429,7 @@ impl Matcher {
         self.depth_pending = depth_pending;
         self.depth_ends = depth_ends;
         self.depth_alive = depth_alive;
+        self.depth_within = depth_within;
         mask
     }
 

@@ -10,7 +10,8 @@
 //! For each node the trie also keeps the set of bytes in its subtree and where its tokens
 //! start in a preorder token list, so that from a state that loops on a set of characters
 //! (inside a string, a comment, a list item) a whole subtree made only of those is allowed at
-//! once without walking it.
+//! once without walking it; and, per such set of bytes, the mask of all tokens made only of
+//! them, which a walk from a looping state starts from.
 //!
 //! Cost: building sorts the vocabulary (~100 ms at 262k tokens); ~50 bytes per node, about
 //! 2.2 nodes per token, plus the token bytes themselves (~30 MB at 262k tokens).
@@ -18,7 +19,11 @@
 /// Longest token kept, in bytes; real vocabularies stay far below.
 pub const MAX_TOKEN_BYTES: usize = 512;
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use super::ir::ByteSet;
+use super::mask::TokenMask;
 
 pub(crate) const NO_TOKEN: u32 = u32::MAX;
 
@@ -61,6 +66,20 @@ pub struct TokenTrie {
     byte_offsets: Vec<u32>,
     bytes: Vec<u8>,
     max_depth: usize,
+    /// Per byte set, once asked for: see [`TokenTrie::tokens_within`].
+    within: WithinMasks,
+}
+
+/// Bounded: cleared whole past this many byte sets.
+const WITHIN_MASKS_MAX: usize = 64;
+
+#[derive(Default)]
+struct WithinMasks(Mutex<HashMap<ByteSet, Arc<TokenMask>>>);
+
+impl std::fmt::Debug for WithinMasks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WithinMasks")
+    }
 }
 
 /// The byte that marks a subtree holding a token that is not valid UTF-8.
@@ -212,7 +231,36 @@ impl TokenTrie {
             byte_offsets,
             bytes,
             max_depth,
+            within: WithinMasks::default(),
         }
+    }
+
+    /// The trie's tokens (not duplicates) that are valid UTF-8 made only of `bytes`: those a
+    /// state whose skip set is `bytes` with no character limit allows whole. Computed once
+    /// per byte set and vocabulary (a pass over the vocabulary), shared by every grammar.
+    pub(crate) fn tokens_within(&self, bytes: &ByteSet) -> Arc<TokenMask> {
+        let mut known = match self.within.0.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if let Some(mask) = known.get(bytes) {
+            return mask.clone();
+        }
+        let mut mask = TokenMask::new(self.vocab_size());
+        for &token in &self.preorder_tokens {
+            let Some(text) = self.token_bytes(token) else {
+                continue;
+            };
+            if text.iter().all(|b| bytes.contains(*b)) && std::str::from_utf8(text).is_ok() {
+                mask.set(token);
+            }
+        }
+        if known.len() >= WITHIN_MASKS_MAX {
+            known.clear();
+        }
+        let mask = Arc::new(mask);
+        known.insert(*bytes, mask.clone());
+        mask
     }
 
     pub fn vocab_size(&self) -> usize {
