@@ -107,6 +107,9 @@ pub(crate) struct StateTable {
     skip_sets: Vec<Option<SkipSet>>,
     /// Reused by every byte step this table computes.
     step_buffer: StepStacks,
+    /// The grammar, held strongly only while a matcher operates on the table (see
+    /// [`StateTable::lend`]).
+    lent: Option<Arc<CompiledGrammar>>,
     capacity: usize,
     /// Words of configurations held, and the most allowed before a clear.
     words: usize,
@@ -138,6 +141,7 @@ impl StateTable {
             can_continue: Vec::new(),
             skip_sets: Vec::new(),
             step_buffer: StepStacks::default(),
+            lent: None,
             capacity,
             words: 0,
             word_budget,
@@ -159,6 +163,12 @@ impl StateTable {
                 self.intern(config.into()).unwrap_or(DEAD)
             }
         }
+    }
+
+    /// Holds `grammar` (this table's own) strongly while a matcher operates, `None` after:
+    /// kept past the operation it would keep the grammar, which owns the table, alive.
+    pub(crate) fn lend(&mut self, grammar: Option<Arc<CompiledGrammar>>) {
+        self.lent = grammar;
     }
 
     /// Changes whenever state ids are reassigned (a clear): ids from another epoch are stale.
@@ -427,16 +437,21 @@ impl StateTable {
 
     #[cold]
     fn fill(&mut self, index: usize, state: u32, byte: u8) -> u32 {
-        // Matchers hold the grammar, so it is alive whenever one asks for a transition.
-        let Some(grammar) = self.grammar.upgrade() else {
-            return DEAD;
-        };
         let config = self
             .configs
             .get(state as usize)
             .map(|c| &c[..])
             .unwrap_or(&[]);
-        let target = match grammar.step_with(config, byte, &mut self.step_buffer) {
+        // The grammar lent for this operation (an upgrade per step costs two atomic
+        // operations, as much as a cheap step); a matcher holds it, so it is alive.
+        let stepped = match self.lent.as_deref() {
+            Some(grammar) => grammar.step_with(config, byte, &mut self.step_buffer),
+            None => match self.grammar.upgrade() {
+                Some(grammar) => grammar.step_with(config, byte, &mut self.step_buffer),
+                None => return DEAD,
+            },
+        };
+        let target = match stepped {
             Err(_) => {
                 self.overflows += 1;
                 DEAD
@@ -584,6 +599,7 @@ impl SharedCaches {
             Err(poisoned) => {
                 shared.clear_poison();
                 let mut guard = poisoned.into_inner();
+                guard.table.lend(None);
                 guard.clear_keeping(&mut []);
                 guard
             }

@@ -133,7 +133,9 @@ impl Matcher {
         let clears_before = caches.table.clears + caches.masks.clears;
         let overflows_before = caches.table.overflows;
         self.sync(&mut caches);
+        caches.table.lend(Some(self.grammar.clone()));
         let result = operation(self, &mut caches);
+        caches.table.lend(None);
         self.epoch = caches.table.epoch();
         self.stats.table_clears += (caches.table.clears + caches.masks.clears) - clears_before;
         self.stats.overflows += caches.table.overflows - overflows_before;
