@@ -41,6 +41,13 @@ impl TokenMask {
         }
     }
 
+    /// Adds every token of `other` (a mask over the same vocabulary).
+    pub fn union_with(&mut self, other: &TokenMask) {
+        for (word, other) in self.words.iter_mut().zip(&other.words) {
+            *word |= other;
+        }
+    }
+
     #[inline]
     pub fn is_set(&self, token: u32) -> bool {
         self.words

@@ -323,7 +323,7 @@ impl Matcher {
         // From a state that loops on a set of bytes, start from every token made only of them
         // (shared per vocabulary) instead of setting them subtree by subtree: a skipped
         // subtree whose path and bytes lie in that set needs no bits set.
-        let (mut mask, within_bytes) = if depth_skips[0].capacity == u32::MAX {
+        let (mut mask, mut within_bytes) = if depth_skips[0].capacity == u32::MAX {
             let start = trie.tokens_within(&depth_skips[0].bytes);
             ((*start).clone(), depth_skips[0].bytes)
         } else {
@@ -385,6 +385,14 @@ impl Matcher {
                     trie.max_chars.min(CHAIN_MAX),
                 ) {
                     depth_skips[depth - 1] = set;
+                    if depth == 1 && set.capacity == u32::MAX && !depth_within[0] {
+                        // The walk's own state loops after all: its tokens made only of the
+                        // loop's bytes are allowed; subtrees opened before this still set
+                        // their bits themselves.
+                        mask.union_with(&trie.tokens_within(&set.bytes));
+                        within_bytes = set.bytes;
+                        depth_within[0] = true;
+                    }
                 }
             }
             let pending = pending_after(parent_pending, node.byte);
