@@ -611,7 +611,10 @@ impl SharedCaches {
 /// (the tables point back to it weakly), so they live as long as the compiled grammar does;
 /// an entry whose vocabulary is gone is dropped at the next lookup.
 #[derive(Default)]
-pub(crate) struct CacheRegistry(Mutex<Vec<(Weak<TokenTrie>, Arc<Mutex<SharedCaches>>)>>);
+pub(crate) struct CacheRegistry(Mutex<Vec<RegistryEntry>>);
+
+/// A vocabulary (weakly: the model may go) and the caches for it.
+type RegistryEntry = (Weak<TokenTrie>, Arc<Mutex<SharedCaches>>);
 
 impl std::fmt::Debug for CacheRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
