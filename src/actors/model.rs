@@ -20,7 +20,7 @@ use super::messages::{CancelToken, Generation, LoadedModel, ModelLoader};
 use super::sampler::{SequenceSampler, Step};
 use crate::core::{
     Completion, ConstraintKind, CoreError, FinishReason, ModelInfo, ModelTotals, PromptInput, Role, StreamEvent,
-    Timings, ToolSpec, Usage, ValidGenerateRequest,
+    Timings, ToolCall, ToolSpec, Usage, ValidGenerateRequest,
 };
 use crate::grammar::{CompiledGrammar, Limits};
 use crate::grammar::matcher::Matcher;
@@ -44,6 +44,9 @@ struct Job {
     /// partial call is nothing a client can act on.
     held: Option<String>,
     offered: Vec<ToolSpec>,
+    /// `parallel_tool_calls: false`: a forced grammar allows one call, and under `"auto"`
+    /// only the first call the model wrote is kept.
+    single_call: bool,
     events: mpsc::Sender<StreamEvent>,
     cancel: CancelToken,
     submitted: Instant,
@@ -239,6 +242,7 @@ impl LoadedModel for LlamaModelHandle {
             constraint: constraint_kind,
             held: (!offered.is_empty()).then(String::new),
             offered,
+            single_call: !request.parallel_tool_calls,
             events,
             cancel,
             submitted: Instant::now(),
@@ -506,12 +510,8 @@ fn finish(job: Job, reason: FinishReason, text: String, timings: Timings, prompt
     let (text, tool_calls, reason) = match job.held {
         Some(mut held) => {
             held.push_str(&text);
-            let parsed = crate::tools::parse_calls(&held, &job.offered);
-            let reason = match reason {
-                FinishReason::Stop | FinishReason::Length if !parsed.calls.is_empty() => FinishReason::ToolCalls,
-                other => other,
-            };
-            (parsed.content, parsed.calls, reason)
+            let forced = job.constraint == Some(ConstraintKind::Tool);
+            read_tool_calls(&held, &job.offered, job.single_call, forced, reason)
         }
         None => (text, Vec::new(), reason),
     };
@@ -526,6 +526,33 @@ fn finish(job: Job, reason: FinishReason, text: String, timings: Timings, prompt
         constraint_stats,
     };
     let _ = job.events.blocking_send(StreamEvent::Done(completion));
+}
+
+/// The answer of a request that offered tools: its calls, the text beside them, and why it
+/// ended. A forced grammar allows nothing but calls, so text beside complete calls is a call
+/// cut off by the token budget, not an answer; `single_call` keeps the first call only.
+fn read_tool_calls(
+    held: &str,
+    offered: &[ToolSpec],
+    single_call: bool,
+    forced: bool,
+    reason: FinishReason,
+) -> (String, Vec<ToolCall>, FinishReason) {
+    let mut parsed = crate::tools::parse_calls(held, offered);
+    if single_call {
+        parsed.calls.truncate(1);
+    }
+    if parsed.calls.is_empty() {
+        return (parsed.content, parsed.calls, reason);
+    }
+    let reason = match reason {
+        FinishReason::Stop | FinishReason::Length => FinishReason::ToolCalls,
+        other => other,
+    };
+    if forced {
+        parsed.content.clear();
+    }
+    (parsed.content, parsed.calls, reason)
 }
 
 /// Loads models from the store by name (or from a GGUF path) and starts their workers.
@@ -582,5 +609,47 @@ impl ModelLoader for StoreLoader {
     fn load(&self, name: &str) -> Result<Arc<dyn LoadedModel>, CoreError> {
         let (path, info) = locate_model(name, Some(&self.store))?;
         Ok(Arc::new(load_model(&path, info, &self.settings)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn weather() -> Vec<ToolSpec> {
+        vec![ToolSpec {
+            name: "get_weather".into(),
+            description: None,
+            parameters: serde_json::json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+        }]
+    }
+
+    const TWO_CALLS: &str = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n\
+                             <tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Tokyo\"}}\n</tool_call>";
+
+    #[test]
+    fn a_forced_answer_cut_by_the_budget_keeps_its_complete_calls_and_no_fragment() {
+        let held = format!("{TWO_CALLS}\n<tool_call>\n{{\"name\": \"get_wea");
+        let (text, calls, reason) = read_tool_calls(&held, &weather(), false, true, FinishReason::Length);
+        assert_eq!(text, "");
+        assert_eq!(calls.len(), 2);
+        assert_eq!(calls[1].arguments["city"], "Tokyo");
+        assert_eq!(reason, FinishReason::ToolCalls);
+    }
+
+    #[test]
+    fn single_call_keeps_the_first_and_auto_keeps_text_beside_calls() {
+        let held = format!("Let me check.\n{TWO_CALLS}");
+        let (text, calls, reason) = read_tool_calls(&held, &weather(), true, false, FinishReason::Stop);
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].arguments["city"], "Paris");
+        assert_eq!(text.trim(), "Let me check.");
+        assert_eq!(reason, FinishReason::ToolCalls);
+    }
+
+    #[test]
+    fn prose_without_calls_is_the_answer() {
+        let (text, calls, reason) = read_tool_calls("It is sunny.", &weather(), false, false, FinishReason::Stop);
+        assert_eq!((text.as_str(), calls.len(), reason), ("It is sunny.", 0, FinishReason::Stop));
     }
 }

@@ -20,7 +20,7 @@ use super::AppState;
 use crate::actors::messages::Generation;
 use crate::actors::supervisor::{acquire, ModelLease};
 use crate::core::{
-    Completion, FinishReason, PromptInput, StreamEvent, ToolChoice, ValidGenerateRequest,
+    Completion, FinishReason, StreamEvent, ValidGenerateRequest,
 };
 use crate::error::{CoreError, ErrorCode};
 
@@ -92,12 +92,6 @@ pub fn error_response(error: &CoreError) -> HttpResponseBuilder {
 pub struct Started {
     pub generation: Generation,
     pub lease: ModelLease,
-    /// A forced tool choice: the grammar allows nothing but calls, so text left over beside
-    /// complete calls can only be a call cut off by the token limit, and is not sent.
-    pub calls_only: bool,
-    /// `parallel_tool_calls: false` (and always on Ollama's route): a forced call's grammar
-    /// allows one call, but under `"auto"` the model may write several; only the first is kept.
-    pub single_call: bool,
 }
 
 impl Started {
@@ -111,19 +105,9 @@ pub async fn start_generation(
     state: &AppState,
     request: ValidGenerateRequest,
 ) -> Result<Started, CoreError> {
-    let calls_only = matches!(
-        request.tool_choice,
-        ToolChoice::Required | ToolChoice::Named(_)
-    ) && matches!(&request.input, PromptInput::Chat { tools, .. } if !tools.is_empty());
-    let request_parallel = request.parallel_tool_calls;
     let lease = acquire(&state.supervisor, &request.model, request.keep_alive).await?;
     let generation = lease.model().submit(request)?;
-    Ok(Started {
-        generation,
-        lease,
-        calls_only,
-        single_call: !request_parallel,
-    })
+    Ok(Started { generation, lease })
 }
 
 /// The whole answer of a non-streaming request.
@@ -146,12 +130,6 @@ pub async fn collect(mut started: Started) -> Result<Collected, CoreError> {
                 }
                 completion.timings.load =
                     completion.timings.load.max(started.lease.load_duration());
-                if started.single_call {
-                    completion.tool_calls.truncate(1);
-                }
-                if started.calls_only && !completion.tool_calls.is_empty() {
-                    text.clear();
-                }
                 return Ok(Collected { text, completion });
             }
         }
@@ -182,9 +160,6 @@ struct StreamState<T> {
     started: Option<Started>,
     translator: T,
     pending: VecDeque<Bytes>,
-    /// Text of a forced call held until `Done` shows whether it completed calls (see
-    /// [`Started::calls_only`]); bounded by the request's token limit.
-    held_text: Option<String>,
 }
 
 /// The response body of a streaming request. Dropping it (the client disconnected) drops the
@@ -194,13 +169,7 @@ pub fn event_stream<T: StreamTranslator>(
     mut translator: T,
 ) -> impl Stream<Item = Result<Bytes, Infallible>> {
     let pending: VecDeque<Bytes> = translator.start().into();
-    let held_text = started.calls_only.then(String::new);
-    let state = StreamState {
-        started: Some(started),
-        translator,
-        pending,
-        held_text,
-    };
+    let state = StreamState { started: Some(started), translator, pending };
     futures_util::stream::unfold(state, |mut state| async move {
         loop {
             if let Some(frame) = state.pending.pop_front() {
@@ -211,25 +180,9 @@ pub fn event_stream<T: StreamTranslator>(
                 Some(StreamEvent::Done(mut completion)) => {
                     completion.timings.load =
                         completion.timings.load.max(started.lease.load_duration());
-                    if started.single_call {
-                        completion.tool_calls.truncate(1);
-                    }
                     // Release the model before the last frames go out.
                     state.started = None;
-                    let mut frames = Vec::new();
-                    if let Some(text) = state.held_text.take() {
-                        if completion.tool_calls.is_empty() && !text.is_empty() {
-                            frames = state.translator.event(StreamEvent::Delta { text });
-                        }
-                    }
-                    frames.extend(state.translator.event(StreamEvent::Done(completion)));
-                    frames
-                }
-                Some(StreamEvent::Delta { text }) if state.held_text.is_some() => {
-                    if let Some(held) = state.held_text.as_mut() {
-                        held.push_str(&text);
-                    }
-                    Vec::new()
+                    state.translator.event(StreamEvent::Done(completion))
                 }
                 Some(event) => state.translator.event(event),
                 None => {

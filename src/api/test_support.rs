@@ -50,8 +50,8 @@ fn entry(name: &str) -> CatalogEntry {
 /// `TOO LONG` is refused at submit; `SLOW` streams a word every 50 ms until cancelled;
 /// `FAIL` ends in an error after one word. A constrained request answers `{"ok":true}`. A
 /// forced tool choice answers as the model worker does: one call to the named (or first) tool,
-/// after a leftover fragment of a second call when the prompt says `CUT`; two calls (as a model
-/// under `"auto"` may write) when it says `TWO`.
+/// or two when the prompt says `TWO` and parallel calls are allowed (the worker drops a cut-off
+/// call's text and extra calls itself, see actors::model).
 pub struct ScriptedModel {
     info: ModelInfo,
     in_use: Arc<AtomicUsize>,
@@ -130,21 +130,13 @@ impl LoadedModel for ScriptedModel {
             return Err(CoreError::prompt_too_long(5000, 2048));
         }
         if let Some(call) = forced_call(&request) {
-            let calls = if prompt.contains("TWO") {
+            let calls = if prompt.contains("TWO") && request.parallel_tool_calls {
                 vec![call.clone(), call]
             } else {
                 vec![call]
             };
-            let leftover = if prompt.contains("CUT") {
-                "<tool_call>\n{\"name\""
-            } else {
-                ""
-            };
             let (generation, sender, _cancel) = Generation::channel();
             std::thread::spawn(move || {
-                let _ = sender.blocking_send(StreamEvent::Delta {
-                    text: leftover.into(),
-                });
                 let completion = Completion {
                     finish_reason: FinishReason::ToolCalls,
                     tool_calls: calls,

@@ -1,5 +1,5 @@
 //! Tool calls through the real routes with the scripted model: each API's call shape and ids,
-//! the stream carrying each call whole, a forced call's cut-off fragment never sent as text,
+//! the stream carrying each call whole, `parallel_tool_calls` reaching the model,
 //! and tool refusals in each API's error shape before any model is loaded.
 
 use serde_json::{json, Value};
@@ -22,10 +22,10 @@ fn openai_forced(content: &str, stream: bool) -> Value {
 }
 
 #[actix_web::test]
-async fn openai_forced_call_has_null_content_even_with_a_cut_off_fragment() {
+async fn openai_forced_calls_have_null_content() {
     let harness = harness(1, 8);
     let app = test::init_service(build_app(harness.state.clone())).await;
-    for content in ["weather?", "weather? CUT"] {
+    for content in ["weather?", "weather? TWO"] {
         let answer = call!(
             app,
             post,
@@ -53,7 +53,7 @@ async fn openai_stream_sends_the_call_whole_and_no_fragment() {
         app,
         post,
         "/v1/chat/completions",
-        openai_forced("weather? CUT", true)
+        openai_forced("weather?", true)
     );
     let chunks = sse_data(&answer.text);
     let texts: String = chunks
@@ -90,7 +90,7 @@ async fn anthropic_tool_use_blocks_have_toolu_ids_in_json_and_stream() {
     let body = |stream: bool| {
         json!({"model": "tiny:1m", "max_tokens": 50, "stream": stream, "tools": [weather_anthropic()],
                "tool_choice": {"type": "tool", "name": "get_weather", "disable_parallel_tool_use": true},
-               "messages": [{"role": "user", "content": "weather? CUT"}]})
+               "messages": [{"role": "user", "content": "weather?"}]})
     };
     let answer = call!(app, post, "/v1/messages", body(false)).json();
     assert_eq!(answer["stop_reason"], "tool_use");
@@ -129,7 +129,7 @@ async fn anthropic_tool_use_blocks_have_toolu_ids_in_json_and_stream() {
 async fn ollama_call_has_object_arguments_in_one_chunk() {
     let harness = harness(1, 8);
     let app = test::init_service(build_app(harness.state.clone())).await;
-    let body = json!({"model": "tiny:1m", "messages": [{"role": "user", "content": "weather? CUT"}],
+    let body = json!({"model": "tiny:1m", "messages": [{"role": "user", "content": "weather?"}],
                       "tools": [weather_openai()], "tool_choice": "required"});
     let answer = call!(app, post, "/api/chat", body);
     let lines: Vec<Value> = answer
