@@ -4,8 +4,9 @@
 //! llguidance on the same grammar (translated to its Lark dialect), vocabulary and tokens,
 //! in the same run, with the ratio.
 //!
-//! Vocabularies: `LLAMAY_VOCAB_JSON=a.json[,b.json]`, each `{"tokens": [[byte, ...], ...],
-//! "eog": [ids]}` as `llamay::llm::Vocabulary::to_json` writes it. Sample texts are seeded
+//! Vocabularies: `LLAMAY_VOCAB_JSON=a[,b]`, each a store model name or GGUF path, or a
+//! `.json` file `{"tokens": [[byte, ...], ...], "eog": [ids]}` as
+//! `llamay::llm::Vocabulary::to_json` writes it; default `smollm2:135m,gemma3:270m`. Sample texts are seeded
 //! random walks through our automaton (a uniformly chosen allowed token per step), so every
 //! run uses the same tokens. Options: `LLAMAY_BENCH_TEXTS` (texts per grammar, default 4),
 //! `LLAMAY_BENCH_TOKENS` (tokens per text, default 64), `LLAMAY_BENCH_REPEAT` (runs of each
@@ -24,10 +25,7 @@ use llguidance::ParserFactory;
 const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/corpora/gbnf");
 
 fn main() {
-    let Ok(paths) = std::env::var("LLAMAY_VOCAB_JSON") else {
-        eprintln!("set LLAMAY_VOCAB_JSON=vocab.json[,other.json] (a model's vocabulary as written by Vocabulary::to_json)");
-        std::process::exit(2);
-    };
+    let paths = llamay::actors::model::benchmark_vocabularies();
     let texts = env_number("LLAMAY_BENCH_TEXTS", 4);
     let tokens_per_text = env_number("LLAMAY_BENCH_TOKENS", 64);
     let mut grammars: Vec<(String, String)> = std::fs::read_dir(CORPUS)
@@ -43,8 +41,9 @@ fn main() {
         .unwrap_or_default();
     grammars.sort();
 
-    for path in paths.split(',').filter(|p| !p.is_empty()) {
-        let vocabulary = match load_vocabulary(path) {
+    for path in &paths {
+        let path = path.as_str();
+        let vocabulary = match llamay::actors::model::load_vocabulary(path) {
             Ok(v) => v,
             Err(error) => {
                 eprintln!("{path}: {error}");
@@ -150,14 +149,15 @@ fn bench_grammar(
         let mut our_masks = Vec::new();
         let mut our_times: Vec<f64> = Vec::new();
         for repeat in 0..repeats {
-            // A freshly compiled grammar and matcher per run, as a new request would have
-            // (the compiled grammar caches expansions, which would flatter later runs).
-            let fresh = match repeat {
-                0 => grammar.clone(),
-                _ => match compile_gbnf(source.as_bytes(), &limits) {
-                    Ok(g) => Arc::new(g),
-                    Err(_) => grammar.clone(),
-                },
+            // A freshly compiled grammar and matcher per run, as a new request with a new
+            // grammar would have: a compiled grammar shares its transition and mask caches
+            // among its matchers, and the one that sampled the text has seen every state.
+            let fresh = match compile_gbnf(source.as_bytes(), &limits) {
+                Ok(g) => Arc::new(g),
+                Err(error) => {
+                    row.notes.push(format!("recompiling failed: {error}"));
+                    break;
+                }
             };
             let mut matcher = Matcher::new(fresh, trie.clone());
             for (step, &token) in tokens.iter().enumerate() {
@@ -383,13 +383,6 @@ fn first_line(text: &str) -> String {
         .chars()
         .take(100)
         .collect()
-}
-
-fn load_vocabulary(path: &str) -> Result<Vocabulary, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
-    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
-    Vocabulary::from_json(&value)
-        .ok_or_else(|| "not a {\"tokens\": [...], \"eog\": [...]} vocabulary".to_string())
 }
 
 struct BenchTokEnv {

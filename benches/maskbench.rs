@@ -1,10 +1,10 @@
 //! MaskBench-format schemas through llamay's schema compiler, automaton and token masks, with
 //! llguidance on the same files and vocabulary in the same run.
 //!
-//! Usage: `LLAMAY_VOCAB_JSON=a.json[,b.json] cargo bench --bench maskbench -- [--limit N] [DIR...]`
-//! (directories default to `../shared/corpora/maskbench-dev`). A vocabulary file is
-//! `{"tokens": [[bytes...], ...], "eog": [ids]}`. Without one, only the vocabulary-free part
-//! runs (compile counts, accepted/rejected instances, compile time).
+//! Usage: `cargo bench --bench maskbench -- [--limit N] [DIR...]` (directories default to
+//! `../shared/corpora/maskbench-dev`). Vocabularies: `LLAMAY_VOCAB_JSON=a[,b]`, each a store
+//! model name or GGUF path, or a `.json` file `{"tokens": [[bytes...], ...], "eog": [ids]}`;
+//! default `smollm2:135m,gemma3:270m`.
 //!
 //! Prints: schemas compiled / refused (by keyword) / failed, valid instances accepted, invalid
 //! instances rejected, false accepts (an invalid instance accepted although the validator
@@ -117,18 +117,6 @@ fn fails_on_enforced_keyword(schema: &Value, instance: &Value) -> bool {
     keywords.iter().any(|path| !NOT_ENFORCED.contains(&path.rsplit('/').next().unwrap_or("")))
 }
 
-fn load_vocab(path: &str) -> Option<(Vec<Vec<u8>>, Vec<u32>)> {
-    let text = std::fs::read_to_string(path).map_err(|e| eprintln!("vocabulary {path}: {e}")).ok()?;
-    let value: Value = serde_json::from_str(&text).map_err(|e| eprintln!("vocabulary {path}: {e}")).ok()?;
-    let tokens = value["tokens"]
-        .as_array()?
-        .iter()
-        .map(|t| t.as_array().map(|bytes| bytes.iter().filter_map(|b| b.as_u64()).map(|b| b as u8).collect()).unwrap_or_default())
-        .collect();
-    let eog = value["eog"].as_array()?.iter().filter_map(|t| t.as_u64()).map(|t| t as u32).collect();
-    Some((tokens, eog))
-}
-
 fn main() {
     let mut args = std::env::args().skip(1).peekable();
     let mut directories = Vec::new();
@@ -204,18 +192,19 @@ fn main() {
     println!("compile (schema -> automaton), llamay:");
     let ours_compile = row("llamay compile", &mut compile_times);
 
-    let Ok(vocab_paths) = std::env::var("LLAMAY_VOCAB_JSON") else {
-        println!("set LLAMAY_VOCAB_JSON to a vocabulary file (or several, comma-separated) to time masks");
-        return;
-    };
-    for path in vocab_paths.split(',').filter(|p| !p.is_empty()) {
-        let Some((tokens, eog)) = load_vocab(path) else { continue };
-        bench_vocab(path, &tokens, &eog, &cases, &compiled, ours_compile);
+    for path in llamay::actors::model::benchmark_vocabularies() {
+        match llamay::actors::model::load_vocabulary(&path) {
+            Ok(vocabulary) => {
+                let (tokens, eog) = (vocabulary.pieces(), vocabulary.end_of_generation());
+                bench_vocab(&path, tokens, eog, &cases, &compiled, ours_compile);
+            }
+            Err(error) => eprintln!("{error}"),
+        }
     }
 }
 
 fn bench_vocab(path: &str, tokens: &[Vec<u8>], eog: &[u32], cases: &[Case], compiled: &[Compiled], ours_compile: Option<[f64; 4]>) {
-    println!("\nvocabulary {path}: {} tokens (instances tokenized greedily, longest match)", tokens.len());
+    println!("\nvocabulary {path}: {} tokens (instances tokenized greedily, longest match; each instance starts from a freshly compiled grammar)", tokens.len());
     let trie = Arc::new(TokenTrie::new(tokens, eog));
     let info = TokRxInfo::new(tokens.len() as u32, eog.first().copied().unwrap_or(0));
     let llg_trie = TokTrie::from(&info, tokens);
@@ -236,7 +225,13 @@ fn bench_vocab(path: &str, tokens: &[Vec<u8>], eog: &[u32], cases: &[Case], comp
         let case = &cases[entry.case];
         for (instance_index, text) in entry.accepted.iter().enumerate() {
             let token_ids = env.tok_trie().greedy_tokenize(text.as_bytes());
-            let mut matcher = Matcher::new(entry.grammar.clone(), trie.clone());
+            // A fresh grammar per instance: matchers of one compiled grammar share their
+            // transition and mask caches, which would let later instances ride on earlier ones.
+            let fresh = compile_schema(&case.schema)
+                .ok()
+                .and_then(|ir| CompiledGrammar::new(ir, &Limits::default()).ok())
+                .map_or_else(|| entry.grammar.clone(), Arc::new);
+            let mut matcher = Matcher::new(fresh, trie.clone());
             for &token in &token_ids {
                 let started = Instant::now();
                 let allowed = matcher.compute_mask().is_set(token);

@@ -585,6 +585,33 @@ pub fn locate_model(reference: &str, store: Option<&crate::store::Store>) -> Res
     }
 }
 
+/// The vocabulary named by `reference`: a `.json` file written by `Vocabulary::to_json`, or a
+/// model (store name or GGUF path) loaded to read it. Benchmarks take either, so they can run
+/// on the store's models or on a saved vocabulary without a model.
+pub fn load_vocabulary(reference: &str) -> Result<crate::llm::Vocabulary, String> {
+    if reference.ends_with(".json") {
+        let text = std::fs::read_to_string(reference).map_err(|e| format!("{reference}: {e}"))?;
+        let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{reference}: {e}"))?;
+        return crate::llm::Vocabulary::from_json(&value)
+            .ok_or_else(|| format!("{reference}: not a {{\"tokens\": [...], \"eog\": [...]}} vocabulary"));
+    }
+    let store = crate::store::Store::open(&crate::store::Store::default_home()).map_err(|e| e.to_string())?;
+    let (path, _) = locate_model(reference, Some(&store)).map_err(|e| e.to_string())?;
+    let model = Model::load(&path).map_err(|e| e.to_string())?;
+    Ok(model.vocabulary().as_ref().clone())
+}
+
+/// `LLAMAY_VOCAB_JSON` (comma-separated vocabulary files or model names), by default the two
+/// models scripts/setup installs.
+pub fn benchmark_vocabularies() -> Vec<String> {
+    std::env::var("LLAMAY_VOCAB_JSON")
+        .unwrap_or_else(|_| "smollm2:135m,gemma3:270m".into())
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
 fn info_from_facts(name: &str, facts: &crate::gguf::GgufFacts, size: u64, digest: String) -> ModelInfo {
     ModelInfo {
         name: name.to_string(),
