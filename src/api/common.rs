@@ -19,6 +19,7 @@ use serde::de::DeserializeOwned;
 use super::AppState;
 use crate::actors::messages::Generation;
 use crate::actors::supervisor::{acquire, ModelLease};
+use crate::api::constraint::{resolve_constraint, ConstraintSources};
 use crate::core::{
     Completion, FinishReason, StreamEvent, ValidGenerateRequest,
 };
@@ -100,11 +101,14 @@ impl Started {
     }
 }
 
-/// Leases the model (loading it if needed) and submits the request.
+/// Compiles the request's constraint (or takes the daemon's `-grammar-file`), leases the model
+/// (loading it if needed) and submits the request.
 pub async fn start_generation(
     state: &AppState,
-    request: ValidGenerateRequest,
+    mut request: ValidGenerateRequest,
+    constraint: ConstraintSources,
 ) -> Result<Started, CoreError> {
+    request.constraint = resolve_constraint(constraint, &state.constraints, state.default_grammar.as_ref())?;
     let lease = acquire(&state.supervisor, &request.model, request.keep_alive).await?;
     let generation = lease.model().submit(request)?;
     Ok(Started { generation, lease })

@@ -10,7 +10,6 @@ use super::types::{ErrorBody, ErrorDetail, MessageResponse, MessagesRequest, Usa
 use crate::api::common::{
     collect, error_response, event_stream, random_id, read_json, sse_response, start_generation,
 };
-use crate::api::constraint::resolve_constraint;
 use crate::api::AppState;
 use crate::error::CoreError;
 
@@ -42,14 +41,9 @@ async fn create(
 ) -> Result<HttpResponse, CoreError> {
     let body: MessagesRequest = read_json(http, payload, state.max_body_bytes).await?;
     let converted = convert(body)?;
-    let mut request = converted.request;
-    request.constraint = resolve_constraint(
-        converted.constraint,
-        &state.constraints,
-        state.default_grammar.as_ref(),
-    )?;
+    let request = converted.request;
     let model = request.model.clone();
-    let started = start_generation(state, request).await?;
+    let started = start_generation(state, request, converted.constraint).await?;
     let id = format!("msg_{}", random_id(24));
     if converted.stream {
         return Ok(sse_response(event_stream(

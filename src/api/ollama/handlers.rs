@@ -12,7 +12,6 @@ use super::types::{
 };
 use crate::actors::supervisor::{acquire, Snapshot};
 use crate::api::common::{collect, error_response, event_stream, read_json, start_generation};
-use crate::api::constraint::resolve_constraint;
 use crate::api::AppState;
 use crate::core::{CatalogEntry, KeepAlive};
 use crate::error::CoreError;
@@ -53,7 +52,7 @@ async fn answer(
     converted: Converted,
     endpoint: Endpoint,
 ) -> Result<HttpResponse, CoreError> {
-    let mut request = converted.request;
+    let request = converted.request;
     let model = request.model.clone();
     if converted.load_only {
         let lease = acquire(&state.supervisor, &model, request.keep_alive).await?;
@@ -68,12 +67,7 @@ async fn answer(
         object["done_reason"] = json!(reason);
         return Ok(HttpResponse::Ok().json(object));
     }
-    request.constraint = resolve_constraint(
-        converted.constraint,
-        &state.constraints,
-        state.default_grammar.as_ref(),
-    )?;
-    let started = start_generation(state, request).await?;
+    let started = start_generation(state, request, converted.constraint).await?;
     if converted.stream {
         return Ok(HttpResponse::Ok()
             .content_type("application/x-ndjson")

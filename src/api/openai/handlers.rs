@@ -14,7 +14,6 @@ use crate::api::common::{
     collect, error_response, event_stream, random_id, read_json, sse_response, start_generation,
     unix_now,
 };
-use crate::api::constraint::resolve_constraint;
 use crate::api::AppState;
 use crate::error::{CoreError, ErrorCode};
 
@@ -47,14 +46,9 @@ async fn chat(
 ) -> Result<HttpResponse, CoreError> {
     let body: ChatCompletionRequest = read_json(http, payload, state.max_body_bytes).await?;
     let converted = convert(body)?;
-    let mut request = converted.request;
-    request.constraint = resolve_constraint(
-        converted.constraint,
-        &state.constraints,
-        state.default_grammar.as_ref(),
-    )?;
+    let request = converted.request;
     let requested_model = request.model.clone();
-    let started = start_generation(state, request).await?;
+    let started = start_generation(state, request, converted.constraint).await?;
     let id = format!("chatcmpl-{}", random_id(24));
     let created = unix_now();
     if converted.stream {
