@@ -556,7 +556,11 @@ fn validate_manifest(key: &str, manifest: &Manifest) -> Result<(), StoreError> {
 /// Creates and deletes a file in `dir`: creating a directory can succeed where writing in it
 /// fails (a read-only mount, or permissions when not root).
 fn probe_writable(dir: &Path) -> io::Result<()> {
-    let probe = dir.join(format!(".probe-{}", std::process::id()));
+    // Unique per open, not just per process: two threads opening the store at once must not
+    // delete each other's probe.
+    static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let serial = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let probe = dir.join(format!(".probe-{}-{serial}", std::process::id()));
     File::create(&probe)?;
     fs::remove_file(&probe)
 }
