@@ -62,9 +62,10 @@ enum Command {
 }
 
 pub fn init_logging(json: bool) {
-    // llama.cpp logs thousands of lines a run (target `llama-cpp-2`); RUST_LOG=llama-cpp-2=info shows them.
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,llama-cpp-2=off,llama_cpp_2=off"));
+    // RUST_LOG=llama-cpp-2=info shows llama.cpp's own log.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(format!("info,{}", llamay::llm::QUIET_LLAMA_LOGS))
+    });
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let _ = if json { builder.json().try_init() } else { builder.try_init() };
 }

@@ -13,6 +13,10 @@ pub mod sampling;
 pub mod template;
 pub mod vocab;
 
+/// A tracing filter that silences llama.cpp: its C log arrives under `llama-cpp-2`, the binding's
+/// own events under `llama_cpp_2`. Thousands of lines a run otherwise.
+pub const QUIET_LLAMA_LOGS: &str = "llama-cpp-2=off,llama_cpp_2=off";
+
 pub use context::{BatchEntry, Context, ContextParams, KvType, LogitsRow, SeqId};
 pub use model::Model;
 pub use vocab::Vocabulary;
