@@ -169,6 +169,10 @@ pub struct Config {
     pub max_queue: usize,
     pub max_body_bytes: usize,
     pub log_format: LogFormat,
+    /// `max_tokens` of a request that names none.
+    pub default_max_tokens: u32,
+    /// The largest `max_tokens` a request gets (larger ones are clamped).
+    pub max_tokens_limit: u32,
 }
 
 impl Default for Config {
@@ -186,6 +190,8 @@ impl Default for Config {
             max_queue: 512,
             max_body_bytes: 8 * 1024 * 1024,
             log_format: LogFormat::Text,
+            default_max_tokens: crate::core::TokenLimits::default().default_max_tokens,
+            max_tokens_limit: crate::core::TokenLimits::default().max_tokens_limit,
         }
     }
 }
@@ -216,6 +222,8 @@ struct FileConfig {
     max_queue: Option<usize>,
     max_body_bytes: Option<usize>,
     log_format: Option<String>,
+    default_max_tokens: Option<u32>,
+    max_tokens_limit: Option<u32>,
 }
 
 /// Longest config file read; a config is a few hundred bytes.
@@ -300,6 +308,8 @@ impl Config {
         if let Some(format) = file.log_format {
             self.log_format = format.parse()?;
         }
+        set(&mut self.default_max_tokens, file.default_max_tokens);
+        set(&mut self.max_tokens_limit, file.max_tokens_limit);
         Ok(())
     }
 
@@ -333,6 +343,8 @@ impl Config {
         if let Some(format) = env("LLAMAY_LOG_FORMAT") {
             self.log_format = format.parse()?;
         }
+        parse_env(env, "LLAMAY_DEFAULT_MAX_TOKENS", "default_max_tokens", &mut self.default_max_tokens)?;
+        parse_env(env, "LLAMAY_MAX_TOKENS_LIMIT", "max_tokens_limit", &mut self.max_tokens_limit)?;
         Ok(())
     }
 
@@ -393,6 +405,16 @@ impl Config {
                 "max_body_bytes",
                 self.max_body_bytes.to_string(),
                 "1 KiB to 1 GiB",
+            );
+        }
+        if !(1..=1 << 20).contains(&self.max_tokens_limit) {
+            return invalid("max_tokens_limit", self.max_tokens_limit.to_string(), "1 to 1048576 tokens");
+        }
+        if !(1..=self.max_tokens_limit).contains(&self.default_max_tokens) {
+            return invalid(
+                "default_max_tokens",
+                self.default_max_tokens.to_string(),
+                "1 to max_tokens_limit tokens",
             );
         }
         if let Some(path) = &self.grammar_file {
@@ -564,6 +586,8 @@ mod tests {
             "max_queue",
             "max_body_bytes",
             "log_format",
+            "default_max_tokens",
+            "max_tokens_limit",
         ];
         for key in keys {
             assert!(
@@ -647,5 +671,32 @@ mod tests {
         assert_eq!(cli.serve.threads, Some(3));
         assert_eq!(cli.serve.keepalive.as_deref(), Some("-1"));
         assert_eq!(cli.serve.parallel, Some(2));
+    }
+
+    #[test]
+    fn token_limits_come_from_the_file_and_env_and_are_checked() {
+        let defaults = Config::load_with_env(&ServeArgs::default(), no_env).unwrap();
+        assert_eq!(
+            (defaults.default_max_tokens, defaults.max_tokens_limit),
+            (2048, 32768)
+        );
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        writeln!(file, "default_max_tokens = 100\nmax_tokens_limit = 500").unwrap();
+        let args = ServeArgs {
+            config: Some(file.path().into()),
+            ..Default::default()
+        };
+        let config = Config::load_with_env(&args, no_env).unwrap();
+        assert_eq!((config.default_max_tokens, config.max_tokens_limit), (100, 500));
+        let env = |k: &str| (k == "LLAMAY_MAX_TOKENS_LIMIT").then(|| "50".to_string());
+        assert!(matches!(
+            Config::load_with_env(&args, env),
+            Err(ConfigError::Invalid { key: "default_max_tokens", .. })
+        ));
+        let env = |k: &str| (k == "LLAMAY_DEFAULT_MAX_TOKENS").then(|| "0".to_string());
+        assert!(matches!(
+            Config::load_with_env(&ServeArgs::default(), env),
+            Err(ConfigError::Invalid { key: "default_max_tokens", .. })
+        ));
     }
 }

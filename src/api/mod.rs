@@ -29,7 +29,7 @@ use actix_web::dev::{ServiceFactory, ServiceRequest, ServiceResponse};
 use actix_web::{web, App, HttpRequest, HttpResponse};
 
 use crate::actors::supervisor::Supervisor;
-use crate::core::ModelCatalog;
+use crate::core::{ModelCatalog, TokenLimits};
 use crate::error::{CoreError, ErrorCode};
 use crate::grammar::automaton::CompiledGrammar;
 use constraint::ConstraintCache;
@@ -47,6 +47,8 @@ pub struct AppState {
     pub max_body_bytes: usize,
     pub started_at: Instant,
     pub shutting_down: AtomicBool,
+    /// The default and the cap of every request's `max_tokens` (config).
+    pub token_limits: TokenLimits,
 }
 
 impl AppState {
@@ -64,6 +66,7 @@ impl AppState {
             max_body_bytes,
             started_at: Instant::now(),
             shutting_down: AtomicBool::new(false),
+            token_limits: TokenLimits::default(),
         }
     }
 }

@@ -15,7 +15,7 @@ use super::{build_app, AppState};
 use crate::actors::messages::ModelLoader;
 use crate::actors::supervisor::{acquire, Shutdown, Supervisor, SupervisorConfig};
 use crate::config::Config;
-use crate::core::{ModelCatalog, ModelInfo};
+use crate::core::{ModelCatalog, ModelInfo, TokenLimits};
 use crate::grammar::automaton::CompiledGrammar;
 
 /// Seconds running requests get to finish after a stop signal.
@@ -62,12 +62,12 @@ pub async fn serve(
         None => None,
     };
 
-    let state = web::Data::new(AppState::new(
-        supervisor.clone(),
-        catalog,
-        default_grammar,
-        config.max_body_bytes,
-    ));
+    let mut state = AppState::new(supervisor.clone(), catalog, default_grammar, config.max_body_bytes);
+    state.token_limits = TokenLimits {
+        default_max_tokens: config.default_max_tokens,
+        max_tokens_limit: config.max_tokens_limit,
+    };
+    let state = web::Data::new(state);
     let app_state = state.clone();
     let server = HttpServer::new(move || build_app(app_state.clone()))
         .disable_signals()

@@ -18,4 +18,5 @@ pub use request::{
     ChatMessage, Constraint, ConstraintKind, PromptInput, Role, SamplingParams, ToolCall,
     ToolChoice, ToolSpec, ValidGenerateRequest,
 };
+pub use request::TokenLimits;
 pub use response::{Completion, FinishReason, StreamEvent, Timings, Usage};
