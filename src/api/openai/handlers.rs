@@ -57,7 +57,7 @@ async fn chat(
     }
     let collected = collect(started).await?;
     let completion = collected.completion;
-    let tool_calls = response_tool_calls(&completion.tool_calls);
+    let tool_calls = response_tool_calls(&completion.tool_calls, completion.cut_off_arguments.as_deref());
     let content = if tool_calls.is_empty() || !collected.text.is_empty() {
         Some(collected.text)
     } else {
