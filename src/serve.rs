@@ -9,7 +9,7 @@ use crate::actors::model::{StoreLoader, WorkerSettings};
 use crate::config::Config;
 use crate::core::{CatalogEntry, CoreError, ModelCatalog, ModelDescription};
 use crate::llm::ContextParams;
-use crate::store::{Manifest, ModelName, Store, StoreError};
+use crate::store::{Manifest, ModelName, ModelRef, Store, StoreError};
 
 /// The store as `/api/tags`, `/v1/models` and `/api/show` see it.
 pub struct StoreCatalog {
@@ -57,7 +57,7 @@ impl ModelCatalog for StoreCatalog {
     }
 
     fn describe(&self, name: &str) -> Result<ModelDescription, CoreError> {
-        let parsed = ModelName::parse(name).map_err(|e| store_error(e, name))?;
+        let parsed = ModelName::parse(name)?;
         let manifest = self.store.resolve(&parsed).map_err(|e| store_error(e, name))?;
         let facts = &manifest.facts;
         let mut metadata = serde_json::Map::new();
@@ -76,8 +76,20 @@ impl ModelCatalog for StoreCatalog {
     }
 }
 
-/// Serves until a stop signal, with models loaded from `store`.
-pub fn run(config: Config, store: Arc<Store>) -> std::io::Result<()> {
+/// Serves until a stop signal, with models loaded from `store`. A `-m` that is a file path is
+/// registered under a name made from its stem: requests use that name, as they cannot name files.
+pub fn run(mut config: Config, store: Arc<Store>) -> std::io::Result<()> {
+    let file_model = match config.model.as_deref().map(ModelRef::parse).transpose() {
+        Ok(Some(ModelRef::Path(path))) => {
+            let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+            let name = ModelName::from_stem(&stem);
+            tracing::info!(path = %path.display(), model = %name, "serving a model file under a name; requests use the name");
+            config.model = Some(name.to_string());
+            Some((name, path))
+        }
+        Ok(_) => None,
+        Err(error) => return Err(std::io::Error::other(error.to_string())),
+    };
     // `context` is per sequence, as Ollama's num_ctx: the KV cache holds `parallel` of them.
     let settings = WorkerSettings {
         context: ContextParams {
@@ -88,7 +100,11 @@ pub fn run(config: Config, store: Arc<Store>) -> std::io::Result<()> {
             kv_type: config.kv,
         },
     };
-    let loader = Arc::new(StoreLoader::new(Arc::clone(&store), settings));
+    let mut loader = StoreLoader::new(Arc::clone(&store), settings);
+    if let Some((name, path)) = file_model {
+        loader = loader.with_file(name, path);
+    }
+    let loader = Arc::new(loader);
     let catalog = Arc::new(StoreCatalog::new(store));
     crate::api::serve::serve_blocking(config, loader, catalog)
 }

@@ -108,6 +108,7 @@ pub async fn start_generation(
     mut request: ValidGenerateRequest,
     constraint: ConstraintSources,
 ) -> Result<Started, CoreError> {
+    crate::core::ModelName::parse(&request.model)?;
     request.constraint = resolve_constraint(constraint, &state.constraints, state.default_grammar.as_ref())?;
     let lease = acquire(&state.supervisor, &request.model, request.keep_alive).await?;
     let generation = lease.model().submit(request)?;
