@@ -5,8 +5,9 @@
 //! a web page; a request or preflight from any other origin is refused with 400.
 //!
 //! OpenAI and Ollama clients send the key as `Authorization: Bearer KEY`; Anthropic clients send
-//! `x-api-key: KEY` (Bearer is taken there too). The comparison runs in constant time over
-//! SHA-256 digests, so neither the key's bytes nor its length leak through timing.
+//! `x-api-key: KEY`, on `/v1/messages` and on the routes they share with OpenAI (`/v1/models`),
+//! so both headers are taken on every route. The comparison runs in constant time over SHA-256
+//! digests, so neither the key's bytes nor its length leak through timing.
 //!
 //! Key items: [`ApiKey`], [`require_api_key`] and [`cors`] (actix middleware, mounted by
 //! `build_app`), [`Shape`]. Cost: one SHA-256 of a header value per request when a key is set;
@@ -90,13 +91,11 @@ impl Shape {
     }
 }
 
-/// The key a request offers, from the headers its API's clients send.
-fn offered_key(request: &ServiceRequest, shape: Shape) -> Option<Vec<u8>> {
+/// The key a request offers: `x-api-key`, else a Bearer token.
+fn offered_key(request: &ServiceRequest) -> Option<Vec<u8>> {
     let headers = request.headers();
-    if shape == Shape::Anthropic {
-        if let Some(value) = headers.get("x-api-key") {
-            return Some(value.as_bytes().to_vec());
-        }
+    if let Some(value) = headers.get("x-api-key") {
+        return Some(value.as_bytes().to_vec());
     }
     let authorization = headers.get(header::AUTHORIZATION)?.as_bytes();
     let scheme = authorization.get(..7)?;
@@ -138,7 +137,7 @@ pub async fn require_api_key(
         return Ok(next.call(request).await?.map_into_left_body());
     }
     let shape = Shape::of_path(path);
-    let offered = offered_key(&request, shape);
+    let offered = offered_key(&request);
     if offered
         .as_deref()
         .is_some_and(|offered| key.matches(offered))

@@ -324,27 +324,28 @@ async fn with_a_key_every_route_but_health_answers_401_in_its_shape_without_it()
 }
 
 #[actix_web::test]
-async fn anthropic_takes_x_api_key_and_the_others_do_not() {
+async fn x_api_key_is_taken_as_well_as_bearer_on_every_route() {
     let app = test::init_service(build_app(keyed_app_state())).await;
-    let body = json!({"model": "tiny:1m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]});
-    let with_header = test::TestRequest::post()
-        .uri("/v1/messages")
-        .insert_header(("x-api-key", "k-123"))
-        .set_payload(body.to_string())
-        .to_request();
-    let answer = send(&app, with_header).await;
-    assert_eq!(answer.status, StatusCode::OK, "{}", answer.text);
-    let wrong = test::TestRequest::post()
-        .uri("/v1/messages")
-        .insert_header(("x-api-key", "k-12"))
-        .set_payload(body.to_string())
-        .to_request();
-    assert_eq!(send(&app, wrong).await.status, StatusCode::UNAUTHORIZED);
-    let openai = test::TestRequest::get()
-        .uri("/v1/models")
-        .insert_header(("x-api-key", "k-123"))
-        .to_request();
-    assert_eq!(send(&app, openai).await.status, StatusCode::UNAUTHORIZED);
+    for (method, path, body) in every_route() {
+        let with_header = request(method, path, &body)
+            .insert_header(("x-api-key", "k-123"))
+            .to_request();
+        let answer = send(&app, with_header).await;
+        assert!(
+            answer.status.is_success(),
+            "{path}: {} {}",
+            answer.status,
+            answer.text
+        );
+        let wrong = request(method, path, &body)
+            .insert_header(("x-api-key", "k-12"))
+            .to_request();
+        assert_eq!(
+            send(&app, wrong).await.status,
+            StatusCode::UNAUTHORIZED,
+            "{path}"
+        );
+    }
 }
 
 #[actix_web::test]
