@@ -108,8 +108,10 @@ def test_a_file_path_is_still_refused_over_http(daemon):
 def test_clients_without_the_key_get_401_and_with_it_read_the_models(daemon):
     base = daemon["base"]
     keyed = openai.OpenAI(base_url=f"{base}/v1", api_key=KEY, max_retries=0)
-    assert MODEL in [m.id for m in keyed.models.list()]
+    listed = [m.id for m in keyed.models.list()]
+    assert MODEL in listed and FILE_MODEL in listed, listed
     assert keyed.models.retrieve(MODEL).id == MODEL
+    assert keyed.models.retrieve(FILE_MODEL).id == FILE_MODEL
     wrong = openai.OpenAI(base_url=f"{base}/v1", api_key="not-the-key", max_retries=0)
     with pytest.raises(openai.AuthenticationError) as refused:
         wrong.models.list()
@@ -127,6 +129,7 @@ def test_clients_without_the_key_get_401_and_with_it_read_the_models(daemon):
     keyed = ollama.Client(host=base, headers={"Authorization": f"Bearer {KEY}"})
     assert MODEL in [m.model for m in keyed.list().models]
     assert keyed.show(MODEL).details.family == "llama"
+    assert keyed.show(FILE_MODEL).details.family == "llama"
     for client in (ollama.Client(host=base), ollama.Client(host=base, headers={"Authorization": "Bearer not-the-key"})):
         with pytest.raises(ollama.ResponseError) as refused:
             client.list()
