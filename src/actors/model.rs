@@ -7,7 +7,7 @@
 //! Cost: one thread and one KV cache per loaded model; each step is one `llama_decode` call of
 //! (live sequences + prompt chunk) tokens, plus one sampling pass per generating sequence.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc as std_mpsc, Arc, Mutex, OnceLock};
@@ -22,6 +22,7 @@ use crate::core::{
     Completion, ConstraintKind, CoreError, FinishReason, ModelInfo, ModelTotals, PromptInput, Role, StreamEvent,
     Timings, ToolSpec, Usage, ValidGenerateRequest,
 };
+use crate::core::ModelName;
 use crate::grammar::{CompiledGrammar, Limits};
 use crate::grammar::matcher::Matcher;
 use crate::grammar::toktrie::TokenTrie;
@@ -548,34 +549,52 @@ fn finish(mut job: Job, reason: FinishReason, text: String, timings: Timings, pr
     let _ = job.events.blocking_send(StreamEvent::Done(completion));
 }
 
-/// Loads models from the store by name (or from a GGUF path) and starts their workers.
+/// Loads models by name, never by path: from the store, or from the GGUF files the operator
+/// registered under names at start-up (`serve -m PATH`). A name is all a request can give, so
+/// no request can make the daemon open a file of its choosing.
 pub struct StoreLoader {
     store: Arc<crate::store::Store>,
     settings: WorkerSettings,
+    files: HashMap<ModelName, PathBuf>,
 }
 
 impl StoreLoader {
     pub fn new(store: Arc<crate::store::Store>, settings: WorkerSettings) -> Self {
-        Self { store, settings }
+        Self { store, settings, files: HashMap::new() }
+    }
+
+    /// Serves the file at `path` under `name`, ahead of a store model of the same name.
+    pub fn with_file(mut self, name: ModelName, path: PathBuf) -> Self {
+        self.files.insert(name, path);
+        self
     }
 }
 
 /// Resolves `reference` (a store name, or a path to a GGUF file) to a file and its facts.
-/// A store is needed only for names.
+/// A store is needed only for names. For the command line only: the daemon resolves names
+/// alone ([`StoreLoader`]).
 pub fn locate_model(reference: &str, store: Option<&crate::store::Store>) -> Result<(PathBuf, ModelInfo), CoreError> {
     match crate::store::ModelRef::parse(reference).map_err(|e| CoreError::bad_request(e.to_string()))? {
-        crate::store::ModelRef::Path(path) => {
-            let facts = crate::gguf::read_gguf_facts(&path).map_err(|e| CoreError::bad_request(e.to_string()))?;
-            let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-            Ok((path.clone(), info_from_facts(&path.display().to_string(), &facts, size, String::new())))
-        }
+        crate::store::ModelRef::Path(path) => locate_file(&path, &path.display().to_string()),
         crate::store::ModelRef::Name(name) => {
             let store = store.ok_or_else(|| CoreError::internal("no model store is open"))?;
-            let manifest = store.resolve(&name).map_err(|_| CoreError::model_not_found(&name.to_string()))?;
-            let path = store.blob_path(&manifest);
-            Ok((path, info_from_facts(&name.to_string(), &manifest.facts, manifest.size, manifest.digest.clone())))
+            locate_stored(&name, store)
         }
     }
+}
+
+/// A GGUF file's facts, reported under `name`.
+fn locate_file(path: &Path, name: &str) -> Result<(PathBuf, ModelInfo), CoreError> {
+    let facts = crate::gguf::read_gguf_facts(path).map_err(|e| CoreError::bad_request(e.to_string()))?;
+    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    Ok((path.to_path_buf(), info_from_facts(name, &facts, size, String::new())))
+}
+
+/// The store's blob for `name` and its facts.
+fn locate_stored(name: &ModelName, store: &crate::store::Store) -> Result<(PathBuf, ModelInfo), CoreError> {
+    let manifest = store.resolve(name).map_err(|_| CoreError::model_not_found(&name.to_string()))?;
+    let path = store.blob_path(&manifest);
+    Ok((path, info_from_facts(&name.to_string(), &manifest.facts, manifest.size, manifest.digest.clone())))
 }
 
 /// The vocabulary named by `reference`: a `.json` file written by `Vocabulary::to_json`, or a
@@ -627,7 +646,11 @@ pub fn load_model(path: &Path, info: ModelInfo, settings: &WorkerSettings) -> Re
 
 impl ModelLoader for StoreLoader {
     fn load(&self, name: &str) -> Result<Arc<dyn LoadedModel>, CoreError> {
-        let (path, info) = locate_model(name, Some(&self.store))?;
+        let name = ModelName::parse(name)?;
+        let (path, info) = match self.files.get(&name) {
+            Some(path) => locate_file(path, &name.to_string())?,
+            None => locate_stored(&name, &self.store)?,
+        };
         Ok(Arc::new(load_model(&path, info, &self.settings)?))
     }
 }

@@ -110,6 +110,7 @@ pub async fn start_generation(
     constraint: ConstraintSources,
 ) -> Result<Started, CoreError> {
     request.sampling.limit_tokens(state.token_limits);
+    crate::core::ModelName::parse(&request.model)?;
     request.constraint = resolve_constraint(constraint, &state.constraints, state.default_grammar.as_ref())?;
     let lease = acquire(&state.supervisor, &request.model, request.keep_alive).await?;
     let generation = lease.model().submit(request)?;
