@@ -440,7 +440,7 @@ FINAL_RESULT = {
     "function": {"name": "final_result", "description": "The final response which ends this conversation",
                  "parameters": FINAL_RESULT_SCHEMA},
 }
-CUT_BUDGET = 20
+CUT_BUDGET = 30
 
 
 def no_markup(text):
