@@ -3,7 +3,8 @@ digits, and a request without max_tokens gets the daemon's default budget (defau
 2048 unless configured), through the official openai client.
 
 The prompt is instructor's JSON mode (a schema in the system message, `json_object`, no
-max_tokens), with which SmolLM2 once wrote `100.00000000000000120000...` for 3,938 tokens.
+max_tokens), with which SmolLM2 greedily writes `100.0000000000000...`: before numbers had bounded
+digits it wrote zeros and ones for 3,938 tokens, until the context was full.
 """
 
 import json
@@ -14,19 +15,14 @@ from conftest import BASE, MODEL
 
 client = openai.OpenAI(base_url=f"{BASE}/v1", api_key="unused", max_retries=0)
 
-ORDER_SCHEMA = {
+PRODUCT_SCHEMA = {
     "type": "object",
-    "properties": {
-        "order_id": {"type": "string"},
-        "total": {"type": "number"},
-        "items": {"type": "array", "items": {"type": "object", "properties": {
-            "name": {"type": "string"}, "price": {"type": "number"}, "quantity": {"type": "integer"}}}},
-    },
-    "required": ["order_id", "total", "items"],
+    "properties": {"product": {"type": "string"}, "price": {"type": "number"}},
+    "required": ["product", "price"],
 }
 INSTRUCTOR_SYSTEM = (
     "As a genius expert, your task is to understand the content and provide the parsed objects in json "
-    f"that match the following json_schema:\n\n{json.dumps(ORDER_SCHEMA, indent=2)}\n\n"
+    f"that match the following json_schema:\n\n{json.dumps(PRODUCT_SCHEMA, indent=2)}\n\n"
     "Make sure to return an instance of the JSON, not the schema itself"
 )
 DEFAULT_MAX_TOKENS = 2048
@@ -37,7 +33,7 @@ def test_json_object_without_max_tokens_ends_with_a_bounded_valid_document():
         model=MODEL, response_format={"type": "json_object"}, temperature=0,
         messages=[
             {"role": "system", "content": INSTRUCTOR_SYSTEM},
-            {"role": "user", "content": "Order A-1042: 2 lamps at 49.99 and a desk at 100 dollars."},
+            {"role": "user", "content": "The desk lamp costs 100 dollars."},
         ],
     )
     choice = response.choices[0]
