@@ -63,7 +63,8 @@ fn assert_consistent_after_crash(home: &Path, moment: &str) -> String {
             "{moment}: doctor found damage, not just leftovers:\n{report}"
         );
     }
-    let summary = report.lines().find(|l| l.starts_with("checked ")).unwrap_or_default().to_string();
+    let summary =
+        report.lines().find(|l| l.starts_with("checked ")).unwrap_or_default().to_string();
     if !first.status.success() {
         assert!(
             report.lines().any(|l| LEFTOVER_LABELS.iter().any(|label| l.starts_with(label))),
@@ -167,7 +168,8 @@ fn kill_9_during_import_leaves_a_consistent_store() {
             .expect("spawn import");
         let killed = wait_for(moment, &mut child, &home.join("blobs"), total, &hex);
         kill(child);
-        let label = format!("import killed at {moment:?}{}", if killed { "" } else { " (had ended)" });
+        let label =
+            format!("import killed at {moment:?}{}", if killed { "" } else { " (had ended)" });
         if !home.join("blobs").exists() {
             log.push(format!("{label}: the store was not created yet"));
             continue;
@@ -193,9 +195,19 @@ fn kill_9_during_cp_and_rm_leaves_a_consistent_store() {
     let dir = tempfile::tempdir().expect("tempdir");
     let home = dir.path().join("home");
     import(&home, &source, "smol:a");
-    let delays_ms = [0u64, 3, 6, 10, 15, 25, 40];
-    let mut log = Vec::new();
-    for (round, delay) in delays_ms.iter().enumerate() {
+    // Kill at fractions of how long a whole command takes here (start-up and the store's open
+    // are most of it), so the kills spread over the command's life on a fast or a busy machine.
+    let started = Instant::now();
+    let output = llamay(&home).args(["cp", "smol:a", "smol:timed"]).output().expect("cp");
+    assert!(output.status.success(), "{}", text(&output));
+    let cp_time = started.elapsed();
+    let started = Instant::now();
+    let output = llamay(&home).args(["rm", "smol:timed"]).output().expect("rm");
+    assert!(output.status.success(), "{}", text(&output));
+    let rm_time = started.elapsed();
+    let fractions = [0.0, 0.3, 0.5, 0.65, 0.8, 0.9, 0.95, 1.0];
+    let mut log = vec![format!("a whole cp takes {cp_time:?}, a whole rm {rm_time:?}")];
+    for (round, delay) in fractions.iter().map(|f| cp_time.mul_f64(*f)).enumerate() {
         let copy = format!("smol:copy{round}");
         let child = llamay(&home)
             .args(["cp", "smol:a", &copy])
@@ -203,9 +215,9 @@ fn kill_9_during_cp_and_rm_leaves_a_consistent_store() {
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn cp");
-        std::thread::sleep(Duration::from_millis(*delay));
+        std::thread::sleep(delay);
         kill(child);
-        let label = format!("cp killed after {delay} ms");
+        let label = format!("cp killed after {delay:?}");
         let summary = assert_consistent_after_crash(&home, &label);
         let state = registered(&home, &copy);
         assert!(state.is_none() || state.as_deref() == Some(digest.as_str()), "{label}: {state:?}");
@@ -219,7 +231,7 @@ fn kill_9_during_cp_and_rm_leaves_a_consistent_store() {
     // rm of the only name of a blob: the manifest and the blob both go, in that order.
     let lone = tempfile::tempdir().expect("tempdir");
     let home = lone.path().join("home");
-    for delay in delays_ms {
+    for delay in fractions.iter().map(|f| rm_time.mul_f64(*f)) {
         if registered(&home, "smol:victim").is_none() {
             import(&home, &source, "smol:victim");
         }
@@ -229,9 +241,9 @@ fn kill_9_during_cp_and_rm_leaves_a_consistent_store() {
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn rm");
-        std::thread::sleep(Duration::from_millis(delay));
+        std::thread::sleep(delay);
         kill(child);
-        let label = format!("rm killed after {delay} ms");
+        let label = format!("rm killed after {delay:?}");
         let summary = assert_consistent_after_crash(&home, &label);
         let state = registered(&home, "smol:victim");
         assert!(state.is_none() || state.as_deref() == Some(digest.as_str()), "{label}: {state:?}");
