@@ -109,6 +109,8 @@ pub struct CheckReport {
     pub read_only: bool,
     /// Entries that reference blobs (models, ...), readable or not.
     pub entries: usize,
+    /// The same, by kind (`model` -> 2).
+    pub entries_by_kind: BTreeMap<&'static str, usize>,
     /// Distinct blobs whose bytes were hashed.
     pub blobs_verified: usize,
     pub bytes_verified: u64,
@@ -122,10 +124,17 @@ impl CheckReport {
 
     /// `3 problems: 1 missing blob, 2 temporary files`, or `consistent`.
     pub fn summary(&self) -> String {
+        let mut kinds: Vec<String> = self
+            .entries_by_kind
+            .iter()
+            .map(|(kind, n)| format!("{n} {kind}{}", plural(*n, "", "s")))
+            .collect();
+        if kinds.is_empty() {
+            kinds.push("0 models".into());
+        }
         let checked = format!(
-            "checked {} {} and {} {} ({} hashed)",
-            self.entries,
-            plural(self.entries, "entry", "entries"),
+            "checked {} and {} {} ({} hashed)",
+            kinds.join(", "),
             self.blobs_verified,
             plural(self.blobs_verified, "blob", "blobs"),
             human_size(self.bytes_verified)
@@ -215,10 +224,15 @@ impl Store {
         let mut report = CheckReport {
             read_only: self.is_read_only(),
             entries: references.entries.len() + references.unreadable.len(),
+            entries_by_kind: BTreeMap::new(),
             blobs_verified: 0,
             bytes_verified: 0,
             findings: Vec::new(),
         };
+        let referrers = references.entries.iter().map(|(r, _)| r);
+        for referrer in referrers.chain(references.unreadable.iter().map(|(r, _)| r)) {
+            *report.entries_by_kind.entry(referrer.kind).or_default() += 1;
+        }
         for (referrer, reason) in &references.unreadable {
             report.findings.push(Finding::UnreadableEntry {
                 referrer: referrer.clone(),
