@@ -91,6 +91,8 @@ pub const SINGLE_DASH_LONG_FLAGS: &[&str] = &[
     // serve: security
     "api-key",
     "origins",
+    // doctor
+    "repair",
 ];
 
 pub fn normalize_single_dash_flags(

@@ -1,5 +1,5 @@
 //! The `llamay` command line: `run`, `serve`, `import`, `list`, `show`, `rm`, `cp`,
-//! `grammar check`, `schema check`.
+//! `grammar check`, `schema check`, `doctor`.
 //!
 //! Flags are written llama.cpp-style with one dash (`-chat`, `-temp 0`); two dashes work too.
 //! Every failure prints one clear line on stderr and exits 1.

@@ -6,6 +6,8 @@
 mod check;
 mod models;
 mod run;
+mod doctor;
+mod interactive;
 
 use std::process::ExitCode;
 
@@ -59,6 +61,14 @@ enum Command {
         #[command(subcommand)]
         command: check::SchemaCommand,
     },
+    /// Check the model store: every model's blob present with its sha256, no orphans or
+    /// leftovers of interrupted work. Exit status 1 when something is wrong.
+    Doctor {
+        /// Remove what no model references (orphan blobs, temporary files) and rewrite the
+        /// snapshot; models whose blob is missing or damaged are reported, never removed.
+        #[arg(long)]
+        repair: bool,
+    },
 }
 
 pub fn init_logging(json: bool) {
@@ -93,5 +103,6 @@ pub fn main(args: Vec<String>) -> Result<ExitCode, CliError> {
         Command::Cp { from, to } => models::copy(&from, &to),
         Command::Grammar { command } => check::grammar(command),
         Command::Schema { command } => check::schema(command),
+        Command::Doctor { repair } => doctor::doctor(repair),
     }
 }

@@ -30,7 +30,7 @@ pub fn open_store_if_needed(reference: &str) -> Result<Option<Arc<Store>>, CliEr
 pub fn import(file: &Path, name: &str) -> Result<ExitCode, CliError> {
     let name = ModelName::parse(name)?;
     let store = open_store()?;
-    let manifest = store.import_file(file, &name)?;
+    let manifest = store.import_file_with_progress(file, &name, &super::doctor::HashBar::default())?;
     println!("imported {} ({}, {} {} params, {})", manifest.name, manifest.short_id(),
         manifest.facts.architecture, manifest.facts.parameter_count, manifest.facts.quantization);
     Ok(ExitCode::SUCCESS)

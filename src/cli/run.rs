@@ -1,4 +1,6 @@
 //! `llamay run`: one prompt, one model, the answer streamed to stdout and the stats to stderr.
+//! With no `-p` and a terminal on stdin it opens a chat instead (see `interactive.rs`); a
+//! prompt piped on stdin stays one-shot.
 //!
 //! It goes through the same model actor and per-request sampler as the daemon, with one
 //! sequence, so what `run -stats` reports is what a served request costs.
@@ -20,6 +22,7 @@ use llamay::core::{
 use llamay::grammar::{self, CompiledGrammar, Limits};
 use llamay::llm::{ContextParams, KvType, Model};
 
+use super::interactive::{ChatOptions, Settings};
 use super::CliError;
 
 #[derive(Debug, Args)]
@@ -27,7 +30,7 @@ pub struct RunArgs {
     /// Model: a store name (smollm2:135m) or a path to a GGUF file.
     #[arg(short = 'm', long = "model")]
     model: String,
-    /// The prompt; read from stdin when absent.
+    /// The prompt; read from stdin when absent, or a chat when stdin is a terminal.
     #[arg(short = 'p', long = "prompt", allow_hyphen_values = true)]
     prompt: Option<String>,
     /// Apply the model's chat template (the prompt is a user message).
@@ -136,16 +139,14 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
     let kv: KvType = args.kv.parse().map_err(CliError::Usage)?;
     let constraint = constraint_from_flags(args.grammar_file.as_ref(), args.json, args.schema.as_ref())?;
     let prompt = match args.prompt {
-        Some(prompt) => prompt,
-        None if std::io::stdin().is_terminal() => {
-            return Err(CliError::Usage("no prompt: pass -p PROMPT or pipe it on stdin".into()));
-        }
+        Some(prompt) => Some(prompt),
+        None if std::io::stdin().is_terminal() => None,
         None => {
             let mut text = String::new();
             std::io::stdin()
                 .read_to_string(&mut text)
                 .map_err(|source| CliError::Io { path: "stdin".into(), source })?;
-            text
+            Some(text)
         }
     };
 
@@ -157,6 +158,20 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
         context: ContextParams { n_ctx, threads: threads as i32, batch: 512, sequences: 1, kv_type: kv },
     };
     let handle = LlamaModelHandle::start(Arc::new(model), info, &settings).map_err(|e| CliError::Model(e.to_string()))?;
+
+    let Some(prompt) = prompt else {
+        let settings = Settings {
+            temperature: args.temperature,
+            top_k,
+            top_p: args.top_p,
+            min_p: args.min_p,
+            repeat_penalty: args.repeat_penalty,
+            seed,
+            num_predict: max_tokens,
+            system: args.system,
+        };
+        return super::interactive::chat(&handle, ChatOptions { settings, constraint, stats: args.stats });
+    };
 
     let input = if args.chat {
         let mut messages = Vec::new();

@@ -7,9 +7,13 @@
 //!
 //! Key types: [`Store`], [`Manifest`], [`ModelName`], [`ModelRef`], [`StoreError`].
 //!
-//! Atomicity: an import hashes while copying into a `.partial-*` file, fsyncs it and renames it
-//! to its digest name; the manifest is written last, so a failure at any step leaves nothing
-//! registered, and a partial file or orphaned blob left by a crash is swept at the next open.
+//! Atomicity: an import hashes while copying into a `.partial-*` file, fsyncs it, renames it
+//! to its digest name and fsyncs `blobs/`; only then is the manifest written and sled flushed,
+//! so a crash at any step leaves either nothing registered or a manifest whose blob is durable
+//! with the bytes its name says. A removal unregisters first and deletes the blob after the
+//! flush. What a crash can leave (a partial file, a blob no entry names, a snapshot temp file,
+//! a stale snapshot) is swept and rewritten at the next open; `doctor` (see `doctor.rs`)
+//! checks all of it without changing anything, and `refs.rs` says which entries own blobs.
 //! sled holds an exclusive lock on `db/`, so one process at a time has the store open for
 //! writing; within that process, commits, removals and copies are serialized by a mutex so a
 //! blob is never deleted while another manifest is being pointed at it. Other processes open the
@@ -21,22 +25,26 @@
 //! open scan the manifests and rewrite the snapshot (both a few hundred bytes per model).
 
 use std::fs::{self, File};
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::gguf::{read_gguf_facts, GgufError, GgufErrorKind, GgufFacts};
 
+mod doctor;
+mod hash;
 pub mod migrate;
 mod name;
+pub mod refs;
 mod snapshot;
 mod table;
 
+pub use doctor::{CheckReport, Finding, RepairAction, RepairReport};
+pub use hash::{Progress, Silent};
 pub use name::{InvalidModelName, ModelName, ModelRef, DEFAULT_TAG, MAX_PART_LEN};
 pub use table::{human_age, human_size, render_list_table, UnixSeconds};
 
@@ -47,7 +55,7 @@ pub const HOME_ENV: &str = "LLAMAY_HOME";
 const BLOB_PREFIX: &str = "sha256-";
 const DIGEST_PREFIX: &str = "sha256:";
 const PARTIAL_PREFIX: &str = ".partial-";
-const COPY_BUFFER: usize = 1 << 20;
+const PROBE_PREFIX: &str = ".probe-";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -187,14 +195,32 @@ impl Store {
         home_from(std::env::var_os(HOME_ENV), std::env::var_os("HOME"))
     }
 
-    /// Opens (creating if needed) the store at `home`, runs pending migrations and sweeps
-    /// leftovers of interrupted imports. When another process has the store open, this one
-    /// gets a read-only view ([`Store::is_read_only`]) if that process left a snapshot, else
-    /// [`StoreError::Locked`].
+    /// Opens (creating if needed) the store at `home`, runs pending migrations, sweeps
+    /// leftovers of interrupted work and rewrites the snapshot. When another process has the
+    /// store open, this one gets a read-only view ([`Store::is_read_only`]) if that process
+    /// left a snapshot, else [`StoreError::Locked`].
     pub fn open(home: &Path) -> Result<Store, StoreError> {
+        let store = Store::open_unswept(home)?;
+        if !store.is_read_only() {
+            store.sweep()?;
+            store.write_snapshot();
+        }
+        Ok(store)
+    }
+
+    /// Opens like [`Store::open`] but sweeps nothing and leaves the snapshot as it is, so
+    /// [`Store::check`] sees the store as the last process left it (migrations still run).
+    pub fn open_for_check(home: &Path) -> Result<Store, StoreError> {
+        Store::open_unswept(home)
+    }
+
+    fn open_unswept(home: &Path) -> Result<Store, StoreError> {
         let not_writable = |source| StoreError::NotWritable { path: home.to_path_buf(), source };
         let blobs = home.join("blobs");
-        fs::create_dir_all(&blobs).map_err(not_writable)?;
+        if !blobs.is_dir() {
+            fs::create_dir_all(&blobs).map_err(not_writable)?;
+            sync_dir(home);
+        }
         probe_writable(&blobs).map_err(not_writable)?;
         let db_path = home.join("db");
         let opened = sled::Config::new().path(&db_path).open().map_err(|source| match source {
@@ -227,15 +253,12 @@ impl Store {
         migrate::run(&db, migrate::MIGRATIONS, home)?;
         let manifests =
             db.open_tree(MANIFESTS_TREE).map_err(StoreError::db("open the manifests tree"))?;
-        let store = Store {
+        Ok(Store {
             home: home.to_path_buf(),
             blobs,
             database: Some(Database { db, manifests }),
             commit_lock: Mutex::new(()),
-        };
-        store.sweep()?;
-        store.write_snapshot();
-        Ok(store)
+        })
     }
 
     /// True when another process holds the database and this store can only read.
@@ -250,6 +273,16 @@ impl Store {
     /// Registers the GGUF file at `path` as `name` (replacing what `name` pointed at). The file
     /// is copied into the store; identical content shares one blob.
     pub fn import_file(&self, path: &Path, name: &ModelName) -> Result<Manifest, StoreError> {
+        self.import_file_with_progress(path, name, &Silent)
+    }
+
+    /// [`Store::import_file`], telling `progress` how the copy and hash go.
+    pub fn import_file_with_progress(
+        &self,
+        path: &Path,
+        name: &ModelName,
+        progress: &dyn Progress,
+    ) -> Result<Manifest, StoreError> {
         self.writable()?;
         // Refuse non-GGUF and truncated files before copying a byte.
         read_gguf_facts(path).map_err(|e| StoreError::from_gguf(path, e))?;
@@ -257,7 +290,8 @@ impl Store {
             io::ErrorKind::NotFound => StoreError::MissingFile { path: path.to_path_buf() },
             _ => StoreError::Io { context: format!("open {}", path.display()), source: e },
         })?;
-        let partial = self.write_partial(&mut source, path)?;
+        let expected = source.metadata().map_or(0, |m| m.len());
+        let partial = self.write_partial(&mut source, path, expected, progress)?;
         // The facts recorded are those of the bytes actually stored, even if the source changed.
         let facts = read_gguf_facts(&partial.path).map_err(|e| StoreError::NotGguf {
             path: path.to_path_buf(),
@@ -312,7 +346,9 @@ impl Store {
         Ok(all)
     }
 
-    /// Unregisters `name`; its blob is deleted when no other name uses it.
+    /// Unregisters `name`; its blob is deleted when no other name uses it. A corrupt entry is
+    /// removed too (that is how a user gets rid of one); its blob, if any, is left for the
+    /// next sweep, which only deletes what no readable entry names.
     pub fn remove(&self, name: &ModelName) -> Result<(), StoreError> {
         let database = self.writable()?;
         let _guard = self.commit_lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -322,10 +358,17 @@ impl Store {
             .remove(key.as_bytes())
             .map_err(StoreError::db("remove a manifest"))?
             .ok_or_else(|| StoreError::NotFound { name: key.clone() })?;
+        // Durable before the blob goes: a crash in between leaves an orphan, never a manifest
+        // without its blob.
         self.flush()?;
         self.write_snapshot();
-        let removed = decode_manifest(&key, &raw)?;
-        self.release_blob(&removed.digest)
+        match decode_manifest(&key, &raw) {
+            Ok(removed) => self.release_blob(&removed.digest),
+            Err(error) => {
+                tracing::warn!(%error, "removed a corrupt manifest; its blob is left to the sweep");
+                Ok(())
+            }
+        }
     }
 
     /// Registers `to` as another name for the model `from` (sharing its blob).
@@ -337,22 +380,42 @@ impl Store {
             return Ok(source);
         }
         let blob = self.blob_path(&source);
-        if !blob.is_file() {
-            return Err(StoreError::Corrupt {
-                key: from.key(),
-                reason: format!("its blob {} is missing", blob.display()),
-            });
+        match fs::metadata(&blob) {
+            Ok(meta) if meta.is_file() && meta.len() == source.size => {}
+            Ok(meta) => {
+                return Err(StoreError::Corrupt {
+                    key: from.key(),
+                    reason: format!(
+                        "its blob {} has {} bytes, the manifest says {} (`llamay doctor` checks \
+                         the store)",
+                        blob.display(),
+                        meta.len(),
+                        source.size
+                    ),
+                })
+            }
+            Err(_) => {
+                return Err(StoreError::Corrupt {
+                    key: from.key(),
+                    reason: format!(
+                        "its blob {} is missing (`llamay doctor` checks the store)",
+                        blob.display()
+                    ),
+                })
+            }
         }
         let copy = Manifest { name: to.clone(), added_at: unix_now(), ..source };
         self.put_manifest(&copy)?;
         Ok(copy)
     }
 
-    /// Hashes `source` while copying it into a new partial file under `blobs/`.
+    /// Hashes `source` while copying it into a new partial file under `blobs/`, then fsyncs it.
     fn write_partial(
         &self,
         source: &mut dyn Read,
         origin: &Path,
+        expected_bytes: u64,
+        progress: &dyn Progress,
     ) -> Result<PartialBlob, StoreError> {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let unique = format!(
@@ -368,27 +431,26 @@ impl Store {
             .open(&path)
             .map_err(|source| StoreError::NotWritable { path: self.home.clone(), source })?;
         let mut partial = PartialBlob { path, hex: String::new(), size: 0, keep: false };
-        let mut hasher = Sha256::new();
-        let mut buffer = vec![0u8; COPY_BUFFER];
-        loop {
-            let read = match source.read(&mut buffer) {
-                Ok(0) => break,
-                Ok(read) => read,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(StoreError::io(format!("read {}", origin.display()))(e)),
-            };
-            let chunk = buffer.get(..read).unwrap_or_default();
-            hasher.update(chunk);
-            file.write_all(chunk)
-                .map_err(StoreError::io(format!("write {}", partial.path.display())))?;
-            partial.size += read as u64;
-        }
+        let label = format!("importing {}", origin.display());
+        let (hex, size) = hash::hash_copy(source, &mut file, &label, expected_bytes, progress)
+            .map_err(|error| match error {
+                hash::HashError::Read(e) => StoreError::io(format!("read {}", origin.display()))(e),
+                hash::HashError::Write(e) => {
+                    StoreError::io(format!("write {}", partial.path.display()))(e)
+                }
+            })?;
         file.sync_all().map_err(StoreError::io(format!("sync {}", partial.path.display())))?;
-        partial.hex = hex::encode(hasher.finalize());
+        partial.hex = hex;
+        partial.size = size;
         Ok(partial)
     }
 
-    /// Moves `partial` to its blob name (unless that blob exists) and writes the manifest.
+    /// Moves `partial` to its blob name, makes the rename durable and writes the manifest.
+    ///
+    /// The partial replaces a blob of the same name even when one exists: its bytes were just
+    /// hashed, so afterwards the blob is certainly what its name says, and re-importing a file
+    /// repairs a blob that was damaged on disk. (A process that has the old file mapped keeps
+    /// reading the old inode.)
     fn commit(
         &self,
         mut partial: PartialBlob,
@@ -397,13 +459,11 @@ impl Store {
     ) -> Result<Manifest, StoreError> {
         let _guard = self.commit_lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let blob = self.blobs.join(format!("{BLOB_PREFIX}{}", partial.hex));
-        let reused = fs::metadata(&blob).is_ok_and(|m| m.is_file() && m.len() == partial.size);
-        if !reused {
-            fs::rename(&partial.path, &blob)
-                .map_err(StoreError::io(format!("rename into {}", blob.display())))?;
-            partial.keep = true;
-            sync_dir(&self.blobs);
-        }
+        fs::rename(&partial.path, &blob)
+            .map_err(StoreError::io(format!("rename into {}", blob.display())))?;
+        partial.keep = true;
+        // The manifest must never be durable before the blob's directory entry is.
+        sync_dir(&self.blobs);
         let manifest = Manifest {
             name: name.clone(),
             digest: format!("{DIGEST_PREFIX}{}", partial.hex),
@@ -412,10 +472,8 @@ impl Store {
             added_at: unix_now(),
         };
         if let Err(error) = self.put_manifest(&manifest) {
-            if !reused {
-                // Best effort: the blob is unreferenced; if this fails, the next open sweeps it.
-                let _ = self.release_blob(&manifest.digest);
-            }
+            // Best effort, and only if no other entry uses the blob; else the next open sweeps it.
+            let _ = self.release_blob(&manifest.digest);
             return Err(error);
         }
         Ok(manifest)
@@ -444,14 +502,16 @@ impl Store {
         Ok(())
     }
 
-    /// Deletes the blob of `digest` if no manifest refers to it. Callers hold `commit_lock`.
+    /// Deletes the blob of `digest` if no entry refers to it (and every entry could be read).
+    /// Callers hold `commit_lock`.
     fn release_blob(&self, digest: &str) -> Result<(), StoreError> {
-        if self.all_manifests()?.iter().any(|m| m.digest == digest) {
-            return Ok(());
-        }
         let Some(hex) = digest.strip_prefix(DIGEST_PREFIX).filter(|h| is_sha256_hex(h)) else {
             return Ok(());
         };
+        let references = self.references()?;
+        if !references.complete() || references.referenced().contains(hex) {
+            return Ok(());
+        }
         let blob = self.blobs.join(format!("{BLOB_PREFIX}{hex}"));
         match fs::remove_file(&blob) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => {
@@ -473,6 +533,19 @@ impl Store {
         Ok(all)
     }
 
+    /// Every manifest that decodes (those that do not are findings of their own).
+    fn readable_manifests(&self) -> Result<Vec<Manifest>, StoreError> {
+        let database = self.writable()?;
+        let mut all = Vec::new();
+        for entry in database.manifests.iter() {
+            let (key, value) = entry.map_err(StoreError::db("read the manifests"))?;
+            if let Ok(manifest) = decode_manifest(&String::from_utf8_lossy(&key), &value) {
+                all.push(manifest);
+            }
+        }
+        Ok(all)
+    }
+
     fn flush(&self) -> Result<(), StoreError> {
         self.writable()?.db.flush().map_err(StoreError::db("flush the store"))?;
         Ok(())
@@ -490,7 +563,9 @@ impl Store {
     /// Refreshes the snapshot other processes read. A failure is logged, not returned: the
     /// database already holds the change, and only other processes' view is stale.
     fn write_snapshot(&self) {
-        let result = self.all_manifests().and_then(|all| {
+        // Entries that cannot be read are left out: `doctor` reports them, and the snapshot
+        // must not stay stale because of them.
+        let result = self.readable_manifests().and_then(|all| {
             snapshot::write(&self.home, &all)
                 .map_err(StoreError::io("write the manifests snapshot"))
         });
@@ -499,25 +574,98 @@ impl Store {
         }
     }
 
-    /// Deletes partial files and blobs no manifest names: leftovers of a crash mid-import or
+    /// Every blob reference the database holds (see `refs.rs`); a read-only view has only
+    /// the manifests of its snapshot.
+    pub fn references(&self) -> Result<refs::References, StoreError> {
+        match &self.database {
+            Some(database) => refs::References::collect(&database.db),
+            None => Ok(refs::References::from_manifests(&self.read_snapshot()?)),
+        }
+    }
+
+    /// Deletes temporary files and blobs no entry names: leftovers of a crash mid-import or
     /// mid-remove. Safe at open because sled's lock keeps other processes out of this store.
+    /// When some entry cannot be read or a tree is unknown, orphans are kept: they might be
+    /// that entry's (`doctor` reports it).
     fn sweep(&self) -> Result<(), StoreError> {
-        let referenced: std::collections::HashSet<String> =
-            self.all_manifests()?.into_iter().map(|m| m.digest_hex().to_string()).collect();
-        let entries = fs::read_dir(&self.blobs)
-            .map_err(StoreError::io(format!("list {}", self.blobs.display())))?;
-        for entry in entries.flatten() {
-            let file_name = entry.file_name();
-            let Some(file_name) = file_name.to_str() else { continue };
-            let orphan = file_name
-                .strip_prefix(BLOB_PREFIX)
-                .is_some_and(|hex| is_sha256_hex(hex) && !referenced.contains(hex));
-            if orphan || file_name.starts_with(PARTIAL_PREFIX) {
-                let _ = fs::remove_file(entry.path());
+        let references = self.references()?;
+        let referenced = references.referenced();
+        let mut swept = 0usize;
+        for file in self.scan_files()? {
+            let remove = match file.kind {
+                FileKind::Temporary => true,
+                FileKind::Blob { ref hex } => {
+                    references.complete() && !referenced.contains(hex.as_str())
+                }
+                FileKind::Probe | FileKind::Other => false,
+            };
+            if remove && fs::remove_file(&file.path).is_ok() {
+                swept += 1;
             }
+        }
+        if swept > 0 {
+            sync_dir(&self.blobs);
+            tracing::info!(home = %self.home.display(), swept, "removed files left by interrupted work");
+        }
+        if !references.complete() {
+            tracing::warn!(
+                home = %self.home.display(),
+                "the store has entries or trees this build cannot read; unreferenced blobs are \
+                 kept (`llamay doctor` says which)"
+            );
         }
         Ok(())
     }
+
+    /// The files under `blobs/`, and the snapshot's temporary files in the home, classified.
+    fn scan_files(&self) -> Result<Vec<StoreFile>, StoreError> {
+        let mut files = Vec::new();
+        let entries = fs::read_dir(&self.blobs)
+            .map_err(StoreError::io(format!("list {}", self.blobs.display())))?;
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let file_name = entry.file_name().to_string_lossy().into_owned();
+            let hex = file_name.strip_prefix(BLOB_PREFIX).filter(|hex| is_sha256_hex(hex));
+            let kind = if let Some(hex) = hex {
+                FileKind::Blob { hex: hex.to_string() }
+            } else if file_name.starts_with(PARTIAL_PREFIX) {
+                FileKind::Temporary
+            } else if file_name.starts_with(PROBE_PREFIX) {
+                FileKind::Probe
+            } else {
+                FileKind::Other
+            };
+            files.push(StoreFile { path, kind });
+        }
+        let entries = fs::read_dir(&self.home)
+            .map_err(StoreError::io(format!("list {}", self.home.display())))?;
+        for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().starts_with(snapshot::TEMP_PREFIX) {
+                files.push(StoreFile { path: entry.path(), kind: FileKind::Temporary });
+            }
+        }
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(files)
+    }
+}
+
+/// A file in the store's directories and what it is.
+struct StoreFile {
+    path: PathBuf,
+    kind: FileKind,
+}
+
+enum FileKind {
+    /// `blobs/sha256-<hex>`.
+    Blob { hex: String },
+    /// A partial import or a snapshot being written: only the process holding the database
+    /// writes them, so at its open they are leftovers of a crash.
+    Temporary,
+    /// A writability probe, which any process opening the store writes for an instant: a
+    /// leftover only when it is old.
+    Probe,
+    /// Anything else: not the store's, left alone.
+    Other,
 }
 
 /// A file being written under `blobs/`; deleted on drop unless it was renamed into place.
@@ -566,7 +714,7 @@ fn probe_writable(dir: &Path) -> io::Result<()> {
     // delete each other's probe.
     static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let serial = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let probe = dir.join(format!(".probe-{}-{serial}", std::process::id()));
+    let probe = dir.join(format!("{PROBE_PREFIX}{}-{serial}", std::process::id()));
     File::create(&probe)?;
     fs::remove_file(&probe)
 }
@@ -578,5 +726,7 @@ fn sync_dir(dir: &Path) {
     }
 }
 
+#[cfg(test)]
+mod doctor_tests;
 #[cfg(test)]
 mod tests;

@@ -3,21 +3,25 @@
 //!
 //! sled lets one process at a time open the database, so while `llamay serve` holds the store,
 //! `llamay list` or `llamay run -m NAME` in another shell could not even read it. The process
-//! holding the database therefore rewrites this file (temp file + rename, so readers never see
-//! half of it) after every change and at open, and a process that finds the database locked
-//! reads the snapshot instead. It is a copy, never the source of truth: it can lag the database
+//! holding the database therefore rewrites this file (temp file, fsync, rename, fsync of the
+//! directory, so readers never see half of it and a crash never leaves an empty one) after
+//! every change and at open, and a process that finds the database locked reads the snapshot
+//! instead. It is a copy, never the source of truth: it can lag the database
 //! only if its owner crashed between the two writes, until that store is next opened.
 //! Cost: one small JSON file per change, O(models).
 
-use std::fs;
-use std::io;
+use std::fs::{self, File};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
 use super::{migrate, validate_manifest, Manifest, StoreError};
 
 pub const SNAPSHOT_FILE: &str = "manifests.json";
+/// How the temporary files a write renames into place begin.
+pub const TEMP_PREFIX: &str = ".manifests.json.tmp-";
 
 #[derive(Serialize, Deserialize)]
 struct Snapshot {
@@ -34,11 +38,17 @@ pub fn write(home: &Path, manifests: &[Manifest]) -> io::Result<()> {
     let snapshot =
         Snapshot { schema_version: migrate::current_version(), manifests: manifests.to_vec() };
     let bytes = serde_json::to_vec_pretty(&snapshot).map_err(io::Error::other)?;
-    let temp = home.join(format!(".{SNAPSHOT_FILE}.tmp-{}", std::process::id()));
-    fs::write(&temp, bytes)?;
-    fs::rename(&temp, path(home)).inspect_err(|_| {
+    static SERIAL: AtomicU64 = AtomicU64::new(0);
+    let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
+    let temp = home.join(format!("{TEMP_PREFIX}{}-{serial}", std::process::id()));
+    let written = File::create(&temp)
+        .and_then(|mut file| file.write_all(&bytes).and_then(|()| file.sync_all()))
+        .and_then(|()| fs::rename(&temp, path(home)));
+    if written.is_err() {
         let _ = fs::remove_file(&temp);
-    })
+    }
+    written?;
+    File::open(home)?.sync_all()
 }
 
 /// The manifests in the snapshot; `Ok(None)` when there is none.

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::gguf::testing::GgufBuilder;
+use sha2::{Digest, Sha256};
 
 struct Fixture {
     dir: tempfile::TempDir,
@@ -252,7 +253,7 @@ fn a_copy_that_fails_midway_leaves_no_partial_file() {
     let fx = Fixture::new();
     let source = fx.model_file("a.gguf", &GgufBuilder::llama_like());
     let mut reader = FailingReader { inner: File::open(&source).expect("open"), left: 100 };
-    match fx.store.write_partial(&mut reader, &source) {
+    match fx.store.write_partial(&mut reader, &source, 0, &Silent) {
         Err(error @ StoreError::Io { .. }) => {
             assert!(error.to_string().contains("device went away"), "{error}")
         }
