@@ -82,6 +82,8 @@ pub const SINGLE_DASH_LONG_FLAGS: &[&str] = &[
     "stats",
     "json",
     "schema",
+    // pull
+    "insecure",
 ];
 
 pub fn normalize_single_dash_flags(

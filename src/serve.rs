@@ -89,6 +89,18 @@ pub fn run(config: Config, store: Arc<Store>) -> std::io::Result<()> {
         },
     };
     let loader = Arc::new(StoreLoader::new(Arc::clone(&store), settings));
-    let catalog = Arc::new(StoreCatalog::new(store));
-    crate::api::serve::serve_blocking(config, loader, catalog)
+    let catalog = Arc::new(StoreCatalog::new(Arc::clone(&store)));
+    if store.is_read_only() {
+        return crate::api::serve::serve_blocking(config, loader, catalog);
+    }
+    // Partial downloads abandoned for a day go at start-up, as `llamay prune` does.
+    let freed = crate::pull::prune(&store);
+    if freed > 0 {
+        tracing::info!(bytes = freed, "deleted stale partial downloads");
+    }
+    let admin = Arc::new(crate::pull::service::StoreAdmin::new(
+        store,
+        crate::pull::reference::RegistrySettings::from_env(),
+    ));
+    crate::api::serve::serve_blocking_with_admin(config, loader, catalog, admin)
 }

@@ -15,7 +15,7 @@ use super::{build_app, AppState};
 use crate::actors::messages::ModelLoader;
 use crate::actors::supervisor::{acquire, Shutdown, Supervisor, SupervisorConfig};
 use crate::config::Config;
-use crate::core::{ModelCatalog, ModelInfo};
+use crate::core::{ModelAdmin, ModelCatalog, ModelInfo};
 use crate::grammar::automaton::CompiledGrammar;
 
 /// Seconds running requests get to finish after a stop signal.
@@ -32,11 +32,31 @@ pub fn serve_blocking(
     actix_web::rt::System::new().block_on(serve(config, loader, catalog))
 }
 
+/// Runs [`serve_with_admin`] in a fresh actix system.
+pub fn serve_blocking_with_admin(
+    config: Config,
+    loader: Arc<dyn ModelLoader>,
+    catalog: Arc<dyn ModelCatalog>,
+    admin: Arc<dyn ModelAdmin>,
+) -> io::Result<()> {
+    actix_web::rt::System::new().block_on(serve_with_admin(config, loader, catalog, Some(admin)))
+}
+
 /// Serves until a stop signal. Must run inside an actix system.
 pub async fn serve(
     config: Config,
     loader: Arc<dyn ModelLoader>,
     catalog: Arc<dyn ModelCatalog>,
+) -> io::Result<()> {
+    serve_with_admin(config, loader, catalog, None).await
+}
+
+/// [`serve`], with the routes that pull, copy, delete and create models when `admin` is given.
+pub async fn serve_with_admin(
+    config: Config,
+    loader: Arc<dyn ModelLoader>,
+    catalog: Arc<dyn ModelCatalog>,
+    admin: Option<Arc<dyn ModelAdmin>>,
 ) -> io::Result<()> {
     let default_grammar = match &config.grammar_file {
         Some(path) => Some(Arc::new(load_grammar_file(path)?)),
@@ -62,12 +82,16 @@ pub async fn serve(
         None => None,
     };
 
-    let state = web::Data::new(AppState::new(
+    let mut state = AppState::new(
         supervisor.clone(),
         catalog,
         default_grammar,
         config.max_body_bytes,
-    ));
+    );
+    if let Some(admin) = admin {
+        state = state.with_admin(admin);
+    }
+    let state = web::Data::new(state);
     let app_state = state.clone();
     let server = HttpServer::new(move || build_app(app_state.clone()))
         .disable_signals()
@@ -148,6 +172,12 @@ pub fn route_table(base: &str) -> String {
             "GET",
             "/api/tags",
             "(and /api/ps, /api/show, /v1/models)",
+        ),
+        (
+            "Models",
+            "POST",
+            "/api/pull",
+            "(and /api/copy, /api/create, DELETE /api/delete)",
         ),
         ("Stats", "GET", "/v1/stats", ""),
         ("Health", "GET", "/health", ""),

@@ -6,12 +6,14 @@
 //! and [`ModelCatalog`] (the store as the API sees it, behind a trait so `api` never imports sled).
 //! Plain data; nothing here allocates beyond the request it describes.
 
+pub mod admin;
 pub mod keepalive;
 pub mod model;
 pub mod request;
 pub mod response;
 
 pub use crate::error::{CoreError, ErrorCode};
+pub use admin::{CreateModel, ModelAdmin, ProgressSink, PullProgress};
 pub use keepalive::KeepAlive;
 pub use model::{CatalogEntry, ModelCatalog, ModelDescription, ModelInfo, ModelTotals};
 pub use request::{

@@ -34,10 +34,12 @@ use crate::gguf::{read_gguf_facts, GgufError, GgufErrorKind, GgufFacts};
 
 pub mod migrate;
 mod name;
+mod pulled;
 mod snapshot;
 mod table;
 
 pub use name::{ModelName, ModelRef, DEFAULT_TAG, MAX_PART_LEN};
+pub use pulled::{BlobSource, ModelExtras};
 pub use table::{human_age, human_size, render_list_table, UnixSeconds};
 
 /// Name of the sled tree holding manifests.
@@ -118,6 +120,9 @@ pub struct Manifest {
     pub facts: GgufFacts,
     /// When this name was registered, in Unix seconds.
     pub added_at: u64,
+    /// Default options, system prompt, template and license of a pulled or created model.
+    #[serde(default, skip_serializing_if = "ModelExtras::is_empty")]
+    pub extras: ModelExtras,
 }
 
 impl Manifest {
@@ -404,6 +409,7 @@ impl Store {
             size: partial.size,
             facts,
             added_at: unix_now(),
+            extras: ModelExtras::default(),
         };
         if let Err(error) = self.put_manifest(&manifest) {
             if !reused {

@@ -1,0 +1,146 @@
+"""Model pulls, copies, deletes and creates against the running daemon, with the official ollama
+client and with the llamay CLI as a client of the daemon.
+
+The registry is the local one in tests/support/registry.rs (examples/test_registry.rs), serving
+the store's own SmolLM2 GGUF, so the pulled model shares its blob with smollm2:135m: deleting
+the pulled name must leave that blob alone.
+"""
+
+import os
+import subprocess
+import time
+
+import ollama
+import pytest
+import requests
+
+from conftest import BASE, MODEL, REPO, installed_models, loaded_models
+
+BIN = os.environ.get("LLAMAY_BIN", str(REPO / "target" / "release" / "llamay"))
+REGISTRY_BIN = REPO / "target" / "release" / "examples" / "test_registry"
+PULLED = "smollm2-local:latest"
+
+
+@pytest.fixture(scope="module")
+def registry():
+    if not REGISTRY_BIN.exists():
+        subprocess.run(["cargo", "build", "--release", "--example", "test_registry"], cwd=REPO, check=True)
+    process = subprocess.Popen([str(REGISTRY_BIN)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    line = process.stdout.readline().strip()
+    assert line.startswith("registry http://"), line
+    yield line.split("http://", 1)[1]
+    process.stdin.close()
+    process.wait(timeout=10)
+
+
+@pytest.fixture
+def client():
+    return ollama.Client(host=BASE)
+
+
+def cleanup(*names):
+    for name in names:
+        requests.delete(f"{BASE}/api/delete", json={"model": name}, timeout=30)
+
+
+def cli(*args, check=True):
+    env = dict(os.environ, LLAMAY_ADDR=BASE.split("://", 1)[1])
+    done = subprocess.run([BIN, *args], env=env, capture_output=True, text=True, timeout=300)
+    if check:
+        assert done.returncode == 0, f"llamay {' '.join(args)}: {done.stderr}"
+    return done
+
+
+def test_official_client_pull_copy_delete_then_chat(registry, client):
+    cleanup(PULLED, "smollm2-copy:latest")
+    try:
+        progress = list(client.pull(f"{registry}/library/smollm2-local:latest", insecure=True, stream=True))
+        statuses = [p.status for p in progress]
+        assert statuses[0] == "pulling manifest"
+        assert statuses[-3:] == ["verifying sha256 digest", "writing manifest", "success"]
+        layers = [p for p in progress if p.digest]
+        assert layers and all(p.status == f"pulling {p.digest[7:19]}" for p in layers)
+        biggest = max(layers, key=lambda p: p.total)
+        assert biggest.total > 50_000_000
+        assert max(p.completed or 0 for p in layers if p.digest == biggest.digest) == biggest.total
+        assert PULLED in installed_models()
+
+        # Usable at once, while serving.
+        answer = client.chat(model="smollm2-local", messages=[{"role": "user", "content": "hi"}],
+                             options={"num_predict": 8, "temperature": 0})
+        assert answer.message.content
+
+        assert client.copy("smollm2-local", "smollm2-copy").status == "success"
+        assert "smollm2-copy:latest" in installed_models()
+        assert client.delete("smollm2-copy").status == "success"
+        assert client.delete("smollm2-local").status == "success"
+        assert PULLED not in installed_models() and "smollm2-copy:latest" not in installed_models()
+        with pytest.raises(ollama.ResponseError) as missing:
+            client.delete("smollm2-local")
+        assert missing.value.status_code == 404
+        # The blob is smollm2:135m's too: it stays, and that model still answers.
+        answer = client.generate(model=MODEL, prompt="hi", options={"num_predict": 4})
+        assert answer.response is not None
+    finally:
+        cleanup(PULLED, "smollm2-copy:latest")
+
+
+def test_pull_errors_and_the_single_object_answer(registry, client):
+    with pytest.raises(ollama.ResponseError) as missing:
+        list(client.pull(f"{registry}/library/smollm2-local:no-such-tag", insecure=True, stream=True))
+    assert "no-such-tag" in str(missing.value)
+    answer = requests.post(f"{BASE}/api/pull", json={"model": "bad name!", "stream": False}, timeout=30)
+    assert answer.status_code == 400 and "bad name" in answer.json()["error"]
+    try:
+        answer = requests.post(f"{BASE}/api/pull", timeout=300, json={
+            "model": f"{registry}/library/smollm2-local:latest", "insecure": True, "stream": False})
+        assert answer.status_code == 200 and answer.json() == {"status": "success"}
+    finally:
+        cleanup(PULLED)
+
+
+def test_create_from_a_model_with_parameters_and_system(client):
+    cleanup("terse:latest")
+    try:
+        steps = list(client.create(model="terse", from_=MODEL, system="Answer in one word.",
+                                   parameters={"temperature": 0.1, "stop": ["\n"]}, stream=True))
+        assert steps[-1].status == "success"
+        assert "terse:latest" in installed_models()
+        answer = requests.post(f"{BASE}/api/create", timeout=30,
+                               json={"model": "x", "from": "no-such-model", "stream": False})
+        assert answer.status_code == 404, answer.text
+        answer = requests.post(f"{BASE}/api/create", timeout=30,
+                               json={"model": "x", "from": MODEL, "quantize": "q4_K_M", "stream": False})
+        assert answer.status_code == 404 and "quantize" in answer.json()["error"]
+    finally:
+        cleanup("terse:latest")
+
+
+def test_cli_is_a_client_of_the_daemon(registry, tmp_path):
+    cleanup(PULLED, "cli-copy:latest")
+    try:
+        pulled = cli("pull", "-insecure", f"{registry}/library/smollm2-local:latest")
+        assert "success" in pulled.stderr or pulled.returncode == 0
+        assert PULLED in cli("list").stdout
+        cli("cp", "smollm2-local", "cli-copy")
+        assert "cli-copy:latest" in installed_models()
+        cli("rm", "cli-copy")
+        assert "cli-copy:latest" not in cli("list").stdout
+        modelfile = tmp_path / "Modelfile"
+        modelfile.write_text(f"FROM {MODEL}\nPARAMETER temperature 0.3\nSYSTEM \"\"\"Be brief.\"\"\"\n")
+        cli("create", "cli-made", "-f", str(modelfile))
+        assert "cli-made:latest" in installed_models()
+        cli("rm", "cli-made")
+
+        requests.post(f"{BASE}/api/generate", json={"model": MODEL, "prompt": "hi", "stream": False,
+                                                      "options": {"num_predict": 2}}, timeout=120)
+        assert MODEL in cli("ps").stdout
+        cli("stop", MODEL)
+        for _ in range(50):  # the unload finishes in the background; bounded wait
+            if MODEL not in loaded_models():
+                break
+            time.sleep(0.1)
+        assert MODEL not in loaded_models()
+        assert "not running" in cli("stop", MODEL, check=False).stderr
+    finally:
+        cleanup(PULLED, "cli-copy:latest", "cli-made:latest")
