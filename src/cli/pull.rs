@@ -26,6 +26,8 @@ pub struct ProgressView {
     bars: HashMap<String, ProgressBar>,
     spinner: Option<ProgressBar>,
     style: ProgressStyle,
+    /// Without a terminal the bars draw nothing: each step is printed once instead.
+    last_printed: Option<String>,
 }
 
 impl ProgressView {
@@ -41,6 +43,7 @@ impl ProgressView {
             bars: HashMap::new(),
             spinner: None,
             style,
+            last_printed: None,
         }
     }
 
@@ -51,6 +54,13 @@ impl ProgressView {
     }
 
     pub fn update(&mut self, progress: &PullProgress) {
+        if self.multi.is_hidden() {
+            if self.last_printed.as_deref() != Some(progress.status.as_str()) {
+                eprintln!("{}", progress.status);
+                self.last_printed = Some(progress.status.clone());
+            }
+            return;
+        }
         match (&progress.digest, progress.total) {
             (Some(digest), Some(total)) => {
                 self.finish_spinner();

@@ -99,7 +99,7 @@ fn admin(state: &AppState) -> Result<Arc<dyn ModelAdmin>, CoreError> {
     state.admin.clone().ok_or_else(|| {
         CoreError::new(
             ErrorCode::NotOffered,
-            "this daemon was started without a model store",
+            "this daemon cannot change the model store: another llamay process holds it, or it runs without one",
         )
     })
 }
