@@ -64,6 +64,13 @@ def test_official_client_pull_copy_delete(registry, client):
         assert biggest.total > 50_000_000
         assert max(p.completed or 0 for p in layers if p.digest == biggest.digest) == biggest.total
         assert PULLED in installed_models()
+        # The small layers: default options, system prompt, Ollama template (shown), license.
+        shown = requests.post(f"{BASE}/api/show", json={"model": "smollm2-local"}, timeout=30).json()
+        assert shown["system"] == "You are a helpful assistant."
+        assert "{{ .Prompt }}" in shown["template"]
+        assert "temperature" in shown["parameters"] and '"<|im_end|>"' in shown["parameters"]
+        assert shown["license"] == "Apache License 2.0"
+        assert client.show("smollm2-local").details.family == "llama"
 
         assert client.copy("smollm2-local", "smollm2-copy").status == "success"
         assert "smollm2-copy:latest" in installed_models()

@@ -72,6 +72,12 @@ impl ModelCatalog for StoreCatalog {
             context_length: facts.context_length.unwrap_or(0),
             template: facts.chat_template.clone(),
             metadata,
+            defaults: crate::core::ModelDefaults {
+                parameters: manifest.extras.parameters.clone(),
+                system: manifest.extras.system.clone(),
+                template: manifest.extras.template.clone(),
+                license: manifest.extras.license.clone(),
+            },
         })
     }
 }

@@ -47,6 +47,17 @@ pub struct CreateModel {
     pub allow_paths: bool,
 }
 
+/// What a pulled or created model carries beside its weights, as `/api/show` shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ModelDefaults {
+    /// Default options (`temperature`, `stop`...).
+    pub parameters: BTreeMap<String, serde_json::Value>,
+    pub system: Option<String>,
+    /// Ollama's Go template: shown, not executed (the GGUF's own template renders prompts).
+    pub template: Option<String>,
+    pub license: Vec<String>,
+}
+
 /// The installed models, changed. The daemon wires this to the store and the registry client.
 pub trait ModelAdmin: Send + Sync + 'static {
     /// Pulls `model` from its registry or URL. `ErrorCode::ModelNotFound` when the registry has

@@ -13,7 +13,7 @@ pub mod request;
 pub mod response;
 
 pub use crate::error::{CoreError, ErrorCode};
-pub use admin::{CreateModel, ModelAdmin, ProgressSink, PullProgress};
+pub use admin::{CreateModel, ModelAdmin, ModelDefaults, ProgressSink, PullProgress};
 pub use keepalive::KeepAlive;
 pub use model::{CatalogEntry, ModelCatalog, ModelDescription, ModelInfo, ModelTotals};
 pub use request::{

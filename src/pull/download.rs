@@ -40,7 +40,10 @@ const MIN_PART: u64 = 16 << 20;
 const MAX_PART: u64 = 256 << 20;
 const BUFFER: usize = 256 << 10;
 const STATE_EVERY: Duration = Duration::from_secs(2);
+/// How often progress is reported.
 const TICK: Duration = Duration::from_millis(100);
+/// How soon the end of the last part is noticed (a whole small blob takes a few of these).
+const POLL: Duration = Duration::from_millis(2);
 
 /// What to download.
 pub struct BlobRequest {
@@ -269,8 +272,13 @@ pub fn download(
             });
         }
         let mut saved_at = Instant::now();
+        let mut reported_at = Instant::now();
         while workers_left.load(Ordering::Acquire) > 0 {
-            std::thread::sleep(TICK);
+            std::thread::sleep(POLL);
+            if reported_at.elapsed() < TICK {
+                continue;
+            }
+            reported_at = Instant::now();
             if !progress(parts.completed(), request.size) {
                 fail(PullError::Cancelled);
             }

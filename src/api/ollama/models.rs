@@ -95,6 +95,27 @@ impl From<PullProgress> for ProgressLine {
     }
 }
 
+/// Default options as Ollama's `/api/show` writes them: `name value` lines, one per stop.
+pub fn parameters_text(
+    parameters: &std::collections::BTreeMap<String, serde_json::Value>,
+) -> String {
+    let mut lines = Vec::new();
+    for (name, value) in parameters {
+        let values = match value {
+            serde_json::Value::Array(items) => items.clone(),
+            other => vec![other.clone()],
+        };
+        for value in values {
+            let text = match value {
+                serde_json::Value::String(text) => format!("\"{text}\""),
+                other => other.to_string(),
+            };
+            lines.push(format!("{name:<30} {text}"));
+        }
+    }
+    lines.join("\n")
+}
+
 fn admin(state: &AppState) -> Result<Arc<dyn ModelAdmin>, CoreError> {
     state.admin.clone().ok_or_else(|| {
         CoreError::new(
