@@ -417,3 +417,20 @@ fn kill_9_mid_pull_then_pull_again_resumes() {
         model.size
     );
 }
+
+#[test]
+fn prune_deletes_partials_older_than_a_day_and_keeps_fresh_ones() {
+    let (_dir, store) = scratch_store();
+    let pulls = store.pull_dir();
+    std::fs::create_dir_all(&pulls).expect("pull dir");
+    let two_days_ago = std::time::SystemTime::now() - Duration::from_secs(2 * 24 * 3600);
+    for name in ["sha256-old.partial", "sha256-old.state"] {
+        let file = std::fs::File::create(pulls.join(name)).expect("create");
+        file.set_len(1000).expect("size");
+        file.set_modified(two_days_ago).expect("age it");
+    }
+    std::fs::write(pulls.join("sha256-new.partial"), b"fresh").expect("create");
+    let freed = llamay::pull::prune(&store);
+    assert_eq!(freed, 2000);
+    assert_eq!(files_in(&pulls), ["sha256-new.partial"]);
+}
