@@ -7,6 +7,10 @@
 //!
 //! It prints `registry http://127.0.0.1:PORT` on one line and serves until stdin closes or it
 //! is killed. Pull with `LLAMAY_REGISTRY=http://127.0.0.1:PORT llamay pull smollm2-local`.
+//! `LLAMAY_TEST_REGISTRY_SLOW_MICROS=N` waits N microseconds after each 256 KiB of a blob (a
+//! slow link, for tests that interrupt a pull). `LLAMAY_TEST_REGISTRY_PAD=N` serves a copy of
+//! the GGUF with N zero bytes appended: a different digest, so a store that has the model's
+//! blob still has to download it.
 
 #[path = "../tests/support/registry.rs"]
 mod registry;
@@ -32,8 +36,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let store = Store::open(&Store::default_home())?;
     let manifest = store.resolve(&ModelName::parse(&model)?)?;
-    let blob = store.blob_path(&manifest);
+    let mut blob = store.blob_path(&manifest);
     drop(store);
+    let pad: u64 = std::env::var("LLAMAY_TEST_REGISTRY_PAD")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    let padded =
+        std::env::temp_dir().join(format!("llamay-test-registry-{}.gguf", std::process::id()));
+    if pad > 0 {
+        std::fs::copy(&blob, &padded)?;
+        let file = std::fs::OpenOptions::new().write(true).open(&padded)?;
+        file.set_len(file.metadata()?.len() + pad)?;
+        blob = padded.clone();
+    }
     let registry = TestRegistry::start_on(port)?;
     registry.publish(
         namespace,
@@ -41,6 +57,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         tag,
         standard_layers(Layer::file(MEDIA_MODEL, blob)?),
     );
+    if let Some(micros) = std::env::var("LLAMAY_TEST_REGISTRY_SLOW_MICROS")
+        .ok()
+        .and_then(|m| m.parse().ok())
+    {
+        registry
+            .faults()
+            .slow_chunk_micros
+            .store(micros, std::sync::atomic::Ordering::Release);
+    }
     println!("registry {}", registry.url());
     std::io::stdout().flush()?;
     // Serves until stdin closes (the test that started it went away) or a signal.
@@ -48,6 +73,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     while std::io::stdin().lock().read_line(&mut line)? > 0 {
         line.clear();
     }
+    let _ = std::fs::remove_file(&padded);
     Ok(())
 }
 

@@ -6,7 +6,9 @@ the store's own SmolLM2 GGUF, so the pulled model shares its blob with smollm2:1
 the pulled name must leave that blob alone.
 """
 
+import json
 import os
+import pathlib
 import subprocess
 import time
 
@@ -21,14 +23,31 @@ REGISTRY_BIN = REPO / "target" / "release" / "examples" / "test_registry"
 PULLED = "smollm2-local:latest"
 
 
-@pytest.fixture(scope="module")
-def registry():
+def start_registry(slow_micros=0, pad=0):
     if not REGISTRY_BIN.exists():
         subprocess.run(["cargo", "build", "--release", "--example", "test_registry"], cwd=REPO, check=True)
-    process = subprocess.Popen([str(REGISTRY_BIN)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    env = dict(os.environ, LLAMAY_TEST_REGISTRY_SLOW_MICROS=str(slow_micros),
+               LLAMAY_TEST_REGISTRY_PAD=str(pad))
+    process = subprocess.Popen([str(REGISTRY_BIN)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               text=True, env=env)
     line = process.stdout.readline().strip()
     assert line.startswith("registry http://"), line
-    yield line.split("http://", 1)[1]
+    return process, line.split("http://", 1)[1]
+
+
+@pytest.fixture(scope="module")
+def registry():
+    process, host = start_registry()
+    yield host
+    process.stdin.close()
+    process.wait(timeout=10)
+
+
+@pytest.fixture
+def slow_registry():
+    # A padded copy of the GGUF: a blob the store does not have yet.
+    process, host = start_registry(slow_micros=20_000, pad=4096)
+    yield host
     process.stdin.close()
     process.wait(timeout=10)
 
@@ -150,6 +169,56 @@ def test_cli_ps_and_stop_against_the_daemon():
     assert "not running" in cli("stop", MODEL, check=False).stderr
 
 
+def home_dir():
+    return pathlib.Path(os.environ.get("LLAMAY_HOME") or pathlib.Path.home() / ".llamay")
+
+
+def pulled_bytes_on_disk():
+    """Bytes recorded as done by partial downloads in the daemon's store."""
+    home = home_dir()
+    total = 0
+    for state in (home / "tmp" / "pulls").glob("*.state"):
+        try:
+            total += sum(json.loads(state.read_text())["done"])
+        except (OSError, ValueError, KeyError):
+            pass
+    return total
+
+
+def test_a_client_that_disconnects_cancels_the_pull_and_the_next_pull_resumes(slow_registry):
+    cleanup(PULLED)
+    name = f"{slow_registry}/library/smollm2-local:latest"
+    try:
+        with requests.post(f"{BASE}/api/pull", json={"model": name, "insecure": True}, stream=True,
+                           timeout=60) as answer:
+            for line in answer.iter_lines():
+                step = json.loads(line)
+                if step.get("total", 0) > 50_000_000 and step.get("completed", 0) > 10_000_000:
+                    break
+        # The pull stops within a few progress ticks and its state is saved (bounded wait).
+        time.sleep(3)
+        stopped_at = pulled_bytes_on_disk()
+        time.sleep(1.5)
+        assert pulled_bytes_on_disk() == stopped_at
+        assert 10_000_000 <= stopped_at < 90_000_000
+        assert PULLED not in installed_models()
+        steps = [json.loads(line) for line in requests.post(
+            f"{BASE}/api/pull", json={"model": name, "insecure": True}, timeout=300).iter_lines()]
+        assert steps[-1] == {"status": "success"}
+        model_steps = [s for s in steps if s.get("total", 0) > 50_000_000]
+        # The resumed pull starts from what was on disk, not from zero.
+        assert model_steps[1]["completed"] >= stopped_at
+        assert PULLED in installed_models()
+        blobs = home_dir() / "blobs"
+        before = set(os.listdir(blobs))
+        cleanup(PULLED)
+        # Its blob was used by no other model: deleting the model deleted it.
+        assert len(set(os.listdir(blobs))) == len(before) - 1
+    finally:
+        cleanup(PULLED)
+
+
+# Last: a crash of the daemon while answering would fail every test after it.
 def test_a_model_pulled_while_serving_answers_at_once(registry, client):
     cleanup(PULLED)
     try:
