@@ -226,8 +226,18 @@ pub fn download(
         .map_err(|e| io_error(&partial_path, "create", e))?;
     if request.size > 0 {
         // Reserves the blocks: a full disk fails here, before anything is fetched.
-        file.allocate(request.size)
-            .map_err(|e| io_error(&partial_path, "allocate", e))?;
+        if let Err(error) = file.allocate(request.size) {
+            // fs2 reports posix_fallocate's failure through a stale errno, so the free space
+            // decides whether this is a full disk.
+            let short = fs2::available_space(tmp).is_ok_and(|free| free < request.size);
+            if short {
+                drop(file);
+                let _ = fs::remove_file(&partial_path);
+                let _ = fs::remove_file(&state_path);
+                return Err(PullError::DiskFull { path: partial_path });
+            }
+            return Err(io_error(&partial_path, "allocate", error));
+        }
     }
     let parts = Parts {
         size: request.size,
