@@ -20,6 +20,8 @@ use super::CliError;
 const DEFAULT_ADDR: &str = "localhost:11435";
 /// Environment variable naming the daemon's address (the same one `serve` reads).
 const ADDR_ENV: &str = "LLAMAY_ADDR";
+/// Environment variable holding the daemon's API key, when it requires one.
+const API_KEY_ENV: &str = "LLAMAY_API_KEY";
 
 /// A daemon that answered.
 pub struct Daemon {
@@ -54,7 +56,14 @@ impl Daemon {
         } else {
             format!("http://{addr}")
         };
+        // A daemon that requires a key gets the one `serve` reads from the environment.
+        let mut headers = reqwest::header::HeaderMap::new();
+        let key = std::env::var(API_KEY_ENV).ok().filter(|k| !k.is_empty());
+        if let Some(value) = key.and_then(|k| format!("Bearer {k}").parse().ok()) {
+            headers.insert(reqwest::header::AUTHORIZATION, value);
+        }
         let probe = Client::builder()
+            .default_headers(headers.clone())
             .connect_timeout(Duration::from_millis(300))
             .timeout(Duration::from_secs(2))
             .build()
@@ -63,7 +72,11 @@ impl Daemon {
         if !answer.status().is_success() {
             return None;
         }
-        let client = Client::builder().timeout(None).build().ok()?;
+        let client = Client::builder()
+            .default_headers(headers)
+            .timeout(None)
+            .build()
+            .ok()?;
         Some(Daemon { base, client })
     }
 
