@@ -93,6 +93,8 @@ pub const SINGLE_DASH_LONG_FLAGS: &[&str] = &[
     "origins",
     // doctor
     "repair",
+    // pull
+    "insecure",
 ];
 
 pub fn normalize_single_dash_flags(

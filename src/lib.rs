@@ -11,6 +11,7 @@ pub mod error;
 pub mod gguf;
 pub mod grammar;
 pub mod llm;
+pub mod pull;
 pub mod store;
 pub mod api;
 pub mod serve;

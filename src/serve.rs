@@ -94,6 +94,12 @@ impl ModelCatalog for StoreCatalog {
             context_length: facts.context_length.unwrap_or(0),
             template: facts.chat_template.clone(),
             metadata,
+            defaults: crate::core::ModelDefaults {
+                parameters: manifest.extras.parameters.clone(),
+                system: manifest.extras.system.clone(),
+                template: manifest.extras.template.clone(),
+                license: manifest.extras.license.clone(),
+            },
         })
     }
 }
@@ -130,5 +136,17 @@ pub fn run(mut config: Config, store: Arc<Store>) -> std::io::Result<()> {
     }
     let loader = Arc::new(loader);
     let catalog = Arc::new(catalog);
-    crate::api::serve::serve_blocking(config, loader, catalog)
+    if store.is_read_only() {
+        return crate::api::serve::serve_blocking(config, loader, catalog);
+    }
+    // Partial downloads abandoned for a day go at start-up, as `llamay prune` does.
+    let freed = crate::pull::prune(&store);
+    if freed > 0 {
+        tracing::info!(bytes = freed, "deleted stale partial downloads");
+    }
+    let admin = Arc::new(crate::pull::service::StoreAdmin::new(
+        store,
+        crate::pull::reference::RegistrySettings::from_env(),
+    ));
+    crate::api::serve::serve_blocking_with_admin(config, loader, catalog, admin)
 }

@@ -33,7 +33,7 @@ use actix_web::dev::{ServiceFactory, ServiceRequest, ServiceResponse};
 use actix_web::{web, App, HttpRequest, HttpResponse};
 
 use crate::actors::supervisor::Supervisor;
-use crate::core::{ModelCatalog, TokenLimits};
+use crate::core::{ModelAdmin, ModelCatalog, TokenLimits};
 use crate::error::{CoreError, ErrorCode};
 use crate::grammar::automaton::CompiledGrammar;
 use constraint::ConstraintCache;
@@ -59,6 +59,8 @@ pub struct AppState {
     pub origins: Vec<String>,
     /// Time a request's body may take to arrive (see [`limits`]).
     pub request_body_timeout: Duration,
+    /// Pull, copy, delete and create; `None` when the daemon has no writable store.
+    pub admin: Option<Arc<dyn ModelAdmin>>,
 }
 
 impl AppState {
@@ -80,7 +82,14 @@ impl AppState {
             api_key: None,
             origins: Vec::new(),
             request_body_timeout: limits::HttpLimits::default().request_body_timeout,
+            admin: None,
         }
+    }
+
+    /// The same state with the model routes that change the store enabled.
+    pub fn with_admin(mut self, admin: Arc<dyn ModelAdmin>) -> Self {
+        self.admin = Some(admin);
+        self
     }
 }
 
@@ -115,6 +124,10 @@ pub fn configure(config: &mut web::ServiceConfig) {
         .route("/api/ps", web::get().to(ollama::handlers::ps))
         .route("/api/show", web::post().to(ollama::handlers::show))
         .route("/api/version", web::get().to(ollama::handlers::version))
+        .route("/api/pull", web::post().to(ollama::models::pull))
+        .route("/api/create", web::post().to(ollama::models::create))
+        .route("/api/copy", web::post().to(ollama::models::copy))
+        .route("/api/delete", web::delete().to(ollama::models::delete))
         .route("/health", web::get().to(stats::health))
         .route("/", web::get().to(stats::root))
         .route("/", web::head().to(stats::root));

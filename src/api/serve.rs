@@ -21,7 +21,7 @@ use super::{build_app, AppState};
 use crate::actors::messages::ModelLoader;
 use crate::actors::supervisor::{acquire, Shutdown, Supervisor, SupervisorConfig};
 use crate::config::Config;
-use crate::core::{ModelCatalog, ModelInfo, TokenLimits};
+use crate::core::{ModelAdmin, ModelCatalog, ModelInfo, TokenLimits};
 use crate::grammar::automaton::CompiledGrammar;
 
 /// Seconds running requests get to finish after a stop signal.
@@ -38,11 +38,31 @@ pub fn serve_blocking(
     actix_web::rt::System::new().block_on(serve(config, loader, catalog))
 }
 
+/// Runs [`serve_with_admin`] in a fresh actix system.
+pub fn serve_blocking_with_admin(
+    config: Config,
+    loader: Arc<dyn ModelLoader>,
+    catalog: Arc<dyn ModelCatalog>,
+    admin: Arc<dyn ModelAdmin>,
+) -> io::Result<()> {
+    actix_web::rt::System::new().block_on(serve_with_admin(config, loader, catalog, Some(admin)))
+}
+
 /// Serves until a stop signal. Must run inside an actix system.
 pub async fn serve(
     config: Config,
     loader: Arc<dyn ModelLoader>,
     catalog: Arc<dyn ModelCatalog>,
+) -> io::Result<()> {
+    serve_with_admin(config, loader, catalog, None).await
+}
+
+/// [`serve`], with the routes that pull, copy, delete and create models when `admin` is given.
+pub async fn serve_with_admin(
+    config: Config,
+    loader: Arc<dyn ModelLoader>,
+    catalog: Arc<dyn ModelCatalog>,
+    admin: Option<Arc<dyn ModelAdmin>>,
 ) -> io::Result<()> {
     let default_grammar = match &config.grammar_file {
         Some(path) => Some(Arc::new(load_grammar_file(path)?)),
@@ -81,6 +101,9 @@ pub async fn serve(
         default_max_tokens: config.default_max_tokens,
         max_tokens_limit: config.max_tokens_limit,
     };
+    if let Some(admin) = admin {
+        app_state = app_state.with_admin(admin);
+    }
     let state = web::Data::new(app_state);
     let limits = HttpLimits {
         client_request_timeout: config.client_request_timeout,
@@ -202,6 +225,12 @@ pub fn route_table(base: &str) -> String {
             "GET",
             "/api/tags",
             "(and /api/ps, /api/show, /v1/models)",
+        ),
+        (
+            "Models",
+            "POST",
+            "/api/pull",
+            "(and /api/copy, /api/create, DELETE /api/delete)",
         ),
         ("Stats", "GET", "/v1/stats", ""),
         ("Health", "GET", "/health", ""),

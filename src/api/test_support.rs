@@ -25,6 +25,7 @@ impl ModelCatalog for FakeCatalog {
             return Err(CoreError::model_not_found(name));
         }
         Ok(ModelDescription {
+            defaults: Default::default(),
             entry: entry(name),
             parameter_count: 1_000_000,
             context_length: 2048,

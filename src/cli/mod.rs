@@ -4,7 +4,9 @@
 //! Key types: [`Cli`], [`Command`], [`CliError`].
 
 mod check;
+mod client;
 mod models;
+mod pull;
 mod run;
 mod doctor;
 mod interactive;
@@ -69,6 +71,25 @@ enum Command {
         #[arg(long)]
         repair: bool,
     },
+    /// Download a model from a registry (NAME[:TAG], HOST/NAMESPACE/NAME[:TAG]) or a GGUF URL.
+    Pull {
+        model: String,
+        /// Allow plain http to a registry named in MODEL.
+        #[arg(long)]
+        insecure: bool,
+    },
+    /// Make a model from a Modelfile (FROM, PARAMETER, SYSTEM, TEMPLATE, LICENSE).
+    Create {
+        name: String,
+        #[arg(short = 'f', long = "file", default_value = "Modelfile")]
+        file: std::path::PathBuf,
+    },
+    /// Delete partial downloads older than a day.
+    Prune,
+    /// List the models a running daemon has loaded.
+    Ps,
+    /// Unload a model from a running daemon.
+    Stop { model: String },
 }
 
 pub fn init_logging(json: bool) {
@@ -97,10 +118,34 @@ pub fn main(args: Vec<String>) -> Result<ExitCode, CliError> {
         }
         Command::Serve(args) => models::serve(args),
         Command::Import { file, name } => models::import(&file, &name),
-        Command::List => models::list(),
-        Command::Show { name } => models::show(&name),
-        Command::Rm { name } => models::remove(&name),
-        Command::Cp { from, to } => models::copy(&from, &to),
+        // With a daemon running, the store is its: these go through its API.
+        Command::List => match client::Daemon::find() {
+            Some(daemon) => daemon.list(),
+            None => models::list(),
+        },
+        Command::Show { name } => match client::Daemon::find() {
+            Some(daemon) => daemon.show(&name),
+            None => models::show(&name),
+        },
+        Command::Rm { name } => match client::Daemon::find() {
+            Some(daemon) => daemon.remove(&name),
+            None => models::remove(&name),
+        },
+        Command::Cp { from, to } => match client::Daemon::find() {
+            Some(daemon) => daemon.copy(&from, &to),
+            None => models::copy(&from, &to),
+        },
+        Command::Pull { model, insecure } => pull::pull(&model, insecure),
+        Command::Create { name, file } => pull::create(&name, &file),
+        Command::Prune => pull::prune(),
+        Command::Ps => match client::Daemon::find() {
+            Some(daemon) => daemon.ps(),
+            None => client::no_daemon("ps"),
+        },
+        Command::Stop { model } => match client::Daemon::find() {
+            Some(daemon) => daemon.stop(&model),
+            None => client::no_daemon("stop"),
+        },
         Command::Grammar { command } => check::grammar(command),
         Command::Schema { command } => check::schema(command),
         Command::Doctor { repair } => doctor::doctor(repair),

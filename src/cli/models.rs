@@ -58,6 +58,23 @@ pub fn show(name: &str) -> Result<ExitCode, CliError> {
         None => println!("  context length  unknown"),
     }
     println!("  chat template   {}", if facts.has_chat_template { "yes" } else { "no (fallback)" });
+    let extras = &manifest.extras;
+    let indent = |text: &str| text.trim_end().replace('\n', "\n                  ");
+    if let Some(source) = &extras.source {
+        println!("  pulled from     {source}");
+    }
+    for (key, value) in &extras.parameters {
+        println!("  parameter       {key} {value}");
+    }
+    if let Some(system) = &extras.system {
+        println!("  system          {}", indent(system));
+    }
+    if let Some(template) = &extras.template {
+        println!("  template        {} (shown, not used: the GGUF's template renders prompts)", indent(template));
+    }
+    for license in &extras.license {
+        println!("  license         {}", indent(license.lines().next().unwrap_or_default()));
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -6,6 +6,7 @@
 //! and [`ModelCatalog`] (the store as the API sees it, behind a trait so `api` never imports sled).
 //! Plain data; nothing here allocates beyond the request it describes.
 
+pub mod admin;
 pub mod keepalive;
 pub mod model;
 pub mod name;
@@ -13,6 +14,7 @@ pub mod request;
 pub mod response;
 
 pub use crate::error::{CoreError, ErrorCode};
+pub use admin::{CreateModel, ModelAdmin, ModelDefaults, ProgressSink, PullProgress};
 pub use keepalive::KeepAlive;
 pub use model::{CatalogEntry, ModelCatalog, ModelDescription, ModelInfo, ModelTotals};
 pub use name::{InvalidModelName, ModelName};

@@ -89,6 +89,8 @@ pub struct ModelDescription {
     pub template: Option<String>,
     /// GGUF metadata, keys as in the file (`general.architecture`...), large arrays left out.
     pub metadata: serde_json::Map<String, serde_json::Value>,
+    /// Default options, system prompt, Ollama template and license of a pulled or created model.
+    pub defaults: crate::core::ModelDefaults,
 }
 
 /// The installed models. The lead wires this to the store; tests use an in-memory list.

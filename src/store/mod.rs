@@ -39,6 +39,7 @@ mod doctor;
 mod hash;
 pub mod migrate;
 mod name;
+mod pulled;
 pub mod refs;
 mod snapshot;
 mod table;
@@ -46,6 +47,7 @@ mod table;
 pub use doctor::{CheckReport, Finding, RepairAction, RepairReport};
 pub use hash::{Progress, Silent};
 pub use name::{InvalidModelName, ModelName, ModelRef, DEFAULT_TAG, MAX_PART_LEN};
+pub use pulled::{BlobSource, ModelExtras};
 pub use table::{human_age, human_size, render_list_table, UnixSeconds};
 
 /// Name of the sled tree holding manifests.
@@ -132,6 +134,9 @@ pub struct Manifest {
     pub facts: GgufFacts,
     /// When this name was registered, in Unix seconds.
     pub added_at: u64,
+    /// Default options, system prompt, template and license of a pulled or created model.
+    #[serde(default, skip_serializing_if = "ModelExtras::is_empty")]
+    pub extras: ModelExtras,
 }
 
 impl Manifest {
@@ -470,6 +475,7 @@ impl Store {
             size: partial.size,
             facts,
             added_at: unix_now(),
+            extras: ModelExtras::default(),
         };
         if let Err(error) = self.put_manifest(&manifest) {
             // Best effort, and only if no other entry uses the blob; else the next open sweeps it.

@@ -125,6 +125,7 @@ mod tests {
                 name: None,
             },
             added_at,
+            extras: Default::default(),
         }
     }
 

@@ -186,11 +186,14 @@ pub async fn show(
             .ok_or_else(|| CoreError::invalid("model is required"))?;
         crate::core::ModelName::parse(&name)?;
         let description = state.catalog.describe(&name)?;
+        let defaults = &description.defaults;
         Ok::<_, CoreError>(HttpResponse::Ok().json(json!({
-            "license": "",
+            "license": defaults.license.join("\n"),
             "modelfile": "",
-            "parameters": "",
-            "template": description.template.unwrap_or_default(),
+            "parameters": super::models::parameters_text(&defaults.parameters),
+            "system": defaults.system.clone().unwrap_or_default(),
+            // A pulled model's Ollama template when it has one, as Ollama shows; else the GGUF's.
+            "template": defaults.template.clone().or(description.template).unwrap_or_default(),
             "details": details(&description.entry),
             "model_info": description.metadata,
             "capabilities": ["completion"],

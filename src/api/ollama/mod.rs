@@ -6,5 +6,6 @@
 
 pub mod convert;
 pub mod handlers;
+pub mod models;
 pub mod stream;
 pub mod types;
