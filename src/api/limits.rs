@@ -8,6 +8,11 @@
 //! deadline and at most one byte over the size limit, and answers 408 in the route's API shape
 //! when the deadline passes.
 //!
+//! A gap actix leaves open: its head timer covers only a connection's first request, so a
+//! client that sends one request and then trickles the headers of a second one on the same
+//! keep-alive connection is not timed out; `max_connections` bounds how many such clients can
+//! hold the daemon.
+//!
 //! Key items: [`HttpLimits`], [`read_body_in_time`] (actix middleware, mounted by `build_app`).
 //! Cost: the body is buffered once here (up to `max_body_bytes` + 1), and handed on as is.
 
