@@ -22,9 +22,10 @@
 //! caches steps in its transition table.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::OnceLock;
+use std::any::Any;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use super::cache::CacheRegistry;
+use super::toktrie::TokenTrie;
 use super::error::{GrammarError, Location};
 use super::ir::{ByteSet, Grammar, Symbol};
 use super::limits::Limits;
@@ -75,8 +76,43 @@ pub struct CompiledGrammar {
     /// Canonical encoding of the configuration before any byte.
     initial: Vec<u32>,
     limits: Limits,
-    /// Transition tables and masks shared by the matchers of this grammar, per vocabulary.
-    caches: CacheRegistry,
+    /// Per vocabulary, what the matchers of this grammar share on it (their transition table
+    /// and masks); opaque here so that the automaton does not depend on the caches built on it.
+    attachments: VocabularyAttachments,
+}
+
+/// A value per vocabulary, kept by a grammar for whoever runs it on that vocabulary (the
+/// matchers' shared caches). The vocabulary is held weakly: an entry whose vocabulary is gone is
+/// dropped at the next lookup. Values are opaque (`Any`), so this module knows nothing of them.
+#[derive(Default)]
+pub(crate) struct VocabularyAttachments(Mutex<Vec<(Weak<TokenTrie>, Arc<dyn Any + Send + Sync>)>>);
+
+impl std::fmt::Debug for VocabularyAttachments {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("VocabularyAttachments")
+    }
+}
+
+impl VocabularyAttachments {
+    /// The value attached for `trie`, made by `create` on first use.
+    pub(crate) fn get_or_attach(
+        &self,
+        trie: &Arc<TokenTrie>,
+        create: impl FnOnce() -> Arc<dyn Any + Send + Sync>,
+    ) -> Arc<dyn Any + Send + Sync> {
+        let mut entries = match self.0.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        entries.retain(|(vocabulary, _)| vocabulary.strong_count() > 0);
+        let wanted = Arc::downgrade(trie);
+        if let Some((_, value)) = entries.iter().find(|(v, _)| v.ptr_eq(&wanted)) {
+            return value.clone();
+        }
+        let value = create();
+        entries.push((wanted, value.clone()));
+        value
+    }
 }
 
 /// Why a byte step could not be computed (the input itself is not at fault).
@@ -187,7 +223,7 @@ impl CompiledGrammar {
             class_representatives,
             initial: Vec::new(),
             limits: limits.clone(),
-            caches: CacheRegistry::default(),
+            attachments: VocabularyAttachments::default(),
         };
         let mut stacks = StackSet::default();
         let root_call = [u32::MAX];
@@ -203,8 +239,8 @@ impl CompiledGrammar {
         Ok(compiled)
     }
 
-    pub(crate) fn cache_registry(&self) -> &CacheRegistry {
-        &self.caches
+    pub(crate) fn attachments(&self) -> &VocabularyAttachments {
+        &self.attachments
     }
 
     pub fn limits(&self) -> &Limits {

@@ -14,6 +14,7 @@
 //! were state ids. Cost: a state costs its encoded configuration twice (vector and index)
 //! plus 4 bytes per byte class; a mask costs vocabulary/8 bytes.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -607,20 +608,10 @@ impl SharedCaches {
     }
 }
 
-/// Per grammar, the [`SharedCaches`] of each vocabulary it is used with. Held by the grammar
-/// (the tables point back to it weakly), so they live as long as the compiled grammar does;
-/// an entry whose vocabulary is gone is dropped at the next lookup.
-#[derive(Default)]
-pub(crate) struct CacheRegistry(Mutex<Vec<RegistryEntry>>);
-
-/// A vocabulary (weakly: the model may go) and the caches for it.
-type RegistryEntry = (Weak<TokenTrie>, Arc<Mutex<SharedCaches>>);
-
-impl std::fmt::Debug for CacheRegistry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("CacheRegistry")
-    }
-}
+/// Finds the [`SharedCaches`] of a (grammar, vocabulary) pair, kept among the grammar's
+/// per-vocabulary attachments so they live as long as the compiled grammar does (the tables
+/// point back to it weakly).
+pub(crate) struct CacheRegistry;
 
 impl CacheRegistry {
     /// The caches of `grammar` with `trie`, created on first use.
@@ -628,21 +619,20 @@ impl CacheRegistry {
         grammar: &Arc<CompiledGrammar>,
         trie: &Arc<TokenTrie>,
     ) -> Arc<Mutex<SharedCaches>> {
-        let mut entries = match grammar.cache_registry().0.lock() {
-            Ok(guard) => guard,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        entries.retain(|(vocabulary, _)| vocabulary.strong_count() > 0);
-        let wanted = Arc::downgrade(trie);
-        if let Some((_, caches)) = entries.iter().find(|(v, _)| v.ptr_eq(&wanted)) {
-            return caches.clone();
-        }
         // Room for the dead state, a matcher's current one, one per trie depth, and the next.
-        let caches = Arc::new(Mutex::new(SharedCaches {
-            table: StateTable::new(grammar, trie.max_depth() + 4),
-            masks: MaskCache::new(grammar.limits().mask_cache),
-        }));
-        entries.push((wanted, caches.clone()));
-        caches
+        let create = || {
+            Arc::new(Mutex::new(SharedCaches {
+                table: StateTable::new(grammar, trie.max_depth() + 4),
+                masks: MaskCache::new(grammar.limits().mask_cache),
+            }))
+        };
+        let attached = grammar
+            .attachments()
+            .get_or_attach(trie, || create() as Arc<dyn Any + Send + Sync>);
+        // Only this module attaches values, all of this type; were another one there, this
+        // matcher would run on caches of its own.
+        attached
+            .downcast::<Mutex<SharedCaches>>()
+            .unwrap_or_else(|_| create())
     }
 }

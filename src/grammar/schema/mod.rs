@@ -28,9 +28,11 @@
 
 mod compile;
 mod json;
+mod keys;
 mod keywords;
 mod merge;
 mod numbers;
+mod part;
 mod regex;
 mod validate;
 

@@ -270,7 +270,7 @@ fn assert_refused(value: Value, keyword: &str, location: &str) {
 fn refusals_name_the_keyword_and_where() {
     assert_refused(json!({"properties": {"a": {"not": {"type": "string"}}}}), "not", "properties.a");
     assert_refused(json!({"if": {"type": "string"}, "then": {"minLength": 1}}), "if", "(root)");
-    assert_refused(json!({"type": "object", "patternProperties": {"^x": {}}}), "patternProperties", "(root)");
+    assert_refused(json!({"type": "object", "patternProperties": {"(?=x)": {}}}), "patternProperties", "(root)");
     assert_refused(json!({"properties": {"t": {"items": [{"type": "string"}]}}}), "items", "properties.t");
     assert_refused(json!({"properties": {"r": {"$ref": "https://example.com/s.json"}}}), "$ref", "properties.r");
     assert_refused(json!({"$defs": {"a": {"$anchor": "x"}}, "$ref": "#/$defs/a"}), "$anchor", "$defs.a");
@@ -559,4 +559,40 @@ mod fuzz {
             }
         }
     }
+}
+
+#[test]
+fn pattern_properties_give_matching_keys_their_schema() {
+    // Keys matching ^x- take integers; other extra keys are refused (no additionalProperties
+    // beside properties closes the object); declared names keep their own schema.
+    let grammar = schema(json!({
+        "type": "object",
+        "properties": {"name": {"type": "string"}},
+        "patternProperties": {"^x-": {"type": "integer"}},
+    }));
+    assert_accepts(&grammar, &[r#"{"name": "a", "x-count": 3}"#, r#"{"x-a": 1, "x-b": 2}"#, "{}", r#"{"name": "b"}"#]);
+    assert_rejects(&grammar, &[r#"{"x-count": "three"}"#, r#"{"other": 1}"#, r#"{"name": 1}"#, r#"{"y-x-": 1}"#]);
+
+    // With additionalProperties a schema, keys matching no pattern take that schema instead;
+    // a declared name matching a pattern must satisfy both.
+    let grammar = schema(json!({
+        "type": "object",
+        "properties": {"x-id": {"type": "integer", "minimum": 10}},
+        "patternProperties": {"^x-": {"type": "integer"}, "id$": {"type": "integer", "maximum": 20}},
+        "additionalProperties": {"type": "boolean"},
+    }));
+    assert_accepts(&grammar, &[r#"{"x-id": 15, "x-other": -4, "flag": true, "my-id": 19}"#]);
+    assert_rejects(&grammar, &[
+        r#"{"x-id": 5}"#,
+        r#"{"x-id": 25}"#,
+        r#"{"flag": 1}"#,
+        r#"{"x-other": true}"#,
+        r#"{"x-myid": 21}"#,
+        r#"{"my-id": false}"#,
+    ]);
+
+    // Only patternProperties with additionalProperties true: anything else is open.
+    let grammar = schema(json!({"patternProperties": {"^[0-9]+$": {"type": "string"}}, "additionalProperties": true}));
+    assert_accepts(&grammar, &[r#"{"12": "a", "b": [1]}"#, r#"{"é": null}"#]);
+    assert_rejects(&grammar, &[r#"{"12": 1}"#]);
 }
