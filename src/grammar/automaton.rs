@@ -25,6 +25,7 @@ use std::collections::{HashMap, HashSet};
 use std::any::Any;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
+use super::counters::CounterChains;
 use super::toktrie::TokenTrie;
 use super::error::{GrammarError, Location};
 use super::ir::{ByteSet, Grammar, Symbol};
@@ -76,6 +77,8 @@ pub struct CompiledGrammar {
     /// Canonical encoding of the configuration before any byte.
     initial: Vec<u32>,
     limits: Limits,
+    /// Bounded repetitions, for [`CompiledGrammar::normalize_for_horizon`].
+    counters: CounterChains,
     /// Per vocabulary, what the matchers of this grammar share on it (their transition table
     /// and masks); opaque here so that the automaton does not depend on the caches built on it.
     attachments: VocabularyAttachments,
@@ -212,6 +215,7 @@ impl CompiledGrammar {
             });
         }
         let (byte_class, class_representatives) = byte_classes(&symbols);
+        let counters = CounterChains::find(&grammar, &alt_starts, &alt_ranges, symbols.len());
         let mut compiled = CompiledGrammar {
             expansions: (0..symbols.len()).map(|_| OnceLock::new()).collect(),
             symbols,
@@ -223,6 +227,7 @@ impl CompiledGrammar {
             class_representatives,
             initial: Vec::new(),
             limits: limits.clone(),
+            counters,
             attachments: VocabularyAttachments::default(),
         };
         let mut stacks = StackSet::default();
@@ -487,6 +492,31 @@ impl CompiledGrammar {
             }))
         });
         computed.as_ref().as_ref().map_err(|overflow| *overflow)
+    }
+
+    /// A configuration that keeps exactly the same bytes alive as `config` for any text of at
+    /// most `horizon` bytes, and that many configurations share: each frame inside a bounded
+    /// repetition with more than `horizon + 1` items left is moved to the member with
+    /// `horizon + 1` left, and whitespace used is raised so that at most `horizon + 1` bytes of
+    /// the budget are left. `None` when that is `config` itself. A mask from this
+    /// configuration is exact for every token of at most `horizon` bytes.
+    pub(crate) fn normalize_for_horizon(&self, config: &[u32], horizon: u32) -> Option<Vec<u32>> {
+        let floor = self.whitespace_budget.saturating_sub(horizon.saturating_add(1));
+        if self.counters.is_empty() && floor == 0 {
+            return None;
+        }
+        let mut changed = false;
+        let mut stacks = StackSet::default();
+        for (ws_used, frames) in decode(config) {
+            let mapped: Vec<u32> = frames
+                .iter()
+                .map(|&position| self.counters.map_position(position, horizon))
+                .collect();
+            let ws = ws_used.max(floor);
+            changed |= ws != ws_used || mapped[..] != frames[..];
+            stacks.insert(ws, mapped);
+        }
+        changed.then(|| stacks.into_encoded())
     }
 
     /// The bytes some stack of `config` can read next.

@@ -9,6 +9,7 @@
 
 pub mod automaton;
 pub(crate) mod cache;
+pub(crate) mod counters;
 pub mod error;
 pub mod gbnf;
 pub mod ir;

@@ -16,6 +16,7 @@ use std::rc::Rc;
 
 use serde_json::Value;
 
+use super::formats::{format_pattern, FormatMode};
 use super::keys::{KeyAutomaton, KeyPattern};
 use super::json::{byte, canonical_char_alternatives, canonical_json_string, RuleSink};
 use super::keywords::{child_location, display_location, resolve_reference};
@@ -57,13 +58,15 @@ pub(crate) struct Expansion<'a> {
 
 pub(crate) struct Compiler<'a> {
     pub root: &'a Value,
+    /// Whether `format` constrains strings.
+    pub formats: FormatMode,
     pub sink: RuleSink,
     memo: HashMap<Vec<String>, Option<RuleId>>,
 }
 
 impl<'a> Compiler<'a> {
     pub fn new(root: &'a Value) -> Self {
-        Compiler { root, sink: RuleSink::new(), memo: HashMap::new() }
+        Compiler { root, formats: FormatMode::Ignore, sink: RuleSink::new(), memo: HashMap::new() }
     }
 
     /// Expands `$ref` and `allOf`, and finds the first `anyOf`/`oneOf` to split.
@@ -298,6 +301,24 @@ impl<'a> Compiler<'a> {
         let max = max.map(|m| m.min(MAX_EXPANDED_COUNT));
         if max.is_some_and(|max| max < min) {
             return Ok(None);
+        }
+        let format = match &merged.format {
+            Some((format, location)) if self.formats == FormatMode::Enforce => {
+                format_pattern(format).map(|pattern| (pattern, location.clone()))
+            }
+            _ => None,
+        };
+        if let (Some((_, format_location)), Some((_, pattern_location))) = (&format, &merged.pattern) {
+            return Err(SchemaError::new(
+                "format",
+                format_location,
+                format!("which is enforced here, together with the pattern at {}; llamay does not intersect a format with a pattern, so drop one", display_location(pattern_location)),
+            ));
+        }
+        if let Some((pattern, location)) = &format {
+            let body = pattern_rule(&mut self.sink, pattern, LengthBounds { min, max })
+                .map_err(|refusal| SchemaError::new("format", location, refusal.0))?;
+            return Ok(body.map(|body| self.sink.add("format-string", vec![vec![byte(b'"'), Symbol::Rule(body)]])));
         }
         if let Some((pattern, location)) = &merged.pattern {
             let body = pattern_rule(&mut self.sink, pattern, LengthBounds { min, max })

@@ -123,6 +123,8 @@ pub struct Merged<'a> {
     pub min_length: Count,
     pub max_length: Option<Count>,
     pub pattern: Option<(&'a str, Rc<str>)>,
+    /// The `format` named for strings, and where (enforced only on request).
+    pub format: Option<(&'a str, Rc<str>)>,
     pub lower: Option<Bound>,
     pub upper: Option<Bound>,
     pub step: Step,
@@ -202,6 +204,7 @@ impl<'a> Merged<'a> {
             min_length: Count::default(),
             max_length: None,
             pattern: None,
+            format: None,
             lower: None,
             upper: None,
             step: Step::default(),
@@ -351,6 +354,9 @@ impl<'a> Merged<'a> {
                 }
                 _ => self.pattern = Some((pattern, location.into())),
             }
+        }
+        if let Some(Value::String(format)) = map.get("format") {
+            self.format = Some((format.as_str(), location.into()));
         }
         for (keyword, is_lower, exclusive) in [
             ("minimum", true, false),

@@ -27,6 +27,7 @@
 //! alternatives (256), pattern DFA states (2,000), subsets of properties (2^6), digit automata.
 
 mod compile;
+mod formats;
 mod json;
 mod keys;
 mod keywords;
@@ -45,6 +46,7 @@ use serde_json::Value;
 
 use crate::grammar::ir::{Grammar, RuleId, Symbol};
 
+pub use formats::FormatMode;
 pub use json::WHITESPACE_BUDGET;
 pub use keywords::{Occurrence, SchemaReport, Verdict};
 
@@ -93,11 +95,17 @@ pub fn any_json() -> Grammar {
 /// Compiles `schema` to a grammar of the documents it allows, or says which keyword, where,
 /// cannot be enforced.
 pub fn compile_schema(schema: &Value) -> Result<Grammar, SchemaError> {
+    compile_schema_with(schema, FormatMode::Ignore)
+}
+
+/// [`compile_schema`], with `format` enforced when `formats` says so.
+pub fn compile_schema_with(schema: &Value, formats: FormatMode) -> Result<Grammar, SchemaError> {
     let occurrences = keywords::scan(schema);
     if let Some(refusal) = keywords::first_refusal(&occurrences) {
         return Err(refusal);
     }
     let mut compiler = compile::Compiler::new(schema);
+    compiler.formats = formats;
     let value = compiler.compile(vec![compile::Part::new(schema, "")], true)?.ok_or_else(|| {
         SchemaError::new("schema", "", "which no JSON document can satisfy")
     })?;
@@ -109,8 +117,20 @@ pub fn compile_schema(schema: &Value) -> Result<Grammar, SchemaError> {
 /// Every keyword reachable from the root with its verdict, plus the refusal (from a keyword or
 /// from compiling) if there is one.
 pub fn review_schema(schema: &Value) -> SchemaReport {
-    let occurrences = keywords::scan(schema);
-    let (refusal, rule_count) = match compile_schema(schema) {
+    review_schema_with(schema, FormatMode::Ignore)
+}
+
+/// [`review_schema`], with `format` enforced when `formats` says so (known formats are then
+/// listed as enforced).
+pub fn review_schema_with(schema: &Value, formats: FormatMode) -> SchemaReport {
+    let mut occurrences = keywords::scan(schema);
+    if formats == FormatMode::Enforce {
+        for occurrence in occurrences.iter_mut().filter(|o| o.keyword == "format") {
+            occurrence.verdict = Verdict::Enforced;
+            occurrence.note = "enforced on request (date-time, date, time, email, uuid, ipv4, ipv6, hostname, uri; others stay annotations)".into();
+        }
+    }
+    let (refusal, rule_count) = match compile_schema_with(schema, formats) {
         Ok(grammar) => (None, Some(grammar.rules.len())),
         Err(error) => (Some(error), None),
     };

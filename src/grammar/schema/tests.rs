@@ -596,3 +596,35 @@ fn pattern_properties_give_matching_keys_their_schema() {
     assert_accepts(&grammar, &[r#"{"12": "a", "b": [1]}"#, r#"{"é": null}"#]);
     assert_rejects(&grammar, &[r#"{"12": 1}"#]);
 }
+
+#[test]
+fn formats_are_enforced_only_on_request() {
+    use super::{compile_schema_with, FormatMode};
+    let value = json!({
+        "type": "object",
+        "properties": {
+            "at": {"type": "string", "format": "date-time"},
+            "mail": {"type": "string", "format": "email"},
+            "id": {"type": "string", "format": "uuid"},
+            "note": {"type": "string", "format": "no-such-format"},
+        },
+        "required": ["at", "mail", "id"],
+    });
+    let good = r#"{"at": "2032-04-23T10:20:30.400Z", "mail": "jane@mail.example.org", "id": "123e4567-e89b-12d3-a456-426614174000", "note": "x"}"#;
+    let bad_date = r#"{"at": "yesterday", "mail": "jane@mail.example.org", "id": "123e4567-e89b-12d3-a456-426614174000"}"#;
+    let ignored = schema(value.clone());
+    assert_accepts(&ignored, &[good, bad_date]);
+    let enforced = match compile_schema_with(&value, FormatMode::Enforce) {
+        Ok(grammar) => compiled(grammar),
+        Err(error) => panic!("schema refused: {error}"),
+    };
+    assert_accepts(&enforced, &[good]);
+    assert_rejects(&enforced, &[bad_date, &good.replace("jane@", "jane"), &good.replace("-e89b", "e89b")]);
+    let error = compile_schema_with(
+        &json!({"type": "string", "format": "date", "pattern": "^2"}),
+        FormatMode::Enforce,
+    )
+    .err()
+    .map(|e| e.keyword);
+    assert_eq!(error.as_deref(), Some("format"));
+}
