@@ -14,6 +14,10 @@
 //! the model's own tokenizer, so token boundaries approximate a real run's. One thread.
 //! `--per-schema` also prints, per schema and vocabulary, the slowest llamay and llguidance
 //! mask and the matcher's counters (states, clears, overflows), to find what makes a mask slow.
+//! `testdata/maskbench-shapes` holds one schema per shape that made single masks slow
+//! (bounded strings in a closed object of many optional properties, an anyOf of objects, a
+//! `$ref` cycle, open objects with extra keys, `patternProperties` keys): run it with
+//! `--per-schema` to see each one's slowest mask next to llguidance's.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -106,6 +106,9 @@ pub(crate) struct StateTable {
     can_continue: Vec<bool>,
     /// Per state, once computed: its skip set (see [`StateTable::skip_set`]).
     skip_sets: Vec<Option<SkipSet>>,
+    /// Per state, once asked for: the state masks are computed from (see
+    /// `CompiledGrammar::normalize_for_horizon`); [`UNKNOWN`] until then.
+    mask_states: Vec<u32>,
     /// Reused by every byte step this table computes.
     step_buffer: StepStacks,
     /// The grammar, held strongly only while a matcher operates on the table (see
@@ -141,6 +144,7 @@ impl StateTable {
             accepting: Vec::new(),
             can_continue: Vec::new(),
             skip_sets: Vec::new(),
+            mask_states: Vec::new(),
             step_buffer: StepStacks::default(),
             lent: None,
             capacity,
@@ -303,6 +307,17 @@ impl StateTable {
             self.remember_skip_set(chain_state, after);
         }
         Some(after)
+    }
+
+    /// The state masks of `state` are computed from, if worked out since the last clear.
+    pub(crate) fn known_mask_state(&self, state: u32) -> Option<u32> {
+        self.mask_states.get(state as usize).copied().filter(|s| *s != UNKNOWN)
+    }
+
+    pub(crate) fn remember_mask_state(&mut self, state: u32, mask_state: u32) {
+        if let Some(slot) = self.mask_states.get_mut(state as usize) {
+            *slot = mask_state;
+        }
     }
 
     fn remember_skip_set(&mut self, state: u32, set: SkipSet) {
@@ -493,6 +508,7 @@ impl StateTable {
         self.accepting.push(config_is_accepting(&config));
         self.can_continue.push(config_can_continue(&config));
         self.skip_sets.push(None);
+        self.mask_states.push(UNKNOWN);
         self.transitions
             .extend(std::iter::repeat_n(UNKNOWN, self.classes));
         if !config.is_empty() {
@@ -511,6 +527,7 @@ impl StateTable {
         self.accepting.clear();
         self.can_continue.clear();
         self.skip_sets.clear();
+        self.mask_states.clear();
         self.words = 0;
         self.clears += 1;
         self.push_state(Box::new([]));

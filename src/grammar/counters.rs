@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 
-use super::ir::{Grammar, Symbol};
+use super::ir::{rules_satisfying, Grammar, Symbol};
 
 const NONE: u32 = u32::MAX;
 
@@ -30,7 +30,12 @@ pub(crate) struct CounterChains {
 impl CounterChains {
     /// Finds the chains of `grammar`; `alt_starts[alt_ranges[r]]` are the flattened start
     /// positions of rule `r`'s alternatives, `symbol_count` the flattened length.
-    pub(crate) fn find(grammar: &Grammar, alt_starts: &[u32], alt_ranges: &[(u32, u32)], symbol_count: usize) -> Self {
+    pub(crate) fn find(
+        grammar: &Grammar,
+        alt_starts: &[u32],
+        alt_ranges: &[(u32, u32)],
+        symbol_count: usize,
+    ) -> Self {
         let nullable = nullable_rules(grammar);
         // A member: `"" | body next` (in either order) with a non-nullable body; returns the
         // index of the body alternative.
@@ -39,15 +44,16 @@ impl CounterChains {
             if alternatives.len() != 2 {
                 return None;
             }
-            let (empty, body) = match (alternatives[0].is_empty(), alternatives[1].is_empty()) {
-                (true, false) => (0, 1),
-                (false, true) => (1, 0),
+            let body = match (alternatives[0].is_empty(), alternatives[1].is_empty()) {
+                (true, false) => 1,
+                (false, true) => 0,
                 _ => return None,
             };
-            let _ = empty;
             let sequence = &alternatives[body];
             let (last, items) = sequence.split_last()?;
-            let Symbol::Rule(next) = last else { return None };
+            let Symbol::Rule(next) = last else {
+                return None;
+            };
             let consumes = items.iter().any(|symbol| match symbol {
                 Symbol::Bytes(set) => !set.is_empty(),
                 Symbol::Whitespace => false,
@@ -77,7 +83,9 @@ impl CounterChains {
             let mut path = vec![start];
             let mut at = start;
             loop {
-                let Some((_, next)) = member_shape(at) else { break };
+                let Some((_, next)) = member_shape(at) else {
+                    break;
+                };
                 let next = next as usize;
                 if next == at || path.contains(&next) || !same_body(at, next) {
                     break;
@@ -89,8 +97,11 @@ impl CounterChains {
                 at = next;
             }
             // `at` ends the walk: its successor is not a continuing member (or is ranked).
-            let (mut base_rank, base_lowest) = match member_shape(at).map(|(_, next)| next as usize) {
-                Some(next) if next != at && same_body(at, next) && rank[next] != 0 => (rank[next], lowest[next]),
+            let (mut base_rank, base_lowest) = match member_shape(at).map(|(_, next)| next as usize)
+            {
+                Some(next) if next != at && same_body(at, next) && rank[next] != 0 => {
+                    (rank[next], lowest[next])
+                }
                 _ => (0, at as u32),
             };
             for &member in path.iter().rev() {
@@ -106,7 +117,9 @@ impl CounterChains {
             if rank[rule] == 0 {
                 continue;
             }
-            let Some((body, _)) = member_shape(rule) else { continue };
+            let Some((body, _)) = member_shape(rule) else {
+                continue;
+            };
             let chain = *chain_ids.entry(lowest[rule]).or_insert_with(|| {
                 member_starts.push(Vec::new());
                 (member_starts.len() - 1) as u32
@@ -125,7 +138,10 @@ impl CounterChains {
                 }
             }
         }
-        CounterChains { position_member, member_starts }
+        CounterChains {
+            position_member,
+            member_starts,
+        }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -145,7 +161,9 @@ impl CounterChains {
         }
         let starts = &self.member_starts[chain as usize];
         match (starts.get(rank as usize), starts.get(cap as usize)) {
-            (Some(&own), Some(&target)) if own != NONE && target != NONE => target + (position - own),
+            (Some(&own), Some(&target)) if own != NONE && target != NONE => {
+                target + (position - own)
+            }
             _ => position,
         }
     }
@@ -153,27 +171,5 @@ impl CounterChains {
 
 /// Which rules can match the empty string.
 fn nullable_rules(grammar: &Grammar) -> Vec<bool> {
-    let mut nullable = vec![false; grammar.rules.len()];
-    loop {
-        let mut changed = false;
-        for (index, rule) in grammar.rules.iter().enumerate() {
-            if nullable[index] {
-                continue;
-            }
-            let empty = rule.alternatives.iter().any(|alternative| {
-                alternative.iter().all(|symbol| match symbol {
-                    Symbol::Bytes(_) => false,
-                    Symbol::Whitespace => true,
-                    Symbol::Rule(id) => nullable.get(id.index()).copied().unwrap_or(false),
-                })
-            });
-            if empty {
-                nullable[index] = true;
-                changed = true;
-            }
-        }
-        if !changed {
-            return nullable;
-        }
-    }
+    rules_satisfying(grammar, |symbol| matches!(symbol, Symbol::Whitespace))
 }

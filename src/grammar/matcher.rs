@@ -13,7 +13,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use super::automaton::{describe_expected, CompiledGrammar};
+use super::automaton::CompiledGrammar;
+use super::check::describe_expected;
 use super::cache::{CacheRegistry, SharedCaches, SkipSet, DEAD, FULL};
 use super::error::GrammarError;
 use super::ir::ByteSet;
@@ -161,21 +162,28 @@ impl Matcher {
             // token within the vocabulary's horizon (a count far from its bound, a whitespace
             // budget far from spent), so positions inside a long bounded string share one.
             let horizon = matcher.trie.horizon;
-            let normalized = matcher
-                .grammar
-                .normalize_for_horizon(caches.table.config(matcher.state), horizon);
-            let root = match &normalized {
-                Some(config) => {
-                    let mut live = [matcher.state];
-                    let epoch = caches.table.epoch();
-                    let root = caches.table.adopt(config, &mut live);
-                    if caches.table.epoch() != epoch {
-                        caches.masks.clear();
-                        matcher.state = live[0];
-                    }
-                    root
+            let (root, normalized) = match caches.table.known_mask_state(matcher.state) {
+                Some(root) => (root, root != matcher.state),
+                None => {
+                    let config = caches.table.config(matcher.state);
+                    let root = match matcher.grammar.normalize_for_horizon(config, horizon) {
+                        Some(config) => {
+                            let mut live = [matcher.state];
+                            let epoch = caches.table.epoch();
+                            let root = caches.table.adopt(&config, &mut live);
+                            if caches.table.epoch() != epoch {
+                                caches.masks.clear();
+                                matcher.state = live[0];
+                            }
+                            // A state that would not fit even in a cleared table: the
+                            // mask comes from the current state itself.
+                            if root == DEAD { matcher.state } else { root }
+                        }
+                        None => matcher.state,
+                    };
+                    caches.table.remember_mask_state(matcher.state, root);
+                    (root, root != matcher.state)
                 }
-                None => matcher.state,
             };
             let cached = caches.masks.get(root);
             let mask = match cached.and_then(|slot| caches.masks.mask(slot)) {
@@ -189,7 +197,7 @@ impl Matcher {
                     mask
                 }
             };
-            if normalized.is_none() || matcher.trie.long_tokens.is_empty() {
+            if !normalized || matcher.trie.long_tokens.is_empty() {
                 return mask;
             }
             // Tokens longer than the horizon may behave otherwise: each is checked itself.

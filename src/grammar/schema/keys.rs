@@ -108,7 +108,10 @@ impl KeyAutomaton {
             let is_name = node != OFF_TRIE && terminal[node as usize];
             let mut matched = 0u64;
             for (i, (pattern, &state)) in patterns.iter().zip(&dfa_states).enumerate() {
-                if pattern.dfa.is_match_state(pattern.dfa.next_eoi_state(state)) {
+                if pattern
+                    .dfa
+                    .is_match_state(pattern.dfa.next_eoi_state(state))
+                {
                     matched |= 1 << i;
                 }
             }
@@ -154,7 +157,10 @@ impl KeyAutomaton {
                     entry.1.insert(b);
                 }
             }
-            states.push(KeyState { ends: (!is_name).then_some(matched), transitions });
+            states.push(KeyState {
+                ends: (!is_name).then_some(matched),
+                transitions,
+            });
         }
         Ok(KeyAutomaton { states })
     }
@@ -175,10 +181,15 @@ impl KeyAutomaton {
         builder: &mut crate::grammar::ir::GrammarBuilder,
         value_for: &HashMap<u64, Option<RuleId>>,
     ) -> RuleId {
-        let ids: Vec<RuleId> = (0..self.states.len()).map(|_| builder.declare("key-state")).collect();
+        let ids: Vec<RuleId> = (0..self.states.len())
+            .map(|_| builder.declare("key-state"))
+            .collect();
         for (state, id) in self.states.iter().zip(&ids) {
             let mut alternatives = Vec::new();
-            if let Some(value) = state.ends.and_then(|set| value_for.get(&set).copied().flatten()) {
+            if let Some(value) = state
+                .ends
+                .and_then(|set| value_for.get(&set).copied().flatten())
+            {
                 alternatives.push(vec![
                     byte(b'"'),
                     Symbol::Whitespace,
@@ -201,6 +212,9 @@ impl KeyAutomaton {
             }
             builder.define(*id, alternatives);
         }
-        builder.add("pattern-key-pair", vec![vec![byte(b'"'), Symbol::Rule(ids[0])]])
+        builder.add(
+            "pattern-key-pair",
+            vec![vec![byte(b'"'), Symbol::Rule(ids[0])]],
+        )
     }
 }

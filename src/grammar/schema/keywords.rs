@@ -101,7 +101,7 @@ const ENFORCED_VALUES: &[&str] = &[
     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
 ];
 const IGNORED: &[(&str, &str)] = &[
-    ("format", "parsed, not enforced"),
+    ("format", "parsed, not enforced unless formats are enforced on request"),
     ("uniqueItems", "parsed, not enforced"),
     ("prefixItems", "parsed, not enforced; `items` applies after its positions"),
     ("contains", "parsed, not enforced"),

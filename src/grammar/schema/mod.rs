@@ -160,22 +160,15 @@ pub fn review_schema_with(schema: &Value, formats: FormatMode) -> SchemaReport {
 /// with no way out) and rules the root cannot reach. `None` when the root itself is dead.
 fn prune(grammar: Grammar) -> Option<Grammar> {
     let count = grammar.rules.len();
-    let mut productive = vec![false; count];
+    let productive = crate::grammar::ir::rules_satisfying(&grammar, |symbol| match symbol {
+        Symbol::Bytes(set) => !set.is_empty(),
+        _ => true,
+    });
     let symbol_ok = |symbol: &Symbol, productive: &[bool]| match symbol {
         Symbol::Bytes(set) => !set.is_empty(),
         Symbol::Rule(id) => productive.get(id.index()).copied().unwrap_or(false),
         Symbol::Whitespace => true,
     };
-    let mut changed = true;
-    while changed {
-        changed = false;
-        for (index, rule) in grammar.rules.iter().enumerate() {
-            if !productive[index] && rule.alternatives.iter().any(|alt| alt.iter().all(|s| symbol_ok(s, &productive))) {
-                productive[index] = true;
-                changed = true;
-            }
-        }
-    }
     if !productive.get(grammar.root.index()).copied().unwrap_or(false) {
         return None;
     }

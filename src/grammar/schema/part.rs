@@ -21,7 +21,11 @@ pub struct Part<'a> {
 
 impl<'a> Part<'a> {
     pub fn new(schema: &'a Value, location: impl Into<Rc<str>>) -> Self {
-        Part { schema, location: location.into(), consumed: 0 }
+        Part {
+            schema,
+            location: location.into(),
+            consumed: 0,
+        }
     }
 
     pub(crate) fn key(&self) -> String {
@@ -33,4 +37,3 @@ impl<'a> Part<'a> {
         Some(Part::new(schema, child_location(&self.location, keyword)))
     }
 }
-

@@ -3,7 +3,8 @@
 use serde_json::{json, Value};
 
 use super::{any_json, compile_schema, review_schema, Verdict};
-use crate::grammar::automaton::{check_input, CheckOutcome, CompiledGrammar};
+use crate::grammar::automaton::CompiledGrammar;
+use crate::grammar::check::{check_input, CheckOutcome};
 use crate::grammar::ir::Grammar;
 use crate::grammar::limits::Limits;
 
@@ -405,8 +406,8 @@ mod walks {
         let Some(document) = walk(&grammar, choices) else {
             return Ok(());
         };
-        let recheck = crate::grammar::automaton::check_input(&grammar, &document);
-        prop_assert_eq!(&recheck, &crate::grammar::automaton::CheckOutcome::Match, "{}: the walk and check_input disagree on {:?}", name, String::from_utf8_lossy(&document));
+        let recheck = crate::grammar::check::check_input(&grammar, &document);
+        prop_assert_eq!(&recheck, &crate::grammar::check::CheckOutcome::Match, "{}: the walk and check_input disagree on {:?}", name, String::from_utf8_lossy(&document));
         let text = String::from_utf8(document).map_err(|e| TestCaseError::fail(format!("{name}: not UTF-8: {e}")))?;
         let value: Value = match serde_json::from_str(&text) {
             Ok(value) => value,
