@@ -1,7 +1,7 @@
 //! MaskBench-format schemas through llamay's schema compiler, automaton and token masks, with
 //! llguidance on the same files and vocabulary in the same run.
 //!
-//! Usage: `cargo bench --bench maskbench -- [--limit N] [DIR...]`, each DIR a MaskBench
+//! Usage: `cargo bench --bench maskbench -- [--limit N] [--per-schema] [DIR...]`, each DIR a MaskBench
 //! directory (one `{"schema", "tests"}` file per schema, such as MaskBench's dev split, which
 //! the repository does not carry). With no DIR it says so and runs on the JSON-Schema-Test-
 //! Suite cases in `testdata/` (files holding lists of such cases). Vocabularies: `LLAMAY_VOCAB_JSON=a[,b]`, each a store
@@ -14,6 +14,12 @@
 //! mask at every token of every valid instance, for llamay and llguidance, with ratios.
 //! Instances are tokenized greedily (longest match over the vocabulary's bytes), not with
 //! the model's own tokenizer, so token boundaries approximate a real run's. One thread.
+//! `--per-schema` also prints, per schema and vocabulary, the slowest llamay and llguidance
+//! mask and the matcher's counters (states, clears, overflows), to find what makes a mask slow.
+//! `testdata/maskbench-shapes` holds one schema per shape that made single masks slow
+//! (bounded strings in a closed object of many optional properties, an anyOf of objects, a
+//! `$ref` cycle, open objects with extra keys, `patternProperties` keys): run it with
+//! `--per-schema` to see each one's slowest mask next to llguidance's.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -134,8 +140,11 @@ fn main() {
     let mut args = std::env::args().skip(1).peekable();
     let mut directories = Vec::new();
     let mut limit = usize::MAX;
+    let mut per_schema = false;
     while let Some(arg) = args.next() {
-        if arg == "--limit" {
+        if arg == "--per-schema" {
+            per_schema = true;
+        } else if arg == "--limit" {
             limit = args.next().and_then(|n| n.parse().ok()).unwrap_or(usize::MAX);
         } else if !arg.starts_with("--") {
             directories.push(PathBuf::from(arg));
@@ -176,6 +185,10 @@ fn main() {
             }
         };
         compile_times.push_since(started);
+        let compile_micros = started.elapsed().as_secs_f64() * 1e6;
+        if per_schema && compile_micros > 5_000.0 {
+            println!("  slow compile: {:>9.0} us {} ({} rules)", compile_micros, case.name, grammar.rule_names().len());
+        }
         let mut accepted = Vec::new();
         for (data, valid) in &case.tests {
             let text = data.to_string();
@@ -215,14 +228,22 @@ fn main() {
         match llamay::actors::model::load_vocabulary(&path) {
             Ok(vocabulary) => {
                 let (tokens, eog) = (vocabulary.pieces(), vocabulary.end_of_generation());
-                bench_vocab(&path, tokens, eog, &cases, &compiled, ours_compile);
+                bench_vocab(&path, tokens, eog, &cases, &compiled, ours_compile, per_schema);
             }
             Err(error) => eprintln!("{error}"),
         }
     }
 }
 
-fn bench_vocab(path: &str, tokens: &[Vec<u8>], eog: &[u32], cases: &[Case], compiled: &[Compiled], ours_compile: Option<[f64; 4]>) {
+fn bench_vocab(
+    path: &str,
+    tokens: &[Vec<u8>],
+    eog: &[u32],
+    cases: &[Case],
+    compiled: &[Compiled],
+    ours_compile: Option<[f64; 4]>,
+    per_schema: bool,
+) {
     println!("\nvocabulary {path}: {} tokens (instances tokenized greedily, longest match; each instance starts from a freshly compiled grammar)", tokens.len());
     let trie = Arc::new(TokenTrie::new(tokens, eog));
     let info = TokRxInfo::new(tokens.len() as u32, eog.first().copied().unwrap_or(0));
@@ -242,6 +263,8 @@ fn bench_vocab(path: &str, tokens: &[Vec<u8>], eog: &[u32], cases: &[Case], comp
     let mut slowest: Vec<(f64, &str)> = Vec::new();
     for entry in compiled {
         let case = &cases[entry.case];
+        let (ours_before, theirs_before) = (ours_masks.0.len(), llg_masks.0.len());
+        let mut counters = String::new();
         for (instance_index, text) in entry.accepted.iter().enumerate() {
             let token_ids = env.tok_trie().greedy_tokenize(text.as_bytes());
             // A fresh grammar per instance: matchers of one compiled grammar share their
@@ -251,11 +274,22 @@ fn bench_vocab(path: &str, tokens: &[Vec<u8>], eog: &[u32], cases: &[Case], comp
                 .and_then(|ir| CompiledGrammar::new(ir, &Limits::default()).ok())
                 .map_or_else(|| entry.grammar.clone(), Arc::new);
             let mut matcher = Matcher::new(fresh, trie.clone());
+            let mut written = Vec::new();
             for &token in &token_ids {
+                let (states_before, clears_before) = (matcher.stats().states, matcher.stats().table_clears);
                 let started = Instant::now();
                 let allowed = matcher.compute_mask().is_set(token);
                 ours_masks.push_since(started);
                 let micros = started.elapsed().as_secs_f64() * 1e6;
+                if per_schema && micros > 5_000.0 {
+                    let tail = String::from_utf8_lossy(&written[written.len().saturating_sub(40)..]).into_owned();
+                    println!(
+                        "    slow mask {micros:>9.0} us: {} new states, {} clears, after ...{tail:?}",
+                        matcher.stats().states as i64 - states_before as i64,
+                        matcher.stats().table_clears - clears_before
+                    );
+                }
+                written.extend_from_slice(trie.token_bytes(token).unwrap_or_default());
                 if micros > 10_000.0 {
                     match slowest.iter_mut().find(|(_, name)| *name == case.name) {
                         Some(worst) => worst.0 = worst.0.max(micros),
@@ -267,6 +301,11 @@ fn bench_vocab(path: &str, tokens: &[Vec<u8>], eog: &[u32], cases: &[Case], comp
                     break;
                 }
             }
+            let stats = matcher.stats();
+            counters = format!(
+                "states peak {} · {} masks computed · {} clears · {} overflows",
+                stats.states_peak, stats.masks_computed, stats.table_clears, stats.overflows
+            );
             let started = Instant::now();
             let parser = factory.create_parser(TopLevelGrammar::from_json_schema(case.schema.clone()));
             let mut llg = llguidance::Matcher::new(parser);
@@ -293,6 +332,15 @@ fn bench_vocab(path: &str, tokens: &[Vec<u8>], eog: &[u32], cases: &[Case], comp
                     break;
                 }
             }
+        }
+        if per_schema {
+            let worst = |times: &[f64]| times.iter().copied().fold(0.0f64, f64::max);
+            println!(
+                "  schema {:<48} max llamay {:>9.0} us, llguidance {:>9.0} us · {counters}",
+                case.name,
+                worst(&ours_masks.0[ours_before..]),
+                worst(&llg_masks.0[theirs_before..])
+            );
         }
     }
     println!("  llamay: {not_in_mask} instances stopped on a token outside the mask (must be 0)");

@@ -192,3 +192,18 @@ fn import_then_list_shows_the_model() {
     assert!(table.starts_with("NAME"), "{table}");
     assert!(table.contains("tiny:test") && table.contains("b179c9523d0e") && table.contains("98 MB"), "{table}");
 }
+
+#[test]
+fn schema_check_enforces_pattern_properties() {
+    let schema = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/schemas/pattern-properties.json");
+    let valid = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/schemas/pattern-properties.valid.json");
+    let invalid = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/schemas/pattern-properties.invalid.json");
+    let accepted = run(&["schema", "check", schema, valid]);
+    assert!(accepted.status.success(), "{}{}", stdout(&accepted), stderr(&accepted));
+    let report = stdout(&accepted);
+    assert!(report.contains("patternProperties") && report.contains("matches"), "{report}");
+    assert!(!report.contains("refused"), "{report}");
+    let rejected = run(&["schema", "check", schema, invalid]);
+    assert_eq!(rejected.status.code(), Some(1), "{}", stdout(&rejected));
+    assert!(stdout(&rejected).contains("does not match at byte"), "{}", stdout(&rejected));
+}

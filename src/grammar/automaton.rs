@@ -22,11 +22,13 @@
 //! caches steps in its transition table.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::OnceLock;
+use std::any::Any;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use super::cache::CacheRegistry;
+use super::counters::CounterChains;
+use super::toktrie::TokenTrie;
 use super::error::{GrammarError, Location};
-use super::ir::{ByteSet, Grammar, Symbol};
+use super::ir::{rules_satisfying, ByteSet, Grammar, Symbol};
 use super::limits::Limits;
 
 /// The bytes `Symbol::Whitespace` consumes.
@@ -75,8 +77,45 @@ pub struct CompiledGrammar {
     /// Canonical encoding of the configuration before any byte.
     initial: Vec<u32>,
     limits: Limits,
-    /// Transition tables and masks shared by the matchers of this grammar, per vocabulary.
-    caches: CacheRegistry,
+    /// Bounded repetitions, for [`CompiledGrammar::normalize_for_horizon`].
+    counters: CounterChains,
+    /// Per vocabulary, what the matchers of this grammar share on it (their transition table
+    /// and masks); opaque here so that the automaton does not depend on the caches built on it.
+    attachments: VocabularyAttachments,
+}
+
+/// A value per vocabulary, kept by a grammar for whoever runs it on that vocabulary (the
+/// matchers' shared caches). The vocabulary is held weakly: an entry whose vocabulary is gone is
+/// dropped at the next lookup. Values are opaque (`Any`), so this module knows nothing of them.
+#[derive(Default)]
+pub(crate) struct VocabularyAttachments(Mutex<Vec<(Weak<TokenTrie>, Arc<dyn Any + Send + Sync>)>>);
+
+impl std::fmt::Debug for VocabularyAttachments {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("VocabularyAttachments")
+    }
+}
+
+impl VocabularyAttachments {
+    /// The value attached for `trie`, made by `create` on first use.
+    pub(crate) fn get_or_attach(
+        &self,
+        trie: &Arc<TokenTrie>,
+        create: impl FnOnce() -> Arc<dyn Any + Send + Sync>,
+    ) -> Arc<dyn Any + Send + Sync> {
+        let mut entries = match self.0.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        entries.retain(|(vocabulary, _)| vocabulary.strong_count() > 0);
+        let wanted = Arc::downgrade(trie);
+        if let Some((_, value)) = entries.iter().find(|(v, _)| v.ptr_eq(&wanted)) {
+            return value.clone();
+        }
+        let value = create();
+        entries.push((wanted, value.clone()));
+        value
+    }
 }
 
 /// Why a byte step could not be computed (the input itself is not at fault).
@@ -176,6 +215,7 @@ impl CompiledGrammar {
             });
         }
         let (byte_class, class_representatives) = byte_classes(&symbols);
+        let counters = CounterChains::find(&grammar, &alt_starts, &alt_ranges, symbols.len());
         let mut compiled = CompiledGrammar {
             expansions: (0..symbols.len()).map(|_| OnceLock::new()).collect(),
             symbols,
@@ -187,7 +227,8 @@ impl CompiledGrammar {
             class_representatives,
             initial: Vec::new(),
             limits: limits.clone(),
-            caches: CacheRegistry::default(),
+            counters,
+            attachments: VocabularyAttachments::default(),
         };
         let mut stacks = StackSet::default();
         let root_call = [u32::MAX];
@@ -203,8 +244,8 @@ impl CompiledGrammar {
         Ok(compiled)
     }
 
-    pub(crate) fn cache_registry(&self) -> &CacheRegistry {
-        &self.caches
+    pub(crate) fn attachments(&self) -> &VocabularyAttachments {
+        &self.attachments
     }
 
     pub fn limits(&self) -> &Limits {
@@ -453,6 +494,31 @@ impl CompiledGrammar {
         computed.as_ref().as_ref().map_err(|overflow| *overflow)
     }
 
+    /// A configuration that keeps exactly the same bytes alive as `config` for any text of at
+    /// most `horizon` bytes, and that many configurations share: each frame inside a bounded
+    /// repetition with more than `horizon + 1` items left is moved to the member with
+    /// `horizon + 1` left, and whitespace used is raised so that at most `horizon + 1` bytes of
+    /// the budget are left. `None` when that is `config` itself. A mask from this
+    /// configuration is exact for every token of at most `horizon` bytes.
+    pub(crate) fn normalize_for_horizon(&self, config: &[u32], horizon: u32) -> Option<Vec<u32>> {
+        let floor = self.whitespace_budget.saturating_sub(horizon.saturating_add(1));
+        if self.counters.is_empty() && floor == 0 {
+            return None;
+        }
+        let mut changed = false;
+        let mut stacks = StackSet::default();
+        for (ws_used, frames) in decode(config) {
+            let mapped: Vec<u32> = frames
+                .iter()
+                .map(|&position| self.counters.map_position(position, horizon))
+                .collect();
+            let ws = ws_used.max(floor);
+            changed |= ws != ws_used || mapped[..] != frames[..];
+            stacks.insert(ws, mapped);
+        }
+        changed.then(|| stacks.into_encoded())
+    }
+
     /// The bytes some stack of `config` can read next.
     pub(crate) fn allowed_bytes(&self, config: &[u32]) -> ByteSet {
         let mut allowed = ByteSet::EMPTY;
@@ -597,36 +663,19 @@ fn byte_classes(symbols: &[FlatSymbol]) -> ([u8; 256], Vec<u8>) {
 /// expand forever. Returns the rules on the cycle, or `None`.
 pub(crate) fn find_left_recursion(grammar: &Grammar) -> Option<Vec<usize>> {
     let rule_count = grammar.rules.len();
-    let mut nullable = vec![false; rule_count];
+    let nullable = rules_satisfying(grammar, |symbol| matches!(symbol, Symbol::Whitespace));
     let symbol_nullable = |symbol: &Symbol, nullable: &[bool]| match symbol {
         Symbol::Bytes(_) => false,
         Symbol::Whitespace => true,
         Symbol::Rule(id) => nullable.get(id.index()).copied().unwrap_or(false),
     };
-    loop {
-        let mut changed = false;
-        for (index, rule) in grammar.rules.iter().enumerate() {
-            if !nullable[index]
-                && rule
-                    .alternatives
-                    .iter()
-                    .any(|alt| alt.iter().all(|s| symbol_nullable(s, &nullable)))
-            {
-                nullable[index] = true;
-                changed = true;
-            }
-        }
-        if !changed {
-            break;
-        }
-    }
     // Edges: rule -> rules it can call before reading any byte.
     let mut edges: Vec<Vec<usize>> = vec![Vec::new(); rule_count];
     for (index, rule) in grammar.rules.iter().enumerate() {
         for alternative in &rule.alternatives {
             for symbol in alternative {
                 if let Symbol::Rule(id) = symbol {
-                    if id.index() < rule_count && !edges[index].contains(&id.index()) {
+                    if id.index() < rule_count {
                         edges[index].push(id.index());
                     }
                 }
@@ -635,6 +684,8 @@ pub(crate) fn find_left_recursion(grammar: &Grammar) -> Option<Vec<usize>> {
                 }
             }
         }
+        edges[index].sort_unstable();
+        edges[index].dedup();
     }
     // Iterative depth-first search with colours; a grey successor closes a cycle.
     const WHITE: u8 = 0;
@@ -668,135 +719,6 @@ pub(crate) fn find_left_recursion(grammar: &Grammar) -> Option<Vec<usize>> {
         }
     }
     None
-}
-
-/// The result of matching a whole input against a grammar.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CheckOutcome {
-    /// The input is a complete sentence of the grammar.
-    Match,
-    /// The input is a valid prefix, but the grammar needs more.
-    Incomplete { expected: String },
-    /// The automaton died at byte `offset` (line and column are 1-based, columns in bytes).
-    Mismatch {
-        offset: usize,
-        line: usize,
-        column: usize,
-        expected: String,
-    },
-}
-
-/// Matches `input` against the whole grammar, saying where and why it fails.
-pub fn check_input(grammar: &CompiledGrammar, input: &[u8]) -> CheckOutcome {
-    let mut config = grammar.initial_config().to_vec();
-    let (mut line, mut column) = (1usize, 1usize);
-    for (offset, &byte) in input.iter().enumerate() {
-        let next = match grammar.step(&config, byte) {
-            Ok(next) => next,
-            Err(overflow) => {
-                return CheckOutcome::Mismatch {
-                    offset,
-                    line,
-                    column,
-                    expected: format!("(cannot continue: {})", overflow.describe(grammar.limits())),
-                }
-            }
-        };
-        if next.is_empty() {
-            return CheckOutcome::Mismatch {
-                offset,
-                line,
-                column,
-                expected: describe_expected(grammar, &config),
-            };
-        }
-        config = next;
-        if byte == b'\n' {
-            line += 1;
-            column = 1;
-        } else {
-            column += 1;
-        }
-    }
-    if config_is_accepting(&config) {
-        CheckOutcome::Match
-    } else {
-        CheckOutcome::Incomplete {
-            expected: describe_expected(grammar, &config),
-        }
-    }
-}
-
-/// A human description of what `config` accepts next, e.g. `one of "," "]"` or `[0-9]`.
-pub(crate) fn describe_expected(grammar: &CompiledGrammar, config: &[u32]) -> String {
-    let allowed = grammar.allowed_bytes(config);
-    let accepting = config_is_accepting(config);
-    let mut text = describe_byte_set(&allowed);
-    if accepting {
-        if allowed.is_empty() {
-            text = "the end of the input".to_string();
-        } else {
-            text.push_str(" or the end of the input");
-        }
-    }
-    text
-}
-
-/// Renders a byte set for people: `"e"`, `[0-9]`, `one of "," "]"`, `one of "-" [0-9]`, or a
-/// bracketed class when there are many ranges.
-pub(crate) fn describe_byte_set(set: &ByteSet) -> String {
-    if set.is_empty() {
-        return "nothing (the grammar cannot continue here)".to_string();
-    }
-    if set.len() == 256 {
-        return "any byte".to_string();
-    }
-    let mut ranges: Vec<(u8, u8)> = Vec::new();
-    for byte in set.iter() {
-        match ranges.last_mut() {
-            Some((_, high)) if *high as u16 + 1 == byte as u16 => *high = byte,
-            _ => ranges.push((byte, byte)),
-        }
-    }
-    let in_class = |byte: u8| -> String {
-        match byte {
-            b'-' | b']' | b'[' | b'\\' | b'^' => format!("\\{}", byte as char),
-            0x21..=0x7e => (byte as char).to_string(),
-            _ => byte.escape_ascii().to_string(),
-        }
-    };
-    let quoted = |byte: u8| -> String {
-        match byte {
-            b'"' => "'\"'".to_string(),
-            0x20..=0x7e => format!("\"{}\"", byte as char),
-            _ => format!("\"{}\"", byte.escape_ascii()),
-        }
-    };
-    let item = |(low, high): (u8, u8)| -> String {
-        if low == high {
-            quoted(low)
-        } else {
-            format!("[{}-{}]", in_class(low), in_class(high))
-        }
-    };
-    if let [only] = ranges[..] {
-        return item(only);
-    }
-    if ranges.len() <= 12 {
-        let items: Vec<String> = ranges.into_iter().map(item).collect();
-        return format!("one of {}", items.join(" "));
-    }
-    let body: String = ranges
-        .into_iter()
-        .map(|(low, high)| {
-            if low == high {
-                in_class(low)
-            } else {
-                format!("{}-{}", in_class(low), in_class(high))
-            }
-        })
-        .collect();
-    format!("[{body}]")
 }
 
 #[cfg(test)]

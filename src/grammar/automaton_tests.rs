@@ -2,6 +2,7 @@
 //! ambiguity and the wording of what was expected.
 
 use super::*;
+use crate::grammar::check::{check_input, describe_byte_set, CheckOutcome};
 use crate::grammar::ir::{literal_symbols, GrammarBuilder};
 
 fn compile(grammar: Grammar) -> CompiledGrammar {

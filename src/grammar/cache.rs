@@ -14,6 +14,7 @@
 //! were state ids. Cost: a state costs its encoded configuration twice (vector and index)
 //! plus 4 bytes per byte class; a mask costs vocabulary/8 bytes.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -105,6 +106,9 @@ pub(crate) struct StateTable {
     can_continue: Vec<bool>,
     /// Per state, once computed: its skip set (see [`StateTable::skip_set`]).
     skip_sets: Vec<Option<SkipSet>>,
+    /// Per state, once asked for: the state masks are computed from (see
+    /// `CompiledGrammar::normalize_for_horizon`); [`UNKNOWN`] until then.
+    mask_states: Vec<u32>,
     /// Reused by every byte step this table computes.
     step_buffer: StepStacks,
     /// The grammar, held strongly only while a matcher operates on the table (see
@@ -140,6 +144,7 @@ impl StateTable {
             accepting: Vec::new(),
             can_continue: Vec::new(),
             skip_sets: Vec::new(),
+            mask_states: Vec::new(),
             step_buffer: StepStacks::default(),
             lent: None,
             capacity,
@@ -302,6 +307,17 @@ impl StateTable {
             self.remember_skip_set(chain_state, after);
         }
         Some(after)
+    }
+
+    /// The state masks of `state` are computed from, if worked out since the last clear.
+    pub(crate) fn known_mask_state(&self, state: u32) -> Option<u32> {
+        self.mask_states.get(state as usize).copied().filter(|s| *s != UNKNOWN)
+    }
+
+    pub(crate) fn remember_mask_state(&mut self, state: u32, mask_state: u32) {
+        if let Some(slot) = self.mask_states.get_mut(state as usize) {
+            *slot = mask_state;
+        }
     }
 
     fn remember_skip_set(&mut self, state: u32, set: SkipSet) {
@@ -492,6 +508,7 @@ impl StateTable {
         self.accepting.push(config_is_accepting(&config));
         self.can_continue.push(config_can_continue(&config));
         self.skip_sets.push(None);
+        self.mask_states.push(UNKNOWN);
         self.transitions
             .extend(std::iter::repeat_n(UNKNOWN, self.classes));
         if !config.is_empty() {
@@ -510,6 +527,7 @@ impl StateTable {
         self.accepting.clear();
         self.can_continue.clear();
         self.skip_sets.clear();
+        self.mask_states.clear();
         self.words = 0;
         self.clears += 1;
         self.push_state(Box::new([]));
@@ -607,20 +625,10 @@ impl SharedCaches {
     }
 }
 
-/// Per grammar, the [`SharedCaches`] of each vocabulary it is used with. Held by the grammar
-/// (the tables point back to it weakly), so they live as long as the compiled grammar does;
-/// an entry whose vocabulary is gone is dropped at the next lookup.
-#[derive(Default)]
-pub(crate) struct CacheRegistry(Mutex<Vec<RegistryEntry>>);
-
-/// A vocabulary (weakly: the model may go) and the caches for it.
-type RegistryEntry = (Weak<TokenTrie>, Arc<Mutex<SharedCaches>>);
-
-impl std::fmt::Debug for CacheRegistry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("CacheRegistry")
-    }
-}
+/// Finds the [`SharedCaches`] of a (grammar, vocabulary) pair, kept among the grammar's
+/// per-vocabulary attachments so they live as long as the compiled grammar does (the tables
+/// point back to it weakly).
+pub(crate) struct CacheRegistry;
 
 impl CacheRegistry {
     /// The caches of `grammar` with `trie`, created on first use.
@@ -628,21 +636,20 @@ impl CacheRegistry {
         grammar: &Arc<CompiledGrammar>,
         trie: &Arc<TokenTrie>,
     ) -> Arc<Mutex<SharedCaches>> {
-        let mut entries = match grammar.cache_registry().0.lock() {
-            Ok(guard) => guard,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        entries.retain(|(vocabulary, _)| vocabulary.strong_count() > 0);
-        let wanted = Arc::downgrade(trie);
-        if let Some((_, caches)) = entries.iter().find(|(v, _)| v.ptr_eq(&wanted)) {
-            return caches.clone();
-        }
         // Room for the dead state, a matcher's current one, one per trie depth, and the next.
-        let caches = Arc::new(Mutex::new(SharedCaches {
-            table: StateTable::new(grammar, trie.max_depth() + 4),
-            masks: MaskCache::new(grammar.limits().mask_cache),
-        }));
-        entries.push((wanted, caches.clone()));
-        caches
+        let create = || {
+            Arc::new(Mutex::new(SharedCaches {
+                table: StateTable::new(grammar, trie.max_depth() + 4),
+                masks: MaskCache::new(grammar.limits().mask_cache),
+            }))
+        };
+        let attached = grammar
+            .attachments()
+            .get_or_attach(trie, || create() as Arc<dyn Any + Send + Sync>);
+        // Only this module attaches values, all of this type; were another one there, this
+        // matcher would run on caches of its own.
+        attached
+            .downcast::<Mutex<SharedCaches>>()
+            .unwrap_or_else(|_| create())
     }
 }

@@ -1,7 +1,7 @@
 //! Tests of the GBNF front end: the sample corpus, the dialect, and every refusal.
 
 use super::*;
-use crate::grammar::automaton::{check_input, CheckOutcome};
+use crate::grammar::check::{check_input, CheckOutcome};
 
 const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/gbnf");
 

@@ -237,3 +237,51 @@ fn push_scalar_range(out: &mut Vec<(char, char)>, lo: u32, hi: u32) {
         }
     }
 }
+
+/// The rules with an alternative whose every symbol is a rule so marked or a terminal
+/// `terminal_holds` accepts, as a least fixpoint: with `Whitespace` holding and `Bytes` not,
+/// the rules that match the empty string; with non-empty `Bytes` holding too, the rules that
+/// match something. A worklist over rule uses, so linear in the grammar's size (a pass per
+/// level of nesting would be quadratic on long chains of rules).
+pub fn rules_satisfying(grammar: &Grammar, terminal_holds: impl Fn(&Symbol) -> bool) -> Vec<bool> {
+    let rule_count = grammar.rules.len();
+    let mut marked = vec![false; rule_count];
+    // Per alternative: (its rule, rule symbols not yet marked); alternatives with a failing
+    // terminal never count down.
+    let mut waiting: Vec<(usize, usize)> = Vec::new();
+    let mut uses: Vec<Vec<usize>> = vec![Vec::new(); rule_count];
+    let mut queue: Vec<usize> = Vec::new();
+    for (index, rule) in grammar.rules.iter().enumerate() {
+        for alternative in &rule.alternatives {
+            if alternative.iter().any(|s| !matches!(s, Symbol::Rule(_)) && !terminal_holds(s)) {
+                continue;
+            }
+            let slot = waiting.len();
+            let mut pending = 0;
+            for symbol in alternative {
+                if let Symbol::Rule(id) = symbol {
+                    if let Some(list) = uses.get_mut(id.index()) {
+                        list.push(slot);
+                        pending += 1;
+                    }
+                }
+            }
+            waiting.push((index, pending));
+            if pending == 0 && !marked[index] {
+                marked[index] = true;
+                queue.push(index);
+            }
+        }
+    }
+    while let Some(rule) = queue.pop() {
+        for &slot in &uses[rule] {
+            let (owner, pending) = &mut waiting[slot];
+            *pending -= 1;
+            if *pending == 0 && !marked[*owner] {
+                marked[*owner] = true;
+                queue.push(*owner);
+            }
+        }
+    }
+    marked
+}

@@ -30,6 +30,13 @@ impl TokenMask {
         }
     }
 
+    #[inline]
+    pub fn unset(&mut self, token: u32) {
+        if let Some(word) = self.words.get_mut(token as usize / 64) {
+            *word &= !(1u64 << (token % 64));
+        }
+    }
+
     /// Sets every token of `tokens` (one pass over a local slice: the walk's hottest loop).
     #[inline]
     pub fn set_all(&mut self, tokens: &[u32]) {

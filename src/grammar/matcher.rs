@@ -13,7 +13,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use super::automaton::{describe_expected, CompiledGrammar};
+use super::automaton::CompiledGrammar;
+use super::check::describe_expected;
 use super::cache::{CacheRegistry, SharedCaches, SkipSet, DEAD, FULL};
 use super::error::GrammarError;
 use super::ir::ByteSet;
@@ -157,17 +158,59 @@ impl Matcher {
     pub fn compute_mask(&mut self) -> &TokenMask {
         let started = Instant::now();
         let mask = self.with_caches(|matcher, caches| {
-            let cached = caches.masks.get(matcher.state);
-            match cached.and_then(|slot| caches.masks.mask(slot)) {
+            // Masks are computed and cached for the state that behaves like this one for any
+            // token within the vocabulary's horizon (a count far from its bound, a whitespace
+            // budget far from spent), so positions inside a long bounded string share one.
+            let horizon = matcher.trie.horizon;
+            let (root, normalized) = match caches.table.known_mask_state(matcher.state) {
+                Some(root) => (root, root != matcher.state),
+                None => {
+                    let config = caches.table.config(matcher.state);
+                    let root = match matcher.grammar.normalize_for_horizon(config, horizon) {
+                        Some(config) => {
+                            let mut live = [matcher.state];
+                            let epoch = caches.table.epoch();
+                            let root = caches.table.adopt(&config, &mut live);
+                            if caches.table.epoch() != epoch {
+                                caches.masks.clear();
+                                matcher.state = live[0];
+                            }
+                            // A state that would not fit even in a cleared table: the
+                            // mask comes from the current state itself.
+                            if root == DEAD { matcher.state } else { root }
+                        }
+                        None => matcher.state,
+                    };
+                    caches.table.remember_mask_state(matcher.state, root);
+                    (root, root != matcher.state)
+                }
+            };
+            let cached = caches.masks.get(root);
+            let mask = match cached.and_then(|slot| caches.masks.mask(slot)) {
                 Some(mask) => mask.clone(),
                 None => {
                     matcher.computed_this_step = true;
                     matcher.stats.masks_computed += 1;
-                    let mask = Arc::new(matcher.walk_trie(caches));
-                    caches.masks.insert(matcher.state, mask.clone());
+                    let (mask, root) = matcher.walk_trie(caches, root);
+                    let mask = Arc::new(mask);
+                    caches.masks.insert(root, mask.clone());
                     mask
                 }
+            };
+            if !normalized || matcher.trie.long_tokens.is_empty() {
+                return mask;
             }
+            // Tokens longer than the horizon may behave otherwise: each is checked itself.
+            let mut exact = (*mask).clone();
+            let trie = matcher.trie.clone();
+            for &token in &trie.long_tokens {
+                if matcher.state_after(caches, token).is_some() {
+                    exact.set(token);
+                } else {
+                    exact.unset(token);
+                }
+            }
+            Arc::new(exact)
         });
         self.add_time(started);
         self.last_mask.insert(mask)
@@ -284,7 +327,9 @@ impl Matcher {
     /// leads into such a loop), a subtree of valid UTF-8 tokens made only of their bytes is
     /// allowed whole without being walked; inside a character the set of the state where the
     /// character began still applies while the character's bytes belong to it.
-    fn walk_trie(&mut self, caches: &mut SharedCaches) -> TokenMask {
+    /// The walk starts from `root` (the current state, or one equivalent to it for the
+    /// tokens walked); returns the mask and `root`'s id after any table clear on the way.
+    fn walk_trie(&mut self, caches: &mut SharedCaches, root: u32) -> (TokenMask, u32) {
         let trie = self.trie.clone();
         let nodes = &trie.nodes[..];
         let subtree_bytes = &trie.subtree_bytes[..];
@@ -310,12 +355,12 @@ impl Matcher {
         depth_alive[0] = 0;
         let mut alive_total = 0usize;
         let skip_set_min_nodes = (nodes.len() / 16).clamp(64, SKIP_SET_MIN_NODES);
-        depth_states[0] = self.state;
+        depth_states[0] = root;
         depth_pending[0] = self.pending_continuations;
         depth_skips[0] = match self.pending_continuations {
             0 => caches
                 .table
-                .known_skip_set(self.state)
+                .known_skip_set(root)
                 .copied()
                 .unwrap_or(NO_SKIP),
             _ => NO_SKIP,
@@ -357,8 +402,7 @@ impl Matcher {
             }
             if next == FULL {
                 // Keep the states of the path being walked; the current state stays first.
-                self.clear_tables(caches, &mut depth_states[1..depth]);
-                depth_states[0] = self.state;
+                self.clear_tables(caches, &mut depth_states[0..depth]);
                 continue;
             }
             let parent_pending = depth_pending[depth - 1];
@@ -434,13 +478,14 @@ impl Matcher {
                 mask.set(token);
             }
         }
+        let root = depth_states[0];
         self.depth_states = depth_states;
         self.depth_skips = depth_skips;
         self.depth_pending = depth_pending;
         self.depth_ends = depth_ends;
         self.depth_alive = depth_alive;
         self.depth_within = depth_within;
-        mask
+        (mask, root)
     }
 
     fn add_time(&mut self, started: Instant) {

@@ -9,6 +9,8 @@
 
 pub mod automaton;
 pub(crate) mod cache;
+pub mod check;
+pub(crate) mod counters;
 pub mod error;
 pub mod gbnf;
 pub mod ir;
@@ -22,7 +24,8 @@ pub mod toktrie;
 #[cfg(test)]
 mod reference_tests;
 
-pub use automaton::{check_input, CheckOutcome, CompiledGrammar};
+pub use automaton::CompiledGrammar;
+pub use check::{check_input, CheckOutcome};
 pub use error::{GrammarError, Location};
 pub use gbnf::{compile_gbnf, parse_gbnf};
 pub use limits::Limits;

@@ -5,7 +5,8 @@ use std::collections::{BTreeSet, HashMap};
 
 use proptest::prelude::*;
 
-use super::automaton::{check_input, CheckOutcome, CompiledGrammar};
+use super::automaton::CompiledGrammar;
+use super::check::{check_input, CheckOutcome};
 use super::ir::{ByteSet, Grammar, Rule, RuleId, Symbol};
 use super::limits::Limits;
 

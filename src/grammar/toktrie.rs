@@ -66,9 +66,19 @@ pub struct TokenTrie {
     byte_offsets: Vec<u32>,
     bytes: Vec<u8>,
     max_depth: usize,
+    /// Bytes within which all but the [`LONG_TOKENS_MAX`] longest tokens fit: a mask may be
+    /// computed from a state that behaves like the real one for this many bytes (see
+    /// `CompiledGrammar::normalize_for_horizon`), the longer tokens then checked one by one.
+    pub(crate) horizon: u32,
+    /// The tokens longer than `horizon` bytes.
+    pub(crate) long_tokens: Vec<u32>,
     /// Per byte set, once asked for: see [`TokenTrie::tokens_within`].
     within: WithinMasks,
 }
+
+/// Most tokens left beyond a vocabulary's horizon (each checked on its own when a mask is
+/// computed from a normalized state: a walk of its bytes).
+pub(crate) const LONG_TOKENS_MAX: usize = 64;
 
 /// Bounded: cleared whole past this many byte sets.
 const WITHIN_MASKS_MAX: usize = 64;
@@ -216,7 +226,19 @@ impl TokenTrie {
             .iter()
             .filter(|t| t.iter().any(|b| *b >= 0x80))
             .count();
+        let mut by_length: Vec<u32> = order.clone();
+        by_length.sort_by_key(|id| std::cmp::Reverse(token_bytes[*id as usize].len()));
+        let horizon = by_length
+            .get(LONG_TOKENS_MAX.min(by_length.len().saturating_sub(1)))
+            .map_or(0, |id| token_bytes[*id as usize].len() as u32);
+        let long_tokens: Vec<u32> = by_length
+            .iter()
+            .take_while(|id| token_bytes[**id as usize].len() as u32 > horizon)
+            .copied()
+            .collect();
         TokenTrie {
+            horizon,
+            long_tokens,
             byte_weights,
             many_non_ascii: non_ascii * 20 >= vocab_size,
             nodes,

@@ -7,7 +7,8 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
 use super::*;
-use crate::grammar::automaton::{check_input, config_is_accepting, CheckOutcome, CompiledGrammar};
+use crate::grammar::automaton::{config_is_accepting, CompiledGrammar};
+use crate::grammar::check::{check_input, CheckOutcome};
 use crate::grammar::limits::Limits;
 use crate::tools::parse_calls;
 

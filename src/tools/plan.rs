@@ -124,7 +124,8 @@ mod tests {
 
     #[test]
     fn forced_choices_describe_hermes_and_carry_a_grammar() {
-        use crate::grammar::automaton::{check_input, CheckOutcome, CompiledGrammar};
+        use crate::grammar::automaton::CompiledGrammar;
+        use crate::grammar::check::{check_input, CheckOutcome};
         use crate::grammar::limits::Limits;
 
         let status =

@@ -16,9 +16,12 @@ use std::rc::Rc;
 
 use serde_json::Value;
 
+use super::formats::{format_pattern, FormatMode};
+use super::keys::{KeyAutomaton, KeyPattern};
 use super::json::{byte, canonical_char_alternatives, canonical_json_string, RuleSink};
 use super::keywords::{child_location, display_location, resolve_reference};
 use super::merge::{Additional, Merged, ObjectPart, TypeSet};
+pub use super::part::Part;
 use super::numbers::{number_rule, NumberSpec};
 use super::regex::{pattern_rule, LengthBounds};
 use super::SchemaError;
@@ -35,30 +38,6 @@ pub const MAX_EXPANDED_COUNT: u64 = 4096;
 pub const MAX_SCHEMA_RULES: usize = 100_000;
 /// `$ref`s followed while expanding one position (guards against reference chains).
 const MAX_REFERENCES_PER_POSITION: usize = 256;
-
-/// One subschema that must hold, with where it is.
-#[derive(Clone, Debug)]
-pub struct Part<'a> {
-    pub schema: &'a Value,
-    pub location: Rc<str>,
-    /// Bit 1: its `anyOf` was already split; bit 2: its `oneOf`.
-    pub consumed: u8,
-}
-
-impl<'a> Part<'a> {
-    pub fn new(schema: &'a Value, location: impl Into<Rc<str>>) -> Self {
-        Part { schema, location: location.into(), consumed: 0 }
-    }
-
-    fn key(&self) -> String {
-        format!("{}#{}", self.location, self.consumed)
-    }
-
-    pub fn child(&self, keyword: &str) -> Option<Part<'a>> {
-        let schema = self.schema.as_object()?.get(keyword)?;
-        Some(Part::new(schema, child_location(&self.location, keyword)))
-    }
-}
 
 /// Keywords that neither constrain nor need merging: a part made only of these (a bare
 /// `$ref`, an `allOf` holder) is left out of the conjunction's identity.
@@ -79,13 +58,15 @@ pub(crate) struct Expansion<'a> {
 
 pub(crate) struct Compiler<'a> {
     pub root: &'a Value,
+    /// Whether `format` constrains strings.
+    pub formats: FormatMode,
     pub sink: RuleSink,
     memo: HashMap<Vec<String>, Option<RuleId>>,
 }
 
 impl<'a> Compiler<'a> {
     pub fn new(root: &'a Value) -> Self {
-        Compiler { root, sink: RuleSink::new(), memo: HashMap::new() }
+        Compiler { root, formats: FormatMode::Ignore, sink: RuleSink::new(), memo: HashMap::new() }
     }
 
     /// Expands `$ref` and `allOf`, and finds the first `anyOf`/`oneOf` to split.
@@ -321,6 +302,24 @@ impl<'a> Compiler<'a> {
         if max.is_some_and(|max| max < min) {
             return Ok(None);
         }
+        let format = match &merged.format {
+            Some((format, location)) if self.formats == FormatMode::Enforce => {
+                format_pattern(format).map(|pattern| (pattern, location.clone()))
+            }
+            _ => None,
+        };
+        if let (Some((_, format_location)), Some((_, pattern_location))) = (&format, &merged.pattern) {
+            return Err(SchemaError::new(
+                "format",
+                format_location,
+                format!("which is enforced here, together with the pattern at {}; llamay does not intersect a format with a pattern, so drop one", display_location(pattern_location)),
+            ));
+        }
+        if let Some((pattern, location)) = &format {
+            let body = pattern_rule(&mut self.sink, pattern, LengthBounds { min, max })
+                .map_err(|refusal| SchemaError::new("format", location, refusal.0))?;
+            return Ok(body.map(|body| self.sink.add("format-string", vec![vec![byte(b'"'), Symbol::Rule(body)]])));
+        }
         if let Some((pattern, location)) = &merged.pattern {
             let body = pattern_rule(&mut self.sink, pattern, LengthBounds { min, max })
                 .map_err(|refusal| SchemaError::new("pattern", location, refusal.0))?;
@@ -348,12 +347,23 @@ impl<'a> Compiler<'a> {
         })
     }
 
-    /// The parts constraining property `name`, or `None` when some part forbids it.
-    fn property_parts(objects: &[ObjectPart<'a>], name: &str) -> Option<Vec<Part<'a>>> {
+    /// The parts constraining property `name`, or `None` when some part forbids it. In each
+    /// object part, a declared name gets its own schema and those of the patterns it matches;
+    /// any other name those of the patterns it matches, or else `additionalProperties`.
+    fn property_parts(objects: &[ObjectPart<'a>], patterns: &ObjectPatterns<'a>, name: &str) -> Option<Vec<Part<'a>>> {
         let mut parts = Vec::new();
-        for object in objects {
-            match object.properties.iter().find(|(n, _)| *n == name) {
+        for (object_index, object) in objects.iter().enumerate() {
+            let declared = object.properties.iter().find(|(n, _)| *n == name);
+            let mut matched_any = false;
+            for (pattern, part) in patterns.of_object(object_index) {
+                if pattern.matches(name) {
+                    matched_any = true;
+                    parts.push(part.clone());
+                }
+            }
+            match declared {
                 Some((_, part)) => parts.push(part.clone()),
+                None if matched_any => {}
                 None => match &object.additional {
                     Additional::Open | Additional::Default => {}
                     Additional::Closed => return None,
@@ -390,10 +400,11 @@ impl<'a> Compiler<'a> {
                 ));
             }
         }
+        let patterns = ObjectPatterns::new(&merged.objects)?;
         let mut properties: Vec<(&'a str, RuleId, bool)> = Vec::new();
         for name in names {
             let required = merged.required.iter().any(|(r, _)| r == name);
-            let rule = match Self::property_parts(&merged.objects, name) {
+            let rule = match Self::property_parts(&merged.objects, &patterns, name) {
                 Some(parts) => self.parts_rule(parts)?,
                 None => None,
             };
@@ -409,7 +420,7 @@ impl<'a> Compiler<'a> {
                 None => {}
             }
         }
-        let extra = self.extra_pair(merged)?;
+        let extra = self.extra_pair(merged, &patterns)?;
         let body = if properties.len() <= ANY_ORDER_MAX_PROPERTIES {
             self.any_order_body(&properties, extra)
         } else {
@@ -423,7 +434,12 @@ impl<'a> Compiler<'a> {
     }
 
     /// A pair with a key that is none of the declared names, when extra keys are allowed.
-    fn extra_pair(&mut self, merged: &Merged<'a>) -> Result<Option<RuleId>, SchemaError> {
+    fn extra_pair(&mut self, merged: &Merged<'a>, patterns: &ObjectPatterns<'a>) -> Result<Option<RuleId>, SchemaError> {
+        // Declared names, even those whose schema forbids them, are never extra keys.
+        let declared: Vec<&str> = merged.property_names();
+        if !patterns.is_empty() {
+            return self.pattern_keyed_pair(merged, patterns, &declared);
+        }
         let mut parts = Vec::new();
         for object in &merged.objects {
             match &object.additional {
@@ -433,13 +449,49 @@ impl<'a> Compiler<'a> {
             }
         }
         let Some(value) = self.parts_rule(parts)? else { return Ok(None) };
-        // Declared names, even those whose schema forbids them, are never extra keys.
-        let declared: Vec<&str> = merged.property_names();
         let key = self.key_other_than(&declared);
         Ok(Some(self.sink.add(
             "extra property",
             vec![vec![Symbol::Rule(key), Symbol::Whitespace, byte(b':'), Symbol::Whitespace, Symbol::Rule(value)]],
         )))
+    }
+
+    /// Extra pairs under `patternProperties`: the key is read by the product of the declared
+    /// names and the patterns, and each set of patterns it can end matching picks the value:
+    /// per object part, the schemas of its matched patterns, or its `additionalProperties`
+    /// when none of its patterns matched.
+    fn pattern_keyed_pair(&mut self, merged: &Merged<'a>, patterns: &ObjectPatterns<'a>, declared: &[&str]) -> Result<Option<RuleId>, SchemaError> {
+        let all: Vec<&KeyPattern> = patterns.entries.iter().map(|(_, pattern, _)| pattern).collect();
+        let automaton = KeyAutomaton::build(declared, &all)
+            .map_err(|refusal| SchemaError::new("patternProperties", &patterns.location, refusal.0))?;
+        let mut values: HashMap<u64, Option<RuleId>> = HashMap::new();
+        for set in automaton.ending_sets() {
+            let mut parts = Vec::new();
+            let mut allowed = true;
+            for (object_index, object) in merged.objects.iter().enumerate() {
+                let mut matched_any = false;
+                for (bit, (owner, _, part)) in patterns.entries.iter().enumerate() {
+                    if *owner == object_index && set & (1 << bit) != 0 {
+                        matched_any = true;
+                        parts.push(part.clone());
+                    }
+                }
+                if matched_any {
+                    continue;
+                }
+                match &object.additional {
+                    Additional::Open => {}
+                    Additional::Closed | Additional::Default => allowed = false,
+                    Additional::Schema(part) => parts.push(part.clone()),
+                }
+            }
+            let value = if allowed { self.parts_rule(parts)? } else { None };
+            values.insert(set, value);
+        }
+        if values.values().all(Option::is_none) {
+            return Ok(None);
+        }
+        Ok(Some(automaton.lower(&mut self.sink.builder, &values)))
     }
 
     /// A quoted key (canonical encoding) equal to none of `names`: a trie of the names whose
@@ -628,5 +680,37 @@ impl<'a> Compiler<'a> {
             alternatives.push(vec![byte(b'['), Symbol::Whitespace, Symbol::Rule(element(0)), Symbol::Rule(tail), byte(b']')]);
         }
         Ok(Some(self.sink.add("array", alternatives)))
+    }
+}
+
+/// The `patternProperties` of a conjunction's object parts, compiled once per object:
+/// (index of the object part, the pattern, the schema of the values of keys it matches).
+struct ObjectPatterns<'a> {
+    entries: Vec<(usize, KeyPattern, Part<'a>)>,
+    /// Where the first pattern is, for messages.
+    location: Rc<str>,
+}
+
+impl<'a> ObjectPatterns<'a> {
+    fn new(objects: &[ObjectPart<'a>]) -> Result<Self, SchemaError> {
+        let mut entries = Vec::new();
+        let mut location: Option<Rc<str>> = None;
+        for (index, object) in objects.iter().enumerate() {
+            for (pattern, part) in &object.patterns {
+                let compiled = KeyPattern::new(pattern)
+                    .map_err(|refusal| SchemaError::new("patternProperties", &object.location, refusal.0))?;
+                location.get_or_insert_with(|| object.location.clone());
+                entries.push((index, compiled, part.clone()));
+            }
+        }
+        Ok(ObjectPatterns { entries, location: location.unwrap_or_else(|| "".into()) })
+    }
+
+    fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    fn of_object(&self, object: usize) -> impl Iterator<Item = (&KeyPattern, &Part<'a>)> {
+        self.entries.iter().filter(move |(owner, _, _)| *owner == object).map(|(_, pattern, part)| (pattern, part))
     }
 }

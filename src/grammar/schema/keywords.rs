@@ -93,7 +93,7 @@ pub const REFUSAL_TEXT: &str =
 /// Keywords whose value is one subschema that is enforced.
 const ENFORCED_SINGLE: &[&str] = &["additionalProperties"];
 /// Keywords whose value maps names to enforced subschemas.
-const ENFORCED_MAP: &[&str] = &["properties"];
+const ENFORCED_MAP: &[&str] = &["properties", "patternProperties"];
 /// Keywords whose value lists enforced subschemas.
 const ENFORCED_LIST: &[&str] = &["anyOf", "oneOf", "allOf"];
 const ENFORCED_VALUES: &[&str] = &[
@@ -101,7 +101,7 @@ const ENFORCED_VALUES: &[&str] = &[
     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
 ];
 const IGNORED: &[(&str, &str)] = &[
-    ("format", "parsed, not enforced"),
+    ("format", "parsed, not enforced unless formats are enforced on request"),
     ("uniqueItems", "parsed, not enforced"),
     ("prefixItems", "parsed, not enforced; `items` applies after its positions"),
     ("contains", "parsed, not enforced"),
@@ -132,7 +132,7 @@ const IGNORED: &[(&str, &str)] = &[
 /// Keywords the spec refuses, and assertions it does not name that would otherwise go
 /// silently unenforced.
 const REFUSED: &[&str] = &[
-    "not", "if", "then", "else", "patternProperties", "unevaluatedProperties", "unevaluatedItems",
+    "not", "if", "then", "else", "unevaluatedProperties", "unevaluatedItems",
     "dependentSchemas", "$dynamicRef", "$dynamicAnchor",
     "$recursiveRef", "$recursiveAnchor", "$anchor",
 ];

@@ -10,7 +10,7 @@ use std::rc::Rc;
 
 use serde_json::{Map, Value};
 
-use super::compile::Part;
+use super::part::Part;
 use super::keywords::child_location;
 use super::numbers::{Bound, Decimal, MAX_INTEGER_DIGITS};
 use super::SchemaError;
@@ -88,6 +88,8 @@ pub enum Additional<'a> {
 #[derive(Clone, Debug)]
 pub struct ObjectPart<'a> {
     pub properties: Vec<(&'a str, Part<'a>)>,
+    /// `patternProperties`: (pattern, schema of the values of keys it matches).
+    pub patterns: Vec<(&'a str, Part<'a>)>,
     pub additional: Additional<'a>,
     pub location: Rc<str>,
 }
@@ -121,6 +123,8 @@ pub struct Merged<'a> {
     pub min_length: Count,
     pub max_length: Option<Count>,
     pub pattern: Option<(&'a str, Rc<str>)>,
+    /// The `format` named for strings, and where (enforced only on request).
+    pub format: Option<(&'a str, Rc<str>)>,
     pub lower: Option<Bound>,
     pub upper: Option<Bound>,
     pub step: Step,
@@ -200,6 +204,7 @@ impl<'a> Merged<'a> {
             min_length: Count::default(),
             max_length: None,
             pattern: None,
+            format: None,
             lower: None,
             upper: None,
             step: Step::default(),
@@ -247,7 +252,7 @@ impl<'a> Merged<'a> {
             }
             None => {
                 let mut implied = 0;
-                if map.contains_key("properties") {
+                if map.contains_key("properties") || map.contains_key("patternProperties") {
                     implied |= TypeSet::OBJECT.0;
                 }
                 if map.contains_key("items") {
@@ -270,15 +275,29 @@ impl<'a> Merged<'a> {
             Some(_) => return Err(SchemaError::new("properties", location, "whose value is not an object")),
             None => Vec::new(),
         };
+        let patterns: Vec<(&'a str, Part<'a>)> = match map.get("patternProperties") {
+            Some(Value::Object(members)) => {
+                let mut patterns = Vec::new();
+                for (pattern, schema) in members {
+                    let here = child_location(&child_location(location, "patternProperties"), pattern);
+                    super::regex::check_pattern(pattern)
+                        .map_err(|refusal| SchemaError::new("patternProperties", location, refusal.0))?;
+                    patterns.push((pattern.as_str(), Part::new(schema, here)));
+                }
+                patterns
+            }
+            Some(_) => return Err(SchemaError::new("patternProperties", location, "whose value is not an object")),
+            None => Vec::new(),
+        };
         let additional = match map.get("additionalProperties") {
-            None if map.contains_key("properties") => Additional::Default,
+            None if map.contains_key("properties") || map.contains_key("patternProperties") => Additional::Default,
             None => Additional::Open,
             Some(Value::Bool(true)) => Additional::Open,
             Some(Value::Bool(false)) => Additional::Closed,
             Some(_) => Additional::Schema(part.child("additionalProperties").unwrap_or_else(|| part.clone())),
         };
-        if !properties.is_empty() || !matches!(additional, Additional::Open) {
-            self.objects.push(ObjectPart { properties, additional, location: part.location.clone() });
+        if !properties.is_empty() || !patterns.is_empty() || !matches!(additional, Additional::Open) {
+            self.objects.push(ObjectPart { properties, patterns, additional, location: part.location.clone() });
         }
         if let Some(required) = map.get("required") {
             let Value::Array(names) = required else {
@@ -335,6 +354,9 @@ impl<'a> Merged<'a> {
                 }
                 _ => self.pattern = Some((pattern, location.into())),
             }
+        }
+        if let Some(Value::String(format)) = map.get("format") {
+            self.format = Some((format.as_str(), location.into()));
         }
         for (keyword, is_lower, exclusive) in [
             ("minimum", true, false),

@@ -27,10 +27,13 @@
 //! alternatives (256), pattern DFA states (2,000), subsets of properties (2^6), digit automata.
 
 mod compile;
+mod formats;
 mod json;
+mod keys;
 mod keywords;
 mod merge;
 mod numbers;
+mod part;
 mod regex;
 mod validate;
 
@@ -43,6 +46,7 @@ use serde_json::Value;
 
 use crate::grammar::ir::{Grammar, RuleId, Symbol};
 
+pub use formats::FormatMode;
 pub use json::WHITESPACE_BUDGET;
 pub use keywords::{Occurrence, SchemaReport, Verdict};
 
@@ -91,11 +95,17 @@ pub fn any_json() -> Grammar {
 /// Compiles `schema` to a grammar of the documents it allows, or says which keyword, where,
 /// cannot be enforced.
 pub fn compile_schema(schema: &Value) -> Result<Grammar, SchemaError> {
+    compile_schema_with(schema, FormatMode::Ignore)
+}
+
+/// [`compile_schema`], with `format` enforced when `formats` says so.
+pub fn compile_schema_with(schema: &Value, formats: FormatMode) -> Result<Grammar, SchemaError> {
     let occurrences = keywords::scan(schema);
     if let Some(refusal) = keywords::first_refusal(&occurrences) {
         return Err(refusal);
     }
     let mut compiler = compile::Compiler::new(schema);
+    compiler.formats = formats;
     let value = compiler.compile(vec![compile::Part::new(schema, "")], true)?.ok_or_else(|| {
         SchemaError::new("schema", "", "which no JSON document can satisfy")
     })?;
@@ -107,8 +117,20 @@ pub fn compile_schema(schema: &Value) -> Result<Grammar, SchemaError> {
 /// Every keyword reachable from the root with its verdict, plus the refusal (from a keyword or
 /// from compiling) if there is one.
 pub fn review_schema(schema: &Value) -> SchemaReport {
-    let occurrences = keywords::scan(schema);
-    let (refusal, rule_count) = match compile_schema(schema) {
+    review_schema_with(schema, FormatMode::Ignore)
+}
+
+/// [`review_schema`], with `format` enforced when `formats` says so (known formats are then
+/// listed as enforced).
+pub fn review_schema_with(schema: &Value, formats: FormatMode) -> SchemaReport {
+    let mut occurrences = keywords::scan(schema);
+    if formats == FormatMode::Enforce {
+        for occurrence in occurrences.iter_mut().filter(|o| o.keyword == "format") {
+            occurrence.verdict = Verdict::Enforced;
+            occurrence.note = "enforced on request (date-time, date, time, email, uuid, ipv4, ipv6, hostname, uri; others stay annotations)".into();
+        }
+    }
+    let (refusal, rule_count) = match compile_schema_with(schema, formats) {
         Ok(grammar) => (None, Some(grammar.rules.len())),
         Err(error) => (Some(error), None),
     };
@@ -138,22 +160,15 @@ pub fn review_schema(schema: &Value) -> SchemaReport {
 /// with no way out) and rules the root cannot reach. `None` when the root itself is dead.
 fn prune(grammar: Grammar) -> Option<Grammar> {
     let count = grammar.rules.len();
-    let mut productive = vec![false; count];
+    let productive = crate::grammar::ir::rules_satisfying(&grammar, |symbol| match symbol {
+        Symbol::Bytes(set) => !set.is_empty(),
+        _ => true,
+    });
     let symbol_ok = |symbol: &Symbol, productive: &[bool]| match symbol {
         Symbol::Bytes(set) => !set.is_empty(),
         Symbol::Rule(id) => productive.get(id.index()).copied().unwrap_or(false),
         Symbol::Whitespace => true,
     };
-    let mut changed = true;
-    while changed {
-        changed = false;
-        for (index, rule) in grammar.rules.iter().enumerate() {
-            if !productive[index] && rule.alternatives.iter().any(|alt| alt.iter().all(|s| symbol_ok(s, &productive))) {
-                productive[index] = true;
-                changed = true;
-            }
-        }
-    }
     if !productive.get(grammar.root.index()).copied().unwrap_or(false) {
         return None;
     }

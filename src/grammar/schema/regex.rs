@@ -175,6 +175,29 @@ pub fn pattern_rule(sink: &mut RuleSink, pattern: &str, lengths: LengthBounds) -
     Ok(lowering.lower(sink))
 }
 
+/// A DFA that reads a whole string and matches when it contains a match of `pattern`
+/// (JSON Schema's unanchored search: `.*(?:pattern).*`), and its start state. On valid UTF-8
+/// it never dies, so at the end of the input it answers whether the pattern matched.
+pub fn search_dfa(pattern: &str) -> Result<(dense::DFA<Vec<u32>>, StateID), PatternRefusal> {
+    let rewritten = re2_pattern(pattern)?;
+    let wrapped = format!("(?s:.)*(?:{rewritten})(?s:.)*");
+    let dfa = dense::Builder::new()
+        .configure(
+            dense::Config::new()
+                .match_kind(MatchKind::All)
+                .start_kind(StartKind::Anchored)
+                .dfa_size_limit(Some(1 << 20))
+                .determinize_size_limit(Some(1 << 20)),
+        )
+        .syntax(regex_automata::util::syntax::Config::new().utf8(true))
+        .build(&wrapped)
+        .map_err(|e| PatternRefusal(format!("which compiles to a DFA beyond llamay's limits ({e})")))?;
+    let start = dfa
+        .start_state(&start::Config::new().anchored(Anchored::Yes))
+        .map_err(|e| PatternRefusal(format!("which cannot be started as a DFA ({e})")))?;
+    Ok((dfa, start))
+}
+
 /// The pattern rewritten for RE2 semantics, and whether it is anchored at its start and end.
 fn re2_pattern_with_anchors(pattern: &str) -> Result<(String, bool, bool), PatternRefusal> {
     let rewritten = re2_pattern(pattern)?;

@@ -3,7 +3,8 @@
 use serde_json::{json, Value};
 
 use super::{any_json, compile_schema, review_schema, Verdict};
-use crate::grammar::automaton::{check_input, CheckOutcome, CompiledGrammar};
+use crate::grammar::automaton::CompiledGrammar;
+use crate::grammar::check::{check_input, CheckOutcome};
 use crate::grammar::ir::Grammar;
 use crate::grammar::limits::Limits;
 
@@ -270,7 +271,7 @@ fn assert_refused(value: Value, keyword: &str, location: &str) {
 fn refusals_name_the_keyword_and_where() {
     assert_refused(json!({"properties": {"a": {"not": {"type": "string"}}}}), "not", "properties.a");
     assert_refused(json!({"if": {"type": "string"}, "then": {"minLength": 1}}), "if", "(root)");
-    assert_refused(json!({"type": "object", "patternProperties": {"^x": {}}}), "patternProperties", "(root)");
+    assert_refused(json!({"type": "object", "patternProperties": {"(?=x)": {}}}), "patternProperties", "(root)");
     assert_refused(json!({"properties": {"t": {"items": [{"type": "string"}]}}}), "items", "properties.t");
     assert_refused(json!({"properties": {"r": {"$ref": "https://example.com/s.json"}}}), "$ref", "properties.r");
     assert_refused(json!({"$defs": {"a": {"$anchor": "x"}}, "$ref": "#/$defs/a"}), "$anchor", "$defs.a");
@@ -405,8 +406,8 @@ mod walks {
         let Some(document) = walk(&grammar, choices) else {
             return Ok(());
         };
-        let recheck = crate::grammar::automaton::check_input(&grammar, &document);
-        prop_assert_eq!(&recheck, &crate::grammar::automaton::CheckOutcome::Match, "{}: the walk and check_input disagree on {:?}", name, String::from_utf8_lossy(&document));
+        let recheck = crate::grammar::check::check_input(&grammar, &document);
+        prop_assert_eq!(&recheck, &crate::grammar::check::CheckOutcome::Match, "{}: the walk and check_input disagree on {:?}", name, String::from_utf8_lossy(&document));
         let text = String::from_utf8(document).map_err(|e| TestCaseError::fail(format!("{name}: not UTF-8: {e}")))?;
         let value: Value = match serde_json::from_str(&text) {
             Ok(value) => value,
@@ -581,4 +582,72 @@ fn any_json_numbers_have_bounded_digits_like_llama_cpp() {
     );
     // Schemas keep their own number rules: an unbounded integer stays exact beyond 16 digits.
     assert_accepts(&schema(json!({"type": "integer"})), &["123456789012345678901234"]);
+}
+
+#[test]
+fn pattern_properties_give_matching_keys_their_schema() {
+    // Keys matching ^x- take integers; other extra keys are refused (no additionalProperties
+    // beside properties closes the object); declared names keep their own schema.
+    let grammar = schema(json!({
+        "type": "object",
+        "properties": {"name": {"type": "string"}},
+        "patternProperties": {"^x-": {"type": "integer"}},
+    }));
+    assert_accepts(&grammar, &[r#"{"name": "a", "x-count": 3}"#, r#"{"x-a": 1, "x-b": 2}"#, "{}", r#"{"name": "b"}"#]);
+    assert_rejects(&grammar, &[r#"{"x-count": "three"}"#, r#"{"other": 1}"#, r#"{"name": 1}"#, r#"{"y-x-": 1}"#]);
+
+    // With additionalProperties a schema, keys matching no pattern take that schema instead;
+    // a declared name matching a pattern must satisfy both.
+    let grammar = schema(json!({
+        "type": "object",
+        "properties": {"x-id": {"type": "integer", "minimum": 10}},
+        "patternProperties": {"^x-": {"type": "integer"}, "id$": {"type": "integer", "maximum": 20}},
+        "additionalProperties": {"type": "boolean"},
+    }));
+    assert_accepts(&grammar, &[r#"{"x-id": 15, "x-other": -4, "flag": true, "my-id": 19}"#]);
+    assert_rejects(&grammar, &[
+        r#"{"x-id": 5}"#,
+        r#"{"x-id": 25}"#,
+        r#"{"flag": 1}"#,
+        r#"{"x-other": true}"#,
+        r#"{"x-myid": 21}"#,
+        r#"{"my-id": false}"#,
+    ]);
+
+    // Only patternProperties with additionalProperties true: anything else is open.
+    let grammar = schema(json!({"patternProperties": {"^[0-9]+$": {"type": "string"}}, "additionalProperties": true}));
+    assert_accepts(&grammar, &[r#"{"12": "a", "b": [1]}"#, r#"{"é": null}"#]);
+    assert_rejects(&grammar, &[r#"{"12": 1}"#]);
+}
+
+#[test]
+fn formats_are_enforced_only_on_request() {
+    use super::{compile_schema_with, FormatMode};
+    let value = json!({
+        "type": "object",
+        "properties": {
+            "at": {"type": "string", "format": "date-time"},
+            "mail": {"type": "string", "format": "email"},
+            "id": {"type": "string", "format": "uuid"},
+            "note": {"type": "string", "format": "no-such-format"},
+        },
+        "required": ["at", "mail", "id"],
+    });
+    let good = r#"{"at": "2032-04-23T10:20:30.400Z", "mail": "jane@mail.example.org", "id": "123e4567-e89b-12d3-a456-426614174000", "note": "x"}"#;
+    let bad_date = r#"{"at": "yesterday", "mail": "jane@mail.example.org", "id": "123e4567-e89b-12d3-a456-426614174000"}"#;
+    let ignored = schema(value.clone());
+    assert_accepts(&ignored, &[good, bad_date]);
+    let enforced = match compile_schema_with(&value, FormatMode::Enforce) {
+        Ok(grammar) => compiled(grammar),
+        Err(error) => panic!("schema refused: {error}"),
+    };
+    assert_accepts(&enforced, &[good]);
+    assert_rejects(&enforced, &[bad_date, &good.replace("jane@", "jane"), &good.replace("-e89b", "e89b")]);
+    let error = compile_schema_with(
+        &json!({"type": "string", "format": "date", "pattern": "^2"}),
+        FormatMode::Enforce,
+    )
+    .err()
+    .map(|e| e.keyword);
+    assert_eq!(error.as_deref(), Some("format"));
 }

@@ -134,8 +134,19 @@ impl<'a> Compiler<'a> {
                     let mut parts = Vec::new();
                     let declared = merged.property_names().contains(&name.as_str());
                     for object in &merged.objects {
+                        let mut matched_any = false;
+                        for (pattern, part) in &object.patterns {
+                            let rewritten = super::regex::re2_pattern(pattern)
+                                .map_err(|refusal| SchemaError::new("patternProperties", "", refusal.0))?;
+                            let matched = regex_automata::meta::Regex::new(&rewritten).map(|re| re.is_match(name.as_str()));
+                            if matches!(matched, Ok(true)) {
+                                matched_any = true;
+                                parts.push(part.clone());
+                            }
+                        }
                         match object.properties.iter().find(|(n, _)| n == name) {
                             Some((_, part)) => parts.push(part.clone()),
+                            None if matched_any => {}
                             None => match &object.additional {
                                 Additional::Open => {}
                                 Additional::Default if declared => {}

@@ -1,0 +1,220 @@
+//! Object keys under `patternProperties`: which schema an extra key's value gets depends on
+//! which patterns the key matches and whether it is a declared property name. Both are
+//! regular properties of the key, so the key is read by one automaton, the product of the
+//! declared names (a trie over bytes) and one DFA per pattern, and each state that may end
+//! the key says which value rule follows.
+//!
+//! Each pattern is searched as JSON Schema does (unanchored: `.*(?:pattern).*`, so `^`/`$`
+//! anchor it), and its DFA never dies on valid UTF-8: at the closing quote every pattern
+//! answers matched or not. Keys are written in canonical encoding (only `"`, `\` and control
+//! characters escaped, as serde_json writes them), like declared names.
+//!
+//! Key types: [`KeyPattern`], [`KeyAutomaton`]. Cost: one grammar rule per product state
+//! reached, refused beyond [`MAX_KEY_STATES`]; usually the names' trie plus a few states per
+//! pattern.
+
+use std::collections::HashMap;
+
+use regex_automata::dfa::{dense, Automaton};
+use regex_automata::util::primitives::StateID;
+
+use super::json::{byte, canonical_escape};
+use super::regex::{search_dfa, PatternRefusal};
+use crate::grammar::ir::{literal_symbols, ByteSet, RuleId, Symbol};
+
+/// Most product states one object's keys may need.
+pub const MAX_KEY_STATES: usize = 4096;
+/// Most patterns that apply to one object (the matched set is a bit mask).
+pub const MAX_KEY_PATTERNS: usize = 64;
+
+/// One `patternProperties` pattern as a search DFA over the key's UTF-8.
+pub struct KeyPattern {
+    dfa: dense::DFA<Vec<u32>>,
+    start: StateID,
+}
+
+impl KeyPattern {
+    pub fn new(pattern: &str) -> Result<Self, PatternRefusal> {
+        let (dfa, start) = search_dfa(pattern)?;
+        Ok(KeyPattern { dfa, start })
+    }
+
+    /// Whether `name` contains a match of the pattern.
+    pub fn matches(&self, name: &str) -> bool {
+        let mut state = self.start;
+        for &b in name.as_bytes() {
+            state = self.dfa.next_state(state, b);
+        }
+        self.dfa.is_match_state(self.dfa.next_eoi_state(state))
+    }
+}
+
+/// No trie node: the key already left every declared name.
+const OFF_TRIE: u32 = u32::MAX;
+
+/// The key automaton of one object: states, their transitions grouped by target, and per
+/// state whether the key may end there as an extra key and with which patterns matched.
+pub struct KeyAutomaton {
+    states: Vec<KeyState>,
+}
+
+struct KeyState {
+    /// `Some(matched patterns)` when the key may end here and is not a declared name.
+    ends: Option<u64>,
+    /// (target, bytes written as themselves, bytes written as escapes).
+    transitions: Vec<(usize, ByteSet, Vec<u8>)>,
+}
+
+impl KeyAutomaton {
+    /// The product of the names' trie and the patterns' DFAs; refuses past
+    /// [`MAX_KEY_STATES`] states.
+    pub fn build(names: &[&str], patterns: &[&KeyPattern]) -> Result<Self, PatternRefusal> {
+        if patterns.len() > MAX_KEY_PATTERNS {
+            return Err(PatternRefusal(format!(
+                "with {} patterns on one object, above the limit of {MAX_KEY_PATTERNS}",
+                patterns.len()
+            )));
+        }
+        // The names' trie over bytes: children by byte, and which nodes end a name.
+        let mut children: Vec<HashMap<u8, u32>> = vec![HashMap::new()];
+        let mut terminal = vec![false];
+        for name in names {
+            let mut at = 0usize;
+            for &b in name.as_bytes() {
+                let next = match children[at].get(&b) {
+                    Some(next) => *next as usize,
+                    None => {
+                        children.push(HashMap::new());
+                        terminal.push(false);
+                        let next = children.len() - 1;
+                        children[at].insert(b, next as u32);
+                        next
+                    }
+                };
+                at = next;
+            }
+            terminal[at] = true;
+        }
+        type Key = (u32, Vec<StateID>);
+        let start: Key = (0, patterns.iter().map(|p| p.start).collect());
+        let mut index: HashMap<Key, usize> = HashMap::new();
+        let mut order: Vec<Key> = vec![start.clone()];
+        index.insert(start, 0);
+        let mut states = Vec::new();
+        let mut cursor = 0;
+        while cursor < order.len() {
+            let (node, dfa_states) = order[cursor].clone();
+            cursor += 1;
+            let is_name = node != OFF_TRIE && terminal[node as usize];
+            let mut matched = 0u64;
+            for (i, (pattern, &state)) in patterns.iter().zip(&dfa_states).enumerate() {
+                if pattern
+                    .dfa
+                    .is_match_state(pattern.dfa.next_eoi_state(state))
+                {
+                    matched |= 1 << i;
+                }
+            }
+            let mut transitions: Vec<(usize, ByteSet, Vec<u8>)> = Vec::new();
+            'bytes: for b in 0..=255u8 {
+                let mut next_states = Vec::with_capacity(patterns.len());
+                for (pattern, &state) in patterns.iter().zip(&dfa_states) {
+                    let next = pattern.dfa.next_state(state, b);
+                    if pattern.dfa.is_dead_state(next) || pattern.dfa.is_quit_state(next) {
+                        continue 'bytes;
+                    }
+                    next_states.push(next);
+                }
+                let next_node = match node {
+                    OFF_TRIE => OFF_TRIE,
+                    _ => children[node as usize].get(&b).copied().unwrap_or(OFF_TRIE),
+                };
+                let key = (next_node, next_states);
+                let target = match index.get(&key) {
+                    Some(target) => *target,
+                    None => {
+                        if order.len() >= MAX_KEY_STATES {
+                            return Err(PatternRefusal(format!(
+                                "whose patterns, with the declared property names, need more than {MAX_KEY_STATES} key states; simplify them"
+                            )));
+                        }
+                        index.insert(key.clone(), order.len());
+                        order.push(key);
+                        order.len() - 1
+                    }
+                };
+                let entry = match transitions.iter().position(|(t, _, _)| *t == target) {
+                    Some(position) => &mut transitions[position],
+                    None => {
+                        transitions.push((target, ByteSet::EMPTY, Vec::new()));
+                        let last = transitions.len() - 1;
+                        &mut transitions[last]
+                    }
+                };
+                if b < 0x80 && canonical_escape(b as char).is_some() {
+                    entry.2.push(b);
+                } else {
+                    entry.1.insert(b);
+                }
+            }
+            states.push(KeyState {
+                ends: (!is_name).then_some(matched),
+                transitions,
+            });
+        }
+        Ok(KeyAutomaton { states })
+    }
+
+    /// The distinct sets of matched patterns with which an extra key can end.
+    pub fn ending_sets(&self) -> Vec<u64> {
+        let mut sets: Vec<u64> = self.states.iter().filter_map(|s| s.ends).collect();
+        sets.sort_unstable();
+        sets.dedup();
+        sets
+    }
+
+    /// Rules for `"key" WS ":" WS value`, the value chosen by `value_for` from the matched
+    /// set (`None`: a key ending so is not allowed); states with no way out are left for the
+    /// grammar-wide pruning pass.
+    pub fn lower(
+        &self,
+        builder: &mut crate::grammar::ir::GrammarBuilder,
+        value_for: &HashMap<u64, Option<RuleId>>,
+    ) -> RuleId {
+        let ids: Vec<RuleId> = (0..self.states.len())
+            .map(|_| builder.declare("key-state"))
+            .collect();
+        for (state, id) in self.states.iter().zip(&ids) {
+            let mut alternatives = Vec::new();
+            if let Some(value) = state
+                .ends
+                .and_then(|set| value_for.get(&set).copied().flatten())
+            {
+                alternatives.push(vec![
+                    byte(b'"'),
+                    Symbol::Whitespace,
+                    byte(b':'),
+                    Symbol::Whitespace,
+                    Symbol::Rule(value),
+                ]);
+            }
+            for (target, plain, escaped) in &state.transitions {
+                if !plain.is_empty() {
+                    alternatives.push(vec![Symbol::Bytes(*plain), Symbol::Rule(ids[*target])]);
+                }
+                for &b in escaped {
+                    if let Some(escape) = canonical_escape(b as char) {
+                        let mut sequence = literal_symbols(escape.as_bytes());
+                        sequence.push(Symbol::Rule(ids[*target]));
+                        alternatives.push(sequence);
+                    }
+                }
+            }
+            builder.define(*id, alternatives);
+        }
+        builder.add(
+            "pattern-key-pair",
+            vec![vec![byte(b'"'), Symbol::Rule(ids[0])]],
+        )
+    }
+}
