@@ -8,6 +8,7 @@
 pub mod anthropic;
 pub mod common;
 pub mod constraint;
+pub mod metrics;
 pub mod ollama;
 pub mod openai;
 pub mod serve;
@@ -47,6 +48,8 @@ pub struct AppState {
     pub max_body_bytes: usize,
     pub started_at: Instant,
     pub shutting_down: AtomicBool,
+    /// What `/metrics` counts beyond the supervisor's snapshot.
+    pub metrics: Arc<metrics::Metrics>,
 }
 
 impl AppState {
@@ -64,6 +67,7 @@ impl AppState {
             max_body_bytes,
             started_at: Instant::now(),
             shutting_down: AtomicBool::new(false),
+            metrics: Arc::new(metrics::Metrics::new()),
         }
     }
 }
@@ -100,6 +104,7 @@ pub fn configure(config: &mut web::ServiceConfig) {
         .route("/api/show", web::post().to(ollama::handlers::show))
         .route("/api/version", web::get().to(ollama::handlers::version))
         .route("/health", web::get().to(stats::health))
+        .route("/metrics", web::get().to(metrics::metrics))
         .route("/", web::get().to(stats::root))
         .route("/", web::head().to(stats::root));
 }
@@ -120,6 +125,7 @@ pub fn build_app(
         .app_data(state)
         .configure(configure)
         .default_service(web::to(not_found))
+        .wrap(actix_web::middleware::from_fn(metrics::count_requests))
 }
 
 /// Unknown routes answer in the shape of the API their path belongs to.
