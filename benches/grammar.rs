@@ -1,5 +1,4 @@
-//! Grammar mask benchmark: for every GBNF grammar of the shared corpus and every vocabulary
-//! given, drive the automaton through deterministic sample texts, compute a mask at every
+//! Grammar mask benchmark: for every GBNF grammar of the corpus and every vocabulary given, drive the automaton through deterministic sample texts, compute a mask at every
 //! token, and print avg / p50 / p99 / max time per mask and compile time — next to
 //! llguidance on the same grammar (translated to its Lark dialect), vocabulary and tokens,
 //! in the same run, with the ratio.
@@ -11,8 +10,11 @@
 //! run uses the same tokens. Options: `LLAMAY_BENCH_TEXTS` (texts per grammar, default 4),
 //! `LLAMAY_BENCH_TOKENS` (tokens per text, default 64), `LLAMAY_BENCH_REPEAT` (runs of each
 //! text per engine, default 3: a step's time is its fastest run, which keeps a busy
-//! machine's preemptions out of both sides' figures). Run: `cargo bench --bench grammar`.
+//! machine's preemptions out of both sides' figures). Run: `cargo bench --bench grammar --
+//! [DIR...]`: the `.gbnf` files of each directory, by default llama.cpp's samples in
+//! `testdata/gbnf`.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,24 +24,35 @@ use llguidance::api::TopLevelGrammar;
 use llguidance::toktrie::{TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv};
 use llguidance::ParserFactory;
 
-const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/corpora/gbnf");
+const DEFAULT_CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/gbnf");
 
 fn main() {
     let paths = llamay::actors::model::benchmark_vocabularies();
     let texts = env_number("LLAMAY_BENCH_TEXTS", 4);
     let tokens_per_text = env_number("LLAMAY_BENCH_TOKENS", 64);
-    let mut grammars: Vec<(String, String)> = std::fs::read_dir(CORPUS)
-        .map(|dir| {
-            dir.filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|e| e == "gbnf"))
-                .filter_map(|p| {
-                    let name = p.file_stem()?.to_string_lossy().into_owned();
-                    Some((name, std::fs::read_to_string(&p).ok()?))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    // `cargo bench` passes `--bench` itself; every other argument is a directory.
+    let mut directories: Vec<PathBuf> =
+        std::env::args().skip(1).filter(|arg| !arg.starts_with("--")).map(PathBuf::from).collect();
+    if directories.is_empty() {
+        directories.push(PathBuf::from(DEFAULT_CORPUS));
+    }
+    let mut grammars: Vec<(String, String)> = Vec::new();
+    for directory in &directories {
+        match std::fs::read_dir(directory) {
+            Ok(entries) => grammars.extend(
+                entries
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| p.extension().is_some_and(|e| e == "gbnf"))
+                    .filter_map(|p| {
+                        let name = p.file_stem()?.to_string_lossy().into_owned();
+                        Some((name, std::fs::read_to_string(&p).ok()?))
+                    }),
+            ),
+            Err(error) => eprintln!("skipping {}: {error}", directory.display()),
+        }
+    }
     grammars.sort();
+    println!("grammar: {} grammars from {:?}", grammars.len(), directories);
 
     for path in &paths {
         let path = path.as_str();

@@ -1,8 +1,10 @@
 //! MaskBench-format schemas through llamay's schema compiler, automaton and token masks, with
 //! llguidance on the same files and vocabulary in the same run.
 //!
-//! Usage: `cargo bench --bench maskbench -- [--limit N] [DIR...]` (directories default to
-//! `../shared/corpora/maskbench-dev`). Vocabularies: `LLAMAY_VOCAB_JSON=a[,b]`, each a store
+//! Usage: `cargo bench --bench maskbench -- [--limit N] [DIR...]`, each DIR a MaskBench
+//! directory (one `{"schema", "tests"}` file per schema, such as MaskBench's dev split, which
+//! the repository does not carry). With no DIR it says so and runs on the JSON-Schema-Test-
+//! Suite cases in `testdata/` (files holding lists of such cases). Vocabularies: `LLAMAY_VOCAB_JSON=a[,b]`, each a store
 //! model name or GGUF path, or a `.json` file `{"tokens": [[bytes...], ...], "eog": [ids]}`;
 //! default `smollm2:135m,gemma3:270m`.
 //!
@@ -96,14 +98,25 @@ fn load_cases(directories: &[PathBuf], limit: usize) -> Vec<Case> {
             eprintln!("skipping {}: not JSON", path.display());
             continue;
         };
-        let tests = value["tests"]
-            .as_array()
-            .map(|tests| tests.iter().map(|t| (t["data"].clone(), t["valid"].as_bool().unwrap_or(false))).collect())
-            .unwrap_or_default();
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("?").to_string();
-        cases.push(Case { name, schema: value["schema"].clone(), tests });
+        match value {
+            // A JSON-Schema-Test-Suite file: a list of cases, each with its description.
+            Value::Array(suite_cases) => cases.extend(suite_cases.iter().map(|case| {
+                let description = case["description"].as_str().unwrap_or("?");
+                read_case(format!("{name}: {description}"), case)
+            })),
+            case => cases.push(read_case(name, &case)),
+        }
     }
     cases
+}
+
+fn read_case(name: String, case: &Value) -> Case {
+    let tests = case["tests"]
+        .as_array()
+        .map(|tests| tests.iter().map(|t| (t["data"].clone(), t["valid"].as_bool().unwrap_or(false))).collect())
+        .unwrap_or_default();
+    Case { name, schema: case["schema"].clone(), tests }
 }
 
 /// Whether the validator blames an enforced keyword for `instance` being invalid (the
@@ -129,7 +142,13 @@ fn main() {
         }
     }
     if directories.is_empty() {
-        directories.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpora/maskbench-dev"));
+        let suite = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/json-schema-test-suite/tests/draft2020-12");
+        println!(
+            "maskbench: no MaskBench directory given (cargo bench --bench maskbench -- DIR); running on the \
+             JSON-Schema-Test-Suite cases in {}",
+            suite.display()
+        );
+        directories.push(suite);
     }
     let cases = load_cases(&directories, limit);
     println!("maskbench: {} schemas from {:?}", cases.len(), directories);

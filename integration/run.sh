@@ -54,6 +54,8 @@ curl -sf "http://127.0.0.1:$port/health" >/dev/null || { echo "llamay did not an
 grep -q "llamay serving" "$log" || { echo "the start-up banner is missing" >&2; cat "$log" >&2; exit 1; }
 
 export LLAMAY_URL="http://127.0.0.1:$port" LLAMAY_MODEL="$model"
+# test_auth.py starts its own daemon with -api-key from the same binary.
+export LLAMAY_BIN="$bin"
 status=0
 if [ "${1:-}" = "--bench" ]; then
   shift

@@ -422,3 +422,92 @@ def test_the_official_clients_raise_bad_request_for_an_unknown_named_tool():
             model=MODEL, max_tokens=4, messages=ASK_WEATHER, tools=[WEATHER_ANTHROPIC],
             tool_choice={"type": "tool", "name": "get_news"},
         )
+
+
+# ---- Issue 9: a forced call cut off by the token budget --------------------------------------
+# pydantic-ai's structured output forces a `final_result` tool; SmolLM2 filled the optional
+# order_id with digits until the budget ran out, and the answer came back as prompt-format text
+# (`<tool_call>\n{"name": ...`), which the framework sent back as a retry. A small budget cuts
+# the call part way every time; each API must answer with the call as far as it got.
+
+FINAL_RESULT_SCHEMA = {
+    "type": "object",
+    "properties": {"status": {"type": "string"}, "order_id": {"type": "string"}},
+    "required": ["status"],
+}
+FINAL_RESULT = {
+    "type": "function",
+    "function": {"name": "final_result", "description": "The final response which ends this conversation",
+                 "parameters": FINAL_RESULT_SCHEMA},
+}
+CUT_BUDGET = 20
+
+
+def no_markup(text):
+    return text is None or ("<tool_call>" not in text and "</tool_call>" not in text)
+
+
+def test_openai_cut_off_forced_call_comes_back_as_a_partial_call():
+    response = openai_client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": ASK_ORDER}], tools=[FINAL_RESULT],
+        tool_choice="required", temperature=0, max_tokens=CUT_BUDGET,
+    )
+    choice = response.choices[0]
+    assert choice.finish_reason == "length"
+    assert choice.message.content is None
+    assert response.usage.completion_tokens == CUT_BUDGET
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "final_result" and call.id.startswith("call_")
+    # As far as they got: the start of a JSON object, never markup.
+    assert call.function.arguments == "" or call.function.arguments.startswith("{")
+    assert no_markup(call.function.arguments)
+
+    chunks = list(openai_client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": ASK_ORDER}], tools=[FINAL_RESULT],
+        tool_choice="required", temperature=0, max_tokens=CUT_BUDGET, stream=True,
+    ))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == ""
+    streamed = [t for c in chunks if c.choices and c.choices[0].delta.tool_calls for t in c.choices[0].delta.tool_calls]
+    assert [t.function.name for t in streamed] == ["final_result"]
+    assert streamed[0].function.arguments == call.function.arguments, "greedy: the same cut either way"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["length"]
+
+
+def test_anthropic_cut_off_forced_call_is_a_tool_use_block_with_max_tokens():
+    tool = {"name": "final_result", "description": FINAL_RESULT["function"]["description"],
+            "input_schema": FINAL_RESULT_SCHEMA}
+    request = dict(model=MODEL, max_tokens=CUT_BUDGET, messages=[{"role": "user", "content": ASK_ORDER}],
+                   tools=[tool], tool_choice={"type": "any"}, extra_body={"temperature": 0})
+    message = anthropic_client.messages.create(**request)
+    assert message.stop_reason == "max_tokens"
+    assert [block.type for block in message.content] == ["tool_use"], "no text block beside the call"
+    (use,) = message.content
+    assert use.name == "final_result" and use.id.startswith("toolu_") and isinstance(use.input, dict)
+    assert set(use.input) <= {"status", "order_id"}
+
+    with anthropic_client.messages.stream(**request) as stream:
+        events = list(stream)
+        final = stream.get_final_message()
+    assert final.stop_reason == "max_tokens"
+    assert [block.type for block in final.content if block.type != "text"] == ["tool_use"]
+    assert all(block.text == "" for block in final.content if block.type == "text")
+    assert final.content[-1].input == use.input
+    texts = [e.delta.text for e in events if e.type == "content_block_delta" and e.delta.type == "text_delta"]
+    assert all(no_markup(t) for t in texts)
+
+
+def test_ollama_cut_off_forced_call_has_done_reason_length():
+    body = {"model": MODEL, "messages": [{"role": "user", "content": ASK_ORDER}], "tools": [FINAL_RESULT],
+            "tool_choice": "required", "options": {"temperature": 0, "num_predict": CUT_BUDGET}}
+    answer = requests.post(f"{BASE}/api/chat", json={**body, "stream": False}, timeout=120).json()
+    assert answer["done_reason"] == "length", answer
+    assert answer["message"]["content"] == ""
+    (call,) = answer["message"]["tool_calls"]
+    assert call["function"]["name"] == "final_result" and isinstance(call["function"]["arguments"], dict)
+
+    response = requests.post(f"{BASE}/api/chat", json=body, stream=True, timeout=120)
+    chunks = [json.loads(line) for line in response.iter_lines() if line]
+    assert "".join(c["message"]["content"] for c in chunks) == ""
+    assert chunks[-1]["done_reason"] == "length"
+    assert chunks[-1]["message"]["tool_calls"] == answer["message"]["tool_calls"]

@@ -50,6 +50,12 @@ pub struct ServeArgs {
     /// A TOML config file (default: $LLAMAY_CONFIG).
     #[arg(long = "config")]
     pub config: Option<PathBuf>,
+    /// Require this key on every route but /health (prefer LLAMAY_API_KEY: flags show in `ps`).
+    #[arg(long = "api-key")]
+    pub api_key: Option<String>,
+    /// Browser origins allowed to call the API (CORS), comma-separated; `*` allows any.
+    #[arg(long = "origins")]
+    pub origins: Option<String>,
 }
 
 /// Long flags that llamay, like llama.cpp, accepts with a single dash (`-addr`, `-chat`,
@@ -82,6 +88,9 @@ pub const SINGLE_DASH_LONG_FLAGS: &[&str] = &[
     "stats",
     "json",
     "schema",
+    // serve: security
+    "api-key",
+    "origins",
 ];
 
 pub fn normalize_single_dash_flags(
@@ -169,6 +178,32 @@ pub struct Config {
     pub max_queue: usize,
     pub max_body_bytes: usize,
     pub log_format: LogFormat,
+    /// `max_tokens` of a request that names none.
+    pub default_max_tokens: u32,
+    /// The largest `max_tokens` a request gets (larger ones are clamped).
+    pub max_tokens_limit: u32,
+    /// Required on every route but `/health` when set.
+    pub api_key: Option<Secret>,
+    /// Browser origins allowed to call (CORS); `*` allows any. None by default.
+    pub origins: Vec<String>,
+    /// Time a new connection has to send its first request head.
+    pub client_request_timeout: Duration,
+    /// Time a request has to send its whole body.
+    pub request_body_timeout: Duration,
+    /// How long an idle keep-alive connection stays open.
+    pub http_keep_alive: Duration,
+    /// Connections open at once.
+    pub max_connections: usize,
+}
+
+/// A value kept out of logs and `Debug` output.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
 }
 
 impl Default for Config {
@@ -186,6 +221,14 @@ impl Default for Config {
             max_queue: 512,
             max_body_bytes: 8 * 1024 * 1024,
             log_format: LogFormat::Text,
+            default_max_tokens: crate::core::TokenLimits::default().default_max_tokens,
+            max_tokens_limit: crate::core::TokenLimits::default().max_tokens_limit,
+            api_key: None,
+            origins: Vec::new(),
+            client_request_timeout: Duration::from_secs(5),
+            request_body_timeout: Duration::from_secs(30),
+            http_keep_alive: Duration::from_secs(5),
+            max_connections: 1024,
         }
     }
 }
@@ -216,6 +259,14 @@ struct FileConfig {
     max_queue: Option<usize>,
     max_body_bytes: Option<usize>,
     log_format: Option<String>,
+    default_max_tokens: Option<u32>,
+    max_tokens_limit: Option<u32>,
+    api_key: Option<String>,
+    origins: Option<Vec<String>>,
+    client_request_timeout: Option<toml::Value>,
+    request_body_timeout: Option<toml::Value>,
+    http_keep_alive: Option<toml::Value>,
+    max_connections: Option<usize>,
 }
 
 /// Longest config file read; a config is a few hundred bytes.
@@ -300,6 +351,29 @@ impl Config {
         if let Some(format) = file.log_format {
             self.log_format = format.parse()?;
         }
+        set(&mut self.default_max_tokens, file.default_max_tokens);
+        set(&mut self.max_tokens_limit, file.max_tokens_limit);
+        if let Some(key) = file.api_key {
+            self.api_key = Some(Secret(key));
+        }
+        if let Some(origins) = file.origins {
+            self.origins = origins;
+        }
+        let timeouts = [
+            ("client_request_timeout", file.client_request_timeout, &mut self.client_request_timeout),
+            ("request_body_timeout", file.request_body_timeout, &mut self.request_body_timeout),
+            ("http_keep_alive", file.http_keep_alive, &mut self.http_keep_alive),
+        ];
+        for (key, value, slot) in timeouts {
+            if let Some(value) = value {
+                let text = match value {
+                    toml::Value::String(text) => text,
+                    other => other.to_string(),
+                };
+                *slot = parse_timeout(key, &text)?;
+            }
+        }
+        set(&mut self.max_connections, file.max_connections);
         Ok(())
     }
 
@@ -333,6 +407,25 @@ impl Config {
         if let Some(format) = env("LLAMAY_LOG_FORMAT") {
             self.log_format = format.parse()?;
         }
+        parse_env(env, "LLAMAY_DEFAULT_MAX_TOKENS", "default_max_tokens", &mut self.default_max_tokens)?;
+        parse_env(env, "LLAMAY_MAX_TOKENS_LIMIT", "max_tokens_limit", &mut self.max_tokens_limit)?;
+        if let Some(key) = env("LLAMAY_API_KEY") {
+            self.api_key = Some(Secret(key));
+        }
+        if let Some(origins) = env("LLAMAY_ORIGINS") {
+            self.origins = split_origins(&origins);
+        }
+        let timeouts = [
+            ("LLAMAY_CLIENT_REQUEST_TIMEOUT", "client_request_timeout", &mut self.client_request_timeout),
+            ("LLAMAY_REQUEST_BODY_TIMEOUT", "request_body_timeout", &mut self.request_body_timeout),
+            ("LLAMAY_HTTP_KEEP_ALIVE", "http_keep_alive", &mut self.http_keep_alive),
+        ];
+        for (variable, key, slot) in timeouts {
+            if let Some(text) = env(variable) {
+                *slot = parse_timeout(key, &text)?;
+            }
+        }
+        parse_env(env, "LLAMAY_MAX_CONNECTIONS", "max_connections", &mut self.max_connections)?;
         Ok(())
     }
 
@@ -353,6 +446,12 @@ impl Config {
         set(&mut self.parallel, args.parallel);
         if args.grammar_file.is_some() {
             self.grammar_file = args.grammar_file.clone();
+        }
+        if let Some(key) = &args.api_key {
+            self.api_key = Some(Secret(key.clone()));
+        }
+        if let Some(origins) = &args.origins {
+            self.origins = split_origins(origins);
         }
         Ok(())
     }
@@ -394,6 +493,33 @@ impl Config {
                 self.max_body_bytes.to_string(),
                 "1 KiB to 1 GiB",
             );
+        }
+        if !(1..=1 << 20).contains(&self.max_tokens_limit) {
+            return invalid("max_tokens_limit", self.max_tokens_limit.to_string(), "1 to 1048576 tokens");
+        }
+        if !(1..=self.max_tokens_limit).contains(&self.default_max_tokens) {
+            return invalid(
+                "default_max_tokens",
+                self.default_max_tokens.to_string(),
+                "1 to max_tokens_limit tokens",
+            );
+        }
+        if self.api_key.as_ref().is_some_and(|key| !valid_api_key(&key.0)) {
+            return invalid(
+                "api_key",
+                "(hidden)".into(),
+                "1 to 1024 visible ASCII characters (no spaces), as HTTP headers carry them",
+            );
+        }
+        if let Some(origin) = self.origins.iter().find(|origin| !valid_origin(origin)) {
+            return invalid(
+                "origins",
+                origin.clone(),
+                "origins such as http://localhost:3000 (scheme://host[:port], no path), or *",
+            );
+        }
+        if !(1..=1_000_000).contains(&self.max_connections) {
+            return invalid("max_connections", self.max_connections.to_string(), "1 to 1000000");
         }
         if let Some(path) = &self.grammar_file {
             if !path.is_file() {
@@ -440,6 +566,49 @@ fn parse_env<T: FromStr>(
         })?;
     }
     Ok(())
+}
+
+/// A positive duration: `"5s"`, `"1m30s"` or seconds.
+fn parse_timeout(key: &'static str, text: &str) -> Result<Duration, ConfigError> {
+    match text.parse::<KeepAlive>() {
+        Ok(KeepAlive::For(duration)) if duration >= Duration::from_millis(100) => Ok(duration),
+        _ => Err(ConfigError::Invalid {
+            key,
+            value: text.to_string(),
+            expected: "a duration of at least 100ms, such as \"5s\", \"2m\" or seconds",
+        }),
+    }
+}
+
+/// `a, b,c` as a list, blanks dropped.
+fn split_origins(text: &str) -> Vec<String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|origin| !origin.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// `*`, or `http(s)://host[:port]` as browsers send it in `Origin`.
+fn valid_origin(origin: &str) -> bool {
+    if origin == "*" {
+        return true;
+    }
+    let Some(rest) = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+    else {
+        return false;
+    };
+    !rest.is_empty()
+        && rest
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']' | '_'))
+}
+
+/// A key a header can carry unchanged: visible ASCII, no spaces, bounded.
+fn valid_api_key(key: &str) -> bool {
+    (1..=1024).contains(&key.len()) && key.bytes().all(|b| b.is_ascii_graphic())
 }
 
 fn parse_keepalive(text: &str) -> Result<KeepAlive, ConfigError> {
@@ -564,6 +733,14 @@ mod tests {
             "max_queue",
             "max_body_bytes",
             "log_format",
+            "default_max_tokens",
+            "max_tokens_limit",
+            "api_key",
+            "origins",
+            "client_request_timeout",
+            "request_body_timeout",
+            "http_keep_alive",
+            "max_connections",
         ];
         for key in keys {
             assert!(
@@ -577,6 +754,51 @@ mod tests {
                     "{key} is documented but not a config key"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn security_and_connection_limits_load_from_each_source_and_are_checked() {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        writeln!(file, "api_key = \"from-file\"\norigins = [\"http://localhost:3000\"]\nclient_request_timeout = 2\nrequest_body_timeout = \"1m\"\nhttp_keep_alive = \"750ms\"\nmax_connections = 10").unwrap();
+        let args = ServeArgs { config: Some(file.path().into()), ..Default::default() };
+        let config = Config::load_with_env(&args, no_env).unwrap();
+        assert_eq!(config.api_key, Some(Secret("from-file".into())));
+        assert_eq!(config.origins, ["http://localhost:3000"]);
+        assert_eq!(config.client_request_timeout, Duration::from_secs(2));
+        assert_eq!(config.request_body_timeout, Duration::from_secs(60));
+        assert_eq!(config.http_keep_alive, Duration::from_millis(750));
+        assert_eq!(config.max_connections, 10);
+        assert!(!format!("{config:?}").contains("from-file"), "the key shows in Debug");
+
+        let env: HashMap<&str, &str> = [
+            ("LLAMAY_API_KEY", "from-env"),
+            ("LLAMAY_ORIGINS", "https://a.example, http://b.example:8080"),
+            ("LLAMAY_REQUEST_BODY_TIMEOUT", "5s"),
+        ]
+        .into();
+        let args = ServeArgs { api_key: Some("from-flag".into()), ..Default::default() };
+        let config = Config::load_with_env(&args, |k| env.get(k).map(|v| v.to_string())).unwrap();
+        assert_eq!(config.api_key, Some(Secret("from-flag".into())));
+        assert_eq!(config.origins, ["https://a.example", "http://b.example:8080"]);
+        assert_eq!(config.request_body_timeout, Duration::from_secs(5));
+        let defaults = Config::load_with_env(&ServeArgs::default(), no_env).unwrap();
+        assert_eq!((defaults.api_key, defaults.origins.len()), (None, 0));
+
+        let refused: [(&str, &str); 6] = [
+            ("LLAMAY_API_KEY", "has space"),
+            ("LLAMAY_ORIGINS", "localhost:3000"),
+            ("LLAMAY_ORIGINS", "http://a.example/path"),
+            ("LLAMAY_HTTP_KEEP_ALIVE", "0"),
+            ("LLAMAY_CLIENT_REQUEST_TIMEOUT", "soon"),
+            ("LLAMAY_MAX_CONNECTIONS", "0"),
+        ];
+        for (variable, value) in refused {
+            let env = |k: &str| (k == variable).then(|| value.to_string());
+            assert!(
+                matches!(Config::load_with_env(&ServeArgs::default(), env), Err(ConfigError::Invalid { .. })),
+                "{variable}={value}"
+            );
         }
     }
 
@@ -647,5 +869,32 @@ mod tests {
         assert_eq!(cli.serve.threads, Some(3));
         assert_eq!(cli.serve.keepalive.as_deref(), Some("-1"));
         assert_eq!(cli.serve.parallel, Some(2));
+    }
+
+    #[test]
+    fn token_limits_come_from_the_file_and_env_and_are_checked() {
+        let defaults = Config::load_with_env(&ServeArgs::default(), no_env).unwrap();
+        assert_eq!(
+            (defaults.default_max_tokens, defaults.max_tokens_limit),
+            (2048, 32768)
+        );
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        writeln!(file, "default_max_tokens = 100\nmax_tokens_limit = 500").unwrap();
+        let args = ServeArgs {
+            config: Some(file.path().into()),
+            ..Default::default()
+        };
+        let config = Config::load_with_env(&args, no_env).unwrap();
+        assert_eq!((config.default_max_tokens, config.max_tokens_limit), (100, 500));
+        let env = |k: &str| (k == "LLAMAY_MAX_TOKENS_LIMIT").then(|| "50".to_string());
+        assert!(matches!(
+            Config::load_with_env(&args, env),
+            Err(ConfigError::Invalid { key: "default_max_tokens", .. })
+        ));
+        let env = |k: &str| (k == "LLAMAY_DEFAULT_MAX_TOKENS").then(|| "0".to_string());
+        assert!(matches!(
+            Config::load_with_env(&ServeArgs::default(), env),
+            Err(ConfigError::Invalid { key: "default_max_tokens", .. })
+        ));
     }
 }

@@ -38,6 +38,12 @@ pub enum ErrorCode {
     ModelLoadFailed,
     /// A bug or an unexpected failure inside the daemon.
     Internal,
+    /// A model given as something other than a store name (a path, `..`, a NUL...).
+    InvalidModelName,
+    /// The daemon has an API key and the request did not bring it.
+    Unauthorized,
+    /// The client took too long to send its request.
+    RequestTimeout,
 }
 
 impl ErrorCode {
@@ -49,7 +55,10 @@ impl ErrorCode {
             | ErrorCode::SchemaRefused
             | ErrorCode::GrammarRefused
             | ErrorCode::ConstraintConflict
-            | ErrorCode::PromptTooLong => 400,
+            | ErrorCode::PromptTooLong
+            | ErrorCode::InvalidModelName => 400,
+            ErrorCode::Unauthorized => 401,
+            ErrorCode::RequestTimeout => 408,
             ErrorCode::ModelNotFound | ErrorCode::RouteNotFound | ErrorCode::NotOffered => 404,
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::Overloaded | ErrorCode::ShuttingDown => 503,
@@ -61,6 +70,8 @@ impl ErrorCode {
     pub fn status_text(self) -> &'static str {
         match self.status() {
             400 => "Bad Request",
+            401 => "Unauthorized",
+            408 => "Request Timeout",
             404 => "Not Found",
             413 => "Payload Too Large",
             429 => "Too Many Requests",
@@ -86,13 +97,17 @@ impl ErrorCode {
             ErrorCode::ShuttingDown => "shutting_down",
             ErrorCode::ModelLoadFailed => "model_load_failed",
             ErrorCode::Internal => "internal_error",
+            ErrorCode::InvalidModelName => "invalid_model_name",
+            ErrorCode::Unauthorized => "invalid_api_key",
+            ErrorCode::RequestTimeout => "request_timeout",
         }
     }
 
     /// Anthropic's `error.type`.
     pub fn anthropic_type(self) -> &'static str {
         match self.status() {
-            400 => "invalid_request_error",
+            400 | 408 => "invalid_request_error",
+            401 => "authentication_error",
             404 => "not_found_error",
             413 => "request_too_large",
             429 => "rate_limit_error",
@@ -191,6 +206,9 @@ mod tests {
             ErrorCode::ShuttingDown,
             ErrorCode::ModelLoadFailed,
             ErrorCode::Internal,
+            ErrorCode::InvalidModelName,
+            ErrorCode::Unauthorized,
+            ErrorCode::RequestTimeout,
         ];
         for code in all {
             let retryable = matches!(code.status(), 429 | 503);
@@ -198,5 +216,8 @@ mod tests {
         }
         assert_eq!(ErrorCode::SchemaRefused.status_text(), "Bad Request");
         assert_eq!(ErrorCode::PayloadTooLarge.status(), 413);
+        assert_eq!(ErrorCode::Unauthorized.status(), 401);
+        assert_eq!(ErrorCode::Unauthorized.anthropic_type(), "authentication_error");
+        assert_eq!(ErrorCode::RequestTimeout.status_text(), "Request Timeout");
     }
 }

@@ -9,16 +9,33 @@ use crate::actors::model::{StoreLoader, WorkerSettings};
 use crate::config::Config;
 use crate::core::{CatalogEntry, CoreError, ModelCatalog, ModelDescription};
 use crate::llm::ContextParams;
-use crate::store::{Manifest, ModelName, Store, StoreError};
+use crate::store::{Manifest, ModelName, ModelRef, Store, StoreError};
 
-/// The store as `/api/tags`, `/v1/models` and `/api/show` see it.
+/// The store as `/api/tags`, `/v1/models` and `/api/show` see it, with the file given to
+/// `serve -m PATH` listed under the name it is served by.
 pub struct StoreCatalog {
     store: Arc<Store>,
+    /// Facts of served files, read once at start-up (no digest: the file is not hashed).
+    files: Vec<Manifest>,
 }
 
 impl StoreCatalog {
     pub fn new(store: Arc<Store>) -> Self {
-        Self { store }
+        Self { store, files: Vec::new() }
+    }
+
+    /// Lists the GGUF file at `path` under `name`, ahead of a store model of that name.
+    pub fn with_file(mut self, name: ModelName, path: &std::path::Path) -> std::io::Result<Self> {
+        let facts = crate::gguf::read_gguf_facts(path)
+            .map_err(|e| std::io::Error::other(format!("{}: {e}", path.display())))?;
+        let metadata = std::fs::metadata(path)?;
+        let added_at = metadata
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_secs());
+        self.files.push(Manifest { name, digest: String::new(), size: metadata.len(), facts, added_at });
+        Ok(self)
     }
 }
 
@@ -53,12 +70,17 @@ fn entry(manifest: &Manifest) -> CatalogEntry {
 impl ModelCatalog for StoreCatalog {
     fn list(&self) -> Result<Vec<CatalogEntry>, CoreError> {
         let manifests = self.store.list().map_err(|e| CoreError::internal(e.to_string()))?;
-        Ok(manifests.iter().map(entry).collect())
+        let shadowed = |m: &Manifest| self.files.iter().any(|file| file.name == m.name);
+        let stored = manifests.iter().filter(|m| !shadowed(m));
+        Ok(self.files.iter().chain(stored).map(entry).collect())
     }
 
     fn describe(&self, name: &str) -> Result<ModelDescription, CoreError> {
-        let parsed = ModelName::parse(name).map_err(|e| store_error(e, name))?;
-        let manifest = self.store.resolve(&parsed).map_err(|e| store_error(e, name))?;
+        let parsed = ModelName::parse(name)?;
+        let manifest = match self.files.iter().find(|file| file.name == parsed) {
+            Some(file) => file.clone(),
+            None => self.store.resolve(&parsed).map_err(|e| store_error(e, name))?,
+        };
         let facts = &manifest.facts;
         let mut metadata = serde_json::Map::new();
         metadata.insert("general.architecture".into(), facts.architecture.clone().into());
@@ -76,8 +98,20 @@ impl ModelCatalog for StoreCatalog {
     }
 }
 
-/// Serves until a stop signal, with models loaded from `store`.
-pub fn run(config: Config, store: Arc<Store>) -> std::io::Result<()> {
+/// Serves until a stop signal, with models loaded from `store`. A `-m` that is a file path is
+/// registered under a name made from its stem: requests use that name, as they cannot name files.
+pub fn run(mut config: Config, store: Arc<Store>) -> std::io::Result<()> {
+    let file_model = match config.model.as_deref().map(ModelRef::parse).transpose() {
+        Ok(Some(ModelRef::Path(path))) => {
+            let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+            let name = ModelName::from_stem(&stem);
+            tracing::info!(path = %path.display(), model = %name, "serving a model file under a name; requests use the name");
+            config.model = Some(name.to_string());
+            Some((name, path))
+        }
+        Ok(_) => None,
+        Err(error) => return Err(std::io::Error::other(error.to_string())),
+    };
     // `context` is per sequence, as Ollama's num_ctx: the KV cache holds `parallel` of them.
     let settings = WorkerSettings {
         context: ContextParams {
@@ -88,7 +122,13 @@ pub fn run(config: Config, store: Arc<Store>) -> std::io::Result<()> {
             kv_type: config.kv,
         },
     };
-    let loader = Arc::new(StoreLoader::new(Arc::clone(&store), settings));
-    let catalog = Arc::new(StoreCatalog::new(store));
+    let mut loader = StoreLoader::new(Arc::clone(&store), settings);
+    let mut catalog = StoreCatalog::new(Arc::clone(&store));
+    if let Some((name, path)) = file_model {
+        catalog = catalog.with_file(name.clone(), &path)?;
+        loader = loader.with_file(name, path);
+    }
+    let loader = Arc::new(loader);
+    let catalog = Arc::new(catalog);
     crate::api::serve::serve_blocking(config, loader, catalog)
 }

@@ -27,7 +27,7 @@ use llamay::grammar::schema::{compile_schema, review_schema, Verdict};
 use llamay::grammar::{check_input, CheckOutcome, CompiledGrammar, Limits};
 use serde_json::Value;
 
-const SUITE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/corpora/json-schema-test-suite/tests/draft2020-12");
+const SUITE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/json-schema-test-suite/tests/draft2020-12");
 
 /// Assertion keywords llamay parses but does not enforce: with one of these in the schema, a
 /// `valid: false` document may fail for a reason the grammar does not see.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use llamay::actors::model::load_vocabulary;
 use llamay::grammar::{check_input, compile_gbnf, CheckOutcome, Limits, Matcher, TokenTrie};
 
-const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/corpora/gbnf");
+const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/gbnf");
 
 fn alive(grammar: &llamay::grammar::CompiledGrammar, text: &[u8]) -> bool {
     !matches!(check_input(grammar, text), CheckOutcome::Mismatch { .. })

@@ -7,7 +7,7 @@
 //! Cost: one thread and one KV cache per loaded model; each step is one `llama_decode` call of
 //! (live sequences + prompt chunk) tokens, plus one sampling pass per generating sequence.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc as std_mpsc, Arc, Mutex, OnceLock};
@@ -20,14 +20,16 @@ use super::messages::{CancelToken, Generation, LoadedModel, ModelLoader};
 use super::sampler::{SequenceSampler, Step};
 use crate::core::{
     Completion, ConstraintKind, CoreError, FinishReason, ModelInfo, ModelTotals, PromptInput, Role, StreamEvent,
-    Timings, ToolCall, ToolSpec, Usage, ValidGenerateRequest,
+    Timings, ToolSpec, Usage, ValidGenerateRequest,
 };
+use crate::core::ModelName;
 use crate::grammar::{CompiledGrammar, Limits};
 use crate::grammar::matcher::Matcher;
 use crate::grammar::toktrie::TokenTrie;
 use crate::llm::sampling::SamplingConfig;
 use crate::llm::template::TemplateMessage;
 use crate::llm::{BatchEntry, Context, ContextParams, Model};
+use crate::tools::ToolAnswer;
 
 /// How a model's context is set up when it loads.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,6 +49,9 @@ struct Job {
     /// `parallel_tool_calls: false`: a forced grammar allows one call, and under `"auto"`
     /// only the first call the model wrote is kept.
     single_call: bool,
+    /// A streamed answer of a conversation with calls in it (tools not offered): the model may
+    /// imitate the call markup, which is taken out on the way.
+    markup: Option<crate::tools::MarkupFilter>,
     events: mpsc::Sender<StreamEvent>,
     cancel: CancelToken,
     submitted: Instant,
@@ -145,7 +150,7 @@ impl LlamaModelHandle {
                 if tools.is_empty() && !has_tool_history {
                     let messages: Vec<TemplateMessage> = messages.iter().map(template_message).collect();
                     let prompt = self.model.tokenize_chat(&messages, None).map_err(template_error)?;
-                    return Ok(Prepared { prompt, forced: None, offered: Vec::new() });
+                    return Ok(Prepared { prompt, forced: None, offered: Vec::new(), filters_markup: false });
                 }
                 let plan = crate::tools::plan_tool_use(
                     messages,
@@ -165,7 +170,7 @@ impl LlamaModelHandle {
                     )),
                     None => None,
                 };
-                Ok(Prepared { prompt, forced, offered: plan.offered })
+                Ok(Prepared { prompt, forced, offered: plan.offered, filters_markup: true })
             }
             PromptInput::Raw { prompt, system, template: true } => {
                 let mut messages = Vec::new();
@@ -174,11 +179,11 @@ impl LlamaModelHandle {
                 }
                 messages.push(TemplateMessage::new("user", prompt.clone()));
                 let prompt = self.model.tokenize_chat(&messages, None).map_err(template_error)?;
-                Ok(Prepared { prompt, forced: None, offered: Vec::new() })
+                Ok(Prepared { prompt, forced: None, offered: Vec::new(), filters_markup: false })
             }
             PromptInput::Raw { prompt, template: false, .. } => {
                 let prompt = self.model.tokenize(prompt, true, false).map_err(template_error)?;
-                Ok(Prepared { prompt, forced: None, offered: Vec::new() })
+                Ok(Prepared { prompt, forced: None, offered: Vec::new(), filters_markup: false })
             }
         }
     }
@@ -191,6 +196,8 @@ struct Prepared {
     forced: Option<Arc<CompiledGrammar>>,
     /// Tools whose calls are read back from the answer (the answer is then held back).
     offered: Vec<ToolSpec>,
+    /// Whether the prompt described tools or earlier calls, so the answer may carry markup.
+    filters_markup: bool,
 }
 
 fn template_message(message: &crate::core::ChatMessage) -> TemplateMessage {
@@ -209,7 +216,7 @@ impl LoadedModel for LlamaModelHandle {
     }
 
     fn submit(&self, request: ValidGenerateRequest) -> Result<Generation, CoreError> {
-        let Prepared { prompt, forced, offered } = self.prepare(&request)?;
+        let Prepared { prompt, forced, offered, filters_markup } = self.prepare(&request)?;
         let context = request.num_ctx.map_or(self.per_sequence_ctx, |n| n.min(self.per_sequence_ctx));
         if prompt.len() as u32 >= context {
             return Err(CoreError::prompt_too_long(prompt.len(), context as usize));
@@ -241,6 +248,7 @@ impl LoadedModel for LlamaModelHandle {
             sampler,
             constraint: constraint_kind,
             held: (!offered.is_empty()).then(String::new),
+            markup: (filters_markup && offered.is_empty()).then(crate::tools::MarkupFilter::default),
             offered,
             single_call: !request.parallel_tool_calls,
             events,
@@ -442,12 +450,17 @@ fn step(context: &mut Context<'_>, live: &mut [Option<Live>], shared: &Shared) {
                 entry.next_token = Some(token);
                 match entry.job.held.as_mut() {
                     Some(held) => held.push_str(&text),
-                    // A failed send means the client is gone; the next step sees the closed
-                    // channel and frees the slot.
-                    None if !text.is_empty() => {
-                        let _ = entry.job.events.blocking_send(StreamEvent::Delta { text });
+                    None => {
+                        let text = match entry.job.markup.as_mut() {
+                            Some(filter) => filter.push(&text),
+                            None => text,
+                        };
+                        // A failed send means the client is gone; the next step sees the
+                        // closed channel and frees the slot.
+                        if !text.is_empty() {
+                            let _ = entry.job.events.blocking_send(StreamEvent::Delta { text });
+                        }
                     }
-                    None => {}
                 }
             }
             Step::Finished { text, reason } => {
@@ -484,7 +497,7 @@ fn end_live(entry: Live, reason: FinishReason, text: String, shared: &Shared) {
     finish(entry.job, reason, text, timings, prompt_tokens, shared);
 }
 
-fn finish(job: Job, reason: FinishReason, text: String, timings: Timings, prompt_tokens: usize, shared: &Shared) {
+fn finish(mut job: Job, reason: FinishReason, text: String, timings: Timings, prompt_tokens: usize, shared: &Shared) {
     let completion_tokens = job.sampler.generated();
     let constraint_stats = job.sampler.matcher().map(|matcher| {
         let label = match job.constraint {
@@ -507,14 +520,21 @@ fn finish(job: Job, reason: FinishReason, text: String, timings: Timings, prompt
         }
     }
     shared.in_use.fetch_sub(1, Ordering::AcqRel);
-    let (text, tool_calls, reason) = match job.held {
+    let answer = match job.held.take() {
         Some(mut held) => {
             held.push_str(&text);
             let forced = job.constraint == Some(ConstraintKind::Tool);
-            read_tool_calls(&held, &job.offered, job.single_call, forced, reason)
+            crate::tools::finish_tool_answer(&held, &job.offered, job.single_call, forced, reason)
         }
-        None => (text, Vec::new(), reason),
+        None => {
+            let content = match job.markup.as_mut() {
+                Some(filter) => filter.push(&text) + &filter.finish(),
+                None => text,
+            };
+            ToolAnswer { content, calls: Vec::new(), cut_off_arguments: None, reason }
+        }
     };
+    let ToolAnswer { content: text, calls: tool_calls, cut_off_arguments, reason } = answer;
     if !text.is_empty() {
         let _ = job.events.blocking_send(StreamEvent::Delta { text });
     }
@@ -523,66 +543,58 @@ fn finish(job: Job, reason: FinishReason, text: String, timings: Timings, prompt
         usage: Usage { prompt_tokens: prompt_tokens as u32, completion_tokens },
         timings,
         tool_calls,
+        cut_off_arguments,
         constraint_stats,
     };
     let _ = job.events.blocking_send(StreamEvent::Done(completion));
 }
 
-/// The answer of a request that offered tools: its calls, the text beside them, and why it
-/// ended. A forced grammar allows nothing but calls, so text beside complete calls is a call
-/// cut off by the token budget, not an answer; `single_call` keeps the first call only.
-fn read_tool_calls(
-    held: &str,
-    offered: &[ToolSpec],
-    single_call: bool,
-    forced: bool,
-    reason: FinishReason,
-) -> (String, Vec<ToolCall>, FinishReason) {
-    let mut parsed = crate::tools::parse_calls(held, offered);
-    if single_call {
-        parsed.calls.truncate(1);
-    }
-    if parsed.calls.is_empty() {
-        return (parsed.content, parsed.calls, reason);
-    }
-    let reason = match reason {
-        FinishReason::Stop | FinishReason::Length => FinishReason::ToolCalls,
-        other => other,
-    };
-    if forced {
-        parsed.content.clear();
-    }
-    (parsed.content, parsed.calls, reason)
-}
-
-/// Loads models from the store by name (or from a GGUF path) and starts their workers.
+/// Loads models by name, never by path: from the store, or from the GGUF files the operator
+/// registered under names at start-up (`serve -m PATH`). A name is all a request can give, so
+/// no request can make the daemon open a file of its choosing.
 pub struct StoreLoader {
     store: Arc<crate::store::Store>,
     settings: WorkerSettings,
+    files: HashMap<ModelName, PathBuf>,
 }
 
 impl StoreLoader {
     pub fn new(store: Arc<crate::store::Store>, settings: WorkerSettings) -> Self {
-        Self { store, settings }
+        Self { store, settings, files: HashMap::new() }
+    }
+
+    /// Serves the file at `path` under `name`, ahead of a store model of the same name.
+    pub fn with_file(mut self, name: ModelName, path: PathBuf) -> Self {
+        self.files.insert(name, path);
+        self
     }
 }
 
 /// Resolves `reference` (a store name, or a path to a GGUF file) to a file and its facts.
-/// A store is needed only for names.
+/// A store is needed only for names. For the command line only: the daemon resolves names
+/// alone ([`StoreLoader`]).
 pub fn locate_model(reference: &str, store: Option<&crate::store::Store>) -> Result<(PathBuf, ModelInfo), CoreError> {
     match crate::store::ModelRef::parse(reference).map_err(|e| CoreError::bad_request(e.to_string()))? {
-        crate::store::ModelRef::Path(path) => {
-            let facts = crate::gguf::read_gguf_facts(&path).map_err(|e| CoreError::bad_request(e.to_string()))?;
-            let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-            Ok((path.clone(), info_from_facts(&path.display().to_string(), &facts, size, String::new())))
-        }
+        crate::store::ModelRef::Path(path) => locate_file(&path, &path.display().to_string()),
         crate::store::ModelRef::Name(name) => {
             let store = store.ok_or_else(|| CoreError::internal("no model store is open"))?;
-            let manifest = store.resolve(&name).map_err(|_| CoreError::model_not_found(&name.to_string()))?;
-            let path = store.blob_path(&manifest);
-            Ok((path, info_from_facts(&name.to_string(), &manifest.facts, manifest.size, manifest.digest.clone())))
+            locate_stored(&name, store)
         }
     }
+}
+
+/// A GGUF file's facts, reported under `name`.
+fn locate_file(path: &Path, name: &str) -> Result<(PathBuf, ModelInfo), CoreError> {
+    let facts = crate::gguf::read_gguf_facts(path).map_err(|e| CoreError::bad_request(e.to_string()))?;
+    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    Ok((path.to_path_buf(), info_from_facts(name, &facts, size, String::new())))
+}
+
+/// The store's blob for `name` and its facts.
+fn locate_stored(name: &ModelName, store: &crate::store::Store) -> Result<(PathBuf, ModelInfo), CoreError> {
+    let manifest = store.resolve(name).map_err(|_| CoreError::model_not_found(&name.to_string()))?;
+    let path = store.blob_path(&manifest);
+    Ok((path, info_from_facts(&name.to_string(), &manifest.facts, manifest.size, manifest.digest.clone())))
 }
 
 /// The vocabulary named by `reference`: a `.json` file written by `Vocabulary::to_json`, or a
@@ -634,49 +646,11 @@ pub fn load_model(path: &Path, info: ModelInfo, settings: &WorkerSettings) -> Re
 
 impl ModelLoader for StoreLoader {
     fn load(&self, name: &str) -> Result<Arc<dyn LoadedModel>, CoreError> {
-        let (path, info) = locate_model(name, Some(&self.store))?;
+        let name = ModelName::parse(name)?;
+        let (path, info) = match self.files.get(&name) {
+            Some(path) => locate_file(path, &name.to_string())?,
+            None => locate_stored(&name, &self.store)?,
+        };
         Ok(Arc::new(load_model(&path, info, &self.settings)?))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn weather() -> Vec<ToolSpec> {
-        vec![ToolSpec {
-            name: "get_weather".into(),
-            description: None,
-            parameters: serde_json::json!({"type": "object", "properties": {"city": {"type": "string"}}}),
-        }]
-    }
-
-    const TWO_CALLS: &str = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n\
-                             <tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Tokyo\"}}\n</tool_call>";
-
-    #[test]
-    fn a_forced_answer_cut_by_the_budget_keeps_its_complete_calls_and_no_fragment() {
-        let held = format!("{TWO_CALLS}\n<tool_call>\n{{\"name\": \"get_wea");
-        let (text, calls, reason) = read_tool_calls(&held, &weather(), false, true, FinishReason::Length);
-        assert_eq!(text, "");
-        assert_eq!(calls.len(), 2);
-        assert_eq!(calls[1].arguments["city"], "Tokyo");
-        assert_eq!(reason, FinishReason::ToolCalls);
-    }
-
-    #[test]
-    fn single_call_keeps_the_first_and_auto_keeps_text_beside_calls() {
-        let held = format!("Let me check.\n{TWO_CALLS}");
-        let (text, calls, reason) = read_tool_calls(&held, &weather(), true, false, FinishReason::Stop);
-        assert_eq!(calls.len(), 1);
-        assert_eq!(calls[0].arguments["city"], "Paris");
-        assert_eq!(text.trim(), "Let me check.");
-        assert_eq!(reason, FinishReason::ToolCalls);
-    }
-
-    #[test]
-    fn prose_without_calls_is_the_answer() {
-        let (text, calls, reason) = read_tool_calls("It is sunny.", &weather(), false, false, FinishReason::Stop);
-        assert_eq!((text.as_str(), calls.len(), reason), ("It is sunny.", 0, FinishReason::Stop));
     }
 }

@@ -504,6 +504,11 @@ impl Handler<Acquire> for Supervisor {
             )));
             return MessageResult(ticket);
         }
+        // A model is a name, never a path: whatever reaches a loader has passed the name rule.
+        if let Err(invalid) = crate::core::ModelName::parse(&request.model) {
+            let _ = reply.send(Err(invalid.into()));
+            return MessageResult(ticket);
+        }
         let waiter = Waiter {
             model: request.model,
             keep_alive: request.keep_alive,

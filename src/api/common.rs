@@ -104,14 +104,17 @@ impl Started {
     }
 }
 
-/// Compiles the request's constraint (or takes the daemon's `-grammar-file`), leases the model
-/// (loading it if needed) and submits the request.
+/// Compiles the request's constraint (or takes the daemon's `-grammar-file`), applies the
+/// daemon's token budget rules (the one place for all three APIs), leases the model (loading
+/// it if needed) and submits the request.
 pub async fn start_generation(
     state: &AppState,
     mut request: ValidGenerateRequest,
     constraint: ConstraintSources,
 ) -> Result<Started, CoreError> {
     let arrived = Instant::now();
+    request.sampling.limit_tokens(state.token_limits);
+    crate::core::ModelName::parse(&request.model)?;
     request.constraint = resolve_constraint(constraint, &state.constraints, state.default_grammar.as_ref())?;
     let lease = acquire(&state.supervisor, &request.model, request.keep_alive).await?;
     let generation = lease.model().submit(request)?;

@@ -6,8 +6,10 @@
 //! [`serve::serve`] (the `llamay serve` entry). Costs: one `AppState` shared by all workers.
 
 pub mod anthropic;
+pub mod auth;
 pub mod common;
 pub mod constraint;
+pub mod limits;
 pub mod metrics;
 pub mod ollama;
 pub mod openai;
@@ -18,11 +20,13 @@ pub mod tool_wire;
 #[cfg(test)]
 mod route_tests;
 #[cfg(test)]
+mod security_route_tests;
+#[cfg(test)]
 pub(crate) mod test_support;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use actix::Addr;
 use actix_web::body::MessageBody;
@@ -30,7 +34,7 @@ use actix_web::dev::{ServiceFactory, ServiceRequest, ServiceResponse};
 use actix_web::{web, App, HttpRequest, HttpResponse};
 
 use crate::actors::supervisor::Supervisor;
-use crate::core::ModelCatalog;
+use crate::core::{ModelCatalog, TokenLimits};
 use crate::error::{CoreError, ErrorCode};
 use crate::grammar::automaton::CompiledGrammar;
 use constraint::ConstraintCache;
@@ -48,6 +52,14 @@ pub struct AppState {
     pub max_body_bytes: usize,
     pub started_at: Instant,
     pub shutting_down: AtomicBool,
+    /// The default and the cap of every request's `max_tokens` (config).
+    pub token_limits: TokenLimits,
+    /// When set, every route but `/health` requires this key (see [`auth`]).
+    pub api_key: Option<auth::ApiKey>,
+    /// Browser origins allowed to call (CORS); none by default.
+    pub origins: Vec<String>,
+    /// Time a request's body may take to arrive (see [`limits`]).
+    pub request_body_timeout: Duration,
     /// What `/metrics` counts beyond the supervisor's snapshot.
     pub metrics: Arc<metrics::Metrics>,
 }
@@ -67,6 +79,10 @@ impl AppState {
             max_body_bytes,
             started_at: Instant::now(),
             shutting_down: AtomicBool::new(false),
+            token_limits: TokenLimits::default(),
+            api_key: None,
+            origins: Vec::new(),
+            request_body_timeout: limits::HttpLimits::default().request_body_timeout,
             metrics: Arc::new(metrics::Metrics::new()),
         }
     }
@@ -121,10 +137,17 @@ pub fn build_app(
         InitError = (),
     >,
 > {
+    let cors = auth::cors(&state.origins);
+    // The last wrap runs first: CORS, then the key, then the body is read (so a client without
+    // the key cannot make the daemon wait for or buffer a body).
     App::new()
         .app_data(state)
         .configure(configure)
         .default_service(web::to(not_found))
+        .wrap(actix_web::middleware::from_fn(limits::read_body_in_time))
+        .wrap(actix_web::middleware::from_fn(auth::require_api_key))
+        .wrap(cors)
+        // Outermost, so requests refused by auth, CORS or the body timeout are counted too.
         .wrap(actix_web::middleware::from_fn(metrics::count_requests))
 }
 

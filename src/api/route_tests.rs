@@ -585,3 +585,39 @@ async fn grammar_refusals_name_the_problem_and_compiled_constraints_are_reused()
 
 #[path = "tool_route_tests.rs"]
 mod tools;
+
+/// Issue 9: every API's requests get the daemon's default budget when they name none, and a
+/// budget above the limit is clamped to it (the scripted model says one word per token).
+#[actix_web::test]
+async fn max_tokens_gets_the_configured_default_and_is_clamped_to_the_limit() {
+    let loader = ScriptedLoader::new();
+    let config = SupervisorConfig {
+        max_loaded: 1,
+        default_keep_alive: KeepAlive::For(Duration::from_secs(60)),
+        max_queue: 4,
+    };
+    let supervisor = Supervisor::new(Arc::new(loader), config).start();
+    let mut state = AppState::new(supervisor, Arc::new(FakeCatalog), None, BODY_LIMIT);
+    state.token_limits = crate::core::TokenLimits { default_max_tokens: 1, max_tokens_limit: 2 };
+    let app = test::init_service(build_app(web::Data::new(state))).await;
+
+    let mut body = chat_body("tiny:1m", "x");
+    let answer = call!(app, post, "/v1/chat/completions", body.clone()).json();
+    assert_eq!(answer["usage"]["completion_tokens"], 1, "{answer}");
+    assert_eq!(answer["choices"][0]["finish_reason"], "length");
+    body["max_tokens"] = json!(1_000_000);
+    let answer = call!(app, post, "/v1/chat/completions", body).json();
+    assert_eq!(answer["usage"]["completion_tokens"], 2, "clamped, not refused: {answer}");
+
+    let anthropic = json!({"model": "tiny:1m", "max_tokens": 64000, "messages": [{"role": "user", "content": "x"}]});
+    let answer = call!(app, post, "/v1/messages", anthropic).json();
+    assert_eq!((&answer["usage"]["output_tokens"], &answer["stop_reason"]), (&json!(2), &json!("max_tokens")));
+
+    for (options, expected) in [(json!({}), 1), (json!({"num_predict": -1}), 2), (json!({"num_predict": 1}), 1)] {
+        let ollama = json!({"model": "tiny:1m", "stream": false, "options": options,
+                            "messages": [{"role": "user", "content": "x"}]});
+        let answer = call!(app, post, "/api/chat", ollama).json();
+        assert_eq!(answer["eval_count"], expected, "{options}: {answer}");
+        assert_eq!(answer["done_reason"], "length");
+    }
+}

@@ -1,21 +1,27 @@
 //! `llamay serve`: starts the supervisor, preloads `-m`, prints the spec's banner (the structured
 //! `llamay serving` log line and the route table), serves until SIGINT or SIGTERM, then stops
 //! accepting, fails waiting requests, lets running ones finish (up to a grace period), and unloads.
+//! The HTTP server gets the connection limits ([`HttpLimits`]) and the app its API key and
+//! allowed origins; binding beyond loopback without a key is warned about at start-up.
 //!
-//! Key items: [`serve`] (async, inside an actix system), [`serve_blocking`] (makes the system).
+//! Key items: [`serve`] (async, inside an actix system), [`serve_blocking`] (makes the system),
+//! [`start_http`] (the configured server on given addresses, also started by tests).
 
 use std::io;
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use actix::Actor;
 use actix_web::{web, HttpServer};
 
+use super::auth::ApiKey;
+use super::limits::HttpLimits;
 use super::{build_app, AppState};
 use crate::actors::messages::ModelLoader;
 use crate::actors::supervisor::{acquire, Shutdown, Supervisor, SupervisorConfig};
 use crate::config::Config;
-use crate::core::{ModelCatalog, ModelInfo};
+use crate::core::{ModelCatalog, ModelInfo, TokenLimits};
 use crate::grammar::automaton::CompiledGrammar;
 
 /// Seconds running requests get to finish after a stop signal.
@@ -62,20 +68,30 @@ pub async fn serve(
         None => None,
     };
 
-    let state = web::Data::new(AppState::new(
+    let mut app_state = AppState::new(
         supervisor.clone(),
         catalog,
         default_grammar,
         config.max_body_bytes,
-    ));
-    let app_state = state.clone();
-    let server = HttpServer::new(move || build_app(app_state.clone()))
-        .disable_signals()
-        .shutdown_timeout(SHUTDOWN_GRACE_SECONDS)
-        .bind(config.socket_addrs()?.as_slice())?;
-    let bound: Vec<String> = server.addrs().iter().map(ToString::to_string).collect();
+    );
+    app_state.api_key = config.api_key.as_ref().map(|key| ApiKey::new(&key.0));
+    app_state.origins = config.origins.clone();
+    app_state.request_body_timeout = config.request_body_timeout;
+    app_state.token_limits = TokenLimits {
+        default_max_tokens: config.default_max_tokens,
+        max_tokens_limit: config.max_tokens_limit,
+    };
+    let state = web::Data::new(app_state);
+    let limits = HttpLimits {
+        client_request_timeout: config.client_request_timeout,
+        request_body_timeout: config.request_body_timeout,
+        keep_alive: config.http_keep_alive,
+        max_connections: config.max_connections,
+    };
+    let (server, bound) = start_http(state.clone(), &limits, &config.socket_addrs()?)?;
+    warn_if_exposed(&bound, state.api_key.is_some());
+    let bound: Vec<String> = bound.iter().map(ToString::to_string).collect();
     print_banner(&config, preloaded.as_ref(), &bound);
-    let server = server.run();
     let handle = server.handle();
     let mut running = actix_web::rt::spawn(server);
 
@@ -101,6 +117,44 @@ pub async fn serve(
     let still_loaded = supervisor.send(Shutdown).await.unwrap_or(0);
     tracing::info!(still_loaded, "llamay stopped");
     Ok(())
+}
+
+/// The real app over `state`, bound to `addrs` with `limits`, not yet running until awaited or
+/// spawned; with the addresses it bound (port 0 becomes the port chosen). Stop signals are left
+/// to the caller.
+pub fn start_http(
+    state: web::Data<AppState>,
+    limits: &HttpLimits,
+    addrs: &[SocketAddr],
+) -> io::Result<(actix_web::dev::Server, Vec<SocketAddr>)> {
+    // actix caps connections per worker; split the cap so the total is what was asked for.
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, limits.max_connections.max(1));
+    let per_worker = limits.max_connections.div_ceil(workers).max(1);
+    let server = HttpServer::new(move || build_app(state.clone()))
+        .workers(workers)
+        .max_connections(per_worker)
+        .client_request_timeout(limits.client_request_timeout)
+        .keep_alive(limits.keep_alive)
+        .disable_signals()
+        .shutdown_timeout(SHUTDOWN_GRACE_SECONDS)
+        .bind(addrs)?;
+    let bound = server.addrs();
+    Ok((server.run(), bound))
+}
+
+/// Addresses other machines can reach, served without a key, get a warning at start-up.
+fn warn_if_exposed(bound: &[SocketAddr], has_key: bool) {
+    if has_key {
+        return;
+    }
+    for addr in bound.iter().filter(|addr| !addr.ip().is_loopback()) {
+        tracing::warn!(
+            %addr,
+            "listening beyond loopback without an API key: anyone who can reach this address can use the models; set LLAMAY_API_KEY (or -api-key)"
+        );
+    }
 }
 
 fn load_grammar_file(path: &std::path::Path) -> io::Result<CompiledGrammar> {

@@ -50,8 +50,10 @@ fn entry(name: &str) -> CatalogEntry {
 /// `TOO LONG` is refused at submit; `SLOW` streams a word every 50 ms until cancelled;
 /// `FAIL` ends in an error after one word. A constrained request answers `{"ok":true}`. A
 /// forced tool choice answers as the model worker does: one call to the named (or first) tool,
-/// or two when the prompt says `TWO` and parallel calls are allowed (the worker drops a cut-off
-/// call's text and extra calls itself, see actors::model).
+/// or two when the prompt says `TWO` and parallel calls are allowed (the worker drops extra
+/// calls itself, see actors::model); `CUT` ends it as the worker ends a call the token budget
+/// cut off: `Length`, the call's arguments closed into an object and their text as far as it
+/// got.
 pub struct ScriptedModel {
     info: ModelInfo,
     in_use: Arc<AtomicUsize>,
@@ -129,7 +131,11 @@ impl LoadedModel for ScriptedModel {
         if prompt.contains("TOO LONG") {
             return Err(CoreError::prompt_too_long(5000, 2048));
         }
-        if let Some(call) = forced_call(&request) {
+        if let Some(mut call) = forced_call(&request) {
+            let cut = prompt.contains("CUT");
+            if cut {
+                call.arguments = serde_json::json!({"city": "Par"});
+            }
             let calls = if prompt.contains("TWO") && request.parallel_tool_calls {
                 vec![call.clone(), call]
             } else {
@@ -138,8 +144,9 @@ impl LoadedModel for ScriptedModel {
             let (generation, sender, _cancel) = Generation::channel();
             std::thread::spawn(move || {
                 let completion = Completion {
-                    finish_reason: FinishReason::ToolCalls,
+                    finish_reason: if cut { FinishReason::Length } else { FinishReason::ToolCalls },
                     tool_calls: calls,
+                    cut_off_arguments: cut.then(|| "{\"city\": \"Par".to_string()),
                     ..Completion::default()
                 };
                 let _ = sender.blocking_send(StreamEvent::Done(completion));

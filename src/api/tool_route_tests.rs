@@ -247,3 +247,56 @@ async fn without_parallel_calls_only_the_first_call_is_kept() {
         "{answer}"
     );
 }
+
+/// Issue 9: a forced call the token budget cut off comes back as a call in each API's own
+/// shape, with no prompt-format text, in the JSON answer and in the stream.
+#[actix_web::test]
+async fn a_cut_off_forced_call_comes_back_in_each_apis_shape() {
+    let harness = harness(1, 8);
+    let app = test::init_service(build_app(harness.state.clone())).await;
+
+    let answer = call!(app, post, "/v1/chat/completions", openai_forced("weather? CUT", false)).json();
+    let choice = &answer["choices"][0];
+    assert_eq!(choice["finish_reason"], "length", "{answer}");
+    assert_eq!(choice["message"]["content"], Value::Null, "{answer}");
+    let call = &choice["message"]["tool_calls"][0];
+    assert_eq!(call["function"]["name"], "get_weather");
+    assert_eq!(call["function"]["arguments"], "{\"city\": \"Par", "the arguments as far as they got");
+    let chunks = sse_data(&call!(app, post, "/v1/chat/completions", openai_forced("weather? CUT", true)).text);
+    let streamed: Vec<&Value> =
+        chunks.iter().filter_map(|c| c["choices"][0]["delta"]["tool_calls"].as_array()).flatten().collect();
+    assert_eq!(streamed.len(), 1, "{chunks:?}");
+    assert_eq!(streamed[0]["function"]["arguments"], "{\"city\": \"Par");
+    let text: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+    assert_eq!(text, "");
+    let finishes: Vec<&Value> =
+        chunks.iter().map(|c| &c["choices"][0]["finish_reason"]).filter(|f| !f.is_null()).collect();
+    assert_eq!(finishes, [&json!("length")]);
+
+    let anthropic = |stream: bool| {
+        json!({"model": "tiny:1m", "max_tokens": 5, "stream": stream, "tools": [weather_anthropic()],
+               "tool_choice": {"type": "any"}, "messages": [{"role": "user", "content": "weather? CUT"}]})
+    };
+    let answer = call!(app, post, "/v1/messages", anthropic(false)).json();
+    assert_eq!(answer["stop_reason"], "max_tokens", "{answer}");
+    let content = answer["content"].as_array().unwrap();
+    assert_eq!(content.len(), 1, "a tool_use block and no text: {answer}");
+    assert_eq!((&content[0]["type"], &content[0]["input"]), (&json!("tool_use"), &json!({"city": "Par"})));
+    let events = sse_data(&call!(app, post, "/v1/messages", anthropic(true)).text);
+    let partial: String =
+        events.iter().filter_map(|e| e["delta"]["partial_json"].as_str()).collect();
+    assert_eq!(serde_json::from_str::<Value>(&partial).unwrap(), json!({"city": "Par"}));
+    assert!(events.iter().all(|e| e["delta"]["type"] != "text_delta"));
+    let stop = events.iter().find(|e| e["type"] == "message_delta").unwrap();
+    assert_eq!(stop["delta"]["stop_reason"], "max_tokens");
+
+    for stream in [false, true] {
+        let ollama = json!({"model": "tiny:1m", "stream": stream, "messages": [{"role": "user", "content": "CUT"}],
+                            "tools": [weather_openai()], "tool_choice": "required"});
+        let text = call!(app, post, "/api/chat", ollama).text;
+        let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+        assert_eq!(last["done_reason"], "length", "{text}");
+        assert_eq!(last["message"]["tool_calls"][0]["function"]["arguments"], json!({"city": "Par"}));
+        assert!(!text.contains("tool_call>"), "{text}");
+    }
+}

@@ -9,6 +9,12 @@ use llamay::store::{render_list_table, ModelName, ModelRef, Store};
 
 use super::CliError;
 
+impl From<llamay::store::InvalidModelName> for CliError {
+    fn from(error: llamay::store::InvalidModelName) -> Self {
+        CliError::Store(error.into())
+    }
+}
+
 fn open_store() -> Result<Store, CliError> {
     Ok(Store::open(&Store::default_home())?)
 }

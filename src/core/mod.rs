@@ -8,14 +8,17 @@
 
 pub mod keepalive;
 pub mod model;
+pub mod name;
 pub mod request;
 pub mod response;
 
 pub use crate::error::{CoreError, ErrorCode};
 pub use keepalive::KeepAlive;
 pub use model::{CatalogEntry, ModelCatalog, ModelDescription, ModelInfo, ModelTotals};
+pub use name::{InvalidModelName, ModelName};
 pub use request::{
     ChatMessage, Constraint, ConstraintKind, PromptInput, Role, SamplingParams, ToolCall,
     ToolChoice, ToolSpec, ValidGenerateRequest,
 };
+pub use request::TokenLimits;
 pub use response::{Completion, FinishReason, StreamEvent, Timings, Usage};

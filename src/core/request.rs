@@ -107,8 +107,34 @@ pub struct SamplingParams {
     pub repeat_penalty: f32,
     pub repeat_last_n: i32,
     pub seed: Option<u32>,
-    /// Generated-token budget; `None` = until the context is full.
+    /// Generated-token budget; `None` = until the context is full. The daemon's routes never
+    /// leave it `None`: [`SamplingParams::limit_tokens`] applies its default and its cap.
     pub max_tokens: Option<u32>,
+}
+
+/// The daemon's token budget rules (config `default_max_tokens` and `max_tokens_limit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenLimits {
+    /// The budget of a request that names none, so that an answer that never ends (a model
+    /// repeating digits in JSON mode) stops long before the context is full.
+    pub default_max_tokens: u32,
+    /// The largest budget a request gets; a larger `max_tokens` is clamped to it, as the
+    /// context size already clamps it, rather than refused.
+    pub max_tokens_limit: u32,
+}
+
+impl Default for TokenLimits {
+    fn default() -> Self {
+        TokenLimits { default_max_tokens: 2048, max_tokens_limit: 32768 }
+    }
+}
+
+impl SamplingParams {
+    /// Gives a request without a budget the default one, and clamps any budget to the limit.
+    pub fn limit_tokens(&mut self, limits: TokenLimits) {
+        let asked = self.max_tokens.unwrap_or(limits.default_max_tokens);
+        self.max_tokens = Some(asked.min(limits.max_tokens_limit));
+    }
 }
 
 impl Default for SamplingParams {

@@ -59,6 +59,10 @@ pub struct Completion {
     pub timings: Timings,
     /// Tool calls parsed from the output (issue 6); empty otherwise.
     pub tool_calls: Vec<ToolCall>,
+    /// Set when the token budget cut the last of `tool_calls` off part way (`finish_reason` is
+    /// then `Length`): its arguments' JSON text as far as the model wrote it. That call's
+    /// `arguments` holds the same text closed into an object, for the APIs that send objects.
+    pub cut_off_arguments: Option<String>,
     /// The matcher's per-request counters (fast path hits, masks computed...), as the engine
     /// reports them; `None` without a constraint.
     pub constraint_stats: Option<serde_json::Value>,

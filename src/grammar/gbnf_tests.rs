@@ -3,7 +3,7 @@
 use super::*;
 use crate::grammar::automaton::{check_input, CheckOutcome};
 
-const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/corpora/gbnf");
+const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/gbnf");
 
 fn compile(source: &str) -> CompiledGrammar {
     match compile_gbnf(source.as_bytes(), &Limits::default()) {

@@ -8,7 +8,7 @@ use super::*;
 use crate::grammar::gbnf::compile_gbnf;
 use crate::grammar::limits::Limits;
 
-const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/corpora/gbnf");
+const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/gbnf");
 
 /// xorshift64*: deterministic and dependency-free.
 pub(crate) struct TestRng(u64);

@@ -37,7 +37,7 @@ mod name;
 mod snapshot;
 mod table;
 
-pub use name::{ModelName, ModelRef, DEFAULT_TAG, MAX_PART_LEN};
+pub use name::{InvalidModelName, ModelName, ModelRef, DEFAULT_TAG, MAX_PART_LEN};
 pub use table::{human_age, human_size, render_list_table, UnixSeconds};
 
 /// Name of the sled tree holding manifests.
@@ -82,6 +82,12 @@ pub enum StoreError {
     Db { context: String, source: sled::Error },
     #[error("the model store entry '{key}' is corrupt: {reason}")]
     Corrupt { key: String, reason: String },
+}
+
+impl From<InvalidModelName> for StoreError {
+    fn from(error: InvalidModelName) -> Self {
+        StoreError::InvalidName { name: error.name, reason: error.reason }
+    }
 }
 
 impl StoreError {

@@ -2,7 +2,8 @@
 //! `tool_choice`, describing the tools to a model in the Hermes `<tool_call>` convention,
 //! rendering earlier calls and their results back into prompt text, building the grammar that
 //! forces a call whose arguments match the tool's own schema, and reading calls back out of
-//! generated text. The API shapes and the model actor call these; nothing here knows HTTP,
+//! generated text, a call cut off by the token budget included, with the model's call markup
+//! kept out of what a client reads. The API shapes and the model actor call these; nothing here knows HTTP,
 //! llama.cpp or any one API's wire format.
 //!
 //! Key types: [`ToolPlan`] (the `tool_choice` table applied to one request: messages to render,
@@ -10,16 +11,22 @@
 //! (text and calls read from an answer). Costs: validation and parsing are linear in their input; the forced-call
 //! grammar costs one compiled JSON Schema per offered tool plus a handful of wrapper rules.
 
+mod answer;
 mod forced;
+mod markup;
 mod parse;
+mod partial;
 mod plan;
 mod prompt;
 mod validate;
 
 use crate::core::{CoreError, ErrorCode};
 
+pub use answer::{finish_tool_answer, ToolAnswer};
 pub use forced::{compile_arguments_schema, embed_grammar, forced_call_grammar};
+pub use markup::{strip_markup, MarkupFilter};
 pub use parse::{anthropic_call_id, openai_call_id, parse_calls, parse_calls_with_ids, ParsedOutput};
+pub use partial::{close_json_prefix, read_cut_off_call, CutOffCall};
 pub use plan::{plan_tool_use, ToolPlan};
 pub use prompt::{
     calls_as_template_json, hermes_tools_prompt, messages_for_plain_template, render_calls_as_text, render_tool_result,

@@ -3,22 +3,26 @@
 //! Calls are `<tool_call>...</tool_call>` blocks holding `{"name": ..., "arguments": {...}}`
 //! (or a list of them); a whole answer that is nothing but such a JSON object or list is read
 //! as calls too. Calls to tools that were not offered are dropped; a block that does not parse
-//! stays in the text, so a malformed call reaches the caller as text rather than as an
-//! invented call. Cost: linear in the text (serde_json's own depth limit bounds nesting).
+//! stays in the text without its tags, so a malformed call reaches the caller as text rather
+//! than as an invented call, and never as markup. A last block the answer ends inside is set
+//! apart ([`ParsedOutput::unfinished`]): it may be a call the token budget cut off.
+//! Cost: linear in the text (serde_json's own depth limit bounds nesting).
 
 use rand::Rng;
 use serde_json::{Map, Value};
 
+use super::markup::{strip_markup, CLOSE_TAG, OPEN_TAG};
 use crate::core::{ToolCall, ToolSpec};
 
-const OPEN_TAG: &str = "<tool_call>";
-const CLOSE_TAG: &str = "</tool_call>";
-
-/// What an answer holds: the text left once calls are taken out, and the calls.
+/// What an answer holds: the text left once calls are taken out (no call tags in it), and
+/// the calls.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ParsedOutput {
     pub content: String,
     pub calls: Vec<ToolCall>,
+    /// The text after the last opening tag when the answer ends inside that block and it does
+    /// not parse as a whole call: a call cut off part way, or a malformed one.
+    pub unfinished: Option<String>,
 }
 
 /// [`parse_calls_with_ids`] with OpenAI-shaped ids (also what Ollama's route uses internally).
@@ -33,6 +37,7 @@ pub fn parse_calls_with_ids(text: &str, offered: &[ToolSpec], mut new_id: impl F
     let mut content = String::with_capacity(text.len());
     let mut calls = Vec::new();
     let mut found_block = false;
+    let mut unfinished = None;
     let mut rest = text;
     while let Some(start) = rest.find(OPEN_TAG) {
         content.push_str(&rest[..start]);
@@ -53,12 +58,14 @@ pub fn parse_calls_with_ids(text: &str, offered: &[ToolSpec], mut new_id: impl F
                     }
                 }
             }
+            None if rest.is_empty() && !block.contains(CLOSE_TAG) => unfinished = Some(after_open.to_string()),
             None => content.push_str(block),
         }
     }
     content.push_str(rest);
-    if found_block {
-        return ParsedOutput { content: tidy_leftover(&content), calls };
+    let content = strip_markup(&content);
+    if found_block || unfinished.is_some() {
+        return ParsedOutput { content: tidy_leftover(&content), calls, unfinished };
     }
     // No well-formed block: the whole answer may be a bare call. Only when every call in it
     // names an offered tool, since a JSON answer that merely has a "name" key is content.
@@ -66,16 +73,17 @@ pub fn parse_calls_with_ids(text: &str, offered: &[ToolSpec], mut new_id: impl F
         if !decoded.is_empty() && decoded.iter().all(|(name, _)| is_offered(name)) {
             let calls =
                 decoded.into_iter().map(|(name, arguments)| ToolCall { id: new_id(), name, arguments }).collect();
-            return ParsedOutput { content: String::new(), calls };
+            return ParsedOutput { content: String::new(), calls, unfinished: None };
         }
     }
-    ParsedOutput { content, calls }
+    ParsedOutput { content, calls, unfinished }
 }
 
 /// Reads one JSON value after an opening tag, then its closing tag. The value is read as JSON
 /// rather than cut at the first closing tag, so an argument whose text contains
-/// `</tool_call>` stays whole. A block left open (the model stopped, or forgot the tag) ends
-/// with the text or where the next block opens. Returns the calls and the bytes used.
+/// `</tool_call>` stays whole. A block left open (the model stopped, or forgot the tag, or the
+/// budget cut the tag itself) ends with the text or where the next block opens. Returns the
+/// calls and the bytes used.
 fn read_block(after_open: &str) -> Option<(Vec<(String, Value)>, usize)> {
     let mut values = serde_json::Deserializer::from_str(after_open).into_iter::<Value>();
     let value = values.next()?.ok()?;
@@ -85,8 +93,11 @@ fn read_block(after_open: &str) -> Option<(Vec<(String, Value)>, usize)> {
     let gap = tail.len() - trimmed.len();
     let used = if trimmed.starts_with(CLOSE_TAG) {
         json_end + gap + CLOSE_TAG.len()
-    } else if trimmed.is_empty() || trimmed.starts_with(OPEN_TAG) {
+    } else if trimmed.starts_with(OPEN_TAG) {
         json_end + gap
+    } else if CLOSE_TAG.starts_with(trimmed) {
+        // The text ends here, at most part way into the closing tag.
+        json_end + tail.len()
     } else {
         return None;
     };
@@ -262,18 +273,19 @@ mod tests {
     }
 
     #[test]
-    fn malformed_calls_stay_in_the_text() {
-        let broken = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"\n</tool_call>";
-        let parsed = parse(&format!("Let me look.\n{broken}"));
+    fn malformed_calls_stay_in_the_text_without_their_tags() {
+        let broken = "\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"\n";
+        let parsed = parse(&format!("Let me look.\n<tool_call>{broken}</tool_call>"));
         assert!(parsed.calls.is_empty());
         assert_eq!(parsed.content, format!("Let me look.\n{broken}"));
+        assert_eq!(parsed.unfinished, None);
         for not_a_call in [
-            "<tool_call>{\"arguments\": {}}</tool_call>",
-            "<tool_call>{\"name\": \"get_weather\", \"arguments\": [1, 2]}</tool_call>",
-            "<tool_call>{\"name\": \"get_weather\", \"arguments\": \"{oops\"}</tool_call>",
-            "<tool_call>[]</tool_call>",
+            "{\"arguments\": {}}",
+            "{\"name\": \"get_weather\", \"arguments\": [1, 2]}",
+            "{\"name\": \"get_weather\", \"arguments\": \"{oops\"}",
+            "[]",
         ] {
-            let parsed = parse(not_a_call);
+            let parsed = parse(&format!("<tool_call>{not_a_call}</tool_call>"));
             assert!(parsed.calls.is_empty(), "{not_a_call}");
             assert_eq!(parsed.content, not_a_call);
         }
@@ -293,15 +305,23 @@ mod tests {
         let text = "<tool_call>{\"name\": \"get_weather\", \"arguments\": {}} and more</tool_call>";
         let parsed = parse(text);
         assert!(parsed.calls.is_empty());
-        assert_eq!(parsed.content, text);
+        assert_eq!(parsed.content, "{\"name\": \"get_weather\", \"arguments\": {}} and more");
     }
 
     #[test]
-    fn many_unclosed_tags_are_text() {
+    fn many_unclosed_tags_are_text_and_the_last_is_unfinished() {
         let text = "<tool_call>{".repeat(2000);
         let parsed = parse(&text);
         assert!(parsed.calls.is_empty());
-        assert_eq!(parsed.content, text);
+        assert_eq!(parsed.content, "{".repeat(1999));
+        assert_eq!(parsed.unfinished.as_deref(), Some("{"));
+    }
+
+    #[test]
+    fn a_closing_tag_cut_part_way_still_closes_the_call() {
+        let parsed = parse("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n</tool_ca");
+        assert_eq!(parsed.calls.len(), 1);
+        assert_eq!((parsed.content.as_str(), parsed.unfinished), ("", None));
     }
 
     #[test]
@@ -319,7 +339,8 @@ mod tests {
         let truncated = "<tool_call>\n{\"name\": \"get_weather\", \"argum";
         let parsed = parse(truncated);
         assert!(parsed.calls.is_empty());
-        assert_eq!(parsed.content, truncated);
+        assert_eq!(parsed.content, "");
+        assert_eq!(parsed.unfinished.as_deref(), Some("\n{\"name\": \"get_weather\", \"argum"));
     }
 
     #[test]
@@ -342,7 +363,7 @@ mod tests {
     #[test]
     fn plain_text_is_returned_unchanged() {
         let text = "  It is sunny in Paris.\n";
-        assert_eq!(parse(text), ParsedOutput { content: text.to_string(), calls: Vec::new() });
+        assert_eq!(parse(text), ParsedOutput { content: text.to_string(), calls: Vec::new(), unfinished: None });
     }
 
     #[test]
@@ -409,6 +430,7 @@ mod tests {
             fn any_text_parses_without_panicking(text in "(<tool_call>|</tool_call>|[{}\\[\\]\":, a-z]|\\n){0,40}") {
                 let parsed = parse(&text);
                 prop_assert!(parsed.content.len() <= text.len());
+                prop_assert!(!parsed.content.contains(OPEN_TAG) && !parsed.content.contains(CLOSE_TAG));
                 prop_assert!(parsed.calls.iter().all(|c| c.name == "get_weather" && c.arguments.is_object()));
             }
         }

@@ -188,7 +188,9 @@ fn convert_options(
     sampling.max_tokens = match options.num_predict {
         None => None,
         Some(0) => return Err(CoreError::invalid("options.num_predict is 0, which generates nothing; use a positive count, or -1 for no limit")),
-        Some(n) if n < 0 => None,
+        // -1 (no limit) and -2 (fill the context): as much as the daemon allows, which
+        // start_generation clamps to max_tokens_limit.
+        Some(n) if n < 0 => Some(u32::MAX),
         Some(n) => Some(u32::try_from(n).unwrap_or(u32::MAX)),
     };
     if options.num_ctx == Some(0) {
@@ -263,7 +265,7 @@ mod tests {
         let converted = chat(json!({"model": "m", "messages": [], "keep_alive": 0, "format": "json", "options": {"num_predict": -1}})).unwrap();
         assert!(converted.load_only);
         assert_eq!(converted.request.keep_alive, Some(KeepAlive::UnloadNow));
-        assert_eq!(converted.request.sampling.max_tokens, None);
+        assert_eq!(converted.request.sampling.max_tokens, Some(u32::MAX));
         assert_eq!(converted.constraint.any_json, Some("format"));
     }
 

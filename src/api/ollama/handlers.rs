@@ -54,6 +54,7 @@ async fn answer(
 ) -> Result<HttpResponse, CoreError> {
     let request = converted.request;
     let model = request.model.clone();
+    crate::core::ModelName::parse(&model)?;
     if converted.load_only {
         let lease = acquire(&state.supervisor, &model, request.keep_alive).await?;
         drop(lease);
@@ -183,6 +184,7 @@ pub async fn show(
             .or(body.name)
             .filter(|n| !n.is_empty())
             .ok_or_else(|| CoreError::invalid("model is required"))?;
+        crate::core::ModelName::parse(&name)?;
         let description = state.catalog.describe(&name)?;
         Ok::<_, CoreError>(HttpResponse::Ok().json(json!({
             "license": "",

@@ -57,7 +57,7 @@ async fn chat(
     }
     let collected = collect(started).await?;
     let completion = collected.completion;
-    let tool_calls = response_tool_calls(&completion.tool_calls);
+    let tool_calls = response_tool_calls(&completion.tool_calls, completion.cut_off_arguments.as_deref());
     let content = if tool_calls.is_empty() || !collected.text.is_empty() {
         Some(collected.text)
     } else {
@@ -98,6 +98,9 @@ pub async fn list_models(state: web::Data<AppState>) -> HttpResponse {
 }
 
 pub async fn get_model(state: web::Data<AppState>, name: web::Path<String>) -> HttpResponse {
+    if let Err(invalid) = crate::core::ModelName::parse(&name) {
+        return render_error(&invalid.into());
+    }
     match state.catalog.describe(&name) {
         Ok(description) => HttpResponse::Ok().json(model_object(
             description.entry.name,

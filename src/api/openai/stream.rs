@@ -29,8 +29,11 @@ pub fn usage_body(usage: Usage) -> UsageBody {
     }
 }
 
-/// Tool calls with their arguments as JSON text, as OpenAI sends them.
-pub fn response_tool_calls(calls: &[ToolCall]) -> Vec<ResponseToolCall> {
+/// Tool calls with their arguments as JSON text, as OpenAI sends them. A last call the token
+/// budget cut off (`cut_off_arguments`) carries its arguments exactly as far as they got, as
+/// OpenAI's own answers do with `finish_reason: "length"`.
+pub fn response_tool_calls(calls: &[ToolCall], cut_off_arguments: Option<&str>) -> Vec<ResponseToolCall> {
+    let last = calls.len().saturating_sub(1);
     calls
         .iter()
         .enumerate()
@@ -40,7 +43,10 @@ pub fn response_tool_calls(calls: &[ToolCall]) -> Vec<ResponseToolCall> {
             kind: "function",
             function: FunctionCall {
                 name: call.name.clone(),
-                arguments: call.arguments.to_string(),
+                arguments: match cut_off_arguments {
+                    Some(text) if index == last => text.to_string(),
+                    _ => call.arguments.to_string(),
+                },
             },
         })
         .collect()
@@ -94,7 +100,10 @@ impl StreamTranslator for ChatStream {
                 self.finished = true;
                 let mut frames = Vec::new();
                 if !completion.tool_calls.is_empty() {
-                    let calls = serde_json::to_value(response_tool_calls(&completion.tool_calls))
+                    let calls = serde_json::to_value(response_tool_calls(
+                        &completion.tool_calls,
+                        completion.cut_off_arguments.as_deref(),
+                    ))
                         .unwrap_or(Value::Null);
                     frames.push(self.chunk(json!({"tool_calls": calls}), None));
                 }

@@ -17,6 +17,14 @@ use crate::grammar::ir::{
 /// Structural whitespace allowed per document (the spec's budget).
 pub const WHITESPACE_BUDGET: u32 = 64;
 
+/// Digits of any-JSON numbers (`-json`, `json_object`, `{}` in a schema), bounded as llama.cpp's
+/// JSON grammar bounds them, so a model cannot spend its whole budget on one number
+/// (`100.0000000000000012000...`): at most 16 integer digits, 1 to 16 fraction digits, and an
+/// exponent of 1 or 2 digits (a larger one overflows a double).
+pub const ANY_NUMBER_INTEGER_DIGITS: u64 = 16;
+pub const ANY_NUMBER_FRACTION_DIGITS: u64 = 16;
+pub const ANY_NUMBER_EXPONENT_DIGITS: u64 = 2;
+
 pub(crate) fn byte(b: u8) -> Symbol {
     Symbol::Bytes(ByteSet::single(b))
 }
@@ -177,14 +185,27 @@ impl RuleSink {
         tail
     }
 
-    /// Any JSON number.
+    /// Any JSON number whose parts fit the `ANY_NUMBER_*` digit bounds.
     pub fn any_number(&mut self) -> RuleId {
         if let Some(id) = self.any_number {
             return id;
         }
-        let integer = self.any_integer();
-        let digits = self.digits_rule();
-        let fraction = self.add("json-fraction", vec![vec![], vec![byte(b'.'), Symbol::Rule(digits)]]);
+        let digit = || vec![Symbol::Bytes(ByteSet::range(b'0', b'9'))];
+        let more_digits =
+            self.bounded_list_sep("json-number-digits", digit(), vec![], 0, Some(ANY_NUMBER_INTEGER_DIGITS - 1));
+        let magnitude = self.add(
+            "json-number-magnitude",
+            vec![vec![byte(b'0')], vec![Symbol::Bytes(ByteSet::range(b'1', b'9')), Symbol::Rule(more_digits)]],
+        );
+        let integer = self.add(
+            "json-number-integer",
+            vec![vec![Symbol::Rule(magnitude)], vec![byte(b'-'), Symbol::Rule(magnitude)]],
+        );
+        let fraction_digits =
+            self.bounded_list_sep("json-fraction-digits", digit(), vec![], 1, Some(ANY_NUMBER_FRACTION_DIGITS));
+        let fraction = self.add("json-fraction", vec![vec![], vec![byte(b'.'), Symbol::Rule(fraction_digits)]]);
+        let exponent_digits =
+            self.bounded_list_sep("json-exponent-digits", digit(), vec![], 1, Some(ANY_NUMBER_EXPONENT_DIGITS));
         let mut sign = ByteSet::single(b'+');
         sign.insert(b'-');
         let e = ByteSet::single(b'e').union(&ByteSet::single(b'E'));
@@ -192,8 +213,8 @@ impl RuleSink {
             "json-exponent",
             vec![
                 vec![],
-                vec![Symbol::Bytes(e), Symbol::Rule(digits)],
-                vec![Symbol::Bytes(e), Symbol::Bytes(sign), Symbol::Rule(digits)],
+                vec![Symbol::Bytes(e), Symbol::Rule(exponent_digits)],
+                vec![Symbol::Bytes(e), Symbol::Bytes(sign), Symbol::Rule(exponent_digits)],
             ],
         );
         let id = self.add(
@@ -224,12 +245,6 @@ impl RuleSink {
             "json-uint",
             vec![vec![byte(b'0')], vec![Symbol::Bytes(ByteSet::range(b'1', b'9')), Symbol::Rule(digits)]],
         )
-    }
-
-    /// `[0-9]+`
-    pub fn digits_rule(&mut self) -> RuleId {
-        let rest = self.digits_rule_optional();
-        self.add("json-digits", vec![vec![Symbol::Bytes(ByteSet::range(b'0', b'9')), Symbol::Rule(rest)]])
     }
 
     /// `[0-9]*`

@@ -560,3 +560,25 @@ mod fuzz {
         }
     }
 }
+
+#[test]
+fn any_json_numbers_have_bounded_digits_like_llama_cpp() {
+    let grammar = compiled(any_json());
+    let sixteen = "1234567890123456";
+    assert_accepts(
+        &grammar,
+        &[sixteen, &format!("-{sixteen}.{sixteen}"), "0.5e-12", "1E+99", "[100.25, 3e7]", "{\"a\": -0.0}"],
+    );
+    assert_rejects(
+        &grammar,
+        &[
+            &format!("{sixteen}7"),
+            &format!("1.{sixteen}7"),
+            "100.00000000000000120000",
+            "1e100",
+            "[1, 12345678901234567]",
+        ],
+    );
+    // Schemas keep their own number rules: an unbounded integer stays exact beyond 16 digits.
+    assert_accepts(&schema(json!({"type": "integer"})), &["123456789012345678901234"]);
+}
