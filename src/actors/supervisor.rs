@@ -146,6 +146,42 @@ pub struct SupervisorStatus {
     pub loading: Option<String>,
     pub max_loaded: usize,
     pub max_queue: usize,
+    pub lifetime: SupervisorCounters,
+}
+
+/// What the supervisor has done since it started, for `/metrics`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SupervisorCounters {
+    pub loads: u64,
+    pub load_failures: u64,
+    /// Idle models unloaded to make room for another.
+    pub evictions: u64,
+    /// Idle models unloaded when their keepalive ran out.
+    pub expirations: u64,
+    /// Models unloaded as their last request ended, by `keep_alive` 0.
+    pub immediate_unloads: u64,
+    /// Models unloaded because the daemon is stopping.
+    pub shutdown_unloads: u64,
+}
+
+/// Why a model is unloaded (logged, and counted in [`SupervisorCounters`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum UnloadReason {
+    Evicted,
+    Expired,
+    KeepAliveZero,
+    Stopping,
+}
+
+impl UnloadReason {
+    fn as_str(self) -> &'static str {
+        match self {
+            UnloadReason::Evicted => "evicted to make room",
+            UnloadReason::Expired => "keepalive expired",
+            UnloadReason::KeepAliveZero => "keep_alive 0",
+            UnloadReason::Stopping => "daemon stopping",
+        }
+    }
 }
 
 struct Slot {
@@ -175,6 +211,7 @@ pub struct Supervisor {
     queue: VecDeque<Waiter>,
     next_slot_id: u64,
     shutting_down: bool,
+    lifetime: SupervisorCounters,
 }
 
 impl Supervisor {
@@ -191,6 +228,7 @@ impl Supervisor {
             queue: VecDeque::new(),
             next_slot_id: 0,
             shutting_down: false,
+            lifetime: SupervisorCounters::default(),
         }
     }
 
@@ -215,7 +253,7 @@ impl Supervisor {
                 let name = waiter.model.clone();
                 if self.loaded.len() >= self.config.max_loaded {
                     match self.eviction_candidate() {
-                        Some(victim) => self.unload(&victim, ctx, "evicted to make room"),
+                        Some(victim) => self.unload(&victim, ctx, UnloadReason::Evicted),
                         None => {
                             index += 1;
                             continue;
@@ -293,6 +331,7 @@ impl Supervisor {
         self.loading = None;
         match result {
             Ok(model) => {
+                self.lifetime.loads += 1;
                 tracing::info!(model = %name, seconds = took.as_secs_f64(), "model loaded");
                 self.next_slot_id += 1;
                 let slot = Slot {
@@ -320,6 +359,7 @@ impl Supervisor {
                 self.became_idle_if_unused(&name, ctx);
             }
             Err(error) => {
+                self.lifetime.load_failures += 1;
                 tracing::warn!(model = %name, %error, "model failed to load");
                 let mut kept = VecDeque::with_capacity(self.queue.len());
                 for waiter in self.queue.drain(..) {
@@ -361,14 +401,14 @@ impl Supervisor {
             return;
         }
         if self.shutting_down {
-            self.unload(name, ctx, "daemon stopping");
+            self.unload(name, ctx, UnloadReason::Stopping);
             return;
         }
         if let Some(timer) = slot.timer.take() {
             ctx.cancel_future(timer);
         }
         match slot.keep_alive {
-            KeepAlive::UnloadNow => self.unload(name, ctx, "keep_alive 0"),
+            KeepAlive::UnloadNow => self.unload(name, ctx, UnloadReason::KeepAliveZero),
             KeepAlive::Forever => slot.expires_at = None,
             KeepAlive::For(idle) => {
                 slot.expires_at = Some(Instant::now() + idle);
@@ -388,17 +428,24 @@ impl Supervisor {
                 && slot.expires_at.is_some_and(|at| at <= Instant::now())
         });
         if due {
-            self.unload(name, ctx, "keepalive expired");
+            self.unload(name, ctx, UnloadReason::Expired);
             self.pump(ctx);
         }
     }
 
-    fn unload(&mut self, name: &str, ctx: &mut Context<Self>, why: &str) {
+    fn unload(&mut self, name: &str, ctx: &mut Context<Self>, why: UnloadReason) {
         if let Some(mut slot) = self.loaded.remove(name) {
+            let counter = match why {
+                UnloadReason::Evicted => &mut self.lifetime.evictions,
+                UnloadReason::Expired => &mut self.lifetime.expirations,
+                UnloadReason::KeepAliveZero => &mut self.lifetime.immediate_unloads,
+                UnloadReason::Stopping => &mut self.lifetime.shutdown_unloads,
+            };
+            *counter += 1;
             if let Some(timer) = slot.timer.take() {
                 ctx.cancel_future(timer);
             }
-            tracing::info!(model = %name, reason = why, "unloading model");
+            tracing::info!(model = %name, reason = why.as_str(), "unloading model");
             // The model actor stops when its last Arc goes; no lease holds one at refcount 0.
             drop(slot);
         }
@@ -436,6 +483,7 @@ impl Supervisor {
             loading: self.loading.clone(),
             max_loaded: self.config.max_loaded,
             max_queue: self.config.max_queue,
+            lifetime: self.lifetime,
         }
     }
 }
@@ -530,7 +578,7 @@ impl Handler<Shutdown> for Supervisor {
             .map(|(n, _)| n.clone())
             .collect();
         for name in idle {
-            self.unload(&name, ctx, "daemon stopping");
+            self.unload(&name, ctx, UnloadReason::Stopping);
         }
         self.loaded.len()
     }

@@ -7,7 +7,7 @@
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;
@@ -20,6 +20,7 @@ use super::AppState;
 use crate::actors::messages::Generation;
 use crate::actors::supervisor::{acquire, ModelLease};
 use crate::api::constraint::{resolve_constraint, ConstraintSources};
+use crate::api::metrics::GenerationObserver;
 use crate::core::{
     Completion, FinishReason, StreamEvent, ValidGenerateRequest,
 };
@@ -93,6 +94,8 @@ pub fn error_response(error: &CoreError) -> HttpResponseBuilder {
 pub struct Started {
     pub generation: Generation,
     pub lease: ModelLease,
+    /// Books tokens, time to first token and the finish in `/metrics`.
+    pub observer: GenerationObserver,
 }
 
 impl Started {
@@ -109,12 +112,14 @@ pub async fn start_generation(
     mut request: ValidGenerateRequest,
     constraint: ConstraintSources,
 ) -> Result<Started, CoreError> {
+    let arrived = Instant::now();
     request.sampling.limit_tokens(state.token_limits);
     crate::core::ModelName::parse(&request.model)?;
     request.constraint = resolve_constraint(constraint, &state.constraints, state.default_grammar.as_ref())?;
     let lease = acquire(&state.supervisor, &request.model, request.keep_alive).await?;
     let generation = lease.model().submit(request)?;
-    Ok(Started { generation, lease })
+    let observer = state.metrics.observe_generation(&lease.model().info().name, arrived);
+    Ok(Started { generation, lease, observer })
 }
 
 /// The whole answer of a non-streaming request.
@@ -130,8 +135,12 @@ pub async fn collect(mut started: Started) -> Result<Collected, CoreError> {
     let mut text = String::new();
     while let Some(event) = started.generation.events.recv().await {
         match event {
-            StreamEvent::Delta { text: delta } => text.push_str(&delta),
+            StreamEvent::Delta { text: delta } => {
+                started.observer.token();
+                text.push_str(&delta);
+            }
             StreamEvent::Done(mut completion) => {
+                started.observer.finished(&completion);
                 if let FinishReason::Error(message) = &completion.finish_reason {
                     return Err(CoreError::internal(format!("generation failed: {message}")));
                 }
@@ -185,13 +194,17 @@ pub fn event_stream<T: StreamTranslator>(
             let started = state.started.as_mut()?;
             let frames = match started.generation.events.recv().await {
                 Some(StreamEvent::Done(mut completion)) => {
+                    started.observer.finished(&completion);
                     completion.timings.load =
                         completion.timings.load.max(started.lease.load_duration());
                     // Release the model before the last frames go out.
                     state.started = None;
                     state.translator.event(StreamEvent::Done(completion))
                 }
-                Some(event) => state.translator.event(event),
+                Some(event) => {
+                    started.observer.token();
+                    state.translator.event(event)
+                }
                 None => {
                     state.started = None;
                     state.translator.abandoned()

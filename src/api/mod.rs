@@ -10,6 +10,7 @@ pub mod auth;
 pub mod common;
 pub mod constraint;
 pub mod limits;
+pub mod metrics;
 pub mod ollama;
 pub mod openai;
 pub mod serve;
@@ -61,6 +62,8 @@ pub struct AppState {
     pub request_body_timeout: Duration,
     /// Pull, copy, delete and create; `None` when the daemon has no writable store.
     pub admin: Option<Arc<dyn ModelAdmin>>,
+    /// What `/metrics` counts beyond the supervisor's snapshot.
+    pub metrics: Arc<metrics::Metrics>,
 }
 
 impl AppState {
@@ -83,6 +86,7 @@ impl AppState {
             origins: Vec::new(),
             request_body_timeout: limits::HttpLimits::default().request_body_timeout,
             admin: None,
+            metrics: Arc::new(metrics::Metrics::new()),
         }
     }
 
@@ -129,6 +133,7 @@ pub fn configure(config: &mut web::ServiceConfig) {
         .route("/api/copy", web::post().to(ollama::models::copy))
         .route("/api/delete", web::delete().to(ollama::models::delete))
         .route("/health", web::get().to(stats::health))
+        .route("/metrics", web::get().to(metrics::metrics))
         .route("/", web::get().to(stats::root))
         .route("/", web::head().to(stats::root));
 }
@@ -155,6 +160,8 @@ pub fn build_app(
         .wrap(actix_web::middleware::from_fn(limits::read_body_in_time))
         .wrap(actix_web::middleware::from_fn(auth::require_api_key))
         .wrap(cors)
+        // Outermost, so requests refused by auth, CORS or the body timeout are counted too.
+        .wrap(actix_web::middleware::from_fn(metrics::count_requests))
 }
 
 /// Unknown routes answer in the shape of the API their path belongs to.

@@ -234,6 +234,7 @@ pub fn route_table(base: &str) -> String {
         ),
         ("Stats", "GET", "/v1/stats", ""),
         ("Health", "GET", "/health", ""),
+        ("Metrics", "GET", "/metrics", "(Prometheus text format)"),
     ];
     let mut table = String::from("\n");
     for (api, method, path, note) in routes {
