@@ -10,6 +10,7 @@ pub mod auth;
 pub mod common;
 pub mod constraint;
 pub mod limits;
+pub mod contexts;
 pub mod ollama;
 pub mod openai;
 pub mod serve;
@@ -59,6 +60,8 @@ pub struct AppState {
     pub origins: Vec<String>,
     /// Time a request's body may take to arrive (see [`limits`]).
     pub request_body_timeout: Duration,
+    /// Named contexts (issue 11).
+    pub contexts: Arc<crate::actors::contexts::ContextRegistry>,
 }
 
 impl AppState {
@@ -80,6 +83,7 @@ impl AppState {
             api_key: None,
             origins: Vec::new(),
             request_body_timeout: limits::HttpLimits::default().request_body_timeout,
+            contexts: Arc::new(crate::actors::contexts::ContextRegistry::new()),
         }
     }
 }
@@ -109,6 +113,7 @@ pub fn configure(config: &mut web::ServiceConfig) {
             web::post().to(anthropic::handlers::messages),
         )
         .route("/v1/stats", web::get().to(stats::stats))
+        .configure(contexts::configure)
         .route("/api/chat", web::post().to(ollama::handlers::chat))
         .route("/api/generate", web::post().to(ollama::handlers::generate))
         .route("/api/tags", web::get().to(ollama::handlers::tags))

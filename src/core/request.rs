@@ -198,4 +198,15 @@ pub struct ValidGenerateRequest {
     /// Whether a forced call may be several calls (OpenAI `parallel_tool_calls`, Anthropic
     /// `!disable_parallel_tool_use`); Ollama's route always makes one.
     pub parallel_tool_calls: bool,
+    /// `llamay_context`: continue a named context (issue 11).
+    pub context: Option<ContextRequest>,
+}
+
+/// A request's use of a named context: `llamay_context` and `llamay_context_commit`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContextRequest {
+    /// `ctx_<hex>`.
+    pub id: String,
+    /// Append the request's messages and the answer to the context (one commit at a time).
+    pub commit: bool,
 }

@@ -38,6 +38,9 @@ pub enum FinishReason {
 pub struct Usage {
     pub prompt_tokens: u32,
     pub completion_tokens: u32,
+    /// Prompt tokens whose KV state was reused rather than prefilled (a context, or a prefix
+    /// another request left in the cache); part of `prompt_tokens`.
+    pub cached_tokens: u32,
 }
 
 /// Wall-clock durations of a request's phases (Ollama reports them in nanoseconds).

@@ -23,8 +23,9 @@ pub struct Converted {
     pub load_only: bool,
 }
 
-pub fn convert_chat(body: ChatRequest) -> Result<Converted, CoreError> {
+pub fn convert_chat(mut body: ChatRequest) -> Result<Converted, CoreError> {
     check_model(&body.model)?;
+    let context = crate::api::common::context_request(body.llamay_context.take(), body.llamay_context_commit)?;
     let load_only = body.messages.is_empty();
     let messages = body
         .messages
@@ -61,6 +62,7 @@ pub fn convert_chat(body: ChatRequest) -> Result<Converted, CoreError> {
         keep_alive: convert_keep_alive(body.keep_alive)?,
         tool_choice,
         parallel_tool_calls: false,
+        context,
     };
     Ok(Converted {
         request,
@@ -70,8 +72,9 @@ pub fn convert_chat(body: ChatRequest) -> Result<Converted, CoreError> {
     })
 }
 
-pub fn convert_generate(body: GenerateRequest) -> Result<Converted, CoreError> {
+pub fn convert_generate(mut body: GenerateRequest) -> Result<Converted, CoreError> {
     check_model(&body.model)?;
+    let context = crate::api::common::context_request(body.llamay_context.take(), body.llamay_context_commit)?;
     if body.template.as_deref().is_some_and(|t| !t.is_empty()) {
         return Err(CoreError::invalid("template: a per-request template is not offered; the model's own chat template is used (raw: true sends the prompt as is)"));
     }
@@ -105,6 +108,7 @@ pub fn convert_generate(body: GenerateRequest) -> Result<Converted, CoreError> {
         keep_alive: convert_keep_alive(body.keep_alive)?,
         tool_choice: ToolChoice::Auto,
         parallel_tool_calls: false,
+        context,
     };
     Ok(Converted {
         request,

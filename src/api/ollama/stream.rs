@@ -169,6 +169,7 @@ mod tests {
             usage: Usage {
                 prompt_tokens: 5,
                 completion_tokens: 7,
+                ..Usage::default()
             },
             timings: Timings {
                 load: Duration::from_millis(2),
