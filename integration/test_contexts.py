@@ -172,3 +172,23 @@ def test_unknown_ids_fork_counts_and_foreign_models_are_refused():
         )
     listed = requests.get(f"{BASE}/v1/contexts", timeout=10).json()
     assert any(c["id"] == context["id"] for c in listed["data"])
+
+
+def test_ollama_generate_returns_its_context_and_continues_from_one():
+    def generate(**extra):
+        body = {"model": MODEL, "stream": False, "options": {"temperature": 0, "num_predict": 8}, **extra}
+        return requests.post(f"{BASE}/api/generate", json=body, timeout=120)
+
+    first = generate(prompt="My name is Ada. Remember it.")
+    assert first.status_code == 200, first.text
+    context = first.json()["context"]
+    assert len(context) > first.json()["eval_count"]
+    second = generate(prompt="What is my name?", context=context)
+    assert second.status_code == 200, second.text
+    # The earlier prompt and answer are part of this prompt now.
+    assert second.json()["prompt_eval_count"] > len(context)
+    assert second.json()["context"][: len(context)] == context
+    for bad in ([-1], [10**9]):
+        refused = generate(prompt="x", context=bad)
+        assert refused.status_code == 400, refused.text
+        assert "context" in refused.json()["error"]

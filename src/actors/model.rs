@@ -65,6 +65,8 @@ struct Job {
     transcript: Option<String>,
     /// Prompt tokens found in the KV cache at admission rather than prefilled.
     cached: usize,
+    /// The prompt and answer as token ids, set when the job leaves its slot.
+    context_tokens: Vec<u32>,
 }
 
 /// A job in a slot: how far its prompt has been decoded, and its timings.
@@ -303,6 +305,7 @@ impl LlamaModelHandle {
             prefill_only,
             transcript,
             cached: 0,
+            context_tokens: Vec::new(),
         };
         let jobs = self.jobs.as_ref().ok_or_else(|| CoreError::internal("the model is shutting down"))?;
         self.shared.in_use.fetch_add(1, Ordering::AcqRel);
@@ -599,6 +602,7 @@ fn finish(mut job: Job, reason: FinishReason, text: String, timings: Timings, pr
         tool_calls,
         cut_off_arguments,
         constraint_stats,
+        context_tokens: job.context_tokens,
     };
     let _ = job.events.blocking_send(StreamEvent::Done(completion));
 }

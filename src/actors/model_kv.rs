@@ -145,6 +145,17 @@ impl SlotKeeper {
         }
     }
 
+    /// The job's prompt and answer as tokens: what its slot decoded, and the last sampled
+    /// token when the answer ended before decoding it.
+    fn answer_tokens(&self, index: usize, entry: &Live) -> Vec<u32> {
+        let mut tokens = self.cache.tokens(index).to_vec();
+        let decoded_answer = tokens.len().saturating_sub(entry.job.prompt.len());
+        if (entry.job.sampler.generated() as usize) > decoded_answer {
+            tokens.extend(entry.job.sampler.last_token());
+        }
+        tokens
+    }
+
     /// Ends a live job: settles what its slot holds, then sends its completion.
     pub(super) fn retire(
         &mut self,
@@ -156,6 +167,7 @@ impl SlotKeeper {
         shared: &Shared,
     ) {
         let failed = matches!(reason, FinishReason::Error(_));
+        entry.job.context_tokens = self.answer_tokens(index, &entry);
         if failed {
             // The KV state of a failed decode is unknown.
             if let Some(seq) = context.seq(index) {
@@ -264,6 +276,16 @@ impl LlamaModelHandle {
                 self.prepare(&continued)
             }
             _ => {
+                let vocabulary = self.model.vocabulary();
+                if let Some((at, token)) =
+                    body.tokens.iter().enumerate().find(|(_, token)| **token as usize >= vocabulary.len())
+                {
+                    return Err(CoreError::bad_request(format!(
+                        "context[{at}] is {token}, which is not a token of {} ({} tokens)",
+                        self.info.name,
+                        vocabulary.len()
+                    )));
+                }
                 let mut own = self.prepare(request)?;
                 let bos = self.model.vocabulary().bos();
                 let skip = usize::from(bos.is_some() && own.prompt.first().copied() == bos);

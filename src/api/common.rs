@@ -298,7 +298,7 @@ pub fn context_request(
             "llamay_context is empty; send a context id (ctx_...) or leave it out",
         )
         .with_param("llamay_context")),
-        Some(id) => Ok(Some(crate::core::ContextRequest { id, commit })),
+        Some(id) => Ok(Some(crate::core::ContextRequest::Named { id, commit })),
         None if commit => Err(CoreError::invalid(
             "llamay_context_commit needs llamay_context: the id of the context to append to",
         )

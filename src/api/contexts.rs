@@ -87,9 +87,23 @@ pub fn context_use(
     asked: &ContextRequest,
     request: &ValidGenerateRequest,
 ) -> Result<ContextUse, CoreError> {
+    let (id, commit) = match asked {
+        ContextRequest::Named { id, commit } => (id, *commit),
+        ContextRequest::Tokens(tokens) => {
+            // Ollama's context array: an unnamed context that lives for this request.
+            let record = state.contexts.new_record(
+                &request.model,
+                ContextContent::Raw,
+                Arc::new(tokens.clone()),
+                None,
+                None,
+            );
+            return Ok(ContextUse { record, mode: ContextMode::Read, appended: Vec::new() });
+        }
+    };
     let record = state
         .contexts
-        .get(&asked.id)
+        .get(id)
         .map_err(|e| e.with_param("llamay_context"))?;
     if record.model != request.model {
         return Err(CoreError::invalid(format!(
@@ -103,7 +117,7 @@ pub fn context_use(
         PromptInput::Chat { messages, .. } => messages.clone(),
         PromptInput::Raw { prompt, .. } => vec![ChatMessage::new(Role::User, prompt.clone())],
     };
-    let mode = if asked.commit {
+    let mode = if commit {
         ContextMode::Commit
     } else {
         ContextMode::Read

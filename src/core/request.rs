@@ -202,11 +202,13 @@ pub struct ValidGenerateRequest {
     pub context: Option<ContextRequest>,
 }
 
-/// A request's use of a named context: `llamay_context` and `llamay_context_commit`.
+/// A request's use of a context.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ContextRequest {
-    /// `ctx_<hex>`.
-    pub id: String,
-    /// Append the request's messages and the answer to the context (one commit at a time).
-    pub commit: bool,
+pub enum ContextRequest {
+    /// `llamay_context` (`ctx_<hex>`), and `llamay_context_commit`: append the request's
+    /// messages and the answer to the context (one commit at a time).
+    Named { id: String, commit: bool },
+    /// Ollama's `context` array on `/api/generate`: the tokens of an earlier prompt and answer,
+    /// which the prompt continues.
+    Tokens(Vec<u32>),
 }

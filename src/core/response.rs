@@ -69,4 +69,6 @@ pub struct Completion {
     /// The matcher's per-request counters (fast path hits, masks computed...), as the engine
     /// reports them; `None` without a constraint.
     pub constraint_stats: Option<serde_json::Value>,
+    /// The prompt and answer as token ids (Ollama's `context` on `/api/generate`).
+    pub context_tokens: Vec<u32>,
 }

@@ -83,6 +83,9 @@ pub fn answer_object(
             json!(completion.usage.completion_tokens),
         );
         object.insert("eval_duration".into(), json!(nanos(timings.eval)));
+        if endpoint == Endpoint::Generate && !completion.context_tokens.is_empty() {
+            object.insert("context".into(), json!(completion.context_tokens));
+        }
     }
     Value::Object(object)
 }
