@@ -157,3 +157,103 @@ fn a_prefix_held_by_a_running_request_is_copied_into_a_free_sequence() {
         "greedy output from a copied prefix equals a cold run"
     );
 }
+
+fn run_in_context(
+    model: &LlamaModelHandle,
+    messages: Vec<ChatMessage>,
+    used: llamay::actors::contexts::ContextUse,
+) -> (String, Completion) {
+    let mut generation = model
+        .submit_in_context(request(messages, 24), used)
+        .expect("submit");
+    let mut text = String::new();
+    while let Some(event) = generation.events.blocking_recv() {
+        match event {
+            StreamEvent::Delta { text: delta } => text.push_str(&delta),
+            StreamEvent::Done(done) => return (text, done),
+        }
+    }
+    panic!("no completion");
+}
+
+#[test]
+fn a_forked_context_answers_as_the_full_prompt_and_a_commit_grows_its_parent_only() {
+    use llamay::actors::contexts::{ContextContent, ContextMode, ContextRegistry, ContextUse};
+    let warm = worker(2, 512);
+    let registry = ContextRegistry::new();
+    let history = vec![
+        ChatMessage::new(Role::System, SYSTEM),
+        ChatMessage::new(Role::User, "Where is the river Loire?"),
+        ChatMessage::new(Role::Assistant, "The Loire flows through France."),
+    ];
+    let parent = registry.new_record(
+        "smollm2:135m",
+        ContextContent::Chat {
+            messages: history.clone(),
+            tools: Vec::new(),
+        },
+        Arc::new(Vec::new()),
+        None,
+        None,
+    );
+    let create = ContextUse {
+        record: Arc::clone(&parent),
+        mode: ContextMode::Create,
+        appended: Vec::new(),
+    };
+    let (_, created) = run_in_context(&warm, history.clone(), create);
+    let prefilled = parent.tokens().len();
+    assert_eq!(prefilled as u32, created.usage.prompt_tokens);
+    let children = registry.fork(&parent, 2).unwrap();
+
+    let question = vec![ChatMessage::new(Role::User, "And the river Po?")];
+    let read = ContextUse {
+        record: Arc::clone(&children[0]),
+        mode: ContextMode::Read,
+        appended: question.clone(),
+    };
+    let (forked_text, forked) = run_in_context(&warm, question.clone(), read);
+    assert!(
+        forked.usage.cached_tokens as usize >= prefilled - 4,
+        "{:?} of {prefilled}",
+        forked.usage
+    );
+    assert_eq!(
+        children[0].tokens().len(),
+        prefilled,
+        "reading leaves the context as it was"
+    );
+
+    let mut full = history.clone();
+    full.extend(question.clone());
+    let cold = worker(1, forked.usage.cached_tokens);
+    let (cold_text, cold_done) = run(&cold, full, 24);
+    assert_eq!(cold_done.usage.prompt_tokens, forked.usage.prompt_tokens);
+    assert_eq!(
+        forked_text, cold_text,
+        "a forked context answers as its full prompt, token for token"
+    );
+
+    let commit = ContextUse {
+        record: Arc::clone(&parent),
+        mode: ContextMode::Commit,
+        appended: question.clone(),
+    };
+    let (answer, _) = run_in_context(&warm, question, commit);
+    assert!(
+        parent.tokens().len() > prefilled,
+        "the committed turn is part of the parent now"
+    );
+    match parent.body().content {
+        ContextContent::Chat { messages, .. } => {
+            assert_eq!(messages.len(), history.len() + 2);
+            assert_eq!(messages.last().map(|m| m.content.clone()), Some(answer));
+        }
+        ContextContent::Raw => panic!("a chat context stays a chat"),
+    }
+    assert_eq!(
+        children[1].tokens().len(),
+        prefilled,
+        "a sibling keeps the tokens it was forked with"
+    );
+}

@@ -277,8 +277,11 @@ impl LlamaModelHandle {
             }
             _ => {
                 let vocabulary = self.model.vocabulary();
-                if let Some((at, token)) =
-                    body.tokens.iter().enumerate().find(|(_, token)| **token as usize >= vocabulary.len())
+                if let Some((at, token)) = body
+                    .tokens
+                    .iter()
+                    .enumerate()
+                    .find(|(_, token)| **token as usize >= vocabulary.len())
                 {
                     return Err(CoreError::bad_request(format!(
                         "context[{at}] is {token}, which is not a token of {} ({} tokens)",

@@ -98,7 +98,11 @@ pub fn context_use(
                 None,
                 None,
             );
-            return Ok(ContextUse { record, mode: ContextMode::Read, appended: Vec::new() });
+            return Ok(ContextUse {
+                record,
+                mode: ContextMode::Read,
+                appended: Vec::new(),
+            });
         }
     };
     let record = state
