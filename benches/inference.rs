@@ -115,6 +115,7 @@ fn through_llamay(handle: &LlamaModelHandle, tokens: u32) -> Measure {
         keep_alive: None,
         tool_choice: ToolChoice::None,
         parallel_tool_calls: false,
+        context: None,
     };
     let mut generation = handle.submit(request).expect("submit");
     while let Some(event) = generation.events.blocking_recv() {

@@ -44,6 +44,10 @@ pub enum ErrorCode {
     Unauthorized,
     /// The client took too long to send its request.
     RequestTimeout,
+    /// No context or snapshot by that id (issue 11).
+    ContextNotFound,
+    /// The context is changing (a commit runs) or a snapshot belongs to another model.
+    Conflict,
 }
 
 impl ErrorCode {
@@ -60,6 +64,8 @@ impl ErrorCode {
             ErrorCode::Unauthorized => 401,
             ErrorCode::RequestTimeout => 408,
             ErrorCode::ModelNotFound | ErrorCode::RouteNotFound | ErrorCode::NotOffered => 404,
+            ErrorCode::ContextNotFound => 404,
+            ErrorCode::Conflict => 409,
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::Overloaded | ErrorCode::ShuttingDown => 503,
             ErrorCode::ModelLoadFailed | ErrorCode::Internal => 500,
@@ -73,6 +79,7 @@ impl ErrorCode {
             401 => "Unauthorized",
             408 => "Request Timeout",
             404 => "Not Found",
+            409 => "Conflict",
             413 => "Payload Too Large",
             429 => "Too Many Requests",
             503 => "Service Unavailable",
@@ -100,6 +107,8 @@ impl ErrorCode {
             ErrorCode::InvalidModelName => "invalid_model_name",
             ErrorCode::Unauthorized => "invalid_api_key",
             ErrorCode::RequestTimeout => "request_timeout",
+            ErrorCode::ContextNotFound => "context_not_found",
+            ErrorCode::Conflict => "conflict",
         }
     }
 
@@ -109,6 +118,7 @@ impl ErrorCode {
             400 | 408 => "invalid_request_error",
             401 => "authentication_error",
             404 => "not_found_error",
+            409 => "invalid_request_error",
             413 => "request_too_large",
             429 => "rate_limit_error",
             503 => "overloaded_error",
@@ -209,6 +219,8 @@ mod tests {
             ErrorCode::InvalidModelName,
             ErrorCode::Unauthorized,
             ErrorCode::RequestTimeout,
+            ErrorCode::ContextNotFound,
+            ErrorCode::Conflict,
         ];
         for code in all {
             let retryable = matches!(code.status(), 429 | 503);

@@ -23,6 +23,19 @@ pub trait LoadedModel: Send + Sync {
     /// context, the template fails) are returned here, synchronously, so the API answers 400
     /// rather than a stream that ends in an error.
     fn submit(&self, request: ValidGenerateRequest) -> Result<Generation, CoreError>;
+    /// Queues a request that creates, continues or commits to a named context (issue 11).
+    /// Models that keep no KV state (test fakes) refuse.
+    fn submit_in_context(
+        &self,
+        _request: ValidGenerateRequest,
+        context: super::contexts::ContextUse,
+    ) -> Result<Generation, CoreError> {
+        Err(CoreError::bad_request(format!(
+            "model {} cannot hold context {}",
+            self.info().name,
+            context.record.id
+        )))
+    }
     /// Sequences decoding or waiting for a slot right now.
     fn sequences_in_use(&self) -> usize;
     fn totals(&self) -> ModelTotals;

@@ -4,7 +4,9 @@
 //!
 //! `actors` never imports `api`.
 
+pub mod contexts;
 pub mod messages;
 pub mod model;
+pub mod prefix;
 pub mod sampler;
 pub mod supervisor;

@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
+use super::contexts::{ContextMode, ContextUse};
 use super::messages::{CancelToken, Generation, LoadedModel, ModelLoader};
+use super::prefix::SlotCache;
 use super::sampler::{SequenceSampler, Step};
 use crate::core::{
     Completion, ConstraintKind, CoreError, FinishReason, ModelInfo, ModelTotals, PromptInput, Role, StreamEvent,
@@ -55,6 +57,16 @@ struct Job {
     events: mpsc::Sender<StreamEvent>,
     cancel: CancelToken,
     submitted: Instant,
+    /// The named context this request continues, creates or commits to (issue 11).
+    context: Option<ContextUse>,
+    /// Creating a context: prefill the prompt, sample nothing.
+    prefill_only: bool,
+    /// The answer so far, kept only when a commit appends it to its context.
+    transcript: Option<String>,
+    /// Prompt tokens found in the KV cache at admission rather than prefilled.
+    cached: usize,
+    /// The prompt and answer as token ids, set when the job leaves its slot.
+    context_tokens: Vec<u32>,
 }
 
 /// A job in a slot: how far its prompt has been decoded, and its timings.
@@ -216,7 +228,40 @@ impl LoadedModel for LlamaModelHandle {
     }
 
     fn submit(&self, request: ValidGenerateRequest) -> Result<Generation, CoreError> {
-        let Prepared { prompt, forced, offered, filters_markup } = self.prepare(&request)?;
+        self.submit_job(request, None)
+    }
+
+    fn submit_in_context(&self, request: ValidGenerateRequest, context: ContextUse) -> Result<Generation, CoreError> {
+        if context.mode == ContextMode::Commit && !context.record.begin_commit() {
+            return Err(CoreError::new(
+                crate::error::ErrorCode::Conflict,
+                format!("context {} is committing another request; retry when it ends", context.record.id),
+            ));
+        }
+        let committing = context.mode == ContextMode::Commit;
+        let record = Arc::clone(&context.record);
+        let submitted = self.submit_job(request, Some(context));
+        if submitted.is_err() && committing {
+            record.end_commit();
+        }
+        submitted
+    }
+
+    fn sequences_in_use(&self) -> usize {
+        self.shared.in_use.load(Ordering::Acquire)
+    }
+
+    fn totals(&self) -> ModelTotals {
+        self.shared.totals.lock().map(|t| t.clone()).unwrap_or_default()
+    }
+}
+
+impl LlamaModelHandle {
+    fn submit_job(&self, request: ValidGenerateRequest, named: Option<ContextUse>) -> Result<Generation, CoreError> {
+        let Prepared { prompt, forced, offered, filters_markup } = match &named {
+            Some(named) => self.prepare_in_context(&request, named)?,
+            None => self.prepare(&request)?,
+        };
         let context = request.num_ctx.map_or(self.per_sequence_ctx, |n| n.min(self.per_sequence_ctx));
         if prompt.len() as u32 >= context {
             return Err(CoreError::prompt_too_long(prompt.len(), context as usize));
@@ -243,6 +288,8 @@ impl LoadedModel for LlamaModelHandle {
             SequenceSampler::new(config, matcher, Arc::clone(self.model.vocabulary()), request.stop, max_tokens);
         sampler.remember_prompt(&prompt);
         let (generation, events, cancel) = Generation::channel();
+        let prefill_only = named.as_ref().is_some_and(|c| c.mode == ContextMode::Create);
+        let transcript = named.as_ref().is_some_and(|c| c.mode == ContextMode::Commit).then(String::new);
         let job = Job {
             prompt,
             sampler,
@@ -254,6 +301,11 @@ impl LoadedModel for LlamaModelHandle {
             events,
             cancel,
             submitted: Instant::now(),
+            context: named,
+            prefill_only,
+            transcript,
+            cached: 0,
+            context_tokens: Vec::new(),
         };
         let jobs = self.jobs.as_ref().ok_or_else(|| CoreError::internal("the model is shutting down"))?;
         self.shared.in_use.fetch_add(1, Ordering::AcqRel);
@@ -262,14 +314,6 @@ impl LoadedModel for LlamaModelHandle {
             return Err(CoreError::internal("the model thread has stopped"));
         }
         Ok(generation)
-    }
-
-    fn sequences_in_use(&self) -> usize {
-        self.shared.in_use.load(Ordering::Acquire)
-    }
-
-    fn totals(&self) -> ModelTotals {
-        self.shared.totals.lock().map(|t| t.clone()).unwrap_or_default()
     }
 }
 
@@ -287,6 +331,7 @@ impl Drop for LlamaModelHandle {
 fn run_worker(mut context: Context<'_>, inbox: std_mpsc::Receiver<Job>, shared: &Shared) {
     let slots = context.params().sequences as usize;
     let mut live: Vec<Option<Live>> = (0..slots).map(|_| None).collect();
+    let mut cache = kv::SlotKeeper::new(SlotCache::new(slots));
     let mut waiting: VecDeque<Job> = VecDeque::new();
     let mut open = true;
     loop {
@@ -315,9 +360,9 @@ fn run_worker(mut context: Context<'_>, inbox: std_mpsc::Receiver<Job>, shared: 
             for job in waiting.drain(..) {
                 finish(job, FinishReason::Cancelled, String::new(), Timings::default(), 0, shared);
             }
-            for slot in live.iter_mut() {
+            for (index, slot) in live.iter_mut().enumerate() {
                 if let Some(entry) = slot.take() {
-                    end_live(entry, FinishReason::Cancelled, String::new(), shared);
+                    cache.retire(index, entry, FinishReason::Cancelled, String::new(), &mut context, shared);
                 }
             }
             return;
@@ -325,26 +370,12 @@ fn run_worker(mut context: Context<'_>, inbox: std_mpsc::Receiver<Job>, shared: 
         for (index, slot) in live.iter_mut().enumerate() {
             if slot.as_ref().is_some_and(|l| l.job.cancel.is_cancelled() || l.job.events.is_closed()) {
                 if let Some(entry) = slot.take() {
-                    end_live(entry, FinishReason::Cancelled, String::new(), shared);
-                }
-            }
-            if slot.is_none() {
-                if let Some(job) = next_waiting(&mut waiting, shared) {
-                    if let Some(seq) = context.seq(index) {
-                        context.clear(seq);
-                    }
-                    *slot = Some(Live {
-                        job,
-                        prompt_done: 0,
-                        next_token: None,
-                        position: 0,
-                        prompt_started: None,
-                        prompt_finished: None,
-                    });
+                    cache.retire(index, entry, FinishReason::Cancelled, String::new(), &mut context, shared);
                 }
             }
         }
-        step(&mut context, &mut live, shared);
+        cache.admit(&mut context, &mut live, &mut waiting, shared);
+        step(&mut context, &mut live, &mut cache, shared);
     }
 }
 
@@ -362,7 +393,7 @@ fn next_waiting(waiting: &mut VecDeque<Job>, shared: &Shared) -> Option<Job> {
 
 /// One decode of all live sequences: one token each for generating ones, and as much prompt as
 /// fits for the others (generating sequences go first so a long prompt never stalls them).
-fn step(context: &mut Context<'_>, live: &mut [Option<Live>], shared: &Shared) {
+fn step(context: &mut Context<'_>, live: &mut [Option<Live>], cache: &mut kv::SlotKeeper, shared: &Shared) {
     let capacity = context.batch_capacity();
     let mut budget = capacity;
     // (slot, start index in prompt or None for a generated token, token count)
@@ -418,7 +449,7 @@ fn step(context: &mut Context<'_>, live: &mut [Option<Live>], shared: &Shared) {
             seq,
             tokens,
             first_pos: entry.position,
-            want_logits: from.is_none() || completes_prompt,
+            want_logits: from.is_none() || (completes_prompt && !entry.job.prefill_only),
         });
     }
     let rows = match context.decode(&entries) {
@@ -427,13 +458,21 @@ fn step(context: &mut Context<'_>, live: &mut [Option<Live>], shared: &Shared) {
             // A failed decode leaves the KV state of every sequence in it unknown: end them all.
             for (index, _, _) in &plan {
                 if let Some(entry) = live[*index].take() {
-                    end_live(entry, FinishReason::Error(error.to_string()), String::new(), shared);
+                    cache.retire(*index, entry, FinishReason::Error(error.to_string()), String::new(), context, shared);
                 }
             }
             return;
         }
     };
     drop(entries);
+    let batch: usize = plan.iter().map(|(_, _, count)| count).sum();
+    for (i, (index, from, count)) in plan.iter().enumerate() {
+        let Some(entry) = live[*index].as_ref() else { continue };
+        match from {
+            Some(start) => cache.decoded(*index, &entry.job.prompt[*start..*start + *count], batch),
+            None => cache.decoded(*index, &generated_tokens[i], batch),
+        }
+    }
     let decoded_at = Instant::now();
     for ((index, from, count), row) in plan.iter().zip(rows) {
         let Some(entry) = live[*index].as_mut() else { continue };
@@ -442,12 +481,21 @@ fn step(context: &mut Context<'_>, live: &mut [Option<Live>], shared: &Shared) {
             entry.prompt_done += count;
             if entry.prompt_done == entry.job.prompt.len() {
                 entry.prompt_finished = Some(decoded_at);
+                if entry.job.prefill_only {
+                    if let Some(entry) = live[*index].take() {
+                        cache.retire(*index, entry, FinishReason::Stop, String::new(), context, shared);
+                    }
+                    continue;
+                }
             }
         }
         let Some(row) = row else { continue };
         match entry.job.sampler.step(context.logits(row)) {
             Step::Continue { token, text } => {
                 entry.next_token = Some(token);
+                if let Some(transcript) = entry.job.transcript.as_mut() {
+                    transcript.push_str(&text);
+                }
                 match entry.job.held.as_mut() {
                     Some(held) => held.push_str(&text),
                     None => {
@@ -465,7 +513,7 @@ fn step(context: &mut Context<'_>, live: &mut [Option<Live>], shared: &Shared) {
             }
             Step::Finished { text, reason } => {
                 if let Some(entry) = live[*index].take() {
-                    end_live(entry, reason, text, shared);
+                    cache.retire(*index, entry, reason, text, context, shared);
                 }
             }
         }
@@ -514,12 +562,21 @@ fn finish(mut job: Job, reason: FinishReason, text: String, timings: Timings, pr
     if let Ok(mut totals) = shared.totals.lock() {
         totals.requests += 1;
         totals.prompt_tokens += prompt_tokens as u64;
+        if job.cached > 0 {
+            totals.prefix_reuse_hits += 1;
+            totals.prefix_tokens_saved += job.cached as u64;
+        }
         totals.generated_tokens += completion_tokens as u64;
         if let Some(stats) = &constraint_stats {
             totals.constraint_caches = stats.get("stats").cloned();
         }
     }
     shared.in_use.fetch_sub(1, Ordering::AcqRel);
+    if let Some(context) = &job.context {
+        if context.mode == ContextMode::Commit {
+            context.record.end_commit();
+        }
+    }
     let answer = match job.held.take() {
         Some(mut held) => {
             held.push_str(&text);
@@ -540,14 +597,18 @@ fn finish(mut job: Job, reason: FinishReason, text: String, timings: Timings, pr
     }
     let completion = Completion {
         finish_reason: reason,
-        usage: Usage { prompt_tokens: prompt_tokens as u32, completion_tokens },
+        usage: Usage { prompt_tokens: prompt_tokens as u32, completion_tokens, cached_tokens: job.cached as u32 },
         timings,
         tool_calls,
         cut_off_arguments,
         constraint_stats,
+        context_tokens: job.context_tokens,
     };
     let _ = job.events.blocking_send(StreamEvent::Done(completion));
 }
+
+#[path = "model_kv.rs"]
+mod kv;
 
 /// Loads models by name, never by path: from the store, or from the GGUF files the operator
 /// registered under names at start-up (`serve -m PATH`). A name is all a request can give, so

@@ -94,6 +94,8 @@ pub struct SequenceSampler {
     stops: StopStrings,
     generated: u32,
     max_tokens: u32,
+    /// The last token sampled into the answer (Ollama's `context` ends with it).
+    last_token: Option<u32>,
 }
 
 impl SequenceSampler {
@@ -112,6 +114,7 @@ impl SequenceSampler {
             stops: StopStrings::new(stops),
             generated: 0,
             max_tokens,
+            last_token: None,
         }
     }
 
@@ -124,6 +127,10 @@ impl SequenceSampler {
 
     pub fn generated(&self) -> u32 {
         self.generated
+    }
+
+    pub fn last_token(&self) -> Option<u32> {
+        self.last_token
     }
 
     pub fn matcher(&self) -> Option<&Matcher> {
@@ -154,6 +161,7 @@ impl SequenceSampler {
             }
         }
         self.generated += 1;
+        self.last_token = Some(token);
         self.sampler.remember(token);
         let text = self.text.push(self.vocabulary.piece(token));
         let (text, stop) = self.stops.push(&text);

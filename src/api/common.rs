@@ -116,8 +116,16 @@ pub async fn start_generation(
     request.sampling.limit_tokens(state.token_limits);
     crate::core::ModelName::parse(&request.model)?;
     request.constraint = resolve_constraint(constraint, &state.constraints, state.default_grammar.as_ref())?;
+    // An unknown context is refused before any model loads.
+    let context = match request.context.as_ref() {
+        Some(asked) => Some(crate::api::contexts::context_use(state, asked, &request)?),
+        None => None,
+    };
     let lease = acquire(&state.supervisor, &request.model, request.keep_alive).await?;
-    let generation = lease.model().submit(request)?;
+    let generation = match context {
+        Some(context) => lease.model().submit_in_context(request, context)?,
+        None => lease.model().submit(request)?,
+    };
     let observer = state.metrics.observe_generation(&lease.model().info().name, arrived);
     Ok(Started { generation, lease, observer })
 }
@@ -291,4 +299,23 @@ pub fn check_stops(name: &str, stops: Vec<String>) -> Result<Vec<String>, CoreEr
         .with_param(name));
     }
     Ok(stops.into_iter().filter(|s| !s.is_empty()).collect())
+}
+
+/// `llamay_context` / `llamay_context_commit` as every chat route reads them (issue 11).
+pub fn context_request(
+    id: Option<String>,
+    commit: bool,
+) -> Result<Option<crate::core::ContextRequest>, CoreError> {
+    match id {
+        Some(id) if id.trim().is_empty() => Err(CoreError::invalid(
+            "llamay_context is empty; send a context id (ctx_...) or leave it out",
+        )
+        .with_param("llamay_context")),
+        Some(id) => Ok(Some(crate::core::ContextRequest::Named { id, commit })),
+        None if commit => Err(CoreError::invalid(
+            "llamay_context_commit needs llamay_context: the id of the context to append to",
+        )
+        .with_param("llamay_context_commit")),
+        None => Ok(None),
+    }
 }

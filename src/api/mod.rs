@@ -10,6 +10,7 @@ pub mod auth;
 pub mod common;
 pub mod constraint;
 pub mod limits;
+pub mod contexts;
 pub mod metrics;
 pub mod ollama;
 pub mod openai;
@@ -64,6 +65,8 @@ pub struct AppState {
     pub admin: Option<Arc<dyn ModelAdmin>>,
     /// What `/metrics` counts beyond the supervisor's snapshot.
     pub metrics: Arc<metrics::Metrics>,
+    /// Named contexts (issue 11).
+    pub contexts: Arc<crate::actors::contexts::ContextRegistry>,
 }
 
 impl AppState {
@@ -87,6 +90,7 @@ impl AppState {
             request_body_timeout: limits::HttpLimits::default().request_body_timeout,
             admin: None,
             metrics: Arc::new(metrics::Metrics::new()),
+            contexts: Arc::new(crate::actors::contexts::ContextRegistry::new()),
         }
     }
 
@@ -122,6 +126,7 @@ pub fn configure(config: &mut web::ServiceConfig) {
             web::post().to(anthropic::handlers::messages),
         )
         .route("/v1/stats", web::get().to(stats::stats))
+        .configure(contexts::configure)
         .route("/api/chat", web::post().to(ollama::handlers::chat))
         .route("/api/generate", web::post().to(ollama::handlers::generate))
         .route("/api/tags", web::get().to(ollama::handlers::tags))

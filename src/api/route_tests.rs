@@ -126,7 +126,8 @@ async fn openai_chat_answers_with_usage() {
     assert_eq!(body["choices"][0]["finish_reason"], "stop");
     assert_eq!(
         body["usage"],
-        json!({"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5})
+        json!({"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5,
+               "prompt_tokens_details": {"cached_tokens": 0}})
     );
     let mut limited = chat_body("tiny:1m", "hi");
     limited["max_tokens"] = json!(1);

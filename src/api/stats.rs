@@ -41,6 +41,8 @@ pub async fn stats(state: web::Data<AppState>) -> HttpResponse {
                     "generation_seconds": totals.generation_time.as_secs_f64(),
                     "prompt_eval_seconds": totals.prompt_eval_time.as_secs_f64(),
                     "tokens_per_second": totals.tokens_per_second(),
+                    "prefix_reuse_hits": totals.prefix_reuse_hits,
+                    "prefix_tokens_saved": totals.prefix_tokens_saved,
                 },
                 "constraint_caches": totals.constraint_caches,
             })
@@ -54,6 +56,11 @@ pub async fn stats(state: web::Data<AppState>) -> HttpResponse {
         "loading": status.loading,
         "models": models,
         "compiled_constraints": state.constraints.stats(),
+        "contexts": super::contexts::stats(&state),
+        "prefix_reuse": {
+            "hits": status.models.iter().map(|m| m.totals.prefix_reuse_hits).sum::<u64>(),
+            "tokens_saved": status.models.iter().map(|m| m.totals.prefix_tokens_saved).sum::<u64>(),
+        },
     }))
 }
 

@@ -208,6 +208,7 @@ impl LoadedModel for ScriptedModel {
                 usage: Usage {
                     prompt_tokens: prompt.split_whitespace().count() as u32,
                     completion_tokens: sent,
+                    ..Usage::default()
                 },
                 timings: Timings {
                     total: Duration::from_millis(3),

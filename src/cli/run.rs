@@ -202,6 +202,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
         keep_alive: None,
         tool_choice: ToolChoice::None,
         parallel_tool_calls: false,
+        context: None,
     };
     let mut generation = handle.submit(request).map_err(|e| CliError::Model(e.to_string()))?;
     let mut stdout = std::io::stdout().lock();
@@ -283,7 +284,7 @@ mod tests {
     fn the_stats_line_has_the_spec_shape() {
         let completion = Completion {
             finish_reason: FinishReason::Length,
-            usage: Usage { prompt_tokens: 25, completion_tokens: 90 },
+            usage: Usage { prompt_tokens: 25, completion_tokens: 90, cached_tokens: 0 },
             timings: Timings {
                 prompt_eval: Duration::from_millis(175),
                 eval: Duration::from_millis(7357),

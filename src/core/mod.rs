@@ -19,7 +19,7 @@ pub use keepalive::KeepAlive;
 pub use model::{CatalogEntry, ModelCatalog, ModelDescription, ModelInfo, ModelTotals};
 pub use name::{InvalidModelName, ModelName};
 pub use request::{
-    ChatMessage, Constraint, ConstraintKind, PromptInput, Role, SamplingParams, ToolCall,
+    ChatMessage, Constraint, ConstraintKind, ContextRequest, PromptInput, Role, SamplingParams, ToolCall,
     ToolChoice, ToolSpec, ValidGenerateRequest,
 };
 pub use request::TokenLimits;

@@ -44,6 +44,10 @@ pub struct ModelTotals {
     pub prompt_eval_time: Duration,
     /// The constraint caches (states, masks, hit rates, clears) as the engine reports them.
     pub constraint_caches: Option<serde_json::Value>,
+    /// Requests that started from KV state already in the cache (a context or a shared
+    /// prefix), and the prompt tokens they did not prefill.
+    pub prefix_reuse_hits: u64,
+    pub prefix_tokens_saved: u64,
 }
 
 impl ModelTotals {

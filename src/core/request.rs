@@ -198,4 +198,17 @@ pub struct ValidGenerateRequest {
     /// Whether a forced call may be several calls (OpenAI `parallel_tool_calls`, Anthropic
     /// `!disable_parallel_tool_use`); Ollama's route always makes one.
     pub parallel_tool_calls: bool,
+    /// `llamay_context`: continue a named context (issue 11).
+    pub context: Option<ContextRequest>,
+}
+
+/// A request's use of a context.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ContextRequest {
+    /// `llamay_context` (`ctx_<hex>`), and `llamay_context_commit`: append the request's
+    /// messages and the answer to the context (one commit at a time).
+    Named { id: String, commit: bool },
+    /// Ollama's `context` array on `/api/generate`: the tokens of an earlier prompt and answer,
+    /// which the prompt continues.
+    Tokens(Vec<u32>),
 }

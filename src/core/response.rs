@@ -38,6 +38,9 @@ pub enum FinishReason {
 pub struct Usage {
     pub prompt_tokens: u32,
     pub completion_tokens: u32,
+    /// Prompt tokens whose KV state was reused rather than prefilled (a context, or a prefix
+    /// another request left in the cache); part of `prompt_tokens`.
+    pub cached_tokens: u32,
 }
 
 /// Wall-clock durations of a request's phases (Ollama reports them in nanoseconds).
@@ -66,4 +69,6 @@ pub struct Completion {
     /// The matcher's per-request counters (fast path hits, masks computed...), as the engine
     /// reports them; `None` without a constraint.
     pub constraint_stats: Option<serde_json::Value>,
+    /// The prompt and answer as token ids (Ollama's `context` on `/api/generate`).
+    pub context_tokens: Vec<u32>,
 }

@@ -212,3 +212,57 @@ impl<'m> Context<'m> {
         let _ = self.inner.clear_kv_cache_seq(Some(seq.0), None, None);
     }
 }
+
+impl Context<'_> {
+    /// Keeps the first `length` positions of `seq` and drops the rest. `false` when llama.cpp
+    /// cannot cut this model's memory part way (recurrent models); the sequence is then empty.
+    pub fn truncate(&mut self, seq: SeqId, length: u32) -> bool {
+        let kept = self.inner.clear_kv_cache_seq(Some(seq.0), Some(length), None).unwrap_or(false);
+        if !kept {
+            self.clear(seq);
+        }
+        kept
+    }
+
+    /// Makes `to` hold the first `length` positions of `from` (cells are shared in the unified
+    /// KV cache, so this copies no tensors). `to` is cleared first.
+    pub fn copy_prefix(&mut self, from: SeqId, to: SeqId, length: u32) -> Result<(), LlmError> {
+        self.clear(to);
+        if length == 0 || from == to {
+            return Ok(());
+        }
+        self.inner
+            .kv_cache_seq_cp(from.0 as i32, to.0 as i32, Some(0), Some(length))
+            .map_err(|e| LlmError::Decode(e.to_string()))
+    }
+
+    /// The state of `seq` (its KV cells) as bytes, to keep in memory or on disk.
+    pub fn save_sequence(&self, seq: SeqId) -> Result<Vec<u8>, LlmError> {
+        let flags = llama_cpp_2::context::session::LlamaStateSeqFlags::empty();
+        let size = self.inner.state_seq_get_size_ext(seq.0 as i32, flags);
+        let mut bytes = vec![0u8; size];
+        // SAFETY: `bytes` holds the size llama.cpp asked for; the id was range-checked.
+        let written = unsafe { self.inner.state_seq_get_data_ext(bytes.as_mut_ptr(), seq.0 as i32, flags) };
+        if written != size {
+            return Err(LlmError::State(format!("llama.cpp wrote {written} of {size} state bytes")));
+        }
+        Ok(bytes)
+    }
+
+    /// Replaces what `seq` holds with state saved by [`Context::save_sequence`] on a context of
+    /// the same model and settings. On failure the sequence is left empty.
+    pub fn restore_sequence(&mut self, seq: SeqId, state: &[u8]) -> Result<(), LlmError> {
+        self.clear(seq);
+        let flags = llama_cpp_2::context::session::LlamaStateSeqFlags::empty();
+        // SAFETY: llama.cpp reads at most `state.len()` bytes and checks the layout it reads
+        // (sizes, layer count, cell count) before using it; it returns 0 on any mismatch.
+        let ok = unsafe { self.inner.state_seq_set_data_ext(state, seq.0 as i32, flags) };
+        if !ok {
+            self.clear(seq);
+            return Err(LlmError::State(
+                "the saved state does not fit this model's context (another model, KV type or size)".into(),
+            ));
+        }
+        Ok(())
+    }
+}

@@ -35,6 +35,8 @@ pub enum LlmError {
     Config(String),
     #[error("decode failed: {0}")]
     Decode(String),
+    #[error("sequence state: {0}")]
+    State(String),
     #[error("tokenizing failed: {0}")]
     Tokenize(String),
     #[error(transparent)]

@@ -25,7 +25,7 @@ pub struct Converted {
     pub stream: bool,
 }
 
-pub fn convert(body: MessagesRequest) -> Result<Converted, CoreError> {
+pub fn convert(mut body: MessagesRequest) -> Result<Converted, CoreError> {
     if body.model.trim().is_empty() {
         return Err(CoreError::invalid("model: field required"));
     }
@@ -37,6 +37,7 @@ pub fn convert(body: MessagesRequest) -> Result<Converted, CoreError> {
             "messages: at least one message is required",
         ));
     }
+    let context = crate::api::common::context_request(body.llamay_context.take(), body.llamay_context_commit)?;
     let mut messages = Vec::new();
     if let Some(system) = body.system {
         let text = match system {
@@ -119,6 +120,7 @@ pub fn convert(body: MessagesRequest) -> Result<Converted, CoreError> {
         keep_alive: None,
         tool_choice,
         parallel_tool_calls,
+        context,
     };
     Ok(Converted {
         request,

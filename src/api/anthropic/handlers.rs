@@ -72,8 +72,9 @@ async fn create(
         stop_reason: reason,
         stop_sequence: sequence,
         usage: UsageBody {
-            input_tokens: completion.usage.prompt_tokens,
+            input_tokens: completion.usage.prompt_tokens.saturating_sub(completion.usage.cached_tokens),
             output_tokens: completion.usage.completion_tokens,
+            cache_read_input_tokens: completion.usage.cached_tokens,
         },
     }))
 }

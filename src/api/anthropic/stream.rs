@@ -92,7 +92,8 @@ impl MessageStream {
         frames.push(sse_frame(
             Some("message_delta"),
             &json!({"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence},
-                    "usage": {"input_tokens": completion.usage.prompt_tokens, "output_tokens": completion.usage.completion_tokens}}),
+                    "usage": {"input_tokens": completion.usage.prompt_tokens.saturating_sub(completion.usage.cached_tokens), "output_tokens": completion.usage.completion_tokens,
+                              "cache_read_input_tokens": completion.usage.cached_tokens}}),
         ));
         frames.push(sse_frame(
             Some("message_stop"),
@@ -166,6 +167,7 @@ mod tests {
             usage: Usage {
                 prompt_tokens: 4,
                 completion_tokens: 1,
+                ..Usage::default()
             },
             ..Completion::default()
         };

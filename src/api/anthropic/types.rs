@@ -21,6 +21,10 @@ pub struct MessagesRequest {
     pub llamay_format: Option<String>,
     pub llamay_grammar: Option<String>,
     pub grammar: Option<String>,
+    /// llamay's contexts (issue 11): continue a named context, and append to it.
+    pub llamay_context: Option<String>,
+    #[serde(default)]
+    pub llamay_context_commit: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -90,8 +94,11 @@ pub struct MessageResponse {
 
 #[derive(Debug, Serialize, Clone, Copy)]
 pub struct UsageBody {
+    /// Prompt tokens that were prefilled; those reused from the KV cache are
+    /// `cache_read_input_tokens`, as Anthropic counts them.
     pub input_tokens: u32,
     pub output_tokens: u32,
+    pub cache_read_input_tokens: u32,
 }
 
 #[derive(Debug, Serialize)]

@@ -23,8 +23,9 @@ pub struct Converted {
     pub load_only: bool,
 }
 
-pub fn convert_chat(body: ChatRequest) -> Result<Converted, CoreError> {
+pub fn convert_chat(mut body: ChatRequest) -> Result<Converted, CoreError> {
     check_model(&body.model)?;
+    let context = crate::api::common::context_request(body.llamay_context.take(), body.llamay_context_commit)?;
     let load_only = body.messages.is_empty();
     let messages = body
         .messages
@@ -61,6 +62,7 @@ pub fn convert_chat(body: ChatRequest) -> Result<Converted, CoreError> {
         keep_alive: convert_keep_alive(body.keep_alive)?,
         tool_choice,
         parallel_tool_calls: false,
+        context,
     };
     Ok(Converted {
         request,
@@ -70,8 +72,9 @@ pub fn convert_chat(body: ChatRequest) -> Result<Converted, CoreError> {
     })
 }
 
-pub fn convert_generate(body: GenerateRequest) -> Result<Converted, CoreError> {
+pub fn convert_generate(mut body: GenerateRequest) -> Result<Converted, CoreError> {
     check_model(&body.model)?;
+    let context = crate::api::common::context_request(body.llamay_context.take(), body.llamay_context_commit)?;
     if body.template.as_deref().is_some_and(|t| !t.is_empty()) {
         return Err(CoreError::invalid("template: a per-request template is not offered; the model's own chat template is used (raw: true sends the prompt as is)"));
     }
@@ -85,9 +88,22 @@ pub fn convert_generate(body: GenerateRequest) -> Result<Converted, CoreError> {
             "images: image input is not offered in this version",
         ));
     }
-    if body.context.as_ref().is_some_and(|c| !c.is_empty()) {
-        return Err(CoreError::invalid("context: token context from an earlier answer is not offered; send the conversation to /api/chat"));
-    }
+    let context = match (context, body.context.take().filter(|c| !c.is_empty())) {
+        (Some(_), Some(_)) => {
+            return Err(CoreError::invalid("send context (token ids) or llamay_context (a context id), not both"));
+        }
+        (named, None) => named,
+        (None, Some(tokens)) => Some(crate::core::ContextRequest::Tokens(
+            tokens
+                .into_iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    u32::try_from(t)
+                        .map_err(|_| CoreError::invalid(format!("context[{i}] is {t}, which is not a token id")))
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        )),
+    };
     let prompt = body.prompt.unwrap_or_default();
     let load_only = prompt.is_empty();
     let (sampling, stop, num_ctx) = convert_options(body.options)?;
@@ -105,6 +121,7 @@ pub fn convert_generate(body: GenerateRequest) -> Result<Converted, CoreError> {
         keep_alive: convert_keep_alive(body.keep_alive)?,
         tool_choice: ToolChoice::Auto,
         parallel_tool_calls: false,
+        context,
     };
     Ok(Converted {
         request,
@@ -278,7 +295,10 @@ mod tests {
             chat(json!({"model": "m", "messages": [], "options": {"num_predict": 0}})).is_err()
         );
         let generate = |value: Value| convert_generate(serde_json::from_value(value).unwrap());
-        assert!(generate(json!({"model": "m", "prompt": "x", "context": [1, 2]})).is_err());
+        assert!(generate(json!({"model": "m", "prompt": "x", "context": [1, -2]})).is_err());
+        assert!(generate(json!({"model": "m", "prompt": "x", "context": [1], "llamay_context": "ctx_1"})).is_err());
+        let continued = generate(json!({"model": "m", "prompt": "x", "context": [1, 2]})).unwrap();
+        assert_eq!(continued.request.context, Some(crate::core::ContextRequest::Tokens(vec![1, 2])));
         assert!(
             generate(json!({"model": "m", "prompt": "x", "template": "{{ .Prompt }}"})).is_err()
         );

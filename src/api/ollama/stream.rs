@@ -83,6 +83,9 @@ pub fn answer_object(
             json!(completion.usage.completion_tokens),
         );
         object.insert("eval_duration".into(), json!(nanos(timings.eval)));
+        if endpoint == Endpoint::Generate && !completion.context_tokens.is_empty() {
+            object.insert("context".into(), json!(completion.context_tokens));
+        }
     }
     Value::Object(object)
 }
@@ -169,6 +172,7 @@ mod tests {
             usage: Usage {
                 prompt_tokens: 5,
                 completion_tokens: 7,
+                ..Usage::default()
             },
             timings: Timings {
                 load: Duration::from_millis(2),

@@ -18,6 +18,10 @@ pub struct ChatRequest {
     pub keep_alive: Option<Value>,
     pub llamay_grammar: Option<String>,
     pub grammar: Option<String>,
+    /// llamay's contexts (issue 11): continue a named context, and append to it.
+    pub llamay_context: Option<String>,
+    #[serde(default)]
+    pub llamay_context_commit: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -36,6 +40,10 @@ pub struct GenerateRequest {
     pub keep_alive: Option<Value>,
     pub llamay_grammar: Option<String>,
     pub grammar: Option<String>,
+    /// llamay's contexts (issue 11): continue a named context, and append to it.
+    pub llamay_context: Option<String>,
+    #[serde(default)]
+    pub llamay_context_commit: bool,
 }
 
 #[derive(Debug, Deserialize)]

@@ -22,7 +22,7 @@ pub struct Converted {
     pub include_usage: bool,
 }
 
-pub fn convert(body: ChatCompletionRequest) -> Result<Converted, CoreError> {
+pub fn convert(mut body: ChatCompletionRequest) -> Result<Converted, CoreError> {
     if body.model.trim().is_empty() {
         return Err(CoreError::invalid("model is required").with_param("model"));
     }
@@ -45,6 +45,7 @@ pub fn convert(body: ChatCompletionRequest) -> Result<Converted, CoreError> {
                 .with_param("messages"),
         );
     }
+    let context = crate::api::common::context_request(body.llamay_context.take(), body.llamay_context_commit)?;
     let messages = body
         .messages
         .into_iter()
@@ -113,6 +114,7 @@ pub fn convert(body: ChatCompletionRequest) -> Result<Converted, CoreError> {
         keep_alive: None,
         tool_choice,
         parallel_tool_calls: body.parallel_tool_calls.unwrap_or(true),
+        context,
     };
     Ok(Converted {
         request,

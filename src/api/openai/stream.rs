@@ -26,6 +26,7 @@ pub fn usage_body(usage: Usage) -> UsageBody {
         prompt_tokens: usage.prompt_tokens,
         completion_tokens: usage.completion_tokens,
         total_tokens: usage.prompt_tokens.saturating_add(usage.completion_tokens),
+        prompt_tokens_details: super::types::PromptTokensDetails { cached_tokens: usage.cached_tokens },
     }
 }
 
@@ -167,6 +168,7 @@ mod tests {
             usage: Usage {
                 prompt_tokens: 3,
                 completion_tokens: 2,
+                ..Usage::default()
             },
             ..Completion::default()
         };
@@ -194,6 +196,7 @@ mod tests {
             usage: Usage {
                 prompt_tokens: 3,
                 completion_tokens: 2,
+                ..Usage::default()
             },
             ..Completion::default()
         };

@@ -31,6 +31,10 @@ pub struct ChatCompletionRequest {
     pub llamay_format: Option<String>,
     pub llamay_grammar: Option<String>,
     pub grammar: Option<String>,
+    /// llamay's contexts (issue 11): continue a named context, and append to it.
+    pub llamay_context: Option<String>,
+    #[serde(default)]
+    pub llamay_context_commit: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -154,6 +158,13 @@ pub struct UsageBody {
     pub prompt_tokens: u32,
     pub completion_tokens: u32,
     pub total_tokens: u32,
+    /// `cached_tokens`: prompt tokens reused from the KV cache (issue 11).
+    pub prompt_tokens_details: PromptTokensDetails,
+}
+
+#[derive(Debug, Serialize, Clone, Copy, PartialEq, Eq)]
+pub struct PromptTokensDetails {
+    pub cached_tokens: u32,
 }
 
 #[derive(Debug, Serialize)]

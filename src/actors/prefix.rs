@@ -1,0 +1,383 @@
+//! Which KV sequence a new request starts from: every slot remembers the tokens its KV cache
+//! holds (the prompt and answer of the last request that ran there, kept after it finished),
+//! and a request whose prompt starts with some of them reuses that longest common prefix
+//! instead of prefilling it again (what llama-server's `cache_prompt` and vLLM's automatic
+//! prefix caching do). A slot can also belong to a named context, whose tokens stay there.
+//!
+//! Key types: [`SlotCache`] (the tokens per slot), [`Placement`] (where a request runs and what
+//! it reuses). Pure bookkeeping, no llama.cpp: the worker applies a placement with a sequence
+//! truncate or copy. Cost: one prefix comparison per slot and admitted request (O(slots ×
+//! prompt)), and the token lists (4 bytes a token per slot).
+
+/// What one slot's KV cache holds.
+#[derive(Debug, Clone, Default)]
+struct SlotKv {
+    /// The tokens whose keys and values are in the sequence, position 0 first.
+    tokens: Vec<u32>,
+    /// How many of them, from the start, were decoded in batches of several tokens (prompts).
+    /// Only those are reused: a token decoded alone (a generated one) goes through other
+    /// kernels than a batched prefill, so its KV values differ in the last bits and a reused
+    /// answer would no longer match a cold run token for token.
+    reusable: usize,
+    /// Step of the last admission into this slot, for least-recently-used choices.
+    last_used: u64,
+    /// The context whose tokens live here, and how many of them; a request that runs in the
+    /// slot leaves them in place.
+    owner: Option<(u64, usize)>,
+}
+
+/// Where an admitted request runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    /// The free slot the request decodes in.
+    pub slot: usize,
+    /// Prompt tokens already in the KV cache (or copied into it); prefill starts after them.
+    pub reuse: usize,
+    /// Another slot the first `reuse` tokens are copied from; `None` when `slot` holds them.
+    pub source: Option<usize>,
+}
+
+/// The tokens in every slot of one model's context.
+#[derive(Debug, Clone)]
+pub struct SlotCache {
+    slots: Vec<SlotKv>,
+    clock: u64,
+}
+
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+impl SlotCache {
+    pub fn new(slots: usize) -> Self {
+        SlotCache {
+            slots: vec![SlotKv::default(); slots],
+            clock: 0,
+        }
+    }
+
+    /// Where a request with `prompt` runs, given which slots are free (no request in them).
+    /// `must_decode` keeps at least one prompt token to decode, since the first sample needs
+    /// its logits. `context` is the request's context: its own slot is the preferred source.
+    /// `None` when no slot is free.
+    pub fn place(
+        &self,
+        prompt: &[u32],
+        free: &[bool],
+        must_decode: bool,
+        context: Option<u64>,
+    ) -> Option<Placement> {
+        let limit = if must_decode {
+            prompt.len().saturating_sub(1)
+        } else {
+            prompt.len()
+        };
+        let reusable = |index: usize| {
+            let kv = &self.slots[index];
+            common_prefix(&kv.tokens[..kv.reusable], prompt).min(limit)
+        };
+        // The best source anywhere (a running request's slot included), ties to a free one,
+        // and to the request's own context.
+        let best = (0..self.slots.len())
+            .map(|i| {
+                (
+                    reusable(i),
+                    self.owner(i) == context && context.is_some(),
+                    free.get(i) == Some(&true),
+                    i,
+                )
+            })
+            .max_by_key(|&(reuse, own, is_free, i)| (reuse, own, is_free, std::cmp::Reverse(i)));
+        let Some((reuse, _, _, source)) = best else {
+            return None;
+        };
+        // Running in the source itself keeps what it holds up to `reuse`; an owned slot may
+        // host a request only when the request keeps the owner's tokens.
+        let in_place = free.get(source) == Some(&true)
+            && self.slots[source]
+                .owner
+                .map_or(true, |(_, length)| reuse >= length);
+        if in_place && reuse > 0 {
+            return Some(Placement {
+                slot: source,
+                reuse,
+                source: None,
+            });
+        }
+        let destination = self.spare_slot(free, if reuse > 0 { Some(source) } else { None })?;
+        if reuse == 0 {
+            return Some(Placement {
+                slot: destination,
+                reuse: destination_reuse(self, destination, prompt, limit),
+                source: None,
+            });
+        }
+        if destination == source {
+            // The only free slot is an owned one the request cannot keep: the owner loses it.
+            return Some(Placement {
+                slot: source,
+                reuse,
+                source: None,
+            });
+        }
+        Some(Placement {
+            slot: destination,
+            reuse,
+            source: Some(source),
+        })
+    }
+
+    /// The free slot whose contents matter least: unowned before owned, then least recently used.
+    fn spare_slot(&self, free: &[bool], except: Option<usize>) -> Option<usize> {
+        (0..self.slots.len())
+            .filter(|&i| free.get(i) == Some(&true) && Some(i) != except)
+            .min_by_key(|&i| (self.slots[i].owner.is_some(), self.slots[i].last_used))
+            .or_else(|| except.filter(|&i| free.get(i) == Some(&true)))
+    }
+
+    /// Records an admission: the slot now holds its first `reuse` prompt tokens (copied from
+    /// `source` or kept from before). An owned slot that a request keeps the owner's tokens of
+    /// stays owned; otherwise the ownership ends with its tokens.
+    pub fn admit(&mut self, placement: Placement, prompt: &[u32]) {
+        self.clock += 1;
+        let slot = &mut self.slots[placement.slot];
+        slot.tokens.clear();
+        slot.tokens.extend_from_slice(&prompt[..placement.reuse]);
+        slot.reusable = placement.reuse;
+        slot.last_used = self.clock;
+        if slot
+            .owner
+            .is_some_and(|(_, length)| placement.reuse < length)
+        {
+            slot.owner = None;
+        }
+    }
+
+    /// Tokens just decoded into `slot`, after the ones it held; `batched` when the decode call
+    /// held more than one token.
+    pub fn extend(&mut self, slot: usize, tokens: &[u32], batched: bool) {
+        if let Some(kv) = self.slots.get_mut(slot) {
+            if batched && kv.reusable == kv.tokens.len() {
+                kv.reusable += tokens.len();
+            }
+            kv.tokens.extend_from_slice(tokens);
+        }
+    }
+
+    /// The slot's KV state is unknown or cleared.
+    pub fn forget(&mut self, slot: usize) {
+        if let Some(kv) = self.slots.get_mut(slot) {
+            *kv = SlotKv {
+                last_used: kv.last_used,
+                ..SlotKv::default()
+            };
+        }
+    }
+
+    /// Cuts the slot's tokens to `length` (the owner's tokens after a request that ran in it).
+    pub fn truncate(&mut self, slot: usize, length: usize) {
+        if let Some(kv) = self.slots.get_mut(slot) {
+            kv.tokens.truncate(length);
+            kv.reusable = kv.reusable.min(length);
+        }
+    }
+
+    pub fn tokens(&self, slot: usize) -> &[u32] {
+        self.slots.get(slot).map_or(&[], |kv| kv.tokens.as_slice())
+    }
+
+    pub fn owner(&self, slot: usize) -> Option<u64> {
+        self.slots
+            .get(slot)
+            .and_then(|kv| kv.owner.map(|(key, _)| key))
+    }
+
+    /// How many tokens the owner of `slot` keeps there.
+    pub fn owned_length(&self, slot: usize) -> Option<usize> {
+        self.slots
+            .get(slot)
+            .and_then(|kv| kv.owner.map(|(_, length)| length))
+    }
+
+    /// The slot that holds `context`'s tokens, if any.
+    pub fn slot_of(&self, context: u64) -> Option<usize> {
+        self.slots
+            .iter()
+            .position(|kv| kv.owner.is_some_and(|(key, _)| key == context))
+    }
+
+    /// `slot` now holds all of `context`'s tokens (its whole token list); any other slot the
+    /// context held is released (its tokens stay, for prefix reuse).
+    pub fn give(&mut self, slot: usize, context: u64) {
+        for kv in self.slots.iter_mut() {
+            if kv.owner.is_some_and(|(key, _)| key == context) {
+                kv.owner = None;
+            }
+        }
+        if let Some(kv) = self.slots.get_mut(slot) {
+            kv.owner = Some((context, kv.tokens.len()));
+        }
+    }
+
+    /// The context no longer holds a slot (deleted, or parked elsewhere).
+    pub fn release(&mut self, context: u64) {
+        for kv in self.slots.iter_mut() {
+            if kv.owner.is_some_and(|(key, _)| key == context) {
+                kv.owner = None;
+            }
+        }
+    }
+
+    /// Slots held by contexts.
+    pub fn owned_slots(&self) -> usize {
+        self.slots.iter().filter(|kv| kv.owner.is_some()).count()
+    }
+}
+
+/// A destination chosen for want of any shared prefix may still hold some of the prompt.
+fn destination_reuse(cache: &SlotCache, slot: usize, prompt: &[u32], limit: usize) -> usize {
+    let kv = &cache.slots[slot];
+    let reuse = common_prefix(&kv.tokens[..kv.reusable], prompt).min(limit);
+    match cache.owned_length(slot) {
+        Some(length) if reuse < length => 0,
+        _ => reuse,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cache_with(slots: &[&[u32]]) -> SlotCache {
+        let mut cache = SlotCache::new(slots.len());
+        for (index, tokens) in slots.iter().enumerate() {
+            cache.admit(
+                Placement {
+                    slot: index,
+                    reuse: 0,
+                    source: None,
+                },
+                &[],
+            );
+            cache.extend(index, tokens, true);
+        }
+        cache
+    }
+
+    #[test]
+    fn the_free_slot_holding_the_longest_prefix_is_used_in_place() {
+        let cache = cache_with(&[&[1, 2, 9], &[1, 2, 3, 4, 7]]);
+        let placement = cache
+            .place(&[1, 2, 3, 4, 5, 6], &[true, true], true, None)
+            .unwrap();
+        assert_eq!(
+            placement,
+            Placement {
+                slot: 1,
+                reuse: 4,
+                source: None
+            }
+        );
+    }
+
+    #[test]
+    fn one_prompt_token_is_always_left_to_decode() {
+        let cache = cache_with(&[&[1, 2, 3]]);
+        let placement = cache.place(&[1, 2, 3], &[true], true, None).unwrap();
+        assert_eq!(placement.reuse, 2);
+        // Creating a context samples nothing, so all of it may come from the cache.
+        assert_eq!(
+            cache.place(&[1, 2, 3], &[true], false, None).unwrap().reuse,
+            3
+        );
+    }
+
+    #[test]
+    fn a_busy_holder_is_copied_into_the_least_recently_used_free_slot() {
+        let cache = cache_with(&[&[5, 5], &[1, 2, 3, 4], &[6]]);
+        let placement = cache
+            .place(&[1, 2, 3, 8], &[true, false, true], true, None)
+            .unwrap();
+        assert_eq!(
+            placement,
+            Placement {
+                slot: 0,
+                reuse: 3,
+                source: Some(1)
+            }
+        );
+    }
+
+    #[test]
+    fn a_context_keeps_its_slot_unless_a_request_keeps_its_tokens() {
+        let mut cache = cache_with(&[&[1, 2, 3, 4], &[]]);
+        cache.give(0, 7);
+        // Shares only part of the context: copied elsewhere, the context's slot stays.
+        let placement = cache.place(&[1, 2, 9], &[true, true], true, None).unwrap();
+        assert_eq!(
+            placement,
+            Placement {
+                slot: 1,
+                reuse: 2,
+                source: Some(0)
+            }
+        );
+        // Continues the whole context: runs in its slot, which the request leaves as it was.
+        let placement = cache
+            .place(&[1, 2, 3, 4, 5, 6], &[true, true], true, Some(7))
+            .unwrap();
+        assert_eq!(
+            placement,
+            Placement {
+                slot: 0,
+                reuse: 4,
+                source: None
+            }
+        );
+        cache.admit(placement, &[1, 2, 3, 4, 5, 6]);
+        assert_eq!(cache.owner(0), Some(7));
+        // With no other free slot, a request that cannot keep it takes the slot.
+        let placement = cache.place(&[1, 2, 9], &[true, false], true, None).unwrap();
+        assert_eq!(
+            placement,
+            Placement {
+                slot: 0,
+                reuse: 2,
+                source: None
+            }
+        );
+        cache.admit(placement, &[1, 2, 9]);
+        assert_eq!(cache.owner(0), None);
+    }
+
+    #[test]
+    fn tokens_decoded_one_at_a_time_are_not_reused() {
+        let mut cache = cache_with(&[&[1, 2, 3]]);
+        cache.extend(0, &[4], false);
+        cache.extend(0, &[5], true);
+        assert_eq!(cache.tokens(0), &[1, 2, 3, 4, 5]);
+        assert_eq!(
+            cache
+                .place(&[1, 2, 3, 4, 5, 6], &[true], true, None)
+                .unwrap()
+                .reuse,
+            3
+        );
+    }
+
+    #[test]
+    fn nothing_shared_goes_to_an_unowned_slot_first() {
+        let mut cache = cache_with(&[&[1, 2], &[3, 4]]);
+        cache.give(0, 1);
+        let placement = cache.place(&[9, 9, 9], &[true, true], true, None).unwrap();
+        assert_eq!(
+            placement,
+            Placement {
+                slot: 1,
+                reuse: 0,
+                source: None
+            }
+        );
+        assert_eq!(cache.place(&[9], &[false, false], true, None), None);
+    }
+}

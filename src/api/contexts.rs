@@ -1,0 +1,424 @@
+//! `/v1/contexts` (issue 11): named KV state that outlives requests. Create a context from a
+//! conversation or raw text (prefilled once), list, inspect, delete and fork it; every chat
+//! route continues one with `llamay_context` (see [`context_use`]). Errors come in the OpenAI
+//! error shape, as on the other `/v1/` routes.
+//!
+//! Key items: [`configure`] (the routes), [`context_use`] (a request's context, checked).
+//! Costs: creating prefills the prompt once on the model's worker; forking copies no KV state
+//! up front (a child's first request copies its parent's sequence); listing is O(contexts).
+
+use std::sync::Arc;
+
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::common::{collect, error_response, read_json, Started};
+use super::AppState;
+use crate::actors::contexts::{ContextContent, ContextMode, ContextRecord, ContextUse};
+use crate::actors::supervisor::acquire;
+use crate::core::{
+    ChatMessage, ContextRequest, KeepAlive, PromptInput, Role, SamplingParams, ToolChoice,
+    ToolSpec, ValidGenerateRequest,
+};
+use crate::error::CoreError;
+
+/// The routes, for `App::configure`.
+pub fn configure(config: &mut web::ServiceConfig) {
+    config
+        .route("/v1/contexts", web::post().to(create))
+        .route("/v1/contexts", web::get().to(list))
+        .route("/v1/contexts/{id}", web::get().to(get))
+        .route("/v1/contexts/{id}", web::delete().to(delete))
+        .route("/v1/contexts/{id}/fork", web::post().to(fork));
+}
+
+#[derive(Debug, Deserialize)]
+struct CreateBody {
+    model: Option<String>,
+    messages: Option<Vec<MessageBody>>,
+    prompt: Option<String>,
+    system: Option<String>,
+    tools: Option<Vec<Value>>,
+    keep_alive: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+struct MessageBody {
+    role: String,
+    content: Option<Value>,
+}
+
+fn render_error(error: &CoreError) -> HttpResponse {
+    error_response(error).json(json!({"error": {
+        "message": error.message,
+        "type": error.code.status_text(),
+        "param": error.param,
+        "code": error.code.as_str(),
+    }}))
+}
+
+fn respond(result: Result<(StatusCode, Value), CoreError>) -> HttpResponse {
+    match result {
+        Ok((status, body)) => HttpResponse::build(status).json(body),
+        Err(error) => render_error(&error),
+    }
+}
+
+/// How the API shows a context.
+fn describe(record: &ContextRecord) -> Value {
+    json!({
+        "id": record.id,
+        "object": "context",
+        "model": record.model,
+        "tokens": record.tokens().len(),
+        "created": record.created.timestamp(),
+        "expires_at": record.expires_at().map(|t| t.timestamp()),
+        "parent": record.parent,
+        "state": record.residence().as_str(),
+    })
+}
+
+/// A request's `llamay_context`, checked: it exists, belongs to the request's model, and a
+/// commit carries the request's messages to append.
+pub fn context_use(
+    state: &AppState,
+    asked: &ContextRequest,
+    request: &ValidGenerateRequest,
+) -> Result<ContextUse, CoreError> {
+    let (id, commit) = match asked {
+        ContextRequest::Named { id, commit } => (id, *commit),
+        ContextRequest::Tokens(tokens) => {
+            // Ollama's context array: an unnamed context that lives for this request.
+            let record = state.contexts.new_record(
+                &request.model,
+                ContextContent::Raw,
+                Arc::new(tokens.clone()),
+                None,
+                None,
+            );
+            return Ok(ContextUse {
+                record,
+                mode: ContextMode::Read,
+                appended: Vec::new(),
+            });
+        }
+    };
+    let record = state
+        .contexts
+        .get(id)
+        .map_err(|e| e.with_param("llamay_context"))?;
+    if record.model != request.model {
+        return Err(CoreError::invalid(format!(
+            "context {} belongs to model {:?}, not {:?}; send it to its own model",
+            record.id, record.model, request.model
+        ))
+        .with_param("llamay_context"));
+    }
+    record.touch();
+    let appended = match &request.input {
+        PromptInput::Chat { messages, .. } => messages.clone(),
+        PromptInput::Raw { prompt, .. } => vec![ChatMessage::new(Role::User, prompt.clone())],
+    };
+    let mode = if commit {
+        ContextMode::Commit
+    } else {
+        ContextMode::Read
+    };
+    Ok(ContextUse {
+        record,
+        mode,
+        appended,
+    })
+}
+
+fn message_text(index: usize, content: Option<Value>) -> Result<String, CoreError> {
+    match content {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(text)) => Ok(text),
+        Some(Value::Array(parts)) => {
+            let mut text = String::new();
+            for part in parts {
+                match (
+                    part.get("type").and_then(Value::as_str),
+                    part.get("text").and_then(Value::as_str),
+                ) {
+                    (Some("text"), Some(piece)) => text.push_str(piece),
+                    _ => {
+                        return Err(CoreError::invalid(format!(
+                            "messages[{index}].content: only text parts are accepted"
+                        ))
+                        .with_param(format!("messages[{index}].content")))
+                    }
+                }
+            }
+            Ok(text)
+        }
+        Some(_) => Err(
+            CoreError::invalid(format!("messages[{index}].content must be text"))
+                .with_param(format!("messages[{index}].content")),
+        ),
+    }
+}
+
+fn convert_messages(
+    system: Option<String>,
+    messages: Vec<MessageBody>,
+) -> Result<Vec<ChatMessage>, CoreError> {
+    let mut converted = Vec::with_capacity(messages.len() + 1);
+    if let Some(system) = system {
+        converted.push(ChatMessage::new(Role::System, system));
+    }
+    for (index, message) in messages.into_iter().enumerate() {
+        let role = match message.role.as_str() {
+            "system" | "developer" => Role::System,
+            "user" => Role::User,
+            "assistant" => Role::Assistant,
+            "tool" => Role::Tool,
+            other => {
+                return Err(CoreError::invalid(format!(
+                    "messages[{index}].role is {other:?}; use system, user, assistant or tool"
+                ))
+                .with_param(format!("messages[{index}].role")))
+            }
+        };
+        converted.push(ChatMessage::new(
+            role,
+            message_text(index, message.content)?,
+        ));
+    }
+    Ok(converted)
+}
+
+/// A tool in OpenAI's shape (`{"type": "function", "function": {...}}`) or flat
+/// (`{"name", "description", "parameters" | "input_schema"}`).
+fn convert_tool(index: usize, tool: Value) -> Result<ToolSpec, CoreError> {
+    let function = tool.get("function").cloned().unwrap_or(tool);
+    let name = function
+        .get("name")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| {
+            CoreError::invalid(format!("tools[{index}] needs a name"))
+                .with_param(format!("tools[{index}]"))
+        })?;
+    let parameters = function
+        .get("parameters")
+        .or_else(|| function.get("input_schema"))
+        .cloned()
+        .unwrap_or_else(|| json!({"type": "object"}));
+    Ok(ToolSpec {
+        name: name.to_string(),
+        description: function
+            .get("description")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        parameters,
+    })
+}
+
+async fn create(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    payload: web::Payload,
+) -> HttpResponse {
+    respond(create_context(&state, &request, payload).await)
+}
+
+async fn create_context(
+    state: &AppState,
+    request: &HttpRequest,
+    payload: web::Payload,
+) -> Result<(StatusCode, Value), CoreError> {
+    let body: CreateBody = read_json(request, payload, state.max_body_bytes).await?;
+    let model = body.model.filter(|m| !m.trim().is_empty()).ok_or_else(|| {
+        CoreError::invalid("model is required: the model whose KV state the context holds")
+            .with_param("model")
+    })?;
+    let keep_alive = match &body.keep_alive {
+        Some(value) => Some(
+            KeepAlive::from_json(value)
+                .map_err(|e| CoreError::invalid(e.to_string()).with_param("keep_alive"))?,
+        ),
+        None => None,
+    };
+    let tools = body
+        .tools
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+        .map(|(i, tool)| convert_tool(i, tool))
+        .collect::<Result<Vec<_>, _>>()?;
+    let (content, input) = match (body.messages, body.prompt) {
+        (Some(_), Some(_)) => {
+            return Err(
+                CoreError::invalid("send messages or prompt, not both").with_param("prompt")
+            );
+        }
+        (Some(messages), None) => {
+            if messages.is_empty() {
+                return Err(
+                    CoreError::invalid("messages is empty; send at least one message")
+                        .with_param("messages"),
+                );
+            }
+            let messages = convert_messages(body.system, messages)?;
+            let content = ContextContent::Chat {
+                messages: messages.clone(),
+                tools: tools.clone(),
+            };
+            (content, PromptInput::Chat { messages, tools })
+        }
+        (None, Some(prompt)) => {
+            if prompt.is_empty() {
+                return Err(CoreError::invalid("prompt is empty").with_param("prompt"));
+            }
+            if !tools.is_empty() || body.system.is_some() {
+                return Err(CoreError::invalid(
+                    "tools and system shape a conversation; send them with messages, not with a raw prompt",
+                )
+                .with_param("prompt"));
+            }
+            (
+                ContextContent::Raw,
+                PromptInput::Raw {
+                    prompt,
+                    system: None,
+                    template: false,
+                },
+            )
+        }
+        (None, None) => {
+            return Err(CoreError::invalid(
+                "send messages (a conversation) or prompt (raw text) to prefill",
+            )
+            .with_param("messages"));
+        }
+    };
+    let record = state
+        .contexts
+        .new_record(&model, content, Arc::new(Vec::new()), keep_alive, None);
+    let generate = ValidGenerateRequest {
+        model: model.clone(),
+        input,
+        sampling: SamplingParams {
+            temperature: 0.0,
+            max_tokens: Some(1),
+            ..SamplingParams::default()
+        },
+        stop: Vec::new(),
+        constraint: None,
+        num_ctx: None,
+        keep_alive: None,
+        tool_choice: ToolChoice::Auto,
+        parallel_tool_calls: true,
+        context: None,
+    };
+    let lease = acquire(&state.supervisor, &model, None).await?;
+    let used = ContextUse {
+        record: Arc::clone(&record),
+        mode: ContextMode::Create,
+        appended: Vec::new(),
+    };
+    let generation = lease.model().submit_in_context(generate, used)?;
+    collect(Started { generation, lease }).await?;
+    record.touch();
+    state.contexts.insert(Arc::clone(&record));
+    Ok((StatusCode::CREATED, describe(&record)))
+}
+
+async fn list(state: web::Data<AppState>) -> HttpResponse {
+    let data: Vec<Value> = state.contexts.list().iter().map(|r| describe(r)).collect();
+    HttpResponse::Ok().json(json!({"object": "list", "data": data}))
+}
+
+async fn get(state: web::Data<AppState>, id: web::Path<String>) -> HttpResponse {
+    respond(
+        state
+            .contexts
+            .get(&id)
+            .map(|record| (StatusCode::OK, describe(&record))),
+    )
+}
+
+async fn delete(state: web::Data<AppState>, id: web::Path<String>) -> HttpResponse {
+    respond(state.contexts.remove(&id).map(|record| {
+        (
+            StatusCode::OK,
+            json!({"id": record.id, "object": "context", "deleted": true}),
+        )
+    }))
+}
+
+/// `n` from the query string: 1 when absent.
+fn fork_count(query: &str) -> Result<usize, CoreError> {
+    let mut n = 1usize;
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if key == "n" {
+            n = value.parse().map_err(|_| {
+                CoreError::invalid(format!("n is {value:?}; send a whole number from 1 to 64"))
+                    .with_param("n")
+            })?;
+        }
+    }
+    Ok(n)
+}
+
+async fn fork(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    id: web::Path<String>,
+) -> HttpResponse {
+    let forked = fork_count(request.query_string()).and_then(|n| {
+        let parent = state.contexts.get(&id)?;
+        parent.touch();
+        state.contexts.fork(&parent, n)
+    });
+    respond(forked.map(|children| {
+        let contexts: Vec<Value> = children.iter().map(|c| describe(c)).collect();
+        (
+            StatusCode::CREATED,
+            json!({"object": "list", "contexts": contexts}),
+        )
+    }))
+}
+
+/// Context counts per state, for `/v1/stats`.
+pub fn stats(state: &AppState) -> Value {
+    let counts = state.contexts.counts();
+    let total: usize = counts.values().sum();
+    json!({
+        "total": total,
+        "hot": counts.get("hot").copied().unwrap_or(0),
+        "parked": counts.get("parked").copied().unwrap_or(0),
+        "stored": counts.get("stored").copied().unwrap_or(0),
+        "cold": counts.get("cold").copied().unwrap_or(0),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorCode;
+
+    #[test]
+    fn fork_counts_are_read_from_the_query() {
+        assert_eq!(fork_count("n=8").unwrap(), 8);
+        assert_eq!(fork_count("").unwrap(), 1);
+        assert_eq!(
+            fork_count("n=eight").unwrap_err().code,
+            ErrorCode::InvalidRequest
+        );
+    }
+
+    #[test]
+    fn tools_come_in_either_shape() {
+        let openai = json!({"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}});
+        let flat = json!({"name": "g", "input_schema": {"type": "object"}});
+        assert_eq!(convert_tool(0, openai).unwrap().name, "f");
+        assert_eq!(convert_tool(1, flat).unwrap().name, "g");
+        assert!(convert_tool(2, json!({})).is_err());
+    }
+}
