@@ -34,7 +34,7 @@ impl StoreCatalog {
             .ok()
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .map_or(0, |d| d.as_secs());
-        self.files.push(Manifest { name, digest: String::new(), size: metadata.len(), facts, added_at });
+        self.files.push(Manifest { name, digest: String::new(), size: metadata.len(), facts, added_at, extras: Default::default() });
         Ok(self)
     }
 }

@@ -315,6 +315,7 @@ async fn create_context(
         parallel_tool_calls: true,
         context: None,
     };
+    let arrived = std::time::Instant::now();
     let lease = acquire(&state.supervisor, &model, None).await?;
     let used = ContextUse {
         record: Arc::clone(&record),
@@ -322,7 +323,8 @@ async fn create_context(
         appended: Vec::new(),
     };
     let generation = lease.model().submit_in_context(generate, used)?;
-    collect(Started { generation, lease }).await?;
+    let observer = state.metrics.observe_generation(&lease.model().info().name, arrived);
+    collect(Started { generation, lease, observer }).await?;
     record.touch();
     state.contexts.insert(Arc::clone(&record));
     Ok((StatusCode::CREATED, describe(&record)))

@@ -336,6 +336,7 @@ fn turn(
         keep_alive: None,
         tool_choice: ToolChoice::None,
         parallel_tool_calls: false,
+        context: None,
     };
     let generation = match handle.submit(request) {
         Ok(generation) => generation,

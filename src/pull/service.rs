@@ -48,7 +48,7 @@ pub fn store_error(error: &StoreError) -> CoreError {
 }
 
 fn parse_name(text: &str, field: &str) -> Result<ModelName, CoreError> {
-    ModelName::parse(text).map_err(|e| store_error(&e).with_param(field))
+    ModelName::parse(text).map_err(|e| CoreError::from(e).with_param(field))
 }
 
 impl StoreAdmin {
