@@ -86,6 +86,7 @@ pub fn run(config: Config, store: Arc<Store>) -> std::io::Result<()> {
             batch: 512,
             sequences: config.parallel,
             kv_type: config.kv,
+            flash_attention: config.flash_attention,
         },
     };
     let loader = Arc::new(StoreLoader::new(Arc::clone(&store), settings));

@@ -13,14 +13,15 @@ use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::token::LlamaToken;
 
+use super::threadpool::CpuThreadpool;
 use super::{backend, LlmError, Model};
 
 /// The KV cache's element type (`-kv`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum KvType {
-    #[default]
     F32,
+    #[default]
     F16,
     Q8_0,
     Q4_0,
@@ -70,11 +71,13 @@ pub struct ContextParams {
     pub batch: u32,
     pub sequences: u32,
     pub kv_type: KvType,
+    /// llama.cpp's fused attention kernel (`-flash-attn`), used for prompt and generation.
+    pub flash_attention: bool,
 }
 
 impl Default for ContextParams {
     fn default() -> Self {
-        Self { n_ctx: 4096, threads: 2, batch: 512, sequences: 1, kv_type: KvType::F32 }
+        Self { n_ctx: 4096, threads: 2, batch: 512, sequences: 1, kv_type: KvType::F16, flash_attention: true }
     }
 }
 
@@ -107,6 +110,8 @@ pub struct Context<'m> {
     batch: LlamaBatch<'static>,
     params: ContextParams,
     n_vocab: usize,
+    /// Declared after `inner` so it is freed after the context that computes on it.
+    _threadpool: CpuThreadpool,
 }
 
 impl<'m> Context<'m> {
@@ -132,16 +137,24 @@ impl<'m> Context<'m> {
             .with_n_threads(params.threads)
             .with_n_threads_batch(params.threads)
             .with_type_k(params.kv_type.to_llama())
-            .with_type_v(params.kv_type.to_llama());
-        let inner = model
+            .with_type_v(params.kv_type.to_llama())
+            .with_flash_attention_policy(if params.flash_attention {
+                llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_ENABLED
+            } else {
+                llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_DISABLED
+            });
+        let mut inner = model
             .llama()
             .new_context(backend::get()?, llama_params)
             .map_err(|e| LlmError::Context(e.to_string()))?;
+        let threadpool = CpuThreadpool::new(params.threads)?;
+        threadpool.attach(&mut inner)?;
         Ok(Self {
             inner,
             batch: LlamaBatch::new(params.batch as usize, 1),
             params: params.clone(),
             n_vocab: model.vocabulary().len(),
+            _threadpool: threadpool,
         })
     }
 

@@ -8,7 +8,6 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
 
 use super::template::{ChatTemplate, TemplateMessage};
@@ -30,6 +29,33 @@ impl std::fmt::Debug for Model {
     }
 }
 
+/// Loads the weights at `path` with every tensor in ggml's plain CPU buffer and none in an
+/// "extra" buffer type (AMX tiles, repacked blocks), like llama-server's `--no-repack`.
+///
+/// Why: llama.cpp is built for the CPU it runs on (`target-cpu=native`), and where the CPU
+/// reports AMX but the virtual machine does not let it run, ggml's AMX kernels fault on the
+/// first batch of two or more tokens (`ldtilecfg`: invalid opcode or general protection fault),
+/// killing the process. A tensor override cannot avoid it (llama.cpp maps an override to the CPU
+/// buffer back onto the extra types), and `llama-cpp-2` has no setter for `use_extra_bufts`,
+/// so the model is loaded through the C API and wrapped.
+pub fn load_weights(path: &Path) -> Result<LlamaModel, LlmError> {
+    let not_a_model = |reason: String| LlmError::NotAModel { path: path.to_path_buf(), reason };
+    backend::get()?;
+    let text = path.to_str().ok_or_else(|| not_a_model("the path is not UTF-8".into()))?;
+    let c_path = std::ffi::CString::new(text).map_err(|_| not_a_model("the path contains a NUL byte".into()))?;
+    // SAFETY: plain C calls; the path outlives the call, the params are passed by value.
+    let raw = unsafe {
+        let mut params = llama_cpp_sys_2::llama_model_default_params();
+        params.use_extra_bufts = false;
+        llama_cpp_sys_2::llama_model_load_from_file(c_path.as_ptr(), params)
+    };
+    let raw = std::ptr::NonNull::new(raw).ok_or_else(|| not_a_model("llama.cpp could not load it".into()))?;
+    // SAFETY: `LlamaModel` is `#[repr(transparent)]` over a `#[repr(transparent)]` wrapper of
+    // `NonNull<llama_model>`, and owning a loaded model is its only invariant (it frees the
+    // model on drop, as `LlamaModel::load_from_file`'s result does).
+    Ok(unsafe { std::mem::transmute::<std::ptr::NonNull<llama_cpp_sys_2::llama_model>, LlamaModel>(raw) })
+}
+
 impl Model {
     /// Loads the GGUF at `path`. The header is validated first, so a file that is not GGUF or
     /// is truncated gets a clear error instead of reaching llama.cpp.
@@ -38,10 +64,7 @@ impl Model {
             path: path.to_path_buf(),
             reason: e.kind.to_string(),
         })?;
-        let params = LlamaModelParams::default();
-        let inner = LlamaModel::load_from_file(backend::get()?, path, &params).map_err(|e| {
-            LlmError::NotAModel { path: path.to_path_buf(), reason: format!("llama.cpp could not load it ({e})") }
-        })?;
+        let inner = load_weights(path)?;
         let vocabulary = Arc::new(Vocabulary::from_model(&inner));
         let template = ChatTemplate::new(facts.chat_template.as_deref(), &facts.architecture)?;
         let special_text = |token: Option<u32>| {
