@@ -23,6 +23,7 @@ Standard library only; run by hand, not in CI. Both servers listen on loopback o
 
 import argparse
 import http.client
+import itertools
 import json
 import os
 import shutil
@@ -134,11 +135,21 @@ def request_json(port, method, path, body, timeout=600):
         connection.close()
 
 
+REQUEST_NUMBER = itertools.count(1)
+# Set from --same-prompts: repeat the four prompts verbatim, so a server's prompt cache can skip
+# their prefill (llama-server keeps each slot's last prompt); by default every request's text is
+# new after the chat template's own prefix, so TTFT measures prefill.
+SAME_PROMPTS = False
+
+
 def stream_chat(port, model, index, tokens, sampling, schema=None):
     """One streaming chat request: (seconds to first text, total seconds, generated tokens)."""
+    text = PROMPTS[index % len(PROMPTS)]
+    if not SAME_PROMPTS:
+        text = f"Request {next(REQUEST_NUMBER)}. {text}"
     body = {
         "model": model, "stream": True, "stream_options": {"include_usage": True}, "max_tokens": tokens,
-        "seed": index, "messages": [{"role": "user", "content": PROMPTS[index % len(PROMPTS)]}], **sampling,
+        "seed": index, "messages": [{"role": "user", "content": text}], **sampling,
     }
     if schema is not None:
         body["response_format"] = {"type": "json_schema", "json_schema": {"name": "story", "schema": schema}}
@@ -275,7 +286,11 @@ def main():
     # src/llm/model.rs); --no-repack is llama-server's same setting.
     parser.add_argument("--llama-server-flags", default="--no-repack",
                         help="more llama-server flags (default: --no-repack, llamay's weight layout)")
+    parser.add_argument("--same-prompts", action="store_true",
+                        help="repeat the prompts verbatim (lets llama-server's prompt cache skip prefill)")
     args = parser.parse_args()
+    global SAME_PROMPTS
+    SAME_PROMPTS = args.same_prompts
     if not os.access(args.llamay, os.X_OK):
         raise SystemExit(f"{args.llamay} is not built (cargo build --release)")
     llama_server = find_llama_server(args.llama_server)
@@ -283,7 +298,8 @@ def main():
         raise SystemExit(f"llama-server not found at {llama_server}")
     print(f"llama-server: {llama_server} {args.llama_server_flags}\nllamay: {args.llamay} {args.llamay_flags}")
     print(f"threads {args.threads}, slots {args.parallel}, context {args.context} per slot, "
-          f"{args.requests} requests per client, max_tokens {args.tokens}, {args.rounds} rounds\n")
+          f"{args.requests} requests per client, max_tokens {args.tokens}, {args.rounds} rounds, "
+          f"{'repeated' if args.same_prompts else 'unique'} prompts\n")
     for model in args.models.split(","):
         gguf = gguf_path(args.llamay, model)
         results = {"llamay": [], "llama-server": []}
