@@ -13,7 +13,7 @@ use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::token::LlamaToken;
 
-use super::threadpool::CpuThreadpool;
+use super::threadpool::{CpuThreadpool, ThreadTuner};
 use super::{backend, LlmError, Model};
 
 /// The KV cache's element type (`-kv`).
@@ -110,7 +110,8 @@ pub struct Context<'m> {
     batch: LlamaBatch<'static>,
     params: ContextParams,
     n_vocab: usize,
-    /// Declared after `inner` so it is freed after the context that computes on it.
+    /// Declared after `inner` so they are freed after the context that computes on them.
+    threads: ThreadTuner,
     _threadpool: CpuThreadpool,
 }
 
@@ -148,14 +149,20 @@ impl<'m> Context<'m> {
             .new_context(backend::get()?, llama_params)
             .map_err(|e| LlmError::Context(e.to_string()))?;
         let threadpool = CpuThreadpool::new(params.threads)?;
-        threadpool.attach(&mut inner)?;
+        let threads = threadpool.attach(&mut inner)?;
         Ok(Self {
             inner,
             batch: LlamaBatch::new(params.batch as usize, 1),
             params: params.clone(),
             n_vocab: model.vocabulary().len(),
+            threads,
             _threadpool: threadpool,
         })
+    }
+
+    /// Threads generation steps use now (one, or all of `params().threads`; see [`ThreadTuner`]).
+    pub fn generation_threads(&self) -> i32 {
+        self.threads.preferred()
     }
 
     pub fn params(&self) -> &ContextParams {
@@ -209,7 +216,10 @@ impl<'m> Context<'m> {
             }
             rows.push((entry.want_logits && !entry.tokens.is_empty()).then_some(LogitsRow(row - 1)));
         }
+        let threads = self.threads.before_decode(total);
+        let started = std::time::Instant::now();
         self.inner.decode(&mut self.batch).map_err(|e| LlmError::Decode(e.to_string()))?;
+        self.threads.after_decode(total, threads, started.elapsed().as_secs_f64());
         Ok(rows)
     }
 
