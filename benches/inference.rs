@@ -2,8 +2,15 @@
 //! against a plain llama.cpp decode loop with none of those layers, same model, same threads,
 //! same context settings, in the same run. Prints prompt and generation tok/s and the ratio.
 //!
+//! The plain loop runs on the same llama.cpp build as llamay, so it cannot show a slow build;
+//! when a `llama-server` binary is available (`LLAMA_SERVER`, or the one
+//! `benches/peer/build-llama-server.sh` caches) the same prompt also goes to its `/completion`
+//! endpoint, and its own timings (llama.cpp built by llama.cpp's CMake, with OpenMP) are printed
+//! as a third row with llamay's ratio against them.
+//!
 //! `cargo bench --bench inference` (models from the store: run scripts/setup first).
-//! Env: LLAMAY_BENCH_THREADS (default 1: this 2-vCPU machine is shared), LLAMAY_BENCH_TOKENS (default 64), LLAMAY_BENCH_ROUNDS (3).
+//! Env: LLAMAY_BENCH_THREADS (default 1: this 2-vCPU machine is shared), LLAMAY_BENCH_TOKENS (default 64), LLAMAY_BENCH_ROUNDS (3),
+//! LLAMA_SERVER (path of a llama-server binary).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,13 +18,14 @@ use std::time::{Duration, Instant};
 use llama_cpp_2::context::params::{KvCacheType, LlamaContextParams};
 use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
-use llama_cpp_2::token::LlamaToken;
 
 use llamay::actors::messages::LoadedModel;
 use llamay::actors::model::{locate_model, LlamaModelHandle, WorkerSettings};
 use llamay::core::{PromptInput, SamplingParams, StreamEvent, ToolChoice, ValidGenerateRequest};
+use llamay::llm::threadpool::CpuThreadpool;
 use llamay::llm::{ContextParams, KvType, Model};
 use llamay::store::Store;
 
@@ -67,9 +75,13 @@ fn plain_loop(backend: &LlamaBackend, path: &std::path::Path, threads: i32, toke
         .with_kv_unified(true)
         .with_n_threads(threads)
         .with_n_threads_batch(threads)
-        .with_type_k(KvCacheType::F32)
-        .with_type_v(KvCacheType::F32);
+        .with_type_k(KvCacheType::F16)
+        .with_type_v(KvCacheType::F16)
+        .with_flash_attention_policy(llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_ENABLED);
     let mut context = model.new_context(backend, params).expect("context");
+    // The same persistent threadpool llamay's contexts compute on.
+    let threadpool = CpuThreadpool::new(threads).expect("threadpool");
+    threadpool.attach(&mut context).expect("threadpool attaches");
     let prompt = model.vocab().tokenize(PROMPT.as_bytes(), true, false);
     let mut batch = LlamaBatch::new(512, 1);
     batch.add_sequence(&prompt, 0, false).expect("batch");
@@ -131,6 +143,77 @@ fn through_llamay(handle: &LlamaModelHandle, tokens: u32) -> Measure {
     panic!("generation ended without a completion");
 }
 
+/// A llama-server process on a loopback port, killed on drop.
+struct PeerServer {
+    child: std::process::Child,
+    url: String,
+}
+
+impl PeerServer {
+    /// The binary from `LLAMA_SERVER`, else the one the peer bench's build script caches.
+    fn binary() -> Option<std::path::PathBuf> {
+        if let Ok(path) = std::env::var("LLAMA_SERVER") {
+            return Some(path.into());
+        }
+        let cache = std::env::var("LLAMA_SERVER_CACHE")
+            .map(std::path::PathBuf::from)
+            .or_else(|_| std::env::var("HOME").map(|home| std::path::Path::new(&home).join(".cache/llamay-peer")))
+            .ok()?;
+        let path = cache.join("build-0.3.36/bin/llama-server");
+        path.is_file().then_some(path)
+    }
+
+    fn start(binary: &std::path::Path, model: &std::path::Path, threads: i32) -> Result<Self, String> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|e| e.to_string())?.port();
+        let child = std::process::Command::new(binary)
+            .args(["-m", &model.display().to_string(), "--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["-t", &threads.to_string(), "-tb", &threads.to_string(), "-c", "1024", "-np", "1", "--no-webui"])
+            .args(["-fa", "on", "-ctk", "f16", "-ctv", "f16"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| format!("{}: {e}", binary.display()))?;
+        let server = PeerServer { child, url: format!("http://127.0.0.1:{port}") };
+        let client = reqwest::blocking::Client::new();
+        for _ in 0..600 {
+            if client.get(format!("{}/health", server.url)).send().is_ok_and(|r| r.status().is_success()) {
+                return Ok(server);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Err("llama-server did not answer /health within 120 s".into())
+    }
+
+    /// One greedy `/completion` of `tokens` tokens (EOS ignored), timed by llama-server itself.
+    fn complete(&self, tokens: u32) -> Measure {
+        let body = serde_json::json!({
+            "prompt": PROMPT, "n_predict": tokens, "temperature": 0.0, "ignore_eos": true, "cache_prompt": false,
+        });
+        let reply: serde_json::Value = reqwest::blocking::Client::new()
+            .post(format!("{}/completion", self.url))
+            .json(&body)
+            .timeout(Duration::from_secs(600))
+            .send()
+            .and_then(|r| r.json())
+            .expect("llama-server answers /completion");
+        let timings = &reply["timings"];
+        let number = |key: &str| timings[key].as_f64().unwrap_or(0.0);
+        Measure {
+            prompt_tokens: number("prompt_n") as u32,
+            prompt_time: Duration::from_secs_f64(number("prompt_ms") / 1000.0),
+            generated: number("predicted_n") as u32,
+            generation_time: Duration::from_secs_f64(number("predicted_ms") / 1000.0),
+        }
+    }
+}
+
+impl Drop for PeerServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -140,23 +223,41 @@ fn main() {
     let rounds = env_number("LLAMAY_BENCH_ROUNDS", 3);
     let store = Store::open(&Store::default_home()).expect("model store (run scripts/setup)");
     println!("inference: {threads} threads, {tokens} generated tokens, best of {rounds} rounds, greedy");
+    let peer = PeerServer::binary();
+    match &peer {
+        Some(path) => println!("llama-server: {} (its /completion timings, same prompt and threads)", path.display()),
+        None => println!(
+            "llama-server: NOT AVAILABLE (set LLAMA_SERVER or run benches/peer/build-llama-server.sh); \
+             only the plain loop on llamay's own llama.cpp build is compared"
+        ),
+    }
     println!("{:<14} {:<8} {:>12} {:>12} {:>10} {:>10}", "model", "path", "prompt t/s", "gen t/s", "prompt x", "gen x");
     for name in ["smollm2:135m", "gemma3:270m"] {
         let (path, info) = locate_model(name, Some(&store)).expect("model in the store (run scripts/setup)");
         // Loading through llamay first initialises the shared backend the plain loop reuses.
         let model = Arc::new(Model::load(&path).expect("model loads"));
         let settings = WorkerSettings {
-            context: ContextParams { n_ctx: 1024, threads, batch: 512, sequences: 1, kv_type: KvType::F32 },
+            context: ContextParams { n_ctx: 1024, threads, batch: 512, sequences: 1, kv_type: KvType::F16, flash_attention: true },
         };
         let handle = LlamaModelHandle::start(model, info, &settings).expect("worker starts");
         let backend = llamay::llm::llama_backend().expect("backend");
+        let server = peer.as_deref().map(|binary| PeerServer::start(binary, &path, threads));
+        if let Some(Err(error)) = &server {
+            println!("llama-server did not start: {error}");
+        }
+        let server = server.and_then(Result::ok);
         let mut plain = Measure::default();
         let mut ours = Measure::default();
+        let mut theirs = Measure::default();
         for _ in 0..rounds {
-            // Interleaved so that both see the same machine load.
+            // Interleaved so that all see the same machine load.
             plain = plain_loop(backend, &path, threads, tokens).best(plain);
             ours = through_llamay(&handle, tokens).best(ours);
+            if let Some(server) = &server {
+                theirs = server.complete(tokens).best(theirs);
+            }
         }
+        drop(server);
         println!(
             "{:<14} {:<8} {:>12.1} {:>12.1}",
             name, "llama", plain.prompt_rate(), plain.generation_rate()
@@ -170,6 +271,17 @@ fn main() {
             ours.prompt_rate() / plain.prompt_rate(),
             ours.generation_rate() / plain.generation_rate()
         );
+        if theirs.generated > 0 {
+            println!(
+                "{:<14} {:<8} {:>12.1} {:>12.1} {:>10.3} {:>10.3}   (llamay / llama-server)",
+                name,
+                "server",
+                theirs.prompt_rate(),
+                theirs.generation_rate(),
+                ours.prompt_rate() / theirs.prompt_rate(),
+                ours.generation_rate() / theirs.generation_rate()
+            );
+        }
     }
-    println!("goal: llamay/llama >= 0.97 for generation");
+    println!("goal: llamay/llama >= 0.97 for generation; llamay/llama-server >= 1.0");
 }

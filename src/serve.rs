@@ -126,6 +126,7 @@ pub fn run(mut config: Config, store: Arc<Store>) -> std::io::Result<()> {
             batch: 512,
             sequences: config.parallel,
             kv_type: config.kv,
+            flash_attention: config.flash_attention,
         },
     };
     let mut loader = StoreLoader::new(Arc::clone(&store), settings);

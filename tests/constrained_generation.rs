@@ -22,7 +22,7 @@ fn smollm2() -> &'static LlamaModelHandle {
         let (path, info) = locate_model("smollm2:135m", Some(&store)).expect("smollm2:135m (scripts/setup)");
         let model = Arc::new(Model::load(&path).expect("model loads"));
         let settings = WorkerSettings {
-            context: ContextParams { n_ctx: 4096, threads: 1, batch: 512, sequences: 4, kv_type: KvType::F32 },
+            context: ContextParams { n_ctx: 4096, threads: 1, batch: 512, sequences: 4, kv_type: KvType::F32, flash_attention: false },
         };
         LlamaModelHandle::start(model, info, &settings).expect("worker")
     })

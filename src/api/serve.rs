@@ -266,6 +266,7 @@ fn print_banner(config: &Config, model: Option<&ModelInfo>, bound: &[String]) {
         context,
         threads = config.threads,
         kv = %config.kv,
+        flash_attn = if config.flash_attention { "on" } else { "off" },
         parallel = config.parallel,
         listening = %bound.join(","),
         "llamay serving"

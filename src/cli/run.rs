@@ -75,7 +75,7 @@ pub struct RunArgs {
     #[arg(long)]
     schema: Option<PathBuf>,
     /// KV cache type: f32, f16 or q8_0.
-    #[arg(long = "kv", default_value = "f32")]
+    #[arg(long = "kv", default_value = "f16")]
     kv: String,
 }
 
@@ -155,7 +155,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
     let model = Model::load(&path).map_err(|e| CliError::Model(e.to_string()))?;
     let n_ctx = ctx_size.unwrap_or_else(|| 4096.min(model.context_train().max(256)));
     let settings = WorkerSettings {
-        context: ContextParams { n_ctx, threads: threads as i32, batch: 512, sequences: 1, kv_type: kv },
+        context: ContextParams { n_ctx, threads: threads as i32, batch: 512, sequences: 1, kv_type: kv, flash_attention: true },
     };
     let handle = LlamaModelHandle::start(Arc::new(model), info, &settings).map_err(|e| CliError::Model(e.to_string()))?;
 

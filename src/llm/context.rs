@@ -13,14 +13,15 @@ use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::token::LlamaToken;
 
+use super::threadpool::{CpuThreadpool, ThreadTuner};
 use super::{backend, LlmError, Model};
 
 /// The KV cache's element type (`-kv`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum KvType {
-    #[default]
     F32,
+    #[default]
     F16,
     Q8_0,
     Q4_0,
@@ -70,11 +71,13 @@ pub struct ContextParams {
     pub batch: u32,
     pub sequences: u32,
     pub kv_type: KvType,
+    /// llama.cpp's fused attention kernel (`-flash-attn`), used for prompt and generation.
+    pub flash_attention: bool,
 }
 
 impl Default for ContextParams {
     fn default() -> Self {
-        Self { n_ctx: 4096, threads: 2, batch: 512, sequences: 1, kv_type: KvType::F32 }
+        Self { n_ctx: 4096, threads: 2, batch: 512, sequences: 1, kv_type: KvType::F16, flash_attention: true }
     }
 }
 
@@ -107,6 +110,9 @@ pub struct Context<'m> {
     batch: LlamaBatch<'static>,
     params: ContextParams,
     n_vocab: usize,
+    /// Declared after `inner` so they are freed after the context that computes on them.
+    threads: ThreadTuner,
+    _threadpool: CpuThreadpool,
 }
 
 impl<'m> Context<'m> {
@@ -132,17 +138,31 @@ impl<'m> Context<'m> {
             .with_n_threads(params.threads)
             .with_n_threads_batch(params.threads)
             .with_type_k(params.kv_type.to_llama())
-            .with_type_v(params.kv_type.to_llama());
-        let inner = model
+            .with_type_v(params.kv_type.to_llama())
+            .with_flash_attention_policy(if params.flash_attention {
+                llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_ENABLED
+            } else {
+                llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_DISABLED
+            });
+        let mut inner = model
             .llama()
             .new_context(backend::get()?, llama_params)
             .map_err(|e| LlmError::Context(e.to_string()))?;
+        let threadpool = CpuThreadpool::new(params.threads)?;
+        let threads = threadpool.attach(&mut inner)?;
         Ok(Self {
             inner,
             batch: LlamaBatch::new(params.batch as usize, 1),
             params: params.clone(),
             n_vocab: model.vocabulary().len(),
+            threads,
+            _threadpool: threadpool,
         })
+    }
+
+    /// Threads generation steps use now (one, or all of `params().threads`; see [`ThreadTuner`]).
+    pub fn generation_threads(&self) -> i32 {
+        self.threads.preferred()
     }
 
     pub fn params(&self) -> &ContextParams {
@@ -196,7 +216,10 @@ impl<'m> Context<'m> {
             }
             rows.push((entry.want_logits && !entry.tokens.is_empty()).then_some(LogitsRow(row - 1)));
         }
+        let threads = self.threads.before_decode(total);
+        let started = std::time::Instant::now();
         self.inner.decode(&mut self.batch).map_err(|e| LlmError::Decode(e.to_string()))?;
+        self.threads.after_decode(total, threads, started.elapsed().as_secs_f64());
         Ok(rows)
     }
 

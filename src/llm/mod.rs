@@ -2,7 +2,8 @@
 //!
 //! Owns model loading ([`Model`]), the vocabulary as bytes ([`Vocabulary`]), chat templates
 //! ([`template`]), batched decode over parallel sequences ([`Context`]), incremental
-//! detokenization ([`detok`]) and sampling with a constraint hook ([`sampling`]).
+//! detokenization ([`detok`]), sampling with a constraint hook ([`sampling`]) and the persistent
+//! CPU threadpool each context computes on ([`threadpool`]).
 //! Everything above this module speaks in token ids (`u32`), bytes and strings.
 
 mod backend;
@@ -11,6 +12,7 @@ pub mod detok;
 pub mod model;
 pub mod sampling;
 pub mod template;
+pub mod threadpool;
 pub mod vocab;
 
 /// A tracing filter that silences llama.cpp: its C log arrives under `llama-cpp-2`, the binding's

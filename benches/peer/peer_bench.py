@@ -1,0 +1,326 @@
+#!/usr/bin/env python3
+"""Peer bench: llamay against llama.cpp's own llama-server, side by side, on the same GGUF file,
+with the same threads and slots, driven by the same streaming chat requests.
+
+    benches/peer/peer_bench.py [--models smollm2:135m,gemma3:270m] [--rounds 2]
+
+For each model and each round it starts one server, runs every scenario against it, stops it,
+then does the same with the other (the order alternates between rounds, and the two servers never
+run at the same time, so they do not compete for the CPUs). Scenarios: 1 and 4 concurrent
+clients, greedy and sampled (temperature 0.7, top-k 40, top-p 0.95, min-p 0.05, the same for
+both), streaming chat of --tokens tokens; and one client greedy with a JSON schema
+(constrained/plain is that rate over the plain greedy rate of the same server).
+
+tok/s is generated tokens over the wall time of the level (4 clients: the aggregate); TTFT is from
+sending the request to the first chunk carrying text. Ratios are llamay / llama-server (higher is
+better for tok/s, lower is better for TTFT). Every round's numbers are printed, then the median
+over rounds, so the noise of a shared machine stays visible.
+
+llama-server comes from --llama-server, else $LLAMA_SERVER, else it is built once by
+benches/peer/build-llama-server.sh into $LLAMA_SERVER_CACHE (default ~/.cache/llamay-peer).
+Standard library only; run by hand, not in CI. Both servers listen on loopback only.
+"""
+
+import argparse
+import http.client
+import itertools
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PROMPTS = [
+    "Write a story about a lighthouse keeper who finds a map.",
+    "Explain how a bicycle gear system works, step by step.",
+    "Describe a walk through a busy market in the morning.",
+    "Write a letter from a sailor to their family at home.",
+]
+SAMPLED = {"temperature": 0.7, "top_k": 40, "top_p": 0.95, "min_p": 0.05}
+GREEDY = {"temperature": 0.0}
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "title": {"type": "string"},
+        "characters": {"type": "array", "items": {"type": "object", "properties": {
+            "name": {"type": "string"}, "age": {"type": "integer"}, "role": {"type": "string"}},
+            "required": ["name", "age", "role"]}},
+        "summary": {"type": "string"},
+    },
+    "required": ["title", "characters", "summary"],
+}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def llamay_home():
+    return os.environ.get("LLAMAY_HOME") or os.path.join(os.path.expanduser("~"), ".llamay")
+
+
+def gguf_path(llamay_bin, model):
+    """The blob a store name resolves to, read from `llamay show` (digest) and the store layout."""
+    shown = subprocess.run([llamay_bin, "show", model], capture_output=True, text=True, check=True).stdout
+    for line in shown.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == "digest":
+            hex_digest = parts[1].split(":", 1)[-1]
+            path = os.path.join(llamay_home(), "blobs", f"sha256-{hex_digest}")
+            if os.path.isfile(path):
+                return path
+            raise SystemExit(f"{model}: blob {path} is missing")
+    raise SystemExit(f"{model}: `llamay show` printed no digest:\n{shown}")
+
+
+def find_llama_server(explicit):
+    if explicit:
+        return explicit
+    if os.environ.get("LLAMA_SERVER"):
+        return os.environ["LLAMA_SERVER"]
+    script = os.path.join(ROOT, "benches", "peer", "build-llama-server.sh")
+    built = subprocess.run([script], stdout=subprocess.PIPE, text=True, check=True).stdout
+    return built.strip().splitlines()[-1]
+
+
+class Server:
+    """One server process on a free loopback port; stopped with SIGTERM, then SIGKILL."""
+
+    def __init__(self, name, argv_for_port, env=None):
+        self.name = name
+        self.port = free_port()
+        self.log = tempfile.NamedTemporaryFile(prefix=f"peer-{name}-", suffix=".log", delete=False)
+        self.process = subprocess.Popen(argv_for_port(self.port), stdout=self.log, stderr=subprocess.STDOUT,
+                                        env={**os.environ, **(env or {})})
+        deadline = time.time() + 180
+        while time.time() < deadline:
+            if self.process.poll() is not None:
+                raise SystemExit(f"{name} exited while starting; log: {self.log.name}")
+            try:
+                status, _ = request_json(self.port, "GET", "/health", None, timeout=2)
+                if status == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.3)
+        self.stop()
+        raise SystemExit(f"{name} did not answer /health within 180 s; log: {self.log.name}")
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def request_json(port, method, path, body, timeout=600):
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        connection.request(method, path, body=None if body is None else json.dumps(body),
+                           headers={"Content-Type": "application/json"})
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+REQUEST_NUMBER = itertools.count(1)
+# Set from --same-prompts: repeat the four prompts verbatim, so a server's prompt cache can skip
+# their prefill (llama-server keeps each slot's last prompt); by default every request's text is
+# new after the chat template's own prefix, so TTFT measures prefill.
+SAME_PROMPTS = False
+
+
+def stream_chat(port, model, index, tokens, sampling, schema=None):
+    """One streaming chat request: (seconds to first text, total seconds, generated tokens)."""
+    text = PROMPTS[index % len(PROMPTS)]
+    if not SAME_PROMPTS:
+        text = f"Request {next(REQUEST_NUMBER)}. {text}"
+    body = {
+        "model": model, "stream": True, "stream_options": {"include_usage": True}, "max_tokens": tokens,
+        "seed": index, "messages": [{"role": "user", "content": text}], **sampling,
+    }
+    if schema is not None:
+        body["response_format"] = {"type": "json_schema", "json_schema": {"name": "story", "schema": schema}}
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    started = time.perf_counter()
+    first, chunks, usage = None, 0, None
+    try:
+        connection.request("POST", "/v1/chat/completions", body=json.dumps(body),
+                           headers={"Content-Type": "application/json"})
+        response = connection.getresponse()
+        if response.status != 200:
+            raise RuntimeError(f"HTTP {response.status}: {response.read()[:300]!r}")
+        while True:
+            line = response.readline()
+            if not line:
+                break
+            line = line.strip()
+            if not line.startswith(b"data: ") or line == b"data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            choices = chunk.get("choices") or []
+            if choices and (choices[0].get("delta") or {}).get("content"):
+                chunks += 1
+                if first is None:
+                    first = time.perf_counter() - started
+            if chunk.get("usage"):
+                usage = chunk["usage"].get("completion_tokens")
+    finally:
+        connection.close()
+    total = time.perf_counter() - started
+    return (first if first is not None else total), total, (usage if usage is not None else chunks)
+
+
+def run_level(port, model, clients, requests_per_client, tokens, sampling, schema=None):
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=clients) as pool:
+        jobs = [pool.submit(stream_chat, port, model, c * 100 + r, tokens, sampling, schema)
+                for c in range(clients) for r in range(requests_per_client)]
+        results = [job.result() for job in jobs]
+    wall = time.perf_counter() - started
+    ttfts = sorted(r[0] for r in results)
+    generated = sum(r[2] for r in results)
+    return {"tok_s": generated / wall, "ttft_p50": statistics.median(ttfts),
+            "ttft_p99": ttfts[min(len(ttfts) - 1, round(0.99 * (len(ttfts) - 1)))], "tokens": generated}
+
+
+def measure(port, model, args):
+    """Every scenario against one running server."""
+    stream_chat(port, model, 0, 8, GREEDY)  # warm-up: load, first allocation
+    out = {}
+    for mode, sampling in (("greedy", GREEDY), ("sampled", SAMPLED)):
+        out[(mode, 1)] = run_level(port, model, 1, args.requests, args.tokens, sampling)
+        out[(mode, 4)] = run_level(port, model, 4, args.requests, args.tokens, sampling)
+    out["constrained"] = run_level(port, model, 1, args.requests, args.tokens, GREEDY, SCHEMA)
+    out["constrained/plain"] = out["constrained"]["tok_s"] / out[("greedy", 1)]["tok_s"]
+    return out
+
+
+def start(which, args, gguf, llama_server, model):
+    if which == "llama-server":
+        argv = lambda port: [llama_server, "-m", gguf, "--host", "127.0.0.1", "--port", str(port),
+                             "-t", str(args.threads), "-tb", str(args.threads), "-np", str(args.parallel),
+                             "-c", str(args.context * args.parallel), "--no-webui",
+                             *args.llama_server_flags.split()]
+        return Server(which, argv)
+    argv = lambda port: [args.llamay, "serve", "-m", model, "-addr", f"127.0.0.1:{port}", "-t", str(args.threads),
+                         "-parallel", str(args.parallel), "-c", str(args.context), "-max-loaded", "1",
+                         "-keepalive", "-1", *args.llamay_flags.split()]
+    return Server(which, argv, env={"RUST_LOG": "warn"})
+
+
+def fmt_row(name, r):
+    cells = [name]
+    for mode in ("greedy", "sampled"):
+        one, four = r[(mode, 1)], r[(mode, 4)]
+        cells += [f"{one['tok_s']:.1f}", f"{one['ttft_p50'] * 1000:.0f}/{one['ttft_p99'] * 1000:.0f}",
+                  f"{four['tok_s']:.1f}", f"{four['ttft_p50'] * 1000:.0f}/{four['ttft_p99'] * 1000:.0f}"]
+    cells.append(f"{r['constrained/plain']:.2f}")
+    return "| " + " | ".join(cells) + " |"
+
+
+HEADER = ("| server | greedy 1c tok/s | TTFT p50/p99 ms | greedy 4c tok/s | TTFT p50/p99 ms "
+          "| sampled 1c tok/s | TTFT p50/p99 ms | sampled 4c tok/s | TTFT p50/p99 ms | constrained/plain |\n"
+          "|---|---|---|---|---|---|---|---|---|---|")
+
+
+def median_result(results):
+    keys = [k for k in results[0] if isinstance(k, tuple)] + ["constrained"]
+    out = {}
+    for key in keys:
+        out[key] = {f: statistics.median(r[key][f] for r in results) for f in ("tok_s", "ttft_p50", "ttft_p99")}
+    out["constrained/plain"] = statistics.median(r["constrained/plain"] for r in results)
+    return out
+
+
+def ratio_row(ours, theirs):
+    cells = ["llamay / llama-server"]
+    for mode in ("greedy", "sampled"):
+        for clients in (1, 4):
+            a, b = ours[(mode, clients)], theirs[(mode, clients)]
+            cells += [f"{a['tok_s'] / b['tok_s']:.2f}x", f"{a['ttft_p50'] / b['ttft_p50']:.2f}x"]
+    cells.append(f"{ours['constrained/plain'] / theirs['constrained/plain']:.2f}x")
+    return "| " + " | ".join(cells) + " |"
+
+
+def goals(ours, theirs):
+    lines = []
+    for mode in ("greedy", "sampled"):
+        r = ours[(mode, 1)]["tok_s"] / theirs[(mode, 1)]["tok_s"]
+        lines.append((f"1 client {mode} tok/s >= 1.0x", r >= 1.0, f"{r:.2f}x"))
+    for mode in ("greedy", "sampled"):
+        r = ours[(mode, 4)]["tok_s"] / theirs[(mode, 4)]["tok_s"]
+        lines.append((f"4 clients {mode} tok/s >= 1.1x", r >= 1.1, f"{r:.2f}x"))
+        a, b = ours[(mode, 4)]["ttft_p50"], theirs[(mode, 4)]["ttft_p50"]
+        lines.append((f"4 clients {mode} TTFT p50 <= llama-server's", a <= b, f"{a * 1000:.0f} vs {b * 1000:.0f} ms"))
+    c = ours["constrained/plain"]
+    lines.append(("constrained/plain >= 0.92", c >= 0.92, f"{c:.2f}"))
+    return lines
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default="smollm2:135m,gemma3:270m")
+    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds per model")
+    parser.add_argument("--requests", type=int, default=2, help="requests per client at each level")
+    parser.add_argument("--tokens", type=int, default=96)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--parallel", type=int, default=4)
+    parser.add_argument("--context", type=int, default=4096, help="context per sequence (both servers)")
+    parser.add_argument("--llamay", default=os.path.join(ROOT, "target", "release", "llamay"))
+    parser.add_argument("--llamay-flags", default="", help="more `llamay serve` flags, e.g. \"-kv f32\"")
+    parser.add_argument("--llama-server", default=None)
+    parser.add_argument("--llama-server-flags", default="",
+                        help="more llama-server flags")
+    parser.add_argument("--same-prompts", action="store_true",
+                        help="repeat the prompts verbatim (lets llama-server's prompt cache skip prefill)")
+    args = parser.parse_args()
+    global SAME_PROMPTS
+    SAME_PROMPTS = args.same_prompts
+    if not os.access(args.llamay, os.X_OK):
+        raise SystemExit(f"{args.llamay} is not built (cargo build --release)")
+    llama_server = find_llama_server(args.llama_server)
+    if not (os.access(llama_server, os.X_OK) or shutil.which(llama_server)):
+        raise SystemExit(f"llama-server not found at {llama_server}")
+    print(f"llama-server: {llama_server} {args.llama_server_flags}\nllamay: {args.llamay} {args.llamay_flags}")
+    print(f"threads {args.threads}, slots {args.parallel}, context {args.context} per slot, "
+          f"{args.requests} requests per client, max_tokens {args.tokens}, {args.rounds} rounds, "
+          f"{'repeated' if args.same_prompts else 'unique'} prompts\n")
+    for model in args.models.split(","):
+        gguf = gguf_path(args.llamay, model)
+        results = {"llamay": [], "llama-server": []}
+        for round_index in range(args.rounds):
+            order = ["llama-server", "llamay"] if round_index % 2 == 0 else ["llamay", "llama-server"]
+            for which in order:
+                server = start(which, args, gguf, llama_server, model)
+                try:
+                    results[which].append(measure(server.port, model, args))
+                finally:
+                    server.stop()
+                print(f"  {model} round {round_index + 1}: {fmt_row(which, results[which][-1])}", flush=True)
+        ours, theirs = median_result(results["llamay"]), median_result(results["llama-server"])
+        print(f"\n### {model} ({os.path.basename(gguf)[:19]}), median of {args.rounds} rounds\n")
+        print(HEADER)
+        print(fmt_row("llama-server", theirs))
+        print(fmt_row("llamay", ours))
+        print(ratio_row(ours, theirs) + "  (tok/s and TTFT p50 ratios)")
+        print()
+        for name, met, value in goals(ours, theirs):
+            print(f"  [{'met' if met else 'NOT met'}] {name}: {value}")
+        print(flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,314 @@
+//! A persistent ggml CPU threadpool attached to one context, so decoding reuses the same worker
+//! threads for every graph.
+//!
+//! Without OpenMP (llama-cpp-2 is built with `default-features = false`) and without an attached
+//! pool, ggml creates and frees a threadpool for every graph it computes: every decoded token
+//! starts and joins `threads - 1` OS threads, and the caller spins in `ggml_barrier` until the new
+//! threads are scheduled (73% of decode time under perf on a 2-core machine). llama.cpp's own
+//! tools create one pool per context and attach it; this does the same through the sys bindings.
+//!
+//! Key type: [`CpuThreadpool`]. Cost: `threads - 1` OS threads per context for its lifetime; they
+//! poll briefly after each graph (ggml's default poll level) and then sleep on a condition.
+//!
+//! `llama-cpp-2` 0.1.160 keeps the raw `llama_context` pointer crate-private; its `Debug` output is
+//! the one place it shows it. [`context_pointer`] reads it there and checks it against the
+//! context's own answers (n_ctx, n_batch, n_seq_max) before anything is attached, so a changed
+//! `Debug` format turns into a clear error, never into a call on a wrong pointer.
+
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_sys_2 as sys;
+
+use super::LlmError;
+
+/// A ggml threadpool, freed on drop. The context it is attached to must be freed or detached
+/// first: [`super::Context`] declares it after the llama.cpp context so it drops after it.
+pub struct CpuThreadpool {
+    pool: std::ptr::NonNull<sys::ggml_threadpool>,
+    threads: i32,
+}
+
+// SAFETY: the pool is only handed to llama.cpp (which drives it from the thread that decodes)
+// and freed once; nothing here touches it concurrently.
+unsafe impl Send for CpuThreadpool {}
+
+impl std::fmt::Debug for CpuThreadpool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CpuThreadpool")
+            .field("threads", &self.threads)
+            .finish()
+    }
+}
+
+impl CpuThreadpool {
+    /// Starts a pool of `threads` (the calling thread counts as one of them while it decodes).
+    pub fn new(threads: i32) -> Result<Self, LlmError> {
+        if threads <= 0 {
+            return Err(LlmError::Config(format!(
+                "a threadpool needs at least one thread, got {threads}"
+            )));
+        }
+        // SAFETY: plain C calls; the params struct is passed by pointer and only read.
+        let pool = unsafe {
+            let mut params = sys::ggml_threadpool_params_default(threads);
+            sys::ggml_threadpool_new(&mut params)
+        };
+        let pool = std::ptr::NonNull::new(pool).ok_or_else(|| {
+            LlmError::Context(format!(
+                "ggml could not start a threadpool of {threads} threads"
+            ))
+        })?;
+        Ok(Self { pool, threads })
+    }
+
+    pub fn threads(&self) -> i32 {
+        self.threads
+    }
+
+    /// Makes `context` compute its graphs (single tokens and prompt batches) on this pool, and
+    /// returns the handle through which its thread count is tuned.
+    pub fn attach(&self, context: &mut LlamaContext<'_>) -> Result<ThreadTuner, LlmError> {
+        let raw = context_pointer(context)?;
+        // SAFETY: `raw` is the live context's pointer (checked in `context_pointer`); the pool
+        // outlives the context's use of it (see the type's documentation).
+        unsafe { sys::llama_attach_threadpool(raw, self.pool.as_ptr(), std::ptr::null_mut()) };
+        Ok(ThreadTuner::new(raw, self.threads))
+    }
+}
+
+/// Decodes of at most this many tokens are generation steps, whose thread count is tuned.
+const SMALL_BATCH: usize = 8;
+/// Generation steps between two trials of the other thread count, after a change; every trial
+/// that changes nothing doubles it, up to [`MAX_PROBE_EVERY`], so a losing count costs little.
+const PROBE_EVERY: u32 = 64;
+const MAX_PROBE_EVERY: u32 = 1024;
+/// Steps before the first trial: a busy machine makes a two-thread step cost ~1 s here.
+const FIRST_PROBE: u32 = 2;
+/// Steps of one trial; the first is not measured (it pays for waking or parking a thread).
+const PROBE_STEPS: u32 = 3;
+
+/// Chooses between one thread and all of the pool's for generation steps, by their measured
+/// time. On free cores all threads win; when other processes hold the cores, every ggml barrier
+/// of a two-thread step waits for a descheduled partner (89% of decode time in `ggml_barrier`
+/// under perf with the machine's load at 17 on 2 cores, and 1.1 against 20 tok/s for one
+/// thread), so one thread wins. Prompt batches always use every thread: their work between
+/// barriers is large. Cost: a clock read per decode, and one trial of the other count every
+/// [`PROBE_EVERY`] steps (at most [`PROBE_STEPS`] slower steps when the other count loses).
+pub struct ThreadTuner {
+    /// `None` only in unit tests of the choice itself.
+    context: Option<std::ptr::NonNull<sys::llama_context>>,
+    max: i32,
+    /// Threads set on the context now.
+    applied: i32,
+    /// Moving average of seconds per generation step: `[one thread, all threads]`; NaN = not
+    /// measured yet.
+    cost: [f64; 2],
+    since_probe: u32,
+    /// Steps left in the current trial, and the thread count on trial.
+    probing: u32,
+    probe_threads: i32,
+    probe_every: u32,
+    /// The preferred count when the current trial started, until the trial is judged.
+    trial_from: Option<i32>,
+    /// The next measurement is a trial's first step.
+    discard_next: bool,
+}
+
+// SAFETY: the pointer is only used by the thread that owns the context (see `Context`).
+unsafe impl Send for ThreadTuner {}
+
+impl ThreadTuner {
+    fn new(context: *mut sys::llama_context, max: i32) -> Self {
+        Self {
+            context: std::ptr::NonNull::new(context),
+            max,
+            applied: max,
+            cost: [f64::NAN; 2],
+            since_probe: 0,
+            probing: 0,
+            probe_threads: max,
+            probe_every: PROBE_EVERY,
+            trial_from: None,
+            discard_next: false,
+        }
+    }
+
+    /// Threads for the next decode of `tokens` tokens; sets them on the context.
+    pub fn before_decode(&mut self, tokens: usize) -> i32 {
+        let threads = if self.max == 1 || tokens > SMALL_BATCH {
+            self.max
+        } else {
+            self.choose()
+        };
+        if threads != self.applied {
+            if let Some(context) = self.context {
+                // SAFETY: the context is alive (the tuner is owned next to it) and used on this
+                // thread only.
+                // Both counts: llama.cpp takes the "batch" one for any decode of two or more
+                // tokens, which a step of several sequences is.
+                unsafe { sys::llama_set_n_threads(context.as_ptr(), threads, threads) };
+            }
+            self.applied = threads;
+        }
+        threads
+    }
+
+    /// Records how long the decode of `tokens` tokens on `threads` threads took.
+    pub fn after_decode(&mut self, tokens: usize, threads: i32, seconds: f64) {
+        if self.max == 1 || tokens > SMALL_BATCH {
+            return;
+        }
+        if std::mem::take(&mut self.discard_next) {
+            return;
+        }
+        let slot = usize::from(threads == self.max);
+        let preferred = self.preferred();
+        self.cost[slot] = if self.cost[slot].is_nan() {
+            seconds
+        } else {
+            0.75 * self.cost[slot] + 0.25 * seconds
+        };
+        if self.probing == 0
+            && self.preferred() != preferred
+            && !self.cost.iter().any(|c| c.is_nan())
+        {
+            self.probe_every = PROBE_EVERY;
+            tracing::debug!(
+                threads = self.preferred(),
+                one_thread_ms = self.cost[0] * 1e3,
+                all_threads_ms = self.cost[1] * 1e3,
+                "generation steps change thread count"
+            );
+        }
+    }
+
+    /// Threads generation steps use when not probing.
+    pub fn preferred(&self) -> i32 {
+        if self.cost[0] < self.cost[1] {
+            1
+        } else {
+            self.max
+        }
+    }
+
+    fn choose(&mut self) -> i32 {
+        if self.probing > 0 {
+            self.probing -= 1;
+            return self.probe_threads;
+        }
+        let best = self.preferred();
+        if let Some(before) = self.trial_from.take() {
+            if before == best {
+                self.probe_every = (self.probe_every * 2).min(MAX_PROBE_EVERY);
+            } else {
+                self.probe_every = PROBE_EVERY;
+            }
+        }
+        self.since_probe += 1;
+        // The first trial comes early, so a busy machine is noticed within a few tokens.
+        let due = if self.cost[0].is_nan() {
+            FIRST_PROBE
+        } else {
+            self.probe_every
+        };
+        if self.since_probe < due {
+            return best;
+        }
+        self.since_probe = 0;
+        self.probing = PROBE_STEPS - 1;
+        self.probe_threads = if best == 1 { self.max } else { 1 };
+        self.trial_from = Some(best);
+        self.discard_next = true;
+        // A trial replaces what the other count cost long ago: the load may have changed.
+        self.cost[usize::from(self.probe_threads == self.max)] = f64::NAN;
+        self.probe_threads
+    }
+}
+
+impl Drop for CpuThreadpool {
+    fn drop(&mut self) {
+        // SAFETY: created by ggml_threadpool_new and freed exactly once.
+        unsafe { sys::ggml_threadpool_free(self.pool.as_ptr()) };
+    }
+}
+
+/// The raw `llama_context` behind `context`, read from its `Debug` output and verified.
+fn context_pointer(context: &LlamaContext<'_>) -> Result<*mut sys::llama_context, LlmError> {
+    let shown = format!("{context:?}");
+    let unexpected = || {
+        LlmError::Context(format!(
+            "cannot find the llama.cpp context pointer in {shown:?}"
+        ))
+    };
+    let hex = shown.split("0x").nth(1).ok_or_else(unexpected)?;
+    let digits: String = hex.chars().take_while(char::is_ascii_hexdigit).collect();
+    let address = usize::from_str_radix(&digits, 16).map_err(|_| unexpected())?;
+    if address == 0 || address % std::mem::align_of::<usize>() != 0 {
+        return Err(unexpected());
+    }
+    let raw = address as *mut sys::llama_context;
+    // SAFETY: the address is the one the wrapper printed for its own non-null context pointer.
+    let (n_ctx, n_batch, n_ubatch) = unsafe {
+        (
+            sys::llama_n_ctx(raw),
+            sys::llama_n_batch(raw),
+            sys::llama_n_ubatch(raw),
+        )
+    };
+    if (n_ctx, n_batch, n_ubatch) != (context.n_ctx(), context.n_batch(), context.n_ubatch()) {
+        return Err(unexpected());
+    }
+    Ok(raw)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs `steps` generation steps where one step costs `one` seconds on one thread and `all`
+    /// on every thread; returns how many steps ran on one thread.
+    fn run(tuner: &mut ThreadTuner, steps: usize, one: f64, all: f64) -> usize {
+        let mut on_one = 0;
+        for _ in 0..steps {
+            let threads = tuner.before_decode(1);
+            on_one += usize::from(threads == 1);
+            tuner.after_decode(1, threads, if threads == 1 { one } else { all });
+        }
+        on_one
+    }
+
+    #[test]
+    fn generation_moves_to_one_thread_when_it_is_faster_and_back_when_it_is_not() {
+        let mut tuner = ThreadTuner::new(std::ptr::null_mut(), 2);
+        // Free cores: two threads win; one thread is only tried now and then.
+        let on_one = run(&mut tuner, 400, 0.010, 0.006);
+        assert_eq!(tuner.preferred(), 2);
+        assert!(
+            on_one <= 400 / PROBE_EVERY as usize * PROBE_STEPS as usize + PROBE_STEPS as usize,
+            "{on_one}"
+        );
+        // Contended cores: a two-thread step waits on its partner at every barrier.
+        run(&mut tuner, 2 * PROBE_EVERY as usize, 0.010, 0.500);
+        assert_eq!(tuner.preferred(), 1);
+        let on_one = run(&mut tuner, 200, 0.010, 0.500);
+        assert!(on_one >= 200 - 4 * PROBE_STEPS as usize, "{on_one}");
+        // The load goes away again: noticed at the next trial, at most MAX_PROBE_EVERY steps on.
+        run(
+            &mut tuner,
+            MAX_PROBE_EVERY as usize + 2 * PROBE_STEPS as usize,
+            0.010,
+            0.006,
+        );
+        assert_eq!(tuner.preferred(), 2);
+    }
+
+    #[test]
+    fn prompt_batches_and_single_thread_pools_always_use_every_thread() {
+        let mut tuner = ThreadTuner::new(std::ptr::null_mut(), 2);
+        run(&mut tuner, 100, 0.001, 1.0);
+        assert_eq!(tuner.preferred(), 1);
+        assert_eq!(tuner.before_decode(SMALL_BATCH + 1), 2);
+        let mut single = ThreadTuner::new(std::ptr::null_mut(), 1);
+        assert_eq!(run(&mut single, 100, 0.001, 1.0), 100);
+        assert_eq!(single.before_decode(1), 1);
+    }
+}
