@@ -30,6 +30,7 @@ fn worker(sequences: u32, batch: u32) -> LlamaModelHandle {
             batch,
             sequences,
             kv_type: KvType::F32,
+            flash_attention: false,
         },
     };
     LlamaModelHandle::start(model, info, &settings).expect("worker")
