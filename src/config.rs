@@ -95,6 +95,8 @@ pub const SINGLE_DASH_LONG_FLAGS: &[&str] = &[
     "repair",
     // pull
     "insecure",
+    // run, schema check
+    "formats",
 ];
 
 pub fn normalize_single_dash_flags(
@@ -120,6 +122,21 @@ pub fn normalize_single_dash_flags(
 }
 
 /// `-kv` and its file and environment spellings, with the config's error.
+/// `formats`: `enforce` makes a schema's `format` constrain strings; `ignore` (the default)
+/// leaves it an annotation.
+pub fn parse_formats(text: &str) -> Result<crate::grammar::schema::FormatMode, ConfigError> {
+    use crate::grammar::schema::FormatMode;
+    match text.trim() {
+        "enforce" => Ok(FormatMode::Enforce),
+        "ignore" => Ok(FormatMode::Ignore),
+        _ => Err(ConfigError::Invalid {
+            key: "formats",
+            value: text.to_string(),
+            expected: "enforce or ignore",
+        }),
+    }
+}
+
 fn parse_kv(text: &str) -> Result<KvType, ConfigError> {
     text.trim().parse().map_err(|_| ConfigError::Invalid {
         key: "kv",
@@ -198,6 +215,8 @@ pub struct Config {
     pub http_keep_alive: Duration,
     /// Connections open at once.
     pub max_connections: usize,
+    /// Whether a schema's `format` constrains strings (a request's `llamay_formats` wins).
+    pub formats: crate::grammar::schema::FormatMode,
 }
 
 /// A value kept out of logs and `Debug` output.
@@ -233,6 +252,7 @@ impl Default for Config {
             request_body_timeout: Duration::from_secs(30),
             http_keep_alive: Duration::from_secs(5),
             max_connections: 1024,
+            formats: crate::grammar::schema::FormatMode::Ignore,
         }
     }
 }
@@ -271,6 +291,7 @@ struct FileConfig {
     request_body_timeout: Option<toml::Value>,
     http_keep_alive: Option<toml::Value>,
     max_connections: Option<usize>,
+    formats: Option<String>,
 }
 
 /// Longest config file read; a config is a few hundred bytes.
@@ -378,6 +399,9 @@ impl Config {
             }
         }
         set(&mut self.max_connections, file.max_connections);
+        if let Some(formats) = file.formats {
+            self.formats = parse_formats(&formats)?;
+        }
         Ok(())
     }
 
@@ -430,6 +454,9 @@ impl Config {
             }
         }
         parse_env(env, "LLAMAY_MAX_CONNECTIONS", "max_connections", &mut self.max_connections)?;
+        if let Some(formats) = env("LLAMAY_FORMATS") {
+            self.formats = parse_formats(&formats)?;
+        }
         Ok(())
     }
 
@@ -745,6 +772,7 @@ mod tests {
             "request_body_timeout",
             "http_keep_alive",
             "max_connections",
+            "formats",
         ];
         for key in keys {
             assert!(
@@ -899,6 +927,22 @@ mod tests {
         assert!(matches!(
             Config::load_with_env(&ServeArgs::default(), env),
             Err(ConfigError::Invalid { key: "default_max_tokens", .. })
+        ));
+    }
+    #[test]
+    fn formats_load_from_the_file_and_the_environment_and_are_checked() {
+        use crate::grammar::schema::FormatMode;
+        assert_eq!(Config::load_with_env(&ServeArgs::default(), no_env).unwrap().formats, FormatMode::Ignore);
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        writeln!(file, "formats = \"enforce\"").unwrap();
+        let args = ServeArgs { config: Some(file.path().into()), ..Default::default() };
+        assert_eq!(Config::load_with_env(&args, no_env).unwrap().formats, FormatMode::Enforce);
+        let ignore = |k: &str| (k == "LLAMAY_FORMATS").then(|| "ignore".to_string());
+        assert_eq!(Config::load_with_env(&args, ignore).unwrap().formats, FormatMode::Ignore);
+        let typo = |k: &str| (k == "LLAMAY_FORMATS").then(|| "enforced".to_string());
+        assert!(matches!(
+            Config::load_with_env(&ServeArgs::default(), typo),
+            Err(ConfigError::Invalid { key: "formats", .. })
         ));
     }
 }
