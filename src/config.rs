@@ -99,6 +99,8 @@ pub const SINGLE_DASH_LONG_FLAGS: &[&str] = &[
     "repair",
     // pull
     "insecure",
+    // run, schema check
+    "formats",
 ];
 
 pub fn normalize_single_dash_flags(
@@ -124,6 +126,21 @@ pub fn normalize_single_dash_flags(
 }
 
 /// `-kv` and its file and environment spellings, with the config's error.
+/// `formats`: `enforce` makes a schema's `format` constrain strings; `ignore` (the default)
+/// leaves it an annotation.
+pub fn parse_formats(text: &str) -> Result<crate::grammar::schema::FormatMode, ConfigError> {
+    use crate::grammar::schema::FormatMode;
+    match text.trim() {
+        "enforce" => Ok(FormatMode::Enforce),
+        "ignore" => Ok(FormatMode::Ignore),
+        _ => Err(ConfigError::Invalid {
+            key: "formats",
+            value: text.to_string(),
+            expected: "enforce or ignore",
+        }),
+    }
+}
+
 fn parse_kv(text: &str) -> Result<KvType, ConfigError> {
     text.trim().parse().map_err(|_| ConfigError::Invalid {
         key: "kv",
@@ -213,6 +230,8 @@ pub struct Config {
     pub max_connections: usize,
     /// llama.cpp's flash attention (with the f16 KV cache, the faster default measured on CPU).
     pub flash_attention: bool,
+    /// Whether a schema's `format` constrains strings (a request's `llamay_formats` wins).
+    pub formats: crate::grammar::schema::FormatMode,
 }
 
 /// A value kept out of logs and `Debug` output.
@@ -249,6 +268,7 @@ impl Default for Config {
             http_keep_alive: Duration::from_secs(5),
             max_connections: 1024,
             flash_attention: true,
+            formats: crate::grammar::schema::FormatMode::Ignore,
         }
     }
 }
@@ -288,6 +308,7 @@ struct FileConfig {
     http_keep_alive: Option<toml::Value>,
     max_connections: Option<usize>,
     flash_attention: Option<bool>,
+    formats: Option<String>,
 }
 
 /// Longest config file read; a config is a few hundred bytes.
@@ -396,6 +417,9 @@ impl Config {
         }
         set(&mut self.max_connections, file.max_connections);
         set(&mut self.flash_attention, file.flash_attention);
+        if let Some(formats) = file.formats {
+            self.formats = parse_formats(&formats)?;
+        }
         Ok(())
     }
 
@@ -450,6 +474,9 @@ impl Config {
         parse_env(env, "LLAMAY_MAX_CONNECTIONS", "max_connections", &mut self.max_connections)?;
         if let Some(text) = env("LLAMAY_FLASH_ATTENTION") {
             self.flash_attention = parse_on_off("flash_attention", &text)?;
+        }
+        if let Some(formats) = env("LLAMAY_FORMATS") {
+            self.formats = parse_formats(&formats)?;
         }
         Ok(())
     }
@@ -782,6 +809,7 @@ mod tests {
             "http_keep_alive",
             "max_connections",
             "flash_attention",
+            "formats",
         ];
         for key in keys {
             assert!(
@@ -936,6 +964,22 @@ mod tests {
         assert!(matches!(
             Config::load_with_env(&ServeArgs::default(), env),
             Err(ConfigError::Invalid { key: "default_max_tokens", .. })
+        ));
+    }
+    #[test]
+    fn formats_load_from_the_file_and_the_environment_and_are_checked() {
+        use crate::grammar::schema::FormatMode;
+        assert_eq!(Config::load_with_env(&ServeArgs::default(), no_env).unwrap().formats, FormatMode::Ignore);
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        writeln!(file, "formats = \"enforce\"").unwrap();
+        let args = ServeArgs { config: Some(file.path().into()), ..Default::default() };
+        assert_eq!(Config::load_with_env(&args, no_env).unwrap().formats, FormatMode::Enforce);
+        let ignore = |k: &str| (k == "LLAMAY_FORMATS").then(|| "ignore".to_string());
+        assert_eq!(Config::load_with_env(&args, ignore).unwrap().formats, FormatMode::Ignore);
+        let typo = |k: &str| (k == "LLAMAY_FORMATS").then(|| "enforced".to_string());
+        assert!(matches!(
+            Config::load_with_env(&ServeArgs::default(), typo),
+            Err(ConfigError::Invalid { key: "formats", .. })
         ));
     }
 }

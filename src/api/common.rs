@@ -104,15 +104,18 @@ impl Started {
     }
 }
 
-/// Compiles the request's constraint (or takes the daemon's `-grammar-file`), applies the
+/// Compiles the request's constraint (or takes the daemon's `-grammar-file`), with `format`
+/// enforced as the request or else the config says, applies the
 /// daemon's token budget rules (the one place for all three APIs), leases the model (loading
 /// it if needed) and submits the request.
 pub async fn start_generation(
     state: &AppState,
     mut request: ValidGenerateRequest,
-    constraint: ConstraintSources,
+    mut constraint: ConstraintSources,
 ) -> Result<Started, CoreError> {
     let arrived = Instant::now();
+    // The request's `llamay_formats` wins over the daemon's `formats`.
+    constraint.formats = constraint.formats.or(Some(state.formats));
     request.sampling.limit_tokens(state.token_limits);
     crate::core::ModelName::parse(&request.model)?;
     request.constraint = resolve_constraint(constraint, &state.constraints, state.default_grammar.as_ref())?;

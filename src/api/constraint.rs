@@ -2,8 +2,9 @@
 //! into a [`Constraint`], the spec's refusals as 400s, and the daemon-wide `-grammar-file`.
 //!
 //! Key items: [`ConstraintSources`] (what a shape found in its request), [`resolve_constraint`],
-//! [`ConstraintCache`] (compiled grammars by the SHA-256 of their source, bounded; a full cache is
-//! cleared and counted). Costs: compiling a schema is milliseconds; repeats of the same schema or
+//! [`parse_formats`] (`llamay_formats`: whether a schema's `format` is enforced),
+//! [`ConstraintCache`] (compiled grammars by the SHA-256 of their source and format mode,
+//! bounded; a full cache is cleared and counted). Costs: compiling a schema is milliseconds; repeats of the same schema or
 //! grammar hit the cache. Sources over [`MAX_CACHED_SOURCE_BYTES`] are compiled but not kept, so
 //! the cache's memory stays bounded by small grammars.
 
@@ -18,6 +19,10 @@ use crate::core::{Constraint, ConstraintKind};
 use crate::error::{CoreError, ErrorCode};
 use crate::grammar::automaton::CompiledGrammar;
 use crate::grammar::limits::Limits;
+use crate::grammar::schema::FormatMode;
+
+/// The request field that turns `format` enforcement on or off for one request.
+pub const FORMATS_PARAM: &str = "llamay_formats";
 
 /// Largest source whose compiled grammar is kept for reuse.
 pub const MAX_CACHED_SOURCE_BYTES: usize = 64 * 1024;
@@ -28,11 +33,26 @@ pub struct ConstraintSources {
     pub schema: Option<(serde_json::Value, &'static str)>,
     pub any_json: Option<&'static str>,
     pub grammar: Option<(String, &'static str)>,
+    /// `llamay_formats` when the request sent it; otherwise the daemon's `formats` applies.
+    pub formats: Option<FormatMode>,
 }
 
 impl ConstraintSources {
     pub fn is_empty(&self) -> bool {
         self.schema.is_none() && self.any_json.is_none() && self.grammar.is_none()
+    }
+}
+
+/// `llamay_formats`: `"enforce"` or `"ignore"`; anything else is a 400 naming the field.
+pub fn parse_formats(value: Option<String>) -> Result<Option<FormatMode>, CoreError> {
+    match value.as_deref() {
+        None => Ok(None),
+        Some("enforce") => Ok(Some(FormatMode::Enforce)),
+        Some("ignore") => Ok(Some(FormatMode::Ignore)),
+        Some(other) => Err(CoreError::invalid(format!(
+            "{FORMATS_PARAM} is {other:?}; it must be \"enforce\" (format constrains strings) or \"ignore\" (the default: format is an annotation)"
+        ))
+        .with_param(FORMATS_PARAM)),
     }
 }
 
@@ -140,9 +160,11 @@ pub fn resolve_constraint(
         }));
     }
     if let Some((schema, param)) = sources.schema {
-        let key = format!("schema\u{0}{schema}");
+        let formats = sources.formats.unwrap_or_default();
+        // The same schema compiles to a different grammar when formats are enforced.
+        let key = format!("schema\u{0}{formats:?}\u{0}{schema}");
         let grammar = cache.get_or_compile(key, || {
-            let ir = crate::grammar::schema::compile_schema(&schema).map_err(|e| {
+            let ir = crate::grammar::schema::compile_schema_with(&schema, formats).map_err(|e| {
                 CoreError::new(ErrorCode::SchemaRefused, e.to_string()).with_param(param)
             })?;
             CompiledGrammar::new(ir, &limits).map_err(|e| {
@@ -244,5 +266,51 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
+    }
+    fn schema_with(schema: serde_json::Value, formats: Option<FormatMode>) -> ConstraintSources {
+        ConstraintSources {
+            schema: Some((schema, "llamay_schema")),
+            formats,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_format_mode_is_part_of_the_cache_key() {
+        let cache = ConstraintCache::new(8);
+        let uuid = json!({"type": "string", "format": "uuid"});
+        let ignored = resolve_constraint(schema_with(uuid.clone(), None), &cache, None).unwrap().unwrap();
+        let enforced = resolve_constraint(schema_with(uuid.clone(), Some(FormatMode::Enforce)), &cache, None)
+            .unwrap()
+            .unwrap();
+        assert!(!Arc::ptr_eq(&ignored.grammar, &enforced.grammar));
+        let again = resolve_constraint(schema_with(uuid, Some(FormatMode::Enforce)), &cache, None).unwrap().unwrap();
+        assert!(Arc::ptr_eq(&enforced.grammar, &again.grammar));
+        let stats = cache.stats();
+        assert_eq!((stats.entries, stats.hits, stats.misses), (2, 1, 2));
+        assert!(crate::grammar::check_input(&enforced.grammar, b"\"not a uuid\"") != crate::grammar::CheckOutcome::Match);
+        assert_eq!(
+            crate::grammar::check_input(&ignored.grammar, b"\"not a uuid\""),
+            crate::grammar::CheckOutcome::Match
+        );
+    }
+
+    #[test]
+    fn enforcing_refuses_a_format_with_a_pattern_and_ignoring_does_not() {
+        let cache = ConstraintCache::new(8);
+        let both = json!({"type": "string", "format": "email", "pattern": "^a"});
+        assert!(resolve_constraint(schema_with(both.clone(), Some(FormatMode::Ignore)), &cache, None).is_ok());
+        let error = resolve_constraint(schema_with(both, Some(FormatMode::Enforce)), &cache, None).unwrap_err();
+        assert_eq!(error.code, ErrorCode::SchemaRefused);
+        assert!(error.message.contains("format"), "{}", error.message);
+    }
+
+    #[test]
+    fn llamay_formats_takes_enforce_or_ignore() {
+        assert_eq!(parse_formats(None).unwrap(), None);
+        assert_eq!(parse_formats(Some("enforce".into())).unwrap(), Some(FormatMode::Enforce));
+        assert_eq!(parse_formats(Some("ignore".into())).unwrap(), Some(FormatMode::Ignore));
+        let error = parse_formats(Some("strict".into())).unwrap_err();
+        assert_eq!(error.param.as_deref(), Some(FORMATS_PARAM));
     }
 }

@@ -67,6 +67,8 @@ pub struct AppState {
     pub metrics: Arc<metrics::Metrics>,
     /// Named contexts (issue 11).
     pub contexts: Arc<crate::actors::contexts::ContextRegistry>,
+    /// Whether a schema's `format` constrains strings when a request does not say (config).
+    pub formats: crate::grammar::schema::FormatMode,
 }
 
 impl AppState {
@@ -91,6 +93,7 @@ impl AppState {
             admin: None,
             metrics: Arc::new(metrics::Metrics::new()),
             contexts: Arc::new(crate::actors::contexts::ContextRegistry::new()),
+            formats: crate::grammar::schema::FormatMode::Ignore,
         }
     }
 

@@ -622,3 +622,47 @@ async fn max_tokens_gets_the_configured_default_and_is_clamped_to_the_limit() {
         assert_eq!(answer["done_reason"], "length");
     }
 }
+
+#[actix_web::test]
+async fn llamay_formats_enforce_refuses_a_format_with_a_pattern_and_the_default_ignores_formats() {
+    let h = harness(2, 8);
+    let app = test::init_service(build_app(h.state.clone())).await;
+    let schema = json!({"type": "object", "properties": {"id": {"type": "string", "format": "uuid", "pattern": "^a"}}});
+    let mut openai = chat_body("tiny:1m", "x");
+    openai["llamay_schema"] = schema.clone();
+    assert_eq!(call!(app, post, "/v1/chat/completions", openai.clone()).status, StatusCode::OK, "formats are ignored by default");
+    openai["llamay_formats"] = json!("enforce");
+    let answer = call!(app, post, "/v1/chat/completions", openai.clone());
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST);
+    let message = answer.json()["error"]["message"].as_str().unwrap_or_default().to_string();
+    assert!(message.contains("properties.id") && message.contains("format") && message.contains("pattern"), "{message}");
+    assert_eq!(answer.json()["error"]["code"], "schema_refused");
+
+    let anthropic = json!({"model": "tiny:1m", "max_tokens": 5, "llamay_schema": schema.clone(), "llamay_formats": "enforce",
+                           "messages": [{"role": "user", "content": "x"}]});
+    let answer = call!(app, post, "/v1/messages", anthropic);
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST);
+    assert!(answer.json()["error"]["message"].as_str().unwrap_or_default().contains("format"));
+    let ollama = json!({"model": "tiny:1m", "stream": false, "format": schema.clone(), "llamay_formats": "enforce",
+                        "messages": [{"role": "user", "content": "x"}]});
+    assert_eq!(call!(app, post, "/api/chat", ollama).status, StatusCode::BAD_REQUEST);
+
+    openai["llamay_formats"] = json!("sometimes");
+    let answer = call!(app, post, "/v1/chat/completions", openai.clone());
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST);
+    assert_eq!(answer.json()["error"]["param"], "llamay_formats");
+
+    // The config's `formats = "enforce"` applies to requests that do not say; theirs wins.
+    let supervisor = Supervisor::new(
+        Arc::new(ScriptedLoader::new()),
+        SupervisorConfig { max_loaded: 1, default_keep_alive: KeepAlive::For(Duration::from_secs(60)), max_queue: 4 },
+    )
+    .start();
+    let mut state = AppState::new(supervisor, Arc::new(FakeCatalog), None, BODY_LIMIT);
+    state.formats = crate::grammar::schema::FormatMode::Enforce;
+    let app = test::init_service(build_app(web::Data::new(state))).await;
+    openai.as_object_mut().map(|body| body.remove("llamay_formats"));
+    assert_eq!(call!(app, post, "/v1/chat/completions", openai.clone()).status, StatusCode::BAD_REQUEST);
+    openai["llamay_formats"] = json!("ignore");
+    assert_eq!(call!(app, post, "/v1/chat/completions", openai).status, StatusCode::OK);
+}

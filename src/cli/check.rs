@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 
+use llamay::grammar::schema::FormatMode;
 use llamay::grammar::{self, check_input, CheckOutcome, CompiledGrammar, Limits};
 
 use super::CliError;
@@ -21,7 +22,14 @@ pub enum GrammarCommand {
 #[derive(Debug, Subcommand)]
 pub enum SchemaCommand {
     /// Print what FILE's keywords are (enforced, ignored, refused); with DOC check the document.
-    Check { file: PathBuf, document: Option<PathBuf> },
+    Check {
+        file: PathBuf,
+        document: Option<PathBuf>,
+        /// `enforce` checks `format` (date-time, email, uuid...) as a request with
+        /// `llamay_formats: "enforce"` is constrained; `ignore` (the default) does not.
+        #[arg(long = "formats", default_value = "ignore", value_parser = super::run::parse_format_mode)]
+        formats: FormatMode,
+    },
 }
 
 fn read_bytes(path: &PathBuf) -> Result<Vec<u8>, CliError> {
@@ -67,12 +75,12 @@ pub fn grammar(command: GrammarCommand) -> Result<ExitCode, CliError> {
 }
 
 pub fn schema(command: SchemaCommand) -> Result<ExitCode, CliError> {
-    let SchemaCommand::Check { file, document } = command;
+    let SchemaCommand::Check { file, document, formats } = command;
     let value: serde_json::Value = serde_json::from_slice(&read_bytes(&file)?)
         .map_err(|e| CliError::Constraint(format!("{}: not JSON: {e}", file.display())))?;
-    let report = grammar::schema::review_schema(&value);
+    let report = grammar::schema::review_schema_with(&value, formats);
     print!("{report}");
-    let ir = match grammar::schema::compile_schema(&value) {
+    let ir = match grammar::schema::compile_schema_with(&value, formats) {
         Ok(ir) => ir,
         Err(error) => {
             println!("refused: {error}");

@@ -19,6 +19,7 @@ use llamay::core::{
     ChatMessage, Completion, Constraint, ConstraintKind, FinishReason, PromptInput, Role, SamplingParams,
     StreamEvent, ToolChoice, ValidGenerateRequest,
 };
+use llamay::grammar::schema::FormatMode;
 use llamay::grammar::{self, CompiledGrammar, Limits};
 use llamay::llm::{ContextParams, KvType, Model};
 
@@ -74,9 +75,18 @@ pub struct RunArgs {
     /// Constrain the output to a JSON Schema.
     #[arg(long)]
     schema: Option<PathBuf>,
+    /// With -schema: `enforce` makes `format` (date-time, email, uuid...) constrain strings;
+    /// `ignore` leaves it an annotation.
+    #[arg(long = "formats", default_value = "ignore", value_parser = parse_format_mode)]
+    formats: FormatMode,
     /// KV cache type: f32, f16 or q8_0.
     #[arg(long = "kv", default_value = "f16")]
     kv: String,
+}
+
+/// `-formats`/`--formats`: `enforce` or `ignore`, as the config's `formats`.
+pub fn parse_format_mode(text: &str) -> Result<FormatMode, String> {
+    llamay::config::parse_formats(text).map_err(|e| e.to_string())
 }
 
 fn positive(name: &str, value: i64) -> Result<u32, CliError> {
@@ -90,11 +100,13 @@ fn read_file(path: &PathBuf) -> Result<String, CliError> {
     std::fs::read_to_string(path).map_err(|source| CliError::Io { path: path.display().to_string(), source })
 }
 
-/// The constraint the flags ask for, compiled; at most one of -grammar-file, -json, -schema.
+/// The constraint the flags ask for, compiled; at most one of -grammar-file, -json, -schema
+/// (whose `format` is enforced when `formats` says so).
 pub fn constraint_from_flags(
     grammar_file: Option<&PathBuf>,
     json: bool,
     schema: Option<&PathBuf>,
+    formats: FormatMode,
 ) -> Result<Option<Constraint>, CliError> {
     let chosen = [grammar_file.is_some(), json, schema.is_some()].iter().filter(|b| **b).count();
     if chosen > 1 {
@@ -112,7 +124,7 @@ pub fn constraint_from_flags(
     } else if let Some(path) = schema {
         let value: serde_json::Value = serde_json::from_str(&read_file(path)?)
             .map_err(|e| CliError::Constraint(format!("{}: not JSON: {e}", path.display())))?;
-        let ir = grammar::schema::compile_schema(&value)
+        let ir = grammar::schema::compile_schema_with(&value, formats)
             .map_err(|e| CliError::Constraint(format!("{}: {e}", path.display())))?;
         (ConstraintKind::Schema, compile(ir)?)
     } else {
@@ -137,7 +149,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
         return Err(CliError::Usage(format!("-temp must be 0 or more, got {}", args.temperature)));
     }
     let kv: KvType = args.kv.parse().map_err(CliError::Usage)?;
-    let constraint = constraint_from_flags(args.grammar_file.as_ref(), args.json, args.schema.as_ref())?;
+    let constraint = constraint_from_flags(args.grammar_file.as_ref(), args.json, args.schema.as_ref(), args.formats)?;
     let prompt = match args.prompt {
         Some(prompt) => Some(prompt),
         None if std::io::stdin().is_terminal() => None,

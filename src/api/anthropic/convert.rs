@@ -10,7 +10,7 @@ use super::types::{
     ContentBlock, InputContent, MessagesRequest, SystemField, ToolChoiceField, ToolDefinition,
 };
 use crate::api::common::{check_range, check_stops};
-use crate::api::constraint::ConstraintSources;
+use crate::api::constraint::{parse_formats, ConstraintSources};
 use crate::api::tool_wire::{check_tool_type, check_tools};
 use crate::core::{
     ChatMessage, PromptInput, Role, SamplingParams, ToolCall, ToolChoice, ToolSpec,
@@ -109,6 +109,7 @@ pub fn convert(mut body: MessagesRequest) -> Result<Converted, CoreError> {
         .llamay_grammar
         .map(|g| (g, "llamay_grammar"))
         .or(body.grammar.map(|g| (g, "grammar")));
+    constraint.formats = parse_formats(body.llamay_formats)?;
 
     let request = ValidGenerateRequest {
         model: body.model,

@@ -25,6 +25,7 @@ pub struct MessagesRequest {
     pub llamay_context: Option<String>,
     #[serde(default)]
     pub llamay_context_commit: bool,
+    pub llamay_formats: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

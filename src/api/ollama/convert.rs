@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::types::{ChatRequest, GenerateRequest, Message, Options};
 use crate::api::common::{check_range, check_stops};
-use crate::api::constraint::ConstraintSources;
+use crate::api::constraint::{parse_formats, ConstraintSources};
 use crate::api::tool_wire::{check_tool_type, check_tools, openai_style_choice};
 use crate::core::{
     ChatMessage, KeepAlive, PromptInput, Role, SamplingParams, ToolCall, ToolChoice, ToolSpec,
@@ -66,7 +66,7 @@ pub fn convert_chat(mut body: ChatRequest) -> Result<Converted, CoreError> {
     };
     Ok(Converted {
         request,
-        constraint: constraint_sources(body.format, body.llamay_grammar, body.grammar)?,
+        constraint: constraint_sources(body.format, body.llamay_grammar, body.grammar, body.llamay_formats)?,
         stream: body.stream.unwrap_or(true),
         load_only,
     })
@@ -125,7 +125,7 @@ pub fn convert_generate(mut body: GenerateRequest) -> Result<Converted, CoreErro
     };
     Ok(Converted {
         request,
-        constraint: constraint_sources(body.format, body.llamay_grammar, body.grammar)?,
+        constraint: constraint_sources(body.format, body.llamay_grammar, body.grammar, body.llamay_formats)?,
         stream: body.stream.unwrap_or(true),
         load_only,
     })
@@ -230,8 +230,12 @@ fn constraint_sources(
     format: Option<Value>,
     llamay_grammar: Option<String>,
     grammar: Option<String>,
+    llamay_formats: Option<String>,
 ) -> Result<ConstraintSources, CoreError> {
-    let mut sources = ConstraintSources::default();
+    let mut sources = ConstraintSources {
+        formats: parse_formats(llamay_formats)?,
+        ..ConstraintSources::default()
+    };
     match format {
         None | Some(Value::Null) => {}
         Some(Value::String(text)) if text.is_empty() => {}

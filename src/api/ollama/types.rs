@@ -22,6 +22,7 @@ pub struct ChatRequest {
     pub llamay_context: Option<String>,
     #[serde(default)]
     pub llamay_context_commit: bool,
+    pub llamay_formats: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -44,6 +45,7 @@ pub struct GenerateRequest {
     pub llamay_context: Option<String>,
     #[serde(default)]
     pub llamay_context_commit: bool,
+    pub llamay_formats: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -6,7 +6,7 @@ use super::types::{
     ChatCompletionRequest, MessageContent, RequestMessage, ResponseFormat, StopField, Tool,
 };
 use crate::api::common::{check_range, check_stops};
-use crate::api::constraint::ConstraintSources;
+use crate::api::constraint::{parse_formats, ConstraintSources};
 use crate::api::tool_wire::{check_tool_type, check_tools, openai_style_choice};
 use crate::core::{
     ChatMessage, PromptInput, Role, SamplingParams, ToolCall, ToolSpec, ValidGenerateRequest,
@@ -97,13 +97,14 @@ pub fn convert(mut body: ChatCompletionRequest) -> Result<Converted, CoreError> 
     };
     let stop = check_stops("stop", stop)?;
 
-    let constraint = constraint_sources(
+    let mut constraint = constraint_sources(
         body.response_format,
         body.llamay_schema,
         body.llamay_format,
         body.llamay_grammar,
         body.grammar,
     )?;
+    constraint.formats = parse_formats(body.llamay_formats)?;
     let request = ValidGenerateRequest {
         model: body.model,
         input: PromptInput::Chat { messages, tools },

@@ -35,6 +35,7 @@ pub struct ChatCompletionRequest {
     pub llamay_context: Option<String>,
     #[serde(default)]
     pub llamay_context_commit: bool,
+    pub llamay_formats: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -4,7 +4,8 @@
 //! By default `format` is an annotation (the spec's choice, as most validators do); with
 //! [`FormatMode::Enforce`] these formats constrain the string: `date-time`, `date`, `time`
 //! (RFC 3339 §5.6), `email` (RFC 5321 dot-atom local part at a host name with at least two
-//! labels), `uuid` (RFC 4122 text form), `ipv4` (dotted quad without leading zeros), `ipv6`
+//! labels; the local part at most 64 octets, as RFC 5321 §4.5.3.1.1 says, in up to four atoms),
+//! `uuid` (RFC 4122 text form), `ipv4` (dotted quad without leading zeros), `ipv6`
 //! (RFC 4291 §2.2, every `::` compression, with an IPv4 tail), `hostname` (RFC 1123 labels of
 //! 1-63 characters), `uri` (RFC 3986 absolute URI with a scheme, unreserved, reserved and
 //! percent-encoded characters). Other formats stay annotations.
@@ -22,7 +23,13 @@ pub enum FormatMode {
     Enforce,
 }
 
-const DATE: &str = r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])";
+/// RFC 3339 §5.7: the day is bounded by its month, and February 29 needs a leap year
+/// (divisible by 4, and by 400 for centuries). Validators such as pydantic refuse 2023-02-29
+/// and 2024-04-31, so the grammar must not let a model write them.
+const DATE: &str = concat!(
+    r"(?:[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))",
+    r"|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29)"
+);
 const TIME: &str = r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:(?:[0-5][0-9]|60)(?:\.[0-9]{1,9})?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])";
 const LABEL: &str = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
 const OCTET: &str = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
@@ -42,8 +49,20 @@ pub fn format_pattern(format: &str) -> Option<String> {
         "ipv6" => format!("^{}$", ipv6(&ipv4)),
         "hostname" => format!("^{hostname}$"),
         "email" => {
-            let atom = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+";
-            format!(r"^{atom}(?:\.{atom})*@{LABEL}(?:\.{LABEL})+$")
+            // RFC 5321 §4.5.3.1.1 caps the local part at 64 octets and validators (pydantic's
+            // email-validator) refuse longer ones; without a cap a small model can repeat
+            // `.Doe` until its token budget runs out. A regular expression cannot bound a
+            // dot-atom's total length exactly without exponential text, so the local part is a
+            // dot-atom of up to four atoms whose widths keep it within 64 octets, and the
+            // domain has at most five labels: every address generated validates.
+            let atext = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]";
+            let local = format!(
+                r"(?:{atext}{{1,64}}|{atext}{{1,31}}\.{atext}{{1,32}}|{atext}{{1,20}}(?:\.{atext}{{1,20}}){{2}}|{atext}{{1,15}}(?:\.{atext}{{1,15}}){{3}})"
+            );
+            // The top-level label ends with a letter (RFC 3696 §2: not all-numeric), as
+            // email-validator requires.
+            let top = r"(?:[A-Za-z]|[A-Za-z0-9][A-Za-z0-9-]{0,61}[A-Za-z])";
+            format!(r"^{local}@{LABEL}(?:\.{LABEL}){{0,3}}\.{top}$")
         }
         "uri" => {
             // scheme ":" then unreserved / reserved / percent-encoded characters.
@@ -96,8 +115,8 @@ mod tests {
         let cases: &[(&str, &[&str], &[&str])] = &[
             (
                 "date",
-                &["2024-02-29", "1999-12-31"],
-                &["2024-13-01", "24-01-01", "2024-01-32"],
+                &["2024-02-29", "2000-02-29", "1999-12-31", "2024-04-30", "2024-02-28"],
+                &["2024-13-01", "24-01-01", "2024-01-32", "2024-04-31", "2023-02-29", "1900-02-29", "2024-02-30"],
             ),
             (
                 "time",
@@ -137,8 +156,15 @@ mod tests {
             ),
             (
                 "email",
-                &["jane.doe+x@mail.example.org"],
-                &["jane@localhost", "a@@b.com", ".a@b.com"],
+                &["jane.doe+x@mail.example.org", "first.middle.last@a.b.c.d.e"],
+                &[
+                    "jane@localhost",
+                    "a@@b.com",
+                    ".a@b.com",
+                    "a..b@c.com",
+                    "a@b.c1",
+                    "doe.doe.doe.doe.doe.doe.doe.doe.doe.doe.doe.doe.doe.doe@c.com",
+                ],
             ),
             (
                 "uri",
