@@ -12,6 +12,7 @@ pub mod model;
 pub mod sampling;
 pub mod template;
 pub mod vocab;
+pub mod embed;
 
 /// A tracing filter that silences llama.cpp: its C log arrives under `llama-cpp-2`, the binding's
 /// own events under `llama_cpp_2`. Thousands of lines a run otherwise.
