@@ -569,3 +569,5 @@ pub(crate) mod testing;
 #[cfg(test)]
 #[path = "gguf/tests.rs"]
 mod tests;
+
+pub mod write;

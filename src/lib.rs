@@ -16,3 +16,4 @@ pub mod store;
 pub mod api;
 pub mod serve;
 pub mod tools;
+pub mod convert;

@@ -5,6 +5,7 @@
 //! `actors` never imports `api`.
 
 pub mod contexts;
+pub mod embed;
 pub mod messages;
 pub mod model;
 pub mod prefix;

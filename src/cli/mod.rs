@@ -42,7 +42,8 @@ enum Command {
     Run(run::RunArgs),
     /// Serve the OpenAI, Anthropic and Ollama APIs.
     Serve(llamay::config::ServeArgs),
-    /// Copy a GGUF file into the model store under NAME[:TAG].
+    /// Copy a GGUF file into the model store under NAME[:TAG]; a Hugging Face BERT directory
+    /// (config.json, model.safetensors, tokenizer.json) is converted to GGUF first.
     Import { file: std::path::PathBuf, name: String },
     /// List the models in the store.
     #[command(alias = "ls")]

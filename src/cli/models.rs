@@ -30,7 +30,10 @@ pub fn open_store_if_needed(reference: &str) -> Result<Option<Arc<Store>>, CliEr
 pub fn import(file: &Path, name: &str) -> Result<ExitCode, CliError> {
     let name = ModelName::parse(name)?;
     let store = open_store()?;
-    let manifest = store.import_file_with_progress(file, &name, &super::doctor::HashBar::default())?;
+    let converted = if file.is_dir() { Some(ConvertedFile::from_directory(file)?) } else { None };
+    let source = converted.as_ref().map_or(file, |c| c.path.as_path());
+    let manifest = store.import_file_with_progress(source, &name, &super::doctor::HashBar::default())?;
+    drop(converted);
     println!("imported {} ({}, {} {} params, {})", manifest.name, manifest.short_id(),
         manifest.facts.architecture, manifest.facts.parameter_count, manifest.facts.quantization);
     Ok(ExitCode::SUCCESS)
@@ -98,4 +101,37 @@ pub fn serve(args: llamay::config::ServeArgs) -> Result<ExitCode, CliError> {
     let store = Arc::new(open_store()?);
     llamay::serve::run(config, store).map_err(|e| CliError::Model(e.to_string()))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A GGUF converted from a Hugging Face directory into the temporary directory, removed when
+/// dropped (the store keeps its own copy).
+struct ConvertedFile {
+    path: std::path::PathBuf,
+}
+
+impl ConvertedFile {
+    fn from_directory(dir: &Path) -> Result<Self, CliError> {
+        let path = std::env::temp_dir().join(format!("llamay-import-{}.gguf", std::process::id()));
+        let converted = ConvertedFile { path };
+        let summary = llamay::convert::convert_directory(dir, &converted.path)
+            .map_err(|e| CliError::Model(format!("cannot import {}: {e}", dir.display())))?;
+        println!(
+            "converted {} ({}, {} layers, {} dimensions, {} tokens, {} pooling{}, {} tensors)",
+            dir.display(),
+            summary.architecture,
+            summary.layers,
+            summary.embedding_length,
+            summary.vocabulary,
+            summary.pooling,
+            if summary.normalize { ", normalized" } else { "" },
+            summary.tensors
+        );
+        Ok(converted)
+    }
+}
+
+impl Drop for ConvertedFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
 }

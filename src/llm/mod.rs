@@ -14,6 +14,7 @@ pub mod sampling;
 pub mod template;
 pub mod threadpool;
 pub mod vocab;
+pub mod embed;
 
 /// A tracing filter that silences llama.cpp: its C log arrives under `llama-cpp-2`, the binding's
 /// own events under `llama_cpp_2`. Thousands of lines a run otherwise.
