@@ -56,6 +56,9 @@ pub struct ServeArgs {
     /// Browser origins allowed to call the API (CORS), comma-separated; `*` allows any.
     #[arg(long = "origins")]
     pub origins: Option<String>,
+    /// RPC workers (`llamay rpc-worker`) to split every model's layers over, host:port,...
+    #[arg(long = "rpc")]
+    pub rpc: Option<String>,
 }
 
 /// Long flags that llamay, like llama.cpp, accepts with a single dash (`-addr`, `-chat`,
@@ -95,7 +98,15 @@ pub const SINGLE_DASH_LONG_FLAGS: &[&str] = &[
     "repair",
     // pull
     "insecure",
+    // serve and rpc-worker: several machines
+    "rpc",
+    "allow-remote",
 ];
+
+/// `a:1, b:2` -> `["a:1", "b:2"]`; empty pieces dropped, so `-rpc ""` means none.
+fn split_workers(text: &str) -> Vec<String> {
+    text.split(',').map(str::trim).filter(|w| !w.is_empty()).map(str::to_string).collect()
+}
 
 pub fn normalize_single_dash_flags(
     args: impl IntoIterator<Item = String>,
@@ -198,6 +209,8 @@ pub struct Config {
     pub http_keep_alive: Duration,
     /// Connections open at once.
     pub max_connections: usize,
+    /// RPC workers, host:port, that every model's layers are split over (none: this CPU only).
+    pub rpc: Vec<String>,
 }
 
 /// A value kept out of logs and `Debug` output.
@@ -233,6 +246,7 @@ impl Default for Config {
             request_body_timeout: Duration::from_secs(30),
             http_keep_alive: Duration::from_secs(5),
             max_connections: 1024,
+            rpc: Vec::new(),
         }
     }
 }
@@ -271,6 +285,7 @@ struct FileConfig {
     request_body_timeout: Option<toml::Value>,
     http_keep_alive: Option<toml::Value>,
     max_connections: Option<usize>,
+    rpc: Option<Vec<String>>,
 }
 
 /// Longest config file read; a config is a few hundred bytes.
@@ -378,6 +393,7 @@ impl Config {
             }
         }
         set(&mut self.max_connections, file.max_connections);
+        set(&mut self.rpc, file.rpc);
         Ok(())
     }
 
@@ -430,6 +446,9 @@ impl Config {
             }
         }
         parse_env(env, "LLAMAY_MAX_CONNECTIONS", "max_connections", &mut self.max_connections)?;
+        if let Some(workers) = env("LLAMAY_RPC") {
+            self.rpc = split_workers(&workers);
+        }
         Ok(())
     }
 
@@ -456,6 +475,9 @@ impl Config {
         }
         if let Some(origins) = &args.origins {
             self.origins = split_origins(origins);
+        }
+        if let Some(workers) = &args.rpc {
+            self.rpc = split_workers(workers);
         }
         Ok(())
     }
@@ -524,6 +546,15 @@ impl Config {
         }
         if !(1..=1_000_000).contains(&self.max_connections) {
             return invalid("max_connections", self.max_connections.to_string(), "1 to 1000000");
+        }
+        let is_endpoint = |w: &String| {
+            w.rsplit_once(':').is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0))
+        };
+        if let Some(worker) = self.rpc.iter().find(|w| !is_endpoint(w)) {
+            return invalid("rpc", worker.clone(), "host:port of each RPC worker, comma-separated");
+        }
+        if self.rpc.len() > 16 {
+            return invalid("rpc", self.rpc.join(","), "at most 16 RPC workers");
         }
         if let Some(path) = &self.grammar_file {
             if !path.is_file() {
@@ -899,6 +930,23 @@ mod tests {
         assert!(matches!(
             Config::load_with_env(&ServeArgs::default(), env),
             Err(ConfigError::Invalid { key: "default_max_tokens", .. })
+        ));
+    }
+
+    #[test]
+    fn rpc_workers_come_from_the_file_env_and_flag_and_are_checked() {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        writeln!(file, "rpc = [\"10.0.0.2:50052\"]").unwrap();
+        let args = ServeArgs { config: Some(file.path().into()), ..Default::default() };
+        assert_eq!(Config::load_with_env(&args, no_env).unwrap().rpc, ["10.0.0.2:50052"]);
+        let env = |k: &str| (k == "LLAMAY_RPC").then(|| "a:1, b:2".to_string());
+        assert_eq!(Config::load_with_env(&args, env).unwrap().rpc, ["a:1", "b:2"]);
+        let flag = ServeArgs { rpc: Some(String::new()), ..args };
+        assert!(Config::load_with_env(&flag, env).unwrap().rpc.is_empty());
+        let bad = ServeArgs { rpc: Some("a:1,nohost".into()), ..Default::default() };
+        assert!(matches!(
+            Config::load_with_env(&bad, no_env),
+            Err(ConfigError::Invalid { key: "rpc", value, .. }) if value == "nohost"
         ));
     }
 }

@@ -67,6 +67,8 @@ pub struct AppState {
     pub metrics: Arc<metrics::Metrics>,
     /// Named contexts (issue 11).
     pub contexts: Arc<crate::actors::contexts::ContextRegistry>,
+    /// RPC workers the models are split over (`serve -rpc`), shown by `/v1/stats`.
+    pub rpc_workers: Vec<String>,
 }
 
 impl AppState {
@@ -91,6 +93,7 @@ impl AppState {
             admin: None,
             metrics: Arc::new(metrics::Metrics::new()),
             contexts: Arc::new(crate::actors::contexts::ContextRegistry::new()),
+            rpc_workers: Vec::new(),
         }
     }
 
