@@ -776,6 +776,7 @@ mod tests {
             "request_body_timeout",
             "http_keep_alive",
             "max_connections",
+            "rpc",
         ];
         for key in keys {
             assert!(
