@@ -34,10 +34,12 @@ def ask(child, text):
 
 
 def command(child, text, expected):
+    """Sends a command; returns everything it printed up to the next prompt."""
     child.sendline(text)
     child.expect_exact(expected)
+    shown = child.before + child.after
     child.expect_exact(PROMPT)
-    return child.before
+    return shown + child.before
 
 
 def test_a_conversation_keeps_history_settings_and_multiline_input():

@@ -59,6 +59,9 @@ pub struct ServeArgs {
     /// Browser origins allowed to call the API (CORS), comma-separated; `*` allows any.
     #[arg(long = "origins")]
     pub origins: Option<String>,
+    /// RPC workers (`llamay rpc-worker`) to split every model's layers over, host:port,...
+    #[arg(long = "rpc")]
+    pub rpc: Option<String>,
 }
 
 /// Long flags that llamay, like llama.cpp, accepts with a single dash (`-addr`, `-chat`,
@@ -101,7 +104,15 @@ pub const SINGLE_DASH_LONG_FLAGS: &[&str] = &[
     "insecure",
     // run, schema check
     "formats",
+    // serve and rpc-worker: several machines
+    "rpc",
+    "allow-remote",
 ];
+
+/// `a:1, b:2` -> `["a:1", "b:2"]`; empty pieces dropped, so `-rpc ""` means none.
+fn split_workers(text: &str) -> Vec<String> {
+    text.split(',').map(str::trim).filter(|w| !w.is_empty()).map(str::to_string).collect()
+}
 
 pub fn normalize_single_dash_flags(
     args: impl IntoIterator<Item = String>,
@@ -232,6 +243,8 @@ pub struct Config {
     pub flash_attention: bool,
     /// Whether a schema's `format` constrains strings (a request's `llamay_formats` wins).
     pub formats: crate::grammar::schema::FormatMode,
+    /// RPC workers, host:port, that every model's layers are split over (none: this CPU only).
+    pub rpc: Vec<String>,
 }
 
 /// A value kept out of logs and `Debug` output.
@@ -269,6 +282,7 @@ impl Default for Config {
             max_connections: 1024,
             flash_attention: true,
             formats: crate::grammar::schema::FormatMode::Ignore,
+            rpc: Vec::new(),
         }
     }
 }
@@ -309,6 +323,7 @@ struct FileConfig {
     max_connections: Option<usize>,
     flash_attention: Option<bool>,
     formats: Option<String>,
+    rpc: Option<Vec<String>>,
 }
 
 /// Longest config file read; a config is a few hundred bytes.
@@ -420,6 +435,7 @@ impl Config {
         if let Some(formats) = file.formats {
             self.formats = parse_formats(&formats)?;
         }
+        set(&mut self.rpc, file.rpc);
         Ok(())
     }
 
@@ -478,6 +494,9 @@ impl Config {
         if let Some(formats) = env("LLAMAY_FORMATS") {
             self.formats = parse_formats(&formats)?;
         }
+        if let Some(workers) = env("LLAMAY_RPC") {
+            self.rpc = split_workers(&workers);
+        }
         Ok(())
     }
 
@@ -507,6 +526,9 @@ impl Config {
         }
         if let Some(text) = &args.flash_attn {
             self.flash_attention = parse_on_off("flash_attention", text)?;
+        }
+        if let Some(workers) = &args.rpc {
+            self.rpc = split_workers(workers);
         }
         Ok(())
     }
@@ -575,6 +597,15 @@ impl Config {
         }
         if !(1..=1_000_000).contains(&self.max_connections) {
             return invalid("max_connections", self.max_connections.to_string(), "1 to 1000000");
+        }
+        let is_endpoint = |w: &String| {
+            w.rsplit_once(':').is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0))
+        };
+        if let Some(worker) = self.rpc.iter().find(|w| !is_endpoint(w)) {
+            return invalid("rpc", worker.clone(), "host:port of each RPC worker, comma-separated");
+        }
+        if self.rpc.len() > 16 {
+            return invalid("rpc", self.rpc.join(","), "at most 16 RPC workers");
         }
         if let Some(path) = &self.grammar_file {
             if !path.is_file() {
@@ -810,6 +841,7 @@ mod tests {
             "max_connections",
             "flash_attention",
             "formats",
+            "rpc",
         ];
         for key in keys {
             assert!(
@@ -980,6 +1012,23 @@ mod tests {
         assert!(matches!(
             Config::load_with_env(&ServeArgs::default(), typo),
             Err(ConfigError::Invalid { key: "formats", .. })
+        ));
+    }
+
+    #[test]
+    fn rpc_workers_come_from_the_file_env_and_flag_and_are_checked() {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        writeln!(file, "rpc = [\"10.0.0.2:50052\"]").unwrap();
+        let args = ServeArgs { config: Some(file.path().into()), ..Default::default() };
+        assert_eq!(Config::load_with_env(&args, no_env).unwrap().rpc, ["10.0.0.2:50052"]);
+        let env = |k: &str| (k == "LLAMAY_RPC").then(|| "a:1, b:2".to_string());
+        assert_eq!(Config::load_with_env(&args, env).unwrap().rpc, ["a:1", "b:2"]);
+        let flag = ServeArgs { rpc: Some(String::new()), ..args };
+        assert!(Config::load_with_env(&flag, env).unwrap().rpc.is_empty());
+        let bad = ServeArgs { rpc: Some("a:1,nohost".into()), ..Default::default() };
+        assert!(matches!(
+            Config::load_with_env(&bad, no_env),
+            Err(ConfigError::Invalid { key: "rpc", value, .. }) if value == "nohost"
         ));
     }
 }

@@ -104,6 +104,19 @@ impl ModelCatalog for StoreCatalog {
     }
 }
 
+/// Hands the RPC workers to llama.cpp before any model loads, and lists them. Each model's
+/// load then logs which layers each worker holds.
+fn connect_rpc_workers(endpoints: &[String]) -> std::io::Result<()> {
+    let plan = crate::llm::rpc::connect(endpoints).map_err(|e| std::io::Error::other(e.to_string()))?;
+    crate::llm::rpc::install_abort_report();
+    let mib = |bytes: u64| bytes / (1024 * 1024);
+    println!("RPC workers (every model's layers are split over them and this CPU by free memory):");
+    for worker in &plan.workers {
+        println!("  {:<24} {} MiB free of {} MiB", worker.endpoint, mib(worker.free_bytes), mib(worker.total_bytes));
+    }
+    Ok(())
+}
+
 /// Serves until a stop signal, with models loaded from `store`. A `-m` that is a file path is
 /// registered under a name made from its stem: requests use that name, as they cannot name files.
 pub fn run(mut config: Config, store: Arc<Store>) -> std::io::Result<()> {
@@ -129,6 +142,9 @@ pub fn run(mut config: Config, store: Arc<Store>) -> std::io::Result<()> {
             flash_attention: config.flash_attention,
         },
     };
+    if !config.rpc.is_empty() {
+        connect_rpc_workers(&config.rpc)?;
+    }
     let mut loader = StoreLoader::new(Arc::clone(&store), settings);
     let mut catalog = StoreCatalog::new(Arc::clone(&store));
     if let Some((name, path)) = file_model {

@@ -69,6 +69,8 @@ pub struct AppState {
     pub contexts: Arc<crate::actors::contexts::ContextRegistry>,
     /// Whether a schema's `format` constrains strings when a request does not say (config).
     pub formats: crate::grammar::schema::FormatMode,
+    /// RPC workers the models are split over (`serve -rpc`), shown by `/v1/stats`.
+    pub rpc_workers: Vec<String>,
 }
 
 impl AppState {
@@ -94,6 +96,7 @@ impl AppState {
             metrics: Arc::new(metrics::Metrics::new()),
             contexts: Arc::new(crate::actors::contexts::ContextRegistry::new()),
             formats: crate::grammar::schema::FormatMode::Ignore,
+            rpc_workers: Vec::new(),
         }
     }
 

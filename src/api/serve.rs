@@ -98,6 +98,7 @@ pub async fn serve_with_admin(
     app_state.origins = config.origins.clone();
     app_state.request_body_timeout = config.request_body_timeout;
     app_state.formats = config.formats;
+    app_state.rpc_workers = config.rpc.clone();
     app_state.token_limits = TokenLimits {
         default_max_tokens: config.default_max_tokens,
         max_tokens_limit: config.max_tokens_limit,

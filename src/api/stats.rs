@@ -56,6 +56,7 @@ pub async fn stats(state: web::Data<AppState>) -> HttpResponse {
         "loading": status.loading,
         "models": models,
         "compiled_constraints": state.constraints.stats(),
+        "rpc_workers": state.rpc_workers,
         "contexts": super::contexts::stats(&state),
         "prefix_reuse": {
             "hits": status.models.iter().map(|m| m.totals.prefix_reuse_hits).sum::<u64>(),

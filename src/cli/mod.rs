@@ -10,6 +10,7 @@ mod pull;
 mod run;
 mod doctor;
 mod interactive;
+mod rpc_worker;
 
 use std::process::ExitCode;
 
@@ -91,6 +92,8 @@ enum Command {
     Ps,
     /// Unload a model from a running daemon.
     Stop { model: String },
+    /// Serve this machine's CPU to a `serve -rpc` coordinator (llama.cpp's RPC protocol).
+    RpcWorker(rpc_worker::RpcWorkerArgs),
 }
 
 pub fn init_logging(json: bool) {
@@ -150,5 +153,9 @@ pub fn main(args: Vec<String>) -> Result<ExitCode, CliError> {
         Command::Grammar { command } => check::grammar(command),
         Command::Schema { command } => check::schema(command),
         Command::Doctor { repair } => doctor::doctor(repair),
+        Command::RpcWorker(args) => {
+            init_logging(false);
+            rpc_worker::rpc_worker(args)
+        }
     }
 }

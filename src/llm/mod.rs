@@ -10,6 +10,7 @@ mod backend;
 pub mod context;
 pub mod detok;
 pub mod model;
+pub mod rpc;
 pub mod sampling;
 pub mod template;
 pub mod threadpool;
@@ -44,6 +45,8 @@ pub enum LlmError {
     Tokenize(String),
     #[error(transparent)]
     Template(#[from] template::TemplateError),
+    #[error(transparent)]
+    Rpc(#[from] rpc::RpcError),
 }
 
 /// The process-wide llama.cpp backend, for code that drives llama.cpp directly as a reference

@@ -22,6 +22,7 @@ pub struct Model {
     path: PathBuf,
     bos_text: String,
     eos_text: String,
+    rpc_split: Option<super::rpc::LayerSplit>,
 }
 
 impl std::fmt::Debug for Model {
@@ -38,7 +39,22 @@ impl Model {
             path: path.to_path_buf(),
             reason: e.kind.to_string(),
         })?;
-        let params = LlamaModelParams::default();
+        let mut params = LlamaModelParams::default();
+        // With RPC workers connected, every model spreads its layers over them and this CPU.
+        let rpc_split = match super::rpc::plan() {
+            Some(plan) => {
+                let n_layer = super::rpc::block_count(path, &facts.architecture)?;
+                let offloaded = plan.offloaded_layers(n_layer);
+                params = params
+                    .with_devices(&plan.device_indices())
+                    .map_err(|e| LlmError::Backend(format!("RPC devices: {e}")))?
+                    .with_n_gpu_layers(offloaded);
+                let split = plan.layer_split(n_layer, offloaded);
+                tracing::info!(model = %path.display(), %split, "model split across RPC workers");
+                Some(split)
+            }
+            None => None,
+        };
         let inner = LlamaModel::load_from_file(backend::get()?, path, &params).map_err(|e| {
             LlmError::NotAModel { path: path.to_path_buf(), reason: format!("llama.cpp could not load it ({e})") }
         })?;
@@ -63,11 +79,17 @@ impl Model {
             path: path.to_path_buf(),
             bos_text,
             eos_text,
+            rpc_split,
         })
     }
 
     pub(super) fn llama(&self) -> &LlamaModel {
         &self.inner
+    }
+
+    /// Where the layers are when the model is split over RPC workers.
+    pub fn rpc_split(&self) -> Option<&super::rpc::LayerSplit> {
+        self.rpc_split.as_ref()
     }
 
     pub fn vocabulary(&self) -> &Arc<Vocabulary> {

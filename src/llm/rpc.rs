@@ -1,0 +1,489 @@
+//! Models split across machines on llama.cpp's RPC backend (ggml-rpc): the worker side
+//! ([`serve_worker`], this machine's CPU served to a coordinator) and the coordinator side
+//! ([`connect`] once per process, then every [`super::Model`] load spreads its layers between
+//! the local CPU and the workers by free memory, see [`RpcPlan::layer_split`]).
+//!
+//! ggml reaches its RPC entry points by name (`ggml_backend_reg_get_proc_address`), so they are
+//! looked up at run time, as llama.cpp's own tools do. ggml aborts the process when it cannot
+//! connect to a worker, so every worker is first checked here with a plain TCP connect.
+//! ggml's RPC client also aborts when a worker is lost in the middle of a computation; that is
+//! not recoverable from outside ggml (see [`install_abort_report`]).
+//!
+//! Cost: one TCP probe and one handshake per worker at start-up; at decode time every
+//! split layer boundary is a network round trip (measured in `benches/rpc_split.rs`).
+
+use std::ffi::{c_char, c_void, CStr, CString};
+use std::net::{Ipv4Addr, TcpStream, ToSocketAddrs};
+use std::ops::Range;
+use std::path::Path;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use llama_cpp_sys_2 as sys;
+
+use super::backend;
+
+/// ggml's limit on RPC servers in one process (`GGML_RPC_MAX_SERVERS`).
+pub const MAX_WORKERS: usize = 16;
+
+/// How long a worker has to accept the reachability probe.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+#[derive(Debug, thiserror::Error)]
+pub enum RpcError {
+    #[error("this build of llama.cpp has no RPC backend (it must be built with GGML_RPC=ON)")]
+    NotCompiled,
+    #[error("RPC address {addr:?} is not valid: expected {expected}")]
+    BadAddress {
+        addr: String,
+        expected: &'static str,
+    },
+    #[error(
+        "{addr} is not a loopback address: the RPC protocol has no authentication, so a worker \
+         listens beyond this machine only with -allow-remote, on a trusted network"
+    )]
+    NotLoopback { addr: String },
+    #[error("RPC worker {worker} is unreachable: {reason}")]
+    Unreachable { worker: String, reason: String },
+    #[error("RPC worker {worker} offers no device")]
+    NoDevice { worker: String },
+    #[error("RPC worker could not listen on {addr}: {reason}")]
+    Listen { addr: String, reason: String },
+    #[error("at most {MAX_WORKERS} RPC workers, got {count}")]
+    TooMany { count: usize },
+    #[error("RPC workers are already connected as {current:?}; a process has one set")]
+    AlreadyConnected { current: Vec<String> },
+    #[error("{path}: cannot read the layer count for an RPC split: {reason}")]
+    LayerCount { path: String, reason: String },
+}
+
+/// Whether llama.cpp was compiled with the RPC backend.
+pub fn supported() -> bool {
+    // SAFETY: a pure query of compile-time facts.
+    unsafe { sys::llama_supports_rpc() }
+}
+
+/// The RPC backend's registry entry and one of its entry points by name.
+fn rpc_proc(name: &CStr) -> Result<*mut c_void, RpcError> {
+    if !supported() {
+        return Err(RpcError::NotCompiled);
+    }
+    backend::get().map_err(|_| RpcError::NotCompiled)?;
+    // SAFETY: both take NUL-terminated names and return null when absent.
+    let reg = unsafe { sys::ggml_backend_reg_by_name(c"RPC".as_ptr()) };
+    if reg.is_null() {
+        return Err(RpcError::NotCompiled);
+    }
+    let address = unsafe { sys::ggml_backend_reg_get_proc_address(reg, name.as_ptr()) };
+    if address.is_null() {
+        return Err(RpcError::NotCompiled);
+    }
+    Ok(address)
+}
+
+/// `ggml_backend_rpc_start_server(endpoint, cache_dir, n_threads, n_devices, devices)`.
+type StartServerFn =
+    unsafe extern "C" fn(*const c_char, *const c_char, usize, usize, *mut sys::ggml_backend_dev_t);
+/// `ggml_backend_rpc_add_server(endpoint) -> ggml_backend_reg_t`.
+type AddServerFn = unsafe extern "C" fn(*const c_char) -> sys::ggml_backend_reg_t;
+
+/// The address a worker listens on: ggml binds IPv4 literals only, so `localhost` becomes
+/// 127.0.0.1. A non-loopback address needs `allow_remote`.
+pub fn worker_listen_address(addr: &str, allow_remote: bool) -> Result<String, RpcError> {
+    let bad = || RpcError::BadAddress {
+        addr: addr.to_string(),
+        expected: "IPV4:PORT, such as 127.0.0.1:50052",
+    };
+    let (host, port) = addr.rsplit_once(':').ok_or_else(bad)?;
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    let ip: Ipv4Addr = if host == "localhost" {
+        Ipv4Addr::LOCALHOST
+    } else {
+        host.parse().map_err(|_| bad())?
+    };
+    if !ip.is_loopback() && !allow_remote {
+        return Err(RpcError::NotLoopback {
+            addr: addr.to_string(),
+        });
+    }
+    Ok(format!("{ip}:{port}"))
+}
+
+/// Serves this machine's CPU backend to coordinators until the process ends (ggml's server
+/// loop never returns once it listens). `threads` is the CPU backend's thread count.
+pub fn serve_worker(listen: &str, threads: usize) -> Result<(), RpcError> {
+    let start: StartServerFn = {
+        let address = rpc_proc(c"ggml_backend_rpc_start_server")?;
+        // SAFETY: ggml registers this name for exactly this signature (ggml-rpc.h).
+        unsafe { std::mem::transmute::<*mut c_void, StartServerFn>(address) }
+    };
+    // ggml only prints when it cannot bind and then returns; a bind here first names the reason.
+    std::net::TcpListener::bind(listen).map_err(|e| RpcError::Listen {
+        addr: listen.to_string(),
+        reason: e.to_string(),
+    })?;
+    // SAFETY: a query of the registered devices.
+    let mut cpu = unsafe { sys::ggml_backend_dev_by_type(sys::GGML_BACKEND_DEVICE_TYPE_CPU) };
+    if cpu.is_null() {
+        return Err(RpcError::Listen {
+            addr: listen.to_string(),
+            reason: "no CPU backend".into(),
+        });
+    }
+    let endpoint = CString::new(listen).map_err(|_| RpcError::BadAddress {
+        addr: listen.to_string(),
+        expected: "no NUL byte",
+    })?;
+    // SAFETY: `endpoint` and `cpu` outlive the call, which blocks while serving.
+    unsafe {
+        start(
+            endpoint.as_ptr(),
+            std::ptr::null(),
+            threads.max(1),
+            1,
+            &mut cpu,
+        )
+    };
+    Err(RpcError::Listen {
+        addr: listen.to_string(),
+        reason: "ggml's RPC server stopped".into(),
+    })
+}
+
+/// One connected worker: its endpoint and the ggml device index that stands for it.
+#[derive(Debug, Clone)]
+pub struct RpcWorker {
+    pub endpoint: String,
+    device_index: usize,
+    pub free_bytes: u64,
+    pub total_bytes: u64,
+}
+
+/// The workers this process splits models over.
+#[derive(Debug)]
+pub struct RpcPlan {
+    pub workers: Vec<RpcWorker>,
+}
+
+/// Where a model's layers are: the local CPU's range and each worker's (blocks numbered from 0;
+/// the output layer counts as block `n_layer`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LayerSplit {
+    pub local: Range<u32>,
+    pub workers: Vec<(String, Range<u32>)>,
+}
+
+impl std::fmt::Display for LayerSplit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let range = |r: &Range<u32>| {
+            if r.is_empty() {
+                "none".to_string()
+            } else {
+                format!("layers {}-{}", r.start, r.end - 1)
+            }
+        };
+        write!(f, "local CPU {}", range(&self.local))?;
+        for (endpoint, layers) in &self.workers {
+            write!(f, ", {endpoint} {}", range(layers))?;
+        }
+        Ok(())
+    }
+}
+
+static PLAN: OnceLock<RpcPlan> = OnceLock::new();
+
+/// The workers [`connect`] set up, if any.
+pub fn plan() -> Option<&'static RpcPlan> {
+    PLAN.get()
+}
+
+/// Checks that every worker accepts a TCP connection, then hands them to ggml (which aborts
+/// the process on a worker it cannot reach, hence the check first). Once per process.
+pub fn connect(endpoints: &[String]) -> Result<&'static RpcPlan, RpcError> {
+    if let Some(plan) = PLAN.get() {
+        let current: Vec<String> = plan.workers.iter().map(|w| w.endpoint.clone()).collect();
+        if current == endpoints {
+            return Ok(plan);
+        }
+        return Err(RpcError::AlreadyConnected { current });
+    }
+    if endpoints.len() > MAX_WORKERS {
+        return Err(RpcError::TooMany {
+            count: endpoints.len(),
+        });
+    }
+    let add: AddServerFn = {
+        let address = rpc_proc(c"ggml_backend_rpc_add_server")?;
+        // SAFETY: ggml registers this name for exactly this signature (ggml-rpc.h).
+        unsafe { std::mem::transmute::<*mut c_void, AddServerFn>(address) }
+    };
+    let mut workers = Vec::with_capacity(endpoints.len());
+    for endpoint in endpoints {
+        probe(endpoint)?;
+        let name = CString::new(endpoint.as_str()).map_err(|_| RpcError::BadAddress {
+            addr: endpoint.clone(),
+            expected: "no NUL byte",
+        })?;
+        // SAFETY: `name` is NUL-terminated; ggml copies it. The worker answered a connect above.
+        let reg = unsafe { add(name.as_ptr()) };
+        if reg.is_null() {
+            return Err(RpcError::NoDevice {
+                worker: endpoint.clone(),
+            });
+        }
+        // The registry makes the worker's device visible to llama.cpp's device list.
+        // SAFETY: `reg` is the live registry entry ggml returned; registering it once.
+        let device = unsafe {
+            sys::ggml_backend_register(reg);
+            if sys::ggml_backend_reg_dev_count(reg) == 0 {
+                return Err(RpcError::NoDevice {
+                    worker: endpoint.clone(),
+                });
+            }
+            sys::ggml_backend_reg_dev_get(reg, 0)
+        };
+        let device_index = (0..unsafe { sys::ggml_backend_dev_count() })
+            .find(|&i| unsafe { sys::ggml_backend_dev_get(i) } == device)
+            .ok_or_else(|| RpcError::NoDevice {
+                worker: endpoint.clone(),
+            })?;
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: `device` is live; the call asks the worker over the connection ggml holds.
+        unsafe { sys::ggml_backend_dev_memory(device, &mut free, &mut total) };
+        workers.push(RpcWorker {
+            endpoint: endpoint.clone(),
+            device_index,
+            free_bytes: free as u64,
+            total_bytes: total as u64,
+        });
+    }
+    Ok(PLAN.get_or_init(|| RpcPlan { workers }))
+}
+
+/// A TCP connect to `endpoint` (host:port), so an unreachable worker is an error naming it.
+fn probe(endpoint: &str) -> Result<(), RpcError> {
+    let unreachable = |reason: String| RpcError::Unreachable {
+        worker: endpoint.to_string(),
+        reason,
+    };
+    let addresses: Vec<_> = endpoint
+        .to_socket_addrs()
+        .map_err(|e| RpcError::BadAddress {
+            addr: format!("{endpoint} ({e})"),
+            expected: "host:port",
+        })?
+        .filter(|a| a.is_ipv4())
+        .collect();
+    let mut last = String::from("no IPv4 address");
+    for address in addresses {
+        match TcpStream::connect_timeout(&address, CONNECT_TIMEOUT) {
+            Ok(_) => return Ok(()),
+            Err(e) => last = format!("{address}: {e}"),
+        }
+    }
+    Err(unreachable(last))
+}
+
+/// Free memory of this machine's CPU device, the local share of a split.
+fn local_free_bytes() -> u64 {
+    // SAFETY: a query of the registered CPU device.
+    unsafe {
+        let cpu = sys::ggml_backend_dev_by_type(sys::GGML_BACKEND_DEVICE_TYPE_CPU);
+        if cpu.is_null() {
+            return 0;
+        }
+        let (mut free, mut total) = (0usize, 0usize);
+        sys::ggml_backend_dev_memory(cpu, &mut free, &mut total);
+        free as u64
+    }
+}
+
+impl RpcPlan {
+    /// ggml device indices of the workers, in order (for the model params' device list).
+    pub fn device_indices(&self) -> Vec<usize> {
+        self.workers.iter().map(|w| w.device_index).collect()
+    }
+
+    /// Layers offloaded to the workers (llama.cpp's `n_gpu_layers`): the workers' share of all
+    /// free memory (theirs and this machine's) of the `n_layer + 1` blocks (output included).
+    pub fn offloaded_layers(&self, n_layer: u32) -> u32 {
+        let remote: u64 = self.workers.iter().map(|w| w.free_bytes).sum();
+        let total = remote + local_free_bytes();
+        if total == 0 {
+            return 0;
+        }
+        let blocks = u64::from(n_layer) + 1;
+        ((blocks * remote + total / 2) / total).min(blocks) as u32
+    }
+
+    /// Where llama.cpp puts each block for `offloaded` layers on these workers: the first
+    /// blocks stay local, the rest go to the workers in proportion to their free memory
+    /// (llama.cpp's own rule in `load_tensors`).
+    pub fn layer_split(&self, n_layer: u32, offloaded: u32) -> LayerSplit {
+        let blocks = n_layer + 1;
+        let first_remote = blocks.saturating_sub(offloaded);
+        let sum: f64 = self.workers.iter().map(|w| w.free_bytes as f64).sum();
+        let mut bounds = Vec::with_capacity(self.workers.len());
+        let mut running = 0.0;
+        for worker in &self.workers {
+            running += if sum > 0.0 {
+                worker.free_bytes as f64 / sum
+            } else {
+                1.0 / self.workers.len() as f64
+            };
+            bounds.push(running as f32);
+        }
+        let mut ranges: Vec<Range<u32>> = vec![blocks..blocks; self.workers.len()];
+        for block in first_remote..blocks {
+            let position = (block - first_remote) as f32 / offloaded.max(1) as f32;
+            let index = bounds
+                .iter()
+                .position(|&b| b > position)
+                .unwrap_or(self.workers.len().saturating_sub(1));
+            if let Some(range) = ranges.get_mut(index) {
+                if range.start == range.end {
+                    *range = block..block + 1;
+                } else {
+                    range.end = block + 1;
+                }
+            }
+        }
+        LayerSplit {
+            local: 0..first_remote,
+            workers: self
+                .workers
+                .iter()
+                .map(|w| w.endpoint.clone())
+                .zip(ranges)
+                .collect(),
+        }
+    }
+}
+
+/// `<architecture>.block_count` of the GGUF at `path`, read with ggml's own parser (header only).
+pub fn block_count(path: &Path, architecture: &str) -> Result<u32, RpcError> {
+    let fail = |reason: &str| RpcError::LayerCount {
+        path: path.display().to_string(),
+        reason: reason.to_string(),
+    };
+    let file =
+        CString::new(path.to_string_lossy().as_bytes()).map_err(|_| fail("path has a NUL byte"))?;
+    let key = CString::new(format!("{architecture}.block_count"))
+        .map_err(|_| fail("architecture has a NUL byte"))?;
+    let params = sys::gguf_init_params {
+        no_alloc: true,
+        ctx: std::ptr::null_mut(),
+    };
+    // SAFETY: header-only parse; the context is freed below on every path.
+    unsafe {
+        let context = sys::gguf_init_from_file(file.as_ptr(), params);
+        if context.is_null() {
+            return Err(fail("ggml could not parse it"));
+        }
+        let id = sys::gguf_find_key(context, key.as_ptr());
+        let count = if id < 0 {
+            None
+        } else if sys::gguf_get_kv_type(context, id) == sys::GGUF_TYPE_UINT32 {
+            Some(sys::gguf_get_val_u32(context, id))
+        } else {
+            None
+        };
+        sys::gguf_free(context);
+        count.ok_or_else(|| fail("no u32 block_count key"))
+    }
+}
+
+/// ggml's RPC client aborts the process when a worker is lost mid-computation (its
+/// `RPC_STATUS_ASSERT`); ggml gives no way to fail just that call. This routes the abort's
+/// message into the log, naming the workers, before the process ends, so a service manager's
+/// log says why the daemon stopped.
+pub fn install_abort_report() {
+    unsafe extern "C" fn report(message: *const c_char) {
+        let text = if message.is_null() {
+            String::new()
+        } else {
+            // SAFETY: ggml passes a NUL-terminated buffer that lives for this call.
+            unsafe { CStr::from_ptr(message) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        let workers: Vec<&str> = PLAN
+            .get()
+            .map(|p| p.workers.iter().map(|w| w.endpoint.as_str()).collect())
+            .unwrap_or_default();
+        eprintln!("llamay: llama.cpp aborted: {text} (RPC workers: {}); a lost RPC worker ends the daemon, restart it", workers.join(", "));
+    }
+    // SAFETY: `report` matches ggml_abort_callback_t and never unwinds.
+    unsafe {
+        sys::ggml_set_abort_callback(Some(report));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worker_address_refuses_remote_without_flag() {
+        assert_eq!(
+            worker_listen_address("localhost:50052", false).unwrap(),
+            "127.0.0.1:50052"
+        );
+        assert_eq!(
+            worker_listen_address("127.0.0.1:1", false).unwrap(),
+            "127.0.0.1:1"
+        );
+        assert!(matches!(
+            worker_listen_address("0.0.0.0:50052", false),
+            Err(RpcError::NotLoopback { .. })
+        ));
+        assert_eq!(
+            worker_listen_address("0.0.0.0:50052", true).unwrap(),
+            "0.0.0.0:50052"
+        );
+        assert!(matches!(
+            worker_listen_address("example.org:1", true),
+            Err(RpcError::BadAddress { .. })
+        ));
+        assert!(matches!(
+            worker_listen_address("127.0.0.1", false),
+            Err(RpcError::BadAddress { .. })
+        ));
+    }
+
+    #[test]
+    fn layer_split_follows_free_memory() {
+        let worker = |endpoint: &str, free| RpcWorker {
+            endpoint: endpoint.into(),
+            device_index: 0,
+            free_bytes: free,
+            total_bytes: free,
+        };
+        let plan = RpcPlan {
+            workers: vec![worker("a:1", 100), worker("b:2", 300)],
+        };
+        let split = plan.layer_split(30, 20);
+        assert_eq!(split.local, 0..11);
+        assert_eq!(split.workers[0], ("a:1".to_string(), 11..16));
+        assert_eq!(split.workers[1], ("b:2".to_string(), 16..31));
+        assert_eq!(
+            split.to_string(),
+            "local CPU layers 0-10, a:1 layers 11-15, b:2 layers 16-30"
+        );
+    }
+
+    #[test]
+    fn unreachable_worker_is_named() {
+        // A port just bound and released: nothing listens there.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let endpoint = format!("127.0.0.1:{port}");
+        match probe(&endpoint) {
+            Err(RpcError::Unreachable { worker, .. }) => assert_eq!(worker, endpoint),
+            other => panic!("expected unreachable, got {other:?}"),
+        }
+    }
+}
