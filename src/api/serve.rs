@@ -222,6 +222,7 @@ pub fn route_table(base: &str) -> String {
         ("OpenAI", "POST", "/v1/chat/completions", ""),
         ("Anthropic", "POST", "/v1/messages", ""),
         ("Ollama", "POST", "/api/chat", "(and /api/generate)"),
+        ("Contexts", "POST", "/v1/contexts", "(then /{id}/fork?n=8)"),
         (
             "Models",
             "GET",
@@ -310,5 +311,6 @@ mod tests {
         let table = route_table("http://localhost:11439");
         assert!(table.contains("  OpenAI      POST http://localhost:11439/v1/chat/completions\n"));
         assert!(table.contains("  Stats       GET  http://localhost:11439/v1/stats\n"));
+        assert!(table.contains("  Contexts    POST http://localhost:11439/v1/contexts"));
     }
 }
