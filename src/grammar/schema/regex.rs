@@ -146,20 +146,7 @@ pub fn pattern_rule(sink: &mut RuleSink, pattern: &str, lengths: LengthBounds) -
     let prefix = if anchored_start { "" } else { "(?s:.)*" };
     let suffix = if anchored_end { "" } else { "(?s:.)*" };
     let wrapped = format!("{prefix}(?:{pattern}){suffix}");
-    let dfa = dense::Builder::new()
-        .configure(
-            dense::Config::new()
-                .match_kind(MatchKind::All)
-                .start_kind(StartKind::Anchored)
-                .dfa_size_limit(Some(1 << 20))
-                .determinize_size_limit(Some(1 << 20)),
-        )
-        .syntax(regex_automata::util::syntax::Config::new().utf8(true))
-        .build(&wrapped)
-        .map_err(|e| PatternRefusal(format!("which compiles to a DFA beyond llamay's limits ({e})")))?;
-    let start = dfa
-        .start_state(&start::Config::new().anchored(Anchored::Yes))
-        .map_err(|e| PatternRefusal(format!("which cannot be started as a DFA ({e})")))?;
+    let (dfa, start) = anchored_dfa(&wrapped)?;
     let table = TransitionTable::build(&dfa, start)?;
     let counts = match lengths.max {
         Some(max) => max + 1,
@@ -181,6 +168,11 @@ pub fn pattern_rule(sink: &mut RuleSink, pattern: &str, lengths: LengthBounds) -
 pub fn search_dfa(pattern: &str) -> Result<(dense::DFA<Vec<u32>>, StateID), PatternRefusal> {
     let rewritten = re2_pattern(pattern)?;
     let wrapped = format!("(?s:.)*(?:{rewritten})(?s:.)*");
+    anchored_dfa(&wrapped)
+}
+
+/// An anchored, all-matches DFA of `wrapped` within llamay's size limits, and its start state.
+fn anchored_dfa(wrapped: &str) -> Result<(dense::DFA<Vec<u32>>, StateID), PatternRefusal> {
     let dfa = dense::Builder::new()
         .configure(
             dense::Config::new()
@@ -190,7 +182,7 @@ pub fn search_dfa(pattern: &str) -> Result<(dense::DFA<Vec<u32>>, StateID), Patt
                 .determinize_size_limit(Some(1 << 20)),
         )
         .syntax(regex_automata::util::syntax::Config::new().utf8(true))
-        .build(&wrapped)
+        .build(wrapped)
         .map_err(|e| PatternRefusal(format!("which compiles to a DFA beyond llamay's limits ({e})")))?;
     let start = dfa
         .start_state(&start::Config::new().anchored(Anchored::Yes))
