@@ -47,6 +47,9 @@ const KEEP_PER_FINDING: u32 = 20;
 use indicatif::{ProgressBar, ProgressStyle};
 use llamay::grammar::schema::compile_schema;
 use llamay::grammar::{compile_gbnf, CompiledGrammar, Limits, Matcher, TokenTrie};
+#[path = "../tests/support/json_pointers.rs"]
+mod json_pointers;
+use json_pointers::all_pointers;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -662,30 +665,8 @@ fn next_schema(rng: &mut StdRng, seeds: &[Value]) -> Value {
     schema
 }
 
-fn nodes(value: &Value, at: String, into: &mut Vec<String>) {
-    into.push(at.clone());
-    match value {
-        Value::Object(map) => {
-            for (key, child) in map {
-                nodes(
-                    child,
-                    format!("{at}/{}", key.replace('~', "~0").replace('/', "~1")),
-                    into,
-                );
-            }
-        }
-        Value::Array(items) => {
-            for (index, child) in items.iter().enumerate() {
-                nodes(child, format!("{at}/{index}"), into);
-            }
-        }
-        _ => {}
-    }
-}
-
 fn mutate_schema(rng: &mut StdRng, schema: &mut Value, seeds: &[Value]) {
-    let mut all = Vec::new();
-    nodes(schema, String::new(), &mut all);
+    let all = all_pointers(schema);
     let Some(pointer) = all.choose(rng).cloned() else {
         return;
     };
@@ -693,8 +674,7 @@ fn mutate_schema(rng: &mut StdRng, schema: &mut Value, seeds: &[Value]) {
         let Some(seed) = seeds.choose(rng) else {
             return Value::Null;
         };
-        let mut inside = Vec::new();
-        nodes(seed, String::new(), &mut inside);
+        let inside = all_pointers(seed);
         inside
             .choose(rng)
             .and_then(|p| seed.pointer(p))

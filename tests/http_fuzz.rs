@@ -18,6 +18,10 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde_json::{json, Value};
 
+#[path = "support/json_pointers.rs"]
+mod json_pointers;
+use json_pointers::all_pointers;
+
 const MODEL: &str = "smollm2:135m";
 /// Cases past this budget are skipped, so the test stays within CI's minutes on a busy machine.
 const BUDGET: Duration = Duration::from_secs(100);
@@ -384,31 +388,8 @@ fn case(route_count: usize) -> impl Strategy<Value = Case> {
         })
 }
 
-/// Every node of `value` (depth first), as JSON pointers.
-fn pointers(value: &Value, at: String, into: &mut Vec<String>) {
-    into.push(at.clone());
-    match value {
-        Value::Object(map) => {
-            for (key, child) in map {
-                pointers(
-                    child,
-                    format!("{at}/{}", key.replace('~', "~0").replace('/', "~1")),
-                    into,
-                );
-            }
-        }
-        Value::Array(items) => {
-            for (index, child) in items.iter().enumerate() {
-                pointers(child, format!("{at}/{index}"), into);
-            }
-        }
-        _ => {}
-    }
-}
-
 fn pick(body: &Value, at: usize) -> String {
-    let mut all = Vec::new();
-    pointers(body, String::new(), &mut all);
+    let mut all = all_pointers(body);
     all.swap_remove(at % all.len())
 }
 
