@@ -311,9 +311,10 @@ fn a_worker_lost_mid_stream_fails_that_request_and_the_daemon_serves_on() {
     let lost_endpoint = format!("127.0.0.1:{lost_port}");
     let workers = format!("127.0.0.1:{kept_port},{lost_endpoint}");
     let (mut daemon, base) = start_daemon(Some(&workers));
+    // A long answer (about 120 tokens greedy), so the loss lands well inside it.
     let body = serde_json::json!({
         "model": MODEL,
-        "messages": [{"role": "user", "content": "Count from one to two hundred in words."}],
+        "messages": [{"role": "user", "content": "List the numbers from 1 to 300, separated by commas."}],
         "temperature": 0,
         "max_tokens": 400,
         "stream": true,
