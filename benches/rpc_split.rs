@@ -2,7 +2,8 @@
 //! with SmolLM2 on this machine alone (the anchor) against the same daemon with its layers
 //! split over two `llamay rpc-worker` processes on loopback, in the same run, with the ratio.
 //! Loopback has no wire latency, so this is the floor of the cost: serialisation, the
-//! protocol's round trips per graph and the extra threads.
+//! protocol's round trips per graph and the extra threads, plus the hop to the runner process
+//! a split model runs in (one line per token over a pipe).
 //!
 //! `cargo bench --bench rpc_split` (smollm2:135m from the store: run scripts/setup first).
 //! Env: LLAMAY_BENCH_TOKENS (default 64), LLAMAY_BENCH_ROUNDS (default 3).

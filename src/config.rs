@@ -62,6 +62,10 @@ pub struct ServeArgs {
     /// RPC workers (`llamay rpc-worker`) to split every model's layers over, host:port,...
     #[arg(long = "rpc")]
     pub rpc: Option<String>,
+    /// Layer split ratios with -rpc: the local CPU first, then each worker in -rpc order
+    /// (`1,1,2`); default: by free memory.
+    #[arg(long = "split")]
+    pub split: Option<String>,
 }
 
 /// Long flags that llamay, like llama.cpp, accepts with a single dash (`-addr`, `-chat`,
@@ -107,7 +111,24 @@ pub const SINGLE_DASH_LONG_FLAGS: &[&str] = &[
     // serve and rpc-worker: several machines
     "rpc",
     "allow-remote",
+    "split",
+    "mem",
 ];
+
+/// `1, 1,2` -> `[1.0, 1.0, 2.0]`; empty means by free memory.
+fn parse_split(text: &str) -> Result<Vec<f64>, ConfigError> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|r| !r.is_empty())
+        .map(|r| {
+            r.parse::<f64>().map_err(|_| ConfigError::Invalid {
+                key: "split",
+                value: r.to_string(),
+                expected: "comma-separated ratios, the local CPU first, then each rpc worker (1,1,2)",
+            })
+        })
+        .collect()
+}
 
 /// `a:1, b:2` -> `["a:1", "b:2"]`; empty pieces dropped, so `-rpc ""` means none.
 fn split_workers(text: &str) -> Vec<String> {
@@ -245,6 +266,8 @@ pub struct Config {
     pub formats: crate::grammar::schema::FormatMode,
     /// RPC workers, host:port, that every model's layers are split over (none: this CPU only).
     pub rpc: Vec<String>,
+    /// Split ratios over the local CPU then each RPC worker; empty: by free memory.
+    pub split: Vec<f64>,
 }
 
 /// A value kept out of logs and `Debug` output.
@@ -283,6 +306,7 @@ impl Default for Config {
             flash_attention: true,
             formats: crate::grammar::schema::FormatMode::Ignore,
             rpc: Vec::new(),
+            split: Vec::new(),
         }
     }
 }
@@ -324,6 +348,7 @@ struct FileConfig {
     flash_attention: Option<bool>,
     formats: Option<String>,
     rpc: Option<Vec<String>>,
+    split: Option<Vec<f64>>,
 }
 
 /// Longest config file read; a config is a few hundred bytes.
@@ -436,6 +461,7 @@ impl Config {
             self.formats = parse_formats(&formats)?;
         }
         set(&mut self.rpc, file.rpc);
+        set(&mut self.split, file.split);
         Ok(())
     }
 
@@ -497,6 +523,9 @@ impl Config {
         if let Some(workers) = env("LLAMAY_RPC") {
             self.rpc = split_workers(&workers);
         }
+        if let Some(ratios) = env("LLAMAY_SPLIT") {
+            self.split = parse_split(&ratios)?;
+        }
         Ok(())
     }
 
@@ -529,6 +558,9 @@ impl Config {
         }
         if let Some(workers) = &args.rpc {
             self.rpc = split_workers(workers);
+        }
+        if let Some(ratios) = &args.split {
+            self.split = parse_split(ratios)?;
         }
         Ok(())
     }
@@ -606,6 +638,18 @@ impl Config {
         }
         if self.rpc.len() > 16 {
             return invalid("rpc", self.rpc.join(","), "at most 16 RPC workers");
+        }
+        if !self.split.is_empty() {
+            let shown = self.split.iter().map(f64::to_string).collect::<Vec<_>>().join(",");
+            if self.rpc.is_empty() {
+                return invalid("split", shown, "split ratios only with rpc workers (-rpc)");
+            }
+            if self.split.len() != self.rpc.len() + 1 {
+                return invalid("split", shown, "one ratio for the local CPU, then one per rpc worker in order");
+            }
+            if self.split.iter().any(|r| !r.is_finite() || *r < 0.0) || self.split.iter().sum::<f64>() <= 0.0 {
+                return invalid("split", shown, "ratios 0 or more, not all 0");
+            }
         }
         if let Some(path) = &self.grammar_file {
             if !path.is_file() {
@@ -842,6 +886,7 @@ mod tests {
             "flash_attention",
             "formats",
             "rpc",
+            "split",
         ];
         for key in keys {
             assert!(
@@ -1030,5 +1075,27 @@ mod tests {
             Config::load_with_env(&bad, no_env),
             Err(ConfigError::Invalid { key: "rpc", value, .. }) if value == "nohost"
         ));
+    }
+
+    #[test]
+    fn split_ratios_need_one_per_device_and_rpc_workers() {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        writeln!(file, "rpc = [\"a:1\", \"b:2\"]\nsplit = [1.0, 1.0, 2.0]").unwrap();
+        let args = ServeArgs { config: Some(file.path().into()), ..Default::default() };
+        assert_eq!(Config::load_with_env(&args, no_env).unwrap().split, [1.0, 1.0, 2.0]);
+        let env = |k: &str| (k == "LLAMAY_SPLIT").then(|| "2, 1,0".to_string());
+        assert_eq!(Config::load_with_env(&args, env).unwrap().split, [2.0, 1.0, 0.0]);
+        let refused = |split: &str, rpc: Option<&str>| {
+            let args = ServeArgs { split: Some(split.into()), rpc: rpc.map(str::to_string), ..Default::default() };
+            match Config::load_with_env(&args, no_env) {
+                Err(ConfigError::Invalid { key: "split", expected, .. }) => expected,
+                other => panic!("{split} with {rpc:?}: {other:?}"),
+            }
+        };
+        assert!(refused("1,1", None).contains("only with rpc workers"));
+        assert!(refused("1,1", Some("a:1,b:2")).contains("one per rpc worker"));
+        assert!(refused("1,-1", Some("a:1")).contains("0 or more"));
+        assert!(refused("0,0", Some("a:1")).contains("not all 0"));
+        assert!(refused("1,x", Some("a:1")).contains("comma-separated ratios"));
     }
 }

@@ -8,7 +8,7 @@
 use thiserror::Error;
 
 /// Every kind of failure a request can meet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum ErrorCode {
     /// The body is not JSON, or a field has the wrong type.
     MalformedJson,
@@ -48,6 +48,8 @@ pub enum ErrorCode {
     ContextNotFound,
     /// The context is changing (a commit runs) or a snapshot belongs to another model.
     Conflict,
+    /// An RPC worker a model is split over is lost or unreachable; retry when it is back.
+    RpcWorkerLost,
 }
 
 impl ErrorCode {
@@ -68,6 +70,7 @@ impl ErrorCode {
             ErrorCode::Conflict => 409,
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::Overloaded | ErrorCode::ShuttingDown => 503,
+            ErrorCode::RpcWorkerLost => 503,
             ErrorCode::ModelLoadFailed | ErrorCode::Internal => 500,
         }
     }
@@ -109,6 +112,7 @@ impl ErrorCode {
             ErrorCode::RequestTimeout => "request_timeout",
             ErrorCode::ContextNotFound => "context_not_found",
             ErrorCode::Conflict => "conflict",
+            ErrorCode::RpcWorkerLost => "rpc_worker_lost",
         }
     }
 
@@ -131,6 +135,7 @@ impl ErrorCode {
         match self {
             ErrorCode::Overloaded => Some(1),
             ErrorCode::ShuttingDown => Some(5),
+            ErrorCode::RpcWorkerLost => Some(5),
             _ => None,
         }
     }
@@ -221,6 +226,7 @@ mod tests {
             ErrorCode::RequestTimeout,
             ErrorCode::ContextNotFound,
             ErrorCode::Conflict,
+            ErrorCode::RpcWorkerLost,
         ];
         for code in all {
             let retryable = matches!(code.status(), 429 | 503);

@@ -104,15 +104,19 @@ impl ModelCatalog for StoreCatalog {
     }
 }
 
-/// Hands the RPC workers to llama.cpp before any model loads, and lists them. Each model's
-/// load then logs which layers each worker holds.
-fn connect_rpc_workers(endpoints: &[String]) -> std::io::Result<()> {
-    let plan = crate::llm::rpc::connect(endpoints).map_err(|e| std::io::Error::other(e.to_string()))?;
-    crate::llm::rpc::install_abort_report();
-    let mib = |bytes: u64| bytes / (1024 * 1024);
-    println!("RPC workers (every model's layers are split over them and this CPU by free memory):");
-    for worker in &plan.workers {
-        println!("  {:<24} {} MiB free of {} MiB", worker.endpoint, mib(worker.free_bytes), mib(worker.total_bytes));
+/// Checks that every RPC worker answers and lists them. The daemon itself never talks ggml's
+/// RPC protocol (its client aborts the process when a worker is lost): each model loads in a
+/// runner process that does ([`crate::actors::runner`]) and reports what each worker holds.
+fn check_rpc_workers(endpoints: &[String], ratios: &[f64]) -> std::io::Result<()> {
+    crate::llm::rpc::check_reachable(endpoints).map_err(|e| std::io::Error::other(e.to_string()))?;
+    if !ratios.is_empty() {
+        crate::llm::rpc::check_split(ratios, endpoints.len()).map_err(|e| std::io::Error::other(e.to_string()))?;
+        println!("RPC workers (each model runs in its own process, its layers split over this CPU and them by -split {ratios:?}):");
+    } else {
+        println!("RPC workers (each model runs in its own process, its layers split over this CPU and them by free memory):");
+    }
+    for worker in endpoints {
+        println!("  {worker}");
     }
     Ok(())
 }
@@ -143,7 +147,7 @@ pub fn run(mut config: Config, store: Arc<Store>) -> std::io::Result<()> {
         },
     };
     if !config.rpc.is_empty() {
-        connect_rpc_workers(&config.rpc)?;
+        check_rpc_workers(&config.rpc, &config.split)?;
     }
     let mut loader = StoreLoader::new(Arc::clone(&store), settings);
     let mut catalog = StoreCatalog::new(Arc::clone(&store));
@@ -151,7 +155,12 @@ pub fn run(mut config: Config, store: Arc<Store>) -> std::io::Result<()> {
         catalog = catalog.with_file(name.clone(), &path)?;
         loader = loader.with_file(name, path);
     }
-    let loader = Arc::new(loader);
+    let loader: Arc<dyn crate::actors::messages::ModelLoader> = if config.rpc.is_empty() {
+        Arc::new(loader)
+    } else {
+        let program = std::env::current_exe()?;
+        Arc::new(crate::actors::runner::RunnerLoader::new(loader, config.rpc.clone(), config.split.clone(), program))
+    };
     let catalog = Arc::new(catalog);
     if store.is_read_only() {
         return crate::api::serve::serve_blocking(config, loader, catalog);

@@ -38,6 +38,15 @@ pub trait LoadedModel: Send + Sync {
     }
     /// Sequences decoding or waiting for a slot right now.
     fn sequences_in_use(&self) -> usize;
+    /// What each device holds when the model is split over RPC workers (empty: all local).
+    fn placement(&self) -> Vec<crate::core::DevicePlacement> {
+        Vec::new()
+    }
+    /// Whether the model can no longer serve (its runner process ended): the supervisor then
+    /// forgets it, and the next request loads it again.
+    fn is_lost(&self) -> bool {
+        false
+    }
     fn totals(&self) -> ModelTotals;
 }
 

@@ -9,5 +9,7 @@ pub mod embed;
 pub mod messages;
 pub mod model;
 pub mod prefix;
+pub mod runner;
+pub mod runner_child;
 pub mod sampler;
 pub mod supervisor;

@@ -201,6 +201,27 @@ impl LlamaModelHandle {
     }
 }
 
+/// A split as the API shows it: each device, its layers and bytes.
+fn placement_of(split: &crate::llm::rpc::LayerSplit) -> Vec<crate::core::DevicePlacement> {
+    let layers = |range: &std::ops::Range<u32>| {
+        if range.is_empty() {
+            "none".to_string()
+        } else {
+            format!("{}-{}", range.start, range.end - 1)
+        }
+    };
+    let devices = std::iter::once(("local CPU".to_string(), &split.local))
+        .chain(split.workers.iter().map(|(endpoint, range)| (endpoint.clone(), range)));
+    devices
+        .enumerate()
+        .map(|(index, (device, range))| crate::core::DevicePlacement {
+            device,
+            layers: layers(range),
+            bytes: split.bytes.get(index).copied().unwrap_or(0),
+        })
+        .collect()
+}
+
 /// A request turned into what the worker runs.
 struct Prepared {
     prompt: Vec<u32>,
@@ -249,6 +270,10 @@ impl LoadedModel for LlamaModelHandle {
 
     fn sequences_in_use(&self) -> usize {
         self.shared.in_use.load(Ordering::Acquire)
+    }
+
+    fn placement(&self) -> Vec<crate::core::DevicePlacement> {
+        self.model.rpc_split().map(placement_of).unwrap_or_default()
     }
 
     fn totals(&self) -> ModelTotals {
@@ -629,6 +654,19 @@ impl StoreLoader {
         self.files.insert(name, path);
         self
     }
+
+    /// The file a name loads and its facts, without loading it.
+    pub fn locate(&self, name: &str) -> Result<(PathBuf, ModelInfo), CoreError> {
+        let name = ModelName::parse(name)?;
+        match self.files.get(&name) {
+            Some(path) => locate_file(path, &name.to_string()),
+            None => locate_stored(&name, &self.store),
+        }
+    }
+
+    pub fn settings(&self) -> &WorkerSettings {
+        &self.settings
+    }
 }
 
 /// Resolves `reference` (a store name, or a path to a GGUF file) to a file and its facts.
@@ -707,11 +745,7 @@ pub fn load_model(path: &Path, info: ModelInfo, settings: &WorkerSettings) -> Re
 
 impl ModelLoader for StoreLoader {
     fn load(&self, name: &str) -> Result<Arc<dyn LoadedModel>, CoreError> {
-        let name = ModelName::parse(name)?;
-        let (path, info) = match self.files.get(&name) {
-            Some(path) => locate_file(path, &name.to_string())?,
-            None => locate_stored(&name, &self.store)?,
-        };
+        let (path, info) = self.locate(name)?;
         Ok(Arc::new(load_model(&path, info, &self.settings)?))
     }
 }

@@ -136,6 +136,8 @@ pub struct LoadedModelStatus {
     pub keep_alive: String,
     pub loaded_at: DateTime<Utc>,
     pub totals: ModelTotals,
+    /// What each device holds, for a model split over RPC workers.
+    pub placement: Vec<crate::core::DevicePlacement>,
 }
 
 /// The supervisor's state at one moment.
@@ -232,8 +234,24 @@ impl Supervisor {
         }
     }
 
+    /// Forgets a model that can no longer serve ([`LoadedModel::is_lost`]); requests still
+    /// holding it end on their own, and the next one loads it again.
+    fn forget_lost(&mut self, ctx: &mut Context<Self>) {
+        let lost: Vec<String> =
+            self.loaded.iter().filter(|(_, slot)| slot.model.is_lost()).map(|(name, _)| name.clone()).collect();
+        for name in lost {
+            if let Some(mut slot) = self.loaded.remove(&name) {
+                if let Some(timer) = slot.timer.take() {
+                    ctx.cancel_future(timer);
+                }
+                tracing::warn!(model = %name, "model lost (its runner ended); the next request loads it again");
+            }
+        }
+    }
+
     /// Serves every waiter that can be served, starts a load if one is needed and allowed.
     fn pump(&mut self, ctx: &mut Context<Self>) {
+        self.forget_lost(ctx);
         let mut index = 0;
         while index < self.queue.len() {
             let Some(waiter) = self.queue.get(index) else {
@@ -473,6 +491,7 @@ impl Supervisor {
                     keep_alive: slot.keep_alive.to_string(),
                     loaded_at: slot.loaded_at,
                     totals: slot.model.totals(),
+                    placement: slot.model.placement(),
                 }
             })
             .collect();
@@ -515,6 +534,7 @@ impl Handler<Acquire> for Supervisor {
             reply,
             enqueued_at: Instant::now(),
         };
+        self.forget_lost(ctx);
         if self.loaded.contains_key(&waiter.model) {
             self.grant(waiter, ctx);
             return MessageResult(ticket);

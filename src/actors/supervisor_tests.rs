@@ -13,6 +13,9 @@ struct Journal {
     events: Mutex<Vec<String>>,
     loads_running: AtomicUsize,
     most_loads_at_once: AtomicUsize,
+    /// Models loaded so far, and how many of the first ones are lost (their runner ended).
+    loads_done: AtomicUsize,
+    lost_below: AtomicUsize,
 }
 
 impl Journal {
@@ -29,6 +32,7 @@ impl Journal {
 struct FakeModel {
     info: ModelInfo,
     journal: Arc<Journal>,
+    load_index: usize,
 }
 
 impl LoadedModel for FakeModel {
@@ -43,6 +47,9 @@ impl LoadedModel for FakeModel {
     }
     fn totals(&self) -> ModelTotals {
         ModelTotals::default()
+    }
+    fn is_lost(&self) -> bool {
+        self.load_index < self.journal.lost_below.load(Ordering::SeqCst)
     }
 }
 
@@ -83,6 +90,7 @@ impl ModelLoader for FakeLoader {
         Ok(Arc::new(FakeModel {
             info,
             journal: self.journal.clone(),
+            load_index: self.journal.loads_done.fetch_add(1, Ordering::SeqCst),
         }))
     }
 }
@@ -351,4 +359,22 @@ async fn shutdown_fails_waiters_unloads_idle_and_refuses_new_requests() {
     drop(busy);
     assert!(loaded_names(&addr).await.is_empty());
     assert_eq!(journal.events(), vec!["load a", "unload a"]);
+}
+
+#[actix::test]
+async fn a_lost_model_is_forgotten_and_the_next_request_loads_it_again() {
+    let (addr, journal) = start(2, LONG, 8, 0);
+    let held = acquire(&addr, "a", None).await.unwrap();
+    // Its runner ends while a request still holds it.
+    journal.lost_below.store(1, Ordering::SeqCst);
+    let again = acquire(&addr, "a", None).await.unwrap();
+    assert!(!Arc::ptr_eq(held.model(), again.model()));
+    assert_eq!(journal.events(), vec!["load a", "load a"]);
+    // The old lease's release does not touch the new model's count.
+    drop(held);
+    sleep_ms(20).await;
+    let status = addr.send(Snapshot).await.unwrap();
+    assert_eq!(status.models.len(), 1);
+    assert_eq!(status.models[0].requests_in_flight, 1);
+    assert_eq!(journal.events(), vec!["load a", "load a", "unload a"]);
 }

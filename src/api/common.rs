@@ -153,7 +153,7 @@ pub async fn collect(mut started: Started) -> Result<Collected, CoreError> {
             StreamEvent::Done(mut completion) => {
                 started.observer.finished(&completion);
                 if let FinishReason::Error(message) = &completion.finish_reason {
-                    return Err(CoreError::internal(format!("generation failed: {message}")));
+                    return Err(crate::core::generation_failed(message));
                 }
                 completion.timings.load =
                     completion.timings.load.max(started.lease.load_duration());

@@ -78,11 +78,13 @@ pub async fn serve_with_admin(
     )
     .start();
 
+    let mut placement = Vec::new();
     let preloaded: Option<ModelInfo> = match &config.model {
         Some(name) => {
             let lease = acquire(&supervisor, name, None)
                 .await
                 .map_err(|e| io::Error::other(format!("cannot load {name}: {e}")))?;
+            placement = lease.model().placement();
             Some(lease.model().info().clone())
         }
         None => None,
@@ -117,6 +119,7 @@ pub async fn serve_with_admin(
     warn_if_exposed(&bound, state.api_key.is_some());
     let bound: Vec<String> = bound.iter().map(ToString::to_string).collect();
     print_banner(&config, preloaded.as_ref(), &bound);
+    print_placement(preloaded.as_ref(), &placement);
     let handle = server.handle();
     let mut running = actix_web::rt::spawn(server);
 
@@ -275,6 +278,22 @@ fn print_banner(config: &Config, model: Option<&ModelInfo>, bound: &[String]) {
         "llamay serving"
     );
     println!("{}", route_table(&format!("http://{}", config.addr)));
+}
+
+/// For a preloaded model split over RPC workers: what each device holds.
+fn print_placement(model: Option<&ModelInfo>, placement: &[crate::core::DevicePlacement]) {
+    let (Some(model), false) = (model, placement.is_empty()) else {
+        return;
+    };
+    println!("{} is split over the RPC workers:", model.name);
+    for part in placement {
+        println!(
+            "  {:<24} layers {:<8} {} MiB",
+            part.device,
+            part.layers,
+            part.bytes.div_ceil(1024 * 1024)
+        );
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM, naming which.

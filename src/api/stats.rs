@@ -34,6 +34,7 @@ pub async fn stats(state: web::Data<AppState>) -> HttpResponse {
                 "keep_alive": model.keep_alive,
                 "expires_at": model.expires_at.map(|t| t.to_rfc3339()),
                 "loaded_at": model.loaded_at.to_rfc3339(),
+                "rpc_placement": model.placement,
                 "totals": {
                     "requests": totals.requests,
                     "prompt_tokens": totals.prompt_tokens,

@@ -94,6 +94,9 @@ enum Command {
     Stop { model: String },
     /// Serve this machine's CPU to a `serve -rpc` coordinator (llama.cpp's RPC protocol).
     RpcWorker(rpc_worker::RpcWorkerArgs),
+    /// One model split over RPC workers, for the daemon that starts it (internal).
+    #[command(hide = true)]
+    RpcRunner,
 }
 
 pub fn init_logging(json: bool) {
@@ -156,6 +159,11 @@ pub fn main(args: Vec<String>) -> Result<ExitCode, CliError> {
         Command::RpcWorker(args) => {
             init_logging(false);
             rpc_worker::rpc_worker(args)
+        }
+        Command::RpcRunner => {
+            init_logging(false);
+            llamay::actors::runner_child::run().map_err(CliError::Model)?;
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

@@ -17,6 +17,8 @@ pub use crate::error::{CoreError, ErrorCode};
 pub use admin::{CreateModel, ModelAdmin, ModelDefaults, ProgressSink, PullProgress};
 pub use keepalive::KeepAlive;
 pub use model::{CatalogEntry, ModelCatalog, ModelDescription, ModelInfo, ModelTotals};
+pub use model::DevicePlacement;
+pub use response::generation_failed;
 pub use name::{InvalidModelName, ModelName};
 pub use request::{
     ChatMessage, Constraint, ConstraintKind, ContextRequest, PromptInput, Role, SamplingParams, ToolCall,

@@ -6,12 +6,12 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::CoreError;
 
 /// Facts about a loaded model, fixed at load.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelInfo {
     /// The name it was asked for by (`smollm2:135m`).
     pub name: String,
@@ -102,4 +102,16 @@ pub trait ModelCatalog: Send + Sync + 'static {
     fn list(&self) -> Result<Vec<CatalogEntry>, CoreError>;
     /// `ErrorCode::ModelNotFound` when `name` is not installed.
     fn describe(&self, name: &str) -> Result<ModelDescription, CoreError>;
+}
+
+/// What one device holds of a model split over RPC workers (`serve -rpc`): shown at start-up
+/// and by `/v1/stats`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DevicePlacement {
+    /// `local CPU`, or the worker's host:port.
+    pub device: String,
+    /// Blocks held, as `11-15` (the output layer counts as the block after the last), or `none`.
+    pub layers: String,
+    /// Weight bytes held.
+    pub bytes: u64,
 }

@@ -51,7 +51,7 @@ pub struct ToolCall {
 }
 
 /// How tools may be used (issue 6); `Auto` when a request names none.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub enum ToolChoice {
     #[default]
     Auto,
@@ -61,7 +61,7 @@ pub enum ToolChoice {
 }
 
 /// One turn of the conversation.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChatMessage {
     pub role: Role,
     pub content: String,
@@ -84,7 +84,7 @@ impl ChatMessage {
 
 /// What the model reads: a conversation rendered through its chat template, or raw text
 /// (Ollama `/api/generate`; `template: false` is Ollama's `raw: true`).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum PromptInput {
     Chat {
         messages: Vec<ChatMessage>,
@@ -98,7 +98,7 @@ pub enum PromptInput {
 }
 
 /// Sampling knobs, already range-checked by the API conversion.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SamplingParams {
     pub temperature: f32,
     pub top_k: i32,

@@ -5,18 +5,20 @@
 
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use super::request::ToolCall;
 
 /// One event of a generation. The last event is always `Done`; an error after the first token
 /// arrives as `Done` with [`FinishReason::Error`], since the HTTP status is already sent.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum StreamEvent {
     Delta { text: String },
     Done(Completion),
 }
 
 /// Why generation stopped.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub enum FinishReason {
     /// End of generation token, or the constraint reached an accepting state with nothing more allowed.
     #[default]
@@ -34,7 +36,7 @@ pub enum FinishReason {
 }
 
 /// Token counts for a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Usage {
     pub prompt_tokens: u32,
     pub completion_tokens: u32,
@@ -44,7 +46,7 @@ pub struct Usage {
 }
 
 /// Wall-clock durations of a request's phases (Ollama reports them in nanoseconds).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Timings {
     /// Time spent loading the model for this request (zero when it was already loaded).
     pub load: Duration,
@@ -55,7 +57,7 @@ pub struct Timings {
 }
 
 /// The end of a generation.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Completion {
     pub finish_reason: FinishReason,
     pub usage: Usage,
@@ -71,4 +73,25 @@ pub struct Completion {
     pub constraint_stats: Option<serde_json::Value>,
     /// The prompt and answer as token ids (Ollama's `context` on `/api/generate`).
     pub context_tokens: Vec<u32>,
+}
+
+/// Opens the message of a [`FinishReason::Error`] whose cause lies outside the daemon and may
+/// pass (an RPC worker lost): such a failure is a 503, not a 500, for a request not yet answered.
+const RPC_WORKER_LOST: &str = "RPC worker lost: ";
+
+impl FinishReason {
+    /// A generation cut off because an RPC worker its model is split over went away.
+    pub fn rpc_worker_lost(message: &str) -> Self {
+        FinishReason::Error(format!("{RPC_WORKER_LOST}{message}"))
+    }
+}
+
+/// The error a request that failed part way gets when nothing has been sent yet: 503 for a
+/// lost RPC worker ([`FinishReason::rpc_worker_lost`]), otherwise 500.
+pub fn generation_failed(message: &str) -> crate::error::CoreError {
+    use crate::error::{CoreError, ErrorCode};
+    match message.strip_prefix(RPC_WORKER_LOST) {
+        Some(_) => CoreError::new(ErrorCode::RpcWorkerLost, message.to_string()),
+        None => CoreError::internal(format!("generation failed: {message}")),
+    }
 }

@@ -43,13 +43,13 @@ impl Model {
         // With RPC workers connected, every model spreads its layers over them and this CPU.
         let rpc_split = match super::rpc::plan() {
             Some(plan) => {
-                let n_layer = super::rpc::block_count(path, &facts.architecture)?;
+                let (n_layer, block_bytes) = super::rpc::block_count(path, &facts.architecture)?;
                 let offloaded = plan.offloaded_layers(n_layer);
                 params = params
                     .with_devices(&plan.device_indices())
                     .map_err(|e| LlmError::Backend(format!("RPC devices: {e}")))?
                     .with_n_gpu_layers(offloaded);
-                let split = plan.layer_split(n_layer, offloaded);
+                let split = plan.layer_split(n_layer, offloaded).with_bytes(&block_bytes);
                 tracing::info!(model = %path.display(), %split, "model split across RPC workers");
                 Some(split)
             }

@@ -9,6 +9,10 @@
 //! ggml's RPC client also aborts when a worker is lost in the middle of a computation; that is
 //! not recoverable from outside ggml (see [`install_abort_report`]).
 //!
+//! What a worker advertises (`rpc-worker -mem`) and how a coordinator weighs its workers
+//! (`serve -split`) both go through the one number ggml's split reads, a device's free memory:
+//! [`advertise_memory`] replaces that device's memory query (checked right after).
+//!
 //! Cost: one TCP probe and one handshake per worker at start-up; at decode time every
 //! split layer boundary is a network round trip (measured in `benches/rpc_split.rs`).
 
@@ -16,7 +20,7 @@ use std::ffi::{c_char, c_void, CStr, CString};
 use std::net::{Ipv4Addr, TcpStream, ToSocketAddrs};
 use std::ops::Range;
 use std::path::Path;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use llama_cpp_sys_2 as sys;
@@ -55,6 +59,10 @@ pub enum RpcError {
     AlreadyConnected { current: Vec<String> },
     #[error("{path}: cannot read the layer count for an RPC split: {reason}")]
     LayerCount { path: String, reason: String },
+    #[error("split {given:?} is not valid: {reason}")]
+    BadSplit { given: Vec<f64>, reason: String },
+    #[error("cannot advertise {what}: {reason}")]
+    Advertise { what: String, reason: String },
 }
 
 /// Whether llama.cpp was compiled with the RPC backend.
@@ -110,8 +118,14 @@ pub fn worker_listen_address(addr: &str, allow_remote: bool) -> Result<String, R
 }
 
 /// Serves this machine's CPU backend to coordinators until the process ends (ggml's server
-/// loop never returns once it listens). `threads` is the CPU backend's thread count.
-pub fn serve_worker(listen: &str, threads: usize) -> Result<(), RpcError> {
+/// loop never returns once it listens). `threads` is the CPU backend's thread count;
+/// `advertised_bytes`, when given, is the free and total memory coordinators are told of (the
+/// weight of this worker in their split) instead of this machine's.
+pub fn serve_worker(
+    listen: &str,
+    threads: usize,
+    advertised_bytes: Option<u64>,
+) -> Result<(), RpcError> {
     let start: StartServerFn = {
         let address = rpc_proc(c"ggml_backend_rpc_start_server")?;
         // SAFETY: ggml registers this name for exactly this signature (ggml-rpc.h).
@@ -129,6 +143,9 @@ pub fn serve_worker(listen: &str, threads: usize) -> Result<(), RpcError> {
             addr: listen.to_string(),
             reason: "no CPU backend".into(),
         });
+    }
+    if let Some(bytes) = advertised_bytes {
+        advertise_memory(cpu, bytes, bytes, "this worker's memory")?;
     }
     let endpoint = CString::new(listen).map_err(|_| RpcError::BadAddress {
         addr: listen.to_string(),
@@ -155,14 +172,19 @@ pub fn serve_worker(listen: &str, threads: usize) -> Result<(), RpcError> {
 pub struct RpcWorker {
     pub endpoint: String,
     device_index: usize,
+    /// What the worker reported when it connected (its `-mem`, or its machine's memory).
     pub free_bytes: u64,
     pub total_bytes: u64,
+    /// This worker's weight among the workers: its free memory, or its `-split` ratio.
+    weight: u64,
 }
 
 /// The workers this process splits models over.
 #[derive(Debug)]
 pub struct RpcPlan {
     pub workers: Vec<RpcWorker>,
+    /// `-split`: local CPU first, then one ratio per worker. `None`: by free memory.
+    pub ratios: Option<Vec<f64>>,
 }
 
 /// Where a model's layers are: the local CPU's range and each worker's (blocks numbered from 0;
@@ -171,6 +193,9 @@ pub struct RpcPlan {
 pub struct LayerSplit {
     pub local: Range<u32>,
     pub workers: Vec<(String, Range<u32>)>,
+    /// Weight bytes each holds, local CPU first (the input embeddings always stay local), as
+    /// the GGUF's tensor sizes add up; empty until [`LayerSplit::with_bytes`].
+    pub bytes: Vec<u64>,
 }
 
 impl std::fmt::Display for LayerSplit {
@@ -182,11 +207,31 @@ impl std::fmt::Display for LayerSplit {
                 format!("layers {}-{}", r.start, r.end - 1)
             }
         };
-        write!(f, "local CPU {}", range(&self.local))?;
-        for (endpoint, layers) in &self.workers {
-            write!(f, ", {endpoint} {}", range(layers))?;
+        let mib = |index: usize| match self.bytes.get(index) {
+            Some(bytes) => format!(" ({} MiB)", bytes.div_ceil(1024 * 1024)),
+            None => String::new(),
+        };
+        write!(f, "local CPU {}{}", range(&self.local), mib(0))?;
+        for (index, (endpoint, layers)) in self.workers.iter().enumerate() {
+            write!(f, ", {endpoint} {}{}", range(layers), mib(index + 1))?;
         }
         Ok(())
+    }
+}
+
+impl LayerSplit {
+    /// Adds the bytes each part holds, from [`BlockBytes`] of the same model.
+    pub fn with_bytes(mut self, blocks: &BlockBytes) -> Self {
+        let sum = |range: &Range<u32>| -> u64 {
+            range
+                .clone()
+                .map(|b| blocks.per_block.get(b as usize).copied().unwrap_or(0))
+                .sum()
+        };
+        let mut bytes = vec![blocks.input + sum(&self.local)];
+        bytes.extend(self.workers.iter().map(|(_, range)| sum(range)));
+        self.bytes = bytes;
+        self
     }
 }
 
@@ -197,9 +242,38 @@ pub fn plan() -> Option<&'static RpcPlan> {
     PLAN.get()
 }
 
+/// Checks `-split` ratios against the workers: one for the local CPU, then one per worker, each
+/// finite and not negative, not all zero.
+pub fn check_split(ratios: &[f64], workers: usize) -> Result<(), RpcError> {
+    let bad = |reason: String| RpcError::BadSplit {
+        given: ratios.to_vec(),
+        reason,
+    };
+    if ratios.len() != workers + 1 {
+        return Err(bad(format!(
+            "expected {} ratios (the local CPU first, then each of the {workers} RPC workers in -rpc order), got {}",
+            workers + 1,
+            ratios.len()
+        )));
+    }
+    if let Some(ratio) = ratios.iter().find(|r| !r.is_finite() || **r < 0.0) {
+        return Err(bad(format!("{ratio} is not a ratio (a number 0 or more)")));
+    }
+    if ratios.iter().sum::<f64>() <= 0.0 {
+        return Err(bad(
+            "all ratios are zero: no device would hold a layer".into()
+        ));
+    }
+    Ok(())
+}
+
 /// Checks that every worker accepts a TCP connection, then hands them to ggml (which aborts
 /// the process on a worker it cannot reach, hence the check first). Once per process.
-pub fn connect(endpoints: &[String]) -> Result<&'static RpcPlan, RpcError> {
+/// `ratios` (`-split`, see [`check_split`]) replaces the split by free memory.
+pub fn connect(endpoints: &[String], ratios: Option<&[f64]>) -> Result<&'static RpcPlan, RpcError> {
+    if let Some(ratios) = ratios {
+        check_split(ratios, endpoints.len())?;
+    }
     if let Some(plan) = PLAN.get() {
         let current: Vec<String> = plan.workers.iter().map(|w| w.endpoint.clone()).collect();
         if current == endpoints {
@@ -255,9 +329,116 @@ pub fn connect(endpoints: &[String]) -> Result<&'static RpcPlan, RpcError> {
             device_index,
             free_bytes: free as u64,
             total_bytes: total as u64,
+            weight: free as u64,
         });
+        if let Some(ratios) = ratios {
+            // llama.cpp splits the offloaded layers over the devices by what they report free;
+            // reporting the ratio (scaled to bytes) makes that split the asked one.
+            let worker_sum: f64 = ratios[1..].iter().sum();
+            let share = if worker_sum > 0.0 {
+                ratios[workers.len()] / worker_sum
+            } else {
+                0.0
+            };
+            let weight = (share * RATIO_SCALE) as u64;
+            advertise_memory(
+                device,
+                weight,
+                total as u64,
+                &format!("split ratio of {endpoint}"),
+            )?;
+            if let Some(last) = workers.last_mut() {
+                last.weight = weight;
+            }
+        }
     }
-    Ok(PLAN.get_or_init(|| RpcPlan { workers }))
+    Ok(PLAN.get_or_init(|| RpcPlan {
+        workers,
+        ratios: ratios.map(<[f64]>::to_vec),
+    }))
+}
+
+/// A worker's `-split` share is reported to llama.cpp as this many bytes times the share.
+const RATIO_SCALE: f64 = (1u64 << 40) as f64;
+
+/// The first members of ggml's `struct ggml_backend_device` (ggml-backend-impl.h): its
+/// interface opens with `get_name`, `get_description`, `get_memory`.
+#[repr(C)]
+struct DeviceHead {
+    get_name: *const c_void,
+    get_description: *const c_void,
+    get_memory: Option<unsafe extern "C" fn(sys::ggml_backend_dev_t, *mut usize, *mut usize)>,
+}
+
+/// Devices whose memory query [`advertise_memory`] replaced: (device address, free, total).
+static ADVERTISED: Mutex<Vec<(usize, u64, u64)>> = Mutex::new(Vec::new());
+
+unsafe extern "C" fn advertised_memory(
+    device: sys::ggml_backend_dev_t,
+    free: *mut usize,
+    total: *mut usize,
+) {
+    let table = ADVERTISED
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let (f, t) = table
+        .iter()
+        .find(|(address, _, _)| *address == device as usize)
+        .map_or((0, 0), |&(_, f, t)| (f, t));
+    // SAFETY: ggml passes two writable out-parameters.
+    unsafe {
+        if !free.is_null() {
+            *free = f as usize;
+        }
+        if !total.is_null() {
+            *total = t as usize;
+        }
+    }
+}
+
+/// Makes `device` report `free` and `total` bytes from now on, to ggml's split and to the
+/// coordinators that ask a worker. Done before any model loads or any coordinator connects;
+/// verified through ggml's own query, so a different ggml layout is an error, not a guess.
+fn advertise_memory(
+    device: sys::ggml_backend_dev_t,
+    free: u64,
+    total: u64,
+    what: &str,
+) -> Result<(), RpcError> {
+    let fail = |reason: &str| RpcError::Advertise {
+        what: what.to_string(),
+        reason: reason.to_string(),
+    };
+    if device.is_null() {
+        return Err(fail("no such device"));
+    }
+    {
+        let mut table = ADVERTISED
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        table.retain(|(address, _, _)| *address != device as usize);
+        table.push((device as usize, free, total));
+    }
+    // SAFETY: `device` points at a live, writable `ggml_backend_device` (ggml keeps the CPU's and
+    // each RPC one for the process's life), whose interface starts as `DeviceHead` describes.
+    let (mut reported_free, mut reported_total) = (0usize, 0usize);
+    unsafe {
+        let head = device.cast::<DeviceHead>();
+        (*head).get_memory = Some(advertised_memory);
+        sys::ggml_backend_dev_memory(device, &mut reported_free, &mut reported_total);
+    }
+    if (reported_free as u64, reported_total as u64) != (free, total) {
+        return Err(fail(
+            "ggml's device layout is not the one this build expects",
+        ));
+    }
+    Ok(())
+}
+
+/// Every worker checked with a TCP connect (no ggml: safe in a process that must not abort);
+/// the first that does not answer is the error.
+pub fn check_reachable(endpoints: &[String]) -> Result<(), RpcError> {
+    endpoints.iter().try_for_each(|endpoint| probe(endpoint))
 }
 
 /// A TCP connect to `endpoint` (host:port), so an unreachable worker is an error naming it.
@@ -306,13 +487,22 @@ impl RpcPlan {
 
     /// Layers offloaded to the workers (llama.cpp's `n_gpu_layers`): the workers' share of all
     /// free memory (theirs and this machine's) of the `n_layer + 1` blocks (output included).
+    /// With `-split` ratios, the workers' share of the ratios instead.
     pub fn offloaded_layers(&self, n_layer: u32) -> u32 {
+        let blocks = u64::from(n_layer) + 1;
+        if let Some(ratios) = &self.ratios {
+            let total: f64 = ratios.iter().sum();
+            let remote: f64 = ratios.iter().skip(1).sum();
+            if total <= 0.0 {
+                return 0;
+            }
+            return ((blocks as f64 * remote / total).round() as u64).min(blocks) as u32;
+        }
         let remote: u64 = self.workers.iter().map(|w| w.free_bytes).sum();
         let total = remote + local_free_bytes();
         if total == 0 {
             return 0;
         }
-        let blocks = u64::from(n_layer) + 1;
         ((blocks * remote + total / 2) / total).min(blocks) as u32
     }
 
@@ -322,16 +512,21 @@ impl RpcPlan {
     pub fn layer_split(&self, n_layer: u32, offloaded: u32) -> LayerSplit {
         let blocks = n_layer + 1;
         let first_remote = blocks.saturating_sub(offloaded);
-        let sum: f64 = self.workers.iter().map(|w| w.free_bytes as f64).sum();
+        // As llama.cpp: running sums of f32 weights, divided by the total.
         let mut bounds = Vec::with_capacity(self.workers.len());
-        let mut running = 0.0;
+        let mut running = 0.0f32;
         for worker in &self.workers {
-            running += if sum > 0.0 {
-                worker.free_bytes as f64 / sum
-            } else {
-                1.0 / self.workers.len() as f64
-            };
-            bounds.push(running as f32);
+            running += worker.weight as f32;
+            bounds.push(running);
+        }
+        if running > 0.0 {
+            bounds.iter_mut().for_each(|b| *b /= running);
+        } else {
+            let count = self.workers.len() as f32;
+            bounds
+                .iter_mut()
+                .enumerate()
+                .for_each(|(i, b)| *b = (i + 1) as f32 / count);
         }
         let mut ranges: Vec<Range<u32>> = vec![blocks..blocks; self.workers.len()];
         for block in first_remote..blocks {
@@ -356,12 +551,62 @@ impl RpcPlan {
                 .map(|w| w.endpoint.clone())
                 .zip(ranges)
                 .collect(),
+            bytes: Vec::new(),
         }
     }
 }
 
-/// `<architecture>.block_count` of the GGUF at `path`, read with ggml's own parser (header only).
-pub fn block_count(path: &Path, architecture: &str) -> Result<u32, RpcError> {
+/// Weight bytes of a model's parts, as its GGUF lists its tensors: the input embeddings (kept
+/// on the local CPU), and each block `blk.N` with the output layer as block `n_layer`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BlockBytes {
+    pub input: u64,
+    pub per_block: Vec<u64>,
+}
+
+impl BlockBytes {
+    /// Sorts tensors (name, bytes) into parts. A model without `output.weight` ties its output
+    /// to the embeddings, which llama.cpp then also places with the output layer.
+    pub fn from_tensors<'a>(
+        n_layer: u32,
+        tensors: impl IntoIterator<Item = (&'a str, u64)>,
+    ) -> Self {
+        let mut parts = BlockBytes {
+            input: 0,
+            per_block: vec![0; n_layer as usize + 1],
+        };
+        let mut has_output = false;
+        let mut embeddings = 0;
+        for (name, bytes) in tensors {
+            let block = name
+                .strip_prefix("blk.")
+                .and_then(|rest| rest.split('.').next())
+                .and_then(|n| n.parse::<usize>().ok())
+                .filter(|&n| n < n_layer as usize);
+            match block {
+                Some(n) => parts.per_block[n] += bytes,
+                None if name.starts_with("token_embd") => {
+                    parts.input += bytes;
+                    if name == "token_embd.weight" {
+                        embeddings = bytes;
+                    }
+                }
+                None => {
+                    has_output |= name == "output.weight";
+                    parts.per_block[n_layer as usize] += bytes;
+                }
+            }
+        }
+        if !has_output {
+            parts.per_block[n_layer as usize] += embeddings;
+        }
+        parts
+    }
+}
+
+/// `<architecture>.block_count` of the GGUF at `path` and the bytes of each part, read with
+/// ggml's own parser (header only).
+pub fn block_count(path: &Path, architecture: &str) -> Result<(u32, BlockBytes), RpcError> {
     let fail = |reason: &str| RpcError::LayerCount {
         path: path.display().to_string(),
         reason: reason.to_string(),
@@ -388,8 +633,18 @@ pub fn block_count(path: &Path, architecture: &str) -> Result<u32, RpcError> {
         } else {
             None
         };
+        let mut tensors = Vec::new();
+        for index in 0..sys::gguf_get_n_tensors(context) {
+            let name = sys::gguf_get_tensor_name(context, index);
+            if !name.is_null() {
+                let name = CStr::from_ptr(name).to_string_lossy().into_owned();
+                tensors.push((name, sys::gguf_get_tensor_size(context, index) as u64));
+            }
+        }
         sys::gguf_free(context);
-        count.ok_or_else(|| fail("no u32 block_count key"))
+        let count = count.ok_or_else(|| fail("no u32 block_count key"))?;
+        let bytes = BlockBytes::from_tensors(count, tensors.iter().map(|(n, b)| (n.as_str(), *b)));
+        Ok((count, bytes))
     }
 }
 
@@ -411,7 +666,7 @@ pub fn install_abort_report() {
             .get()
             .map(|p| p.workers.iter().map(|w| w.endpoint.as_str()).collect())
             .unwrap_or_default();
-        eprintln!("llamay: llama.cpp aborted: {text} (RPC workers: {}); a lost RPC worker ends the daemon, restart it", workers.join(", "));
+        eprintln!("llamay: llama.cpp aborted: {text} (RPC workers: {}); a lost RPC worker ends the process computing with it", workers.join(", "));
     }
     // SAFETY: `report` matches ggml_abort_callback_t and never unwinds.
     unsafe {
@@ -420,70 +675,5 @@ pub fn install_abort_report() {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn worker_address_refuses_remote_without_flag() {
-        assert_eq!(
-            worker_listen_address("localhost:50052", false).unwrap(),
-            "127.0.0.1:50052"
-        );
-        assert_eq!(
-            worker_listen_address("127.0.0.1:1", false).unwrap(),
-            "127.0.0.1:1"
-        );
-        assert!(matches!(
-            worker_listen_address("0.0.0.0:50052", false),
-            Err(RpcError::NotLoopback { .. })
-        ));
-        assert_eq!(
-            worker_listen_address("0.0.0.0:50052", true).unwrap(),
-            "0.0.0.0:50052"
-        );
-        assert!(matches!(
-            worker_listen_address("example.org:1", true),
-            Err(RpcError::BadAddress { .. })
-        ));
-        assert!(matches!(
-            worker_listen_address("127.0.0.1", false),
-            Err(RpcError::BadAddress { .. })
-        ));
-    }
-
-    #[test]
-    fn layer_split_follows_free_memory() {
-        let worker = |endpoint: &str, free| RpcWorker {
-            endpoint: endpoint.into(),
-            device_index: 0,
-            free_bytes: free,
-            total_bytes: free,
-        };
-        let plan = RpcPlan {
-            workers: vec![worker("a:1", 100), worker("b:2", 300)],
-        };
-        let split = plan.layer_split(30, 20);
-        assert_eq!(split.local, 0..11);
-        assert_eq!(split.workers[0], ("a:1".to_string(), 11..16));
-        assert_eq!(split.workers[1], ("b:2".to_string(), 16..31));
-        assert_eq!(
-            split.to_string(),
-            "local CPU layers 0-10, a:1 layers 11-15, b:2 layers 16-30"
-        );
-    }
-
-    #[test]
-    fn unreachable_worker_is_named() {
-        // A port just bound and released: nothing listens there.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let endpoint = format!("127.0.0.1:{port}");
-        match probe(&endpoint) {
-            Err(RpcError::Unreachable { worker, .. }) => assert_eq!(worker, endpoint),
-            other => panic!("expected unreachable, got {other:?}"),
-        }
-    }
-}
+#[path = "rpc_tests.rs"]
+mod tests;
