@@ -78,7 +78,7 @@ fn every_sample_grammar_holds_greedy_and_sampled() {
         let source = std::fs::read(corpus(file)).unwrap();
         let grammar = Arc::new(compile_gbnf(&source, &Limits::default()).unwrap_or_else(|e| panic!("{file}: {e}")));
         for seed in [None, Some(1), Some(2)] {
-            let constraint = Constraint { kind: ConstraintKind::Grammar, grammar: Arc::clone(&grammar) };
+            let constraint = Constraint { kind: ConstraintKind::Grammar, grammar: Arc::clone(&grammar), source: None };
             let (text, done) = generate(prompt, constraint, seed, 40);
             let outcome = check_input(&grammar, text.as_bytes());
             match done.finish_reason {
@@ -99,7 +99,7 @@ fn every_sample_grammar_holds_greedy_and_sampled() {
 fn schema_constraint(schema: &serde_json::Value) -> Constraint {
     let ir = llamay::grammar::schema::compile_schema(schema).expect("schema compiles");
     let grammar = CompiledGrammar::new(ir, &Limits::default()).expect("automaton");
-    Constraint { kind: ConstraintKind::Schema, grammar: Arc::new(grammar) }
+    Constraint { kind: ConstraintKind::Schema, grammar: Arc::new(grammar), source: None }
 }
 
 #[test]
@@ -120,7 +120,7 @@ fn the_spec_order_schema_yields_a_document_that_validates() {
 #[test]
 fn any_json_output_parses() {
     let grammar = CompiledGrammar::new(llamay::grammar::schema::any_json(), &Limits::default()).unwrap();
-    let constraint = Constraint { kind: ConstraintKind::Json, grammar: Arc::new(grammar) };
+    let constraint = Constraint { kind: ConstraintKind::Json, grammar: Arc::new(grammar), source: None };
     let prompt = "Give me a JSON object with keys name, port and tls for a local server.";
     let (text, done) = generate(prompt, constraint, None, 200);
     assert_eq!(done.finish_reason, FinishReason::Stop, "{:?}: {text}", done.finish_reason);

@@ -130,14 +130,17 @@ fn start_daemon_with(rpc: Option<&str>, extra: &[&str]) -> (Process, String) {
     panic!("serve {rpc:?} did not answer /health within 120 s");
 }
 
-/// A greedy chat request: its status and body.
-fn greedy_request(base: &str) -> (reqwest::StatusCode, serde_json::Value) {
-    let body = serde_json::json!({
+/// A greedy chat request with `extra` fields merged into its body: its status and body.
+fn greedy_request_with(base: &str, extra: serde_json::Value) -> (reqwest::StatusCode, serde_json::Value) {
+    let mut body = serde_json::json!({
         "model": MODEL,
         "messages": [{"role": "user", "content": "Name three colours of the rainbow."}],
         "temperature": 0,
         "max_tokens": 32,
     });
+    if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+        body.extend(extra.clone());
+    }
     let response = reqwest::blocking::Client::new()
         .post(format!("{base}/v1/chat/completions"))
         .json(&body)
@@ -148,8 +151,12 @@ fn greedy_request(base: &str) -> (reqwest::StatusCode, serde_json::Value) {
     (status, response.json().expect("json"))
 }
 
-fn greedy_text(base: &str) -> String {
-    let (status, value) = greedy_request(base);
+fn greedy_request(base: &str) -> (reqwest::StatusCode, serde_json::Value) {
+    greedy_request_with(base, serde_json::json!({}))
+}
+
+fn greedy_text_with(base: &str, extra: serde_json::Value) -> String {
+    let (status, value) = greedy_request_with(base, extra);
     assert!(status.is_success(), "status {status}: {value}");
     value["choices"][0]["message"]["content"]
         .as_str()
@@ -157,10 +164,31 @@ fn greedy_text(base: &str) -> String {
         .to_string()
 }
 
+fn greedy_text(base: &str) -> String {
+    greedy_text_with(base, serde_json::json!({}))
+}
+
+/// The constraints a split model must enforce as a local one does: a JSON schema, a GBNF
+/// grammar and "any JSON" (the runner compiles each again from its source).
+fn constrained_requests() -> Vec<serde_json::Value> {
+    vec![
+        serde_json::json!({"response_format": {"type": "json_schema", "json_schema": {"name": "colours",
+            "schema": {"type": "object", "properties": {"colours": {"type": "array",
+                "items": {"enum": ["red", "orange", "yellow", "green", "blue", "indigo", "violet"]},
+                "minItems": 3, "maxItems": 3}}, "required": ["colours"], "additionalProperties": false}}}}),
+        serde_json::json!({"llamay_grammar": "root ::= \"The colours are \" [a-z]+ \", \" [a-z]+ \" and \" [a-z]+ \".\""}),
+        serde_json::json!({"response_format": {"type": "json_object"}}),
+    ]
+}
+
 #[test]
 fn split_over_two_workers_gives_the_same_greedy_text() {
     let (local_daemon, local_base) = start_daemon(None);
     let local = greedy_text(&local_base);
+    let local_constrained: Vec<String> = constrained_requests()
+        .into_iter()
+        .map(|extra| greedy_text_with(&local_base, extra))
+        .collect();
     drop(local_daemon);
     assert!(!local.is_empty(), "the local run generated nothing");
 
@@ -173,6 +201,10 @@ fn split_over_two_workers_gives_the_same_greedy_text() {
         split, local,
         "greedy text differs between the split and the local model"
     );
+    for (extra, local) in constrained_requests().into_iter().zip(local_constrained) {
+        let split = greedy_text_with(&base, extra.clone());
+        assert_eq!(split, local, "constrained greedy text differs for {extra}");
+    }
 }
 
 #[test]

@@ -10,9 +10,9 @@
 //! [`LoadedModel`] that forwards to one), [`ToRunner`] / [`FromRunner`] (the wire: one JSON
 //! object a line over the runner's stdin and stdout; the runner's side is `runner_child.rs`).
 //! Costs: a process per loaded model; per request one line each way to start it (the caller
-//! waits for the runner to accept it) and one line per event back. Not forwarded: grammar and
-//! schema constraints (their compiled form stays in the daemon; "any JSON" is rebuilt in the
-//! runner) and named contexts; both are refused with a 400 saying so.
+//! waits for the runner to accept it) and one line per event back. Constraints travel as their
+//! source (a compiled grammar has no wire form) and the runner compiles them again, keeping a
+//! few compiled grammars for repeats. Not forwarded: named contexts, refused with a 400.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -29,7 +29,7 @@ use tokio::sync::mpsc;
 use super::messages::{CancelToken, Generation, LoadedModel, ModelLoader};
 use super::model::{StoreLoader, WorkerSettings};
 use crate::core::{
-    Completion, ConstraintKind, ContextRequest, CoreError, DevicePlacement, FinishReason,
+    Completion, ConstraintSource, ContextRequest, CoreError, DevicePlacement, FinishReason,
     ModelInfo, ModelTotals, PromptInput, SamplingParams, StreamEvent, ToolChoice,
     ValidGenerateRequest,
 };
@@ -96,8 +96,8 @@ pub struct WireRequest {
     pub input: PromptInput,
     pub sampling: SamplingParams,
     pub stop: Vec<String>,
-    /// "Any JSON" (`json_object`, `format: "json"`), rebuilt by the runner.
-    pub any_json: bool,
+    /// The constraint's source, compiled again by the runner.
+    pub constraint: Option<ConstraintSource>,
     pub num_ctx: Option<u32>,
     pub tool_choice: ToolChoice,
     pub parallel_tool_calls: bool,
@@ -113,10 +113,12 @@ impl WireRequest {
                 request.model
             ))
         };
-        let any_json = match &request.constraint {
-            None => false,
-            Some(constraint) if constraint.kind == ConstraintKind::Json => true,
-            Some(_) => return Err(refuse("a grammar or a JSON schema constraint")),
+        let constraint = match &request.constraint {
+            None => None,
+            Some(constraint) => match &constraint.source {
+                Some(source) => Some(ConstraintSource::clone(source)),
+                None => return Err(refuse("a constraint compiled without its source")),
+            },
         };
         let context_tokens = match &request.context {
             None => None,
@@ -128,7 +130,7 @@ impl WireRequest {
             input: request.input,
             sampling: request.sampling,
             stop: request.stop,
-            any_json,
+            constraint,
             num_ctx: request.num_ctx,
             tool_choice: request.tool_choice,
             parallel_tool_calls: request.parallel_tool_calls,

@@ -16,10 +16,9 @@ use super::runner::{
     write_line, FromRunner, RunnerSpec, ToRunner, WireError, WireRequest, WireTotals,
 };
 use crate::core::{
-    Constraint, ConstraintKind, ContextRequest, CoreError, StreamEvent, ValidGenerateRequest,
+    Constraint, ConstraintSource, ContextRequest, CoreError, StreamEvent, ValidGenerateRequest,
 };
 use crate::error::ErrorCode;
-use crate::grammar::automaton::CompiledGrammar;
 
 type Output = Arc<Mutex<std::io::Stdout>>;
 
@@ -89,30 +88,31 @@ fn load(spec: &RunnerSpec) -> Result<LlamaModelHandle, CoreError> {
     load_model(&spec.path, spec.info.clone(), &spec.settings.to_settings()?)
 }
 
-/// "Any JSON", compiled once in this process.
-fn any_json() -> Result<Arc<CompiledGrammar>, CoreError> {
-    static GRAMMAR: OnceLock<Result<Arc<CompiledGrammar>, String>> = OnceLock::new();
-    GRAMMAR
-        .get_or_init(|| {
-            CompiledGrammar::new(
-                crate::grammar::schema::any_json(),
-                &crate::grammar::limits::Limits::default(),
-            )
-            .map(Arc::new)
-            .map_err(|e| e.to_string())
-        })
-        .clone()
-        .map_err(|e| CoreError::internal(format!("the JSON grammar failed to compile: {e}")))
+/// Compiled grammars kept for repeated constraints (the daemon's cache is in the daemon).
+const COMPILED_KEPT: usize = 32;
+
+/// The request's constraint compiled in this process; a few are kept for the next requests.
+fn compile(source: ConstraintSource) -> Result<Constraint, CoreError> {
+    static KEPT: OnceLock<Mutex<HashMap<String, Constraint>>> = OnceLock::new();
+    let kept = KEPT.get_or_init(|| Mutex::new(HashMap::new()));
+    let key = serde_json::to_string(&source).map_err(|e| CoreError::internal(e.to_string()))?;
+    if let Some(found) = kept.lock().ok().and_then(|kept| kept.get(&key).cloned()) {
+        return Ok(found);
+    }
+    // The daemon compiled the same source before forwarding it, so a failure here is ours.
+    let constraint = Constraint::from_source(source, &crate::grammar::limits::Limits::default())
+        .map_err(|e| CoreError::internal(format!("the runner could not compile the constraint: {e}")))?;
+    if let Ok(mut kept) = kept.lock() {
+        if kept.len() >= COMPILED_KEPT {
+            kept.clear();
+        }
+        kept.insert(key, constraint.clone());
+    }
+    Ok(constraint)
 }
 
 fn to_request(request: WireRequest) -> Result<ValidGenerateRequest, CoreError> {
-    let constraint = match request.any_json {
-        true => Some(Constraint {
-            kind: ConstraintKind::Json,
-            grammar: any_json()?,
-        }),
-        false => None,
-    };
+    let constraint = request.constraint.map(compile).transpose()?;
     Ok(ValidGenerateRequest {
         model: request.model,
         input: request.input,

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::core::{Constraint, ConstraintKind};
+use crate::core::{Constraint, ConstraintCompileError, ConstraintKind, ConstraintSource};
 use crate::error::{CoreError, ErrorCode};
 use crate::grammar::automaton::CompiledGrammar;
 use crate::grammar::limits::Limits;
@@ -133,7 +133,7 @@ impl ConstraintCache {
 pub fn resolve_constraint(
     sources: ConstraintSources,
     cache: &ConstraintCache,
-    default_grammar: Option<&Arc<CompiledGrammar>>,
+    default_grammar: Option<&Constraint>,
 ) -> Result<Option<Constraint>, CoreError> {
     let schema_param = sources
         .schema
@@ -148,49 +148,40 @@ pub fn resolve_constraint(
         .with_param(*grammar_param));
     }
     let limits = Limits::default();
-    if let Some((text, param)) = sources.grammar {
-        let grammar = cache.get_or_compile(format!("gbnf\u{0}{text}"), || {
-            crate::grammar::gbnf::compile_gbnf(text.as_bytes(), &limits).map_err(|e| {
-                CoreError::new(ErrorCode::GrammarRefused, format!("{param}: {e}")).with_param(param)
-            })
-        })?;
-        return Ok(Some(Constraint {
-            kind: ConstraintKind::Grammar,
-            grammar,
-        }));
-    }
-    if let Some((schema, param)) = sources.schema {
+    let (kind, source, param, key) = if let Some((text, param)) = sources.grammar {
+        let key = format!("gbnf\u{0}{text}");
+        (ConstraintKind::Grammar, ConstraintSource::Gbnf { text }, param, key)
+    } else if let Some((schema, param)) = sources.schema {
         let formats = sources.formats.unwrap_or_default();
         // The same schema compiles to a different grammar when formats are enforced.
         let key = format!("schema\u{0}{formats:?}\u{0}{schema}");
-        let grammar = cache.get_or_compile(key, || {
-            let ir = crate::grammar::schema::compile_schema_with(&schema, formats).map_err(|e| {
-                CoreError::new(ErrorCode::SchemaRefused, e.to_string()).with_param(param)
-            })?;
-            CompiledGrammar::new(ir, &limits).map_err(|e| {
-                CoreError::new(ErrorCode::SchemaRefused, format!("{param}: {e}")).with_param(param)
-            })
-        })?;
-        return Ok(Some(Constraint {
-            kind: ConstraintKind::Schema,
-            grammar,
-        }));
-    }
-    if let Some(param) = sources.any_json {
-        let grammar = cache.get_or_compile("json".into(), || {
-            CompiledGrammar::new(crate::grammar::schema::any_json(), &limits).map_err(|e| {
-                CoreError::internal(format!("{param}: the JSON grammar failed to compile: {e}"))
-            })
-        })?;
-        return Ok(Some(Constraint {
-            kind: ConstraintKind::Json,
-            grammar,
-        }));
-    }
-    Ok(default_grammar.map(|grammar| Constraint {
-        kind: ConstraintKind::Grammar,
-        grammar: grammar.clone(),
+        (ConstraintKind::Schema, ConstraintSource::schema(schema, formats), param, key)
+    } else if let Some(param) = sources.any_json {
+        (ConstraintKind::Json, ConstraintSource::AnyJson, param, "json".into())
+    } else {
+        return Ok(default_grammar.cloned());
+    };
+    let grammar = cache.get_or_compile(key, || {
+        source.compile(&limits).map_err(|e| refusal(kind, param, e))
+    })?;
+    Ok(Some(Constraint {
+        kind,
+        grammar,
+        source: Some(Arc::new(source)),
     }))
+}
+
+/// The error a request gets when its constraint does not compile: a grammar's or a schema's
+/// own refusal names the field it came in; "any JSON" failing is the daemon's fault.
+fn refusal(kind: ConstraintKind, param: &'static str, error: ConstraintCompileError) -> CoreError {
+    match (kind, error) {
+        (ConstraintKind::Json, e) => CoreError::internal(format!("{param}: the JSON grammar failed to compile: {e}")),
+        (_, ConstraintCompileError::Schema(e)) => CoreError::new(ErrorCode::SchemaRefused, e).with_param(param),
+        (ConstraintKind::Schema, e) => {
+            CoreError::new(ErrorCode::SchemaRefused, format!("{param}: {e}")).with_param(param)
+        }
+        (_, e) => CoreError::new(ErrorCode::GrammarRefused, format!("{param}: {e}")).with_param(param),
+    }
 }
 
 #[cfg(test)]

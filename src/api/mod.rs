@@ -35,9 +35,8 @@ use actix_web::dev::{ServiceFactory, ServiceRequest, ServiceResponse};
 use actix_web::{web, App, HttpRequest, HttpResponse};
 
 use crate::actors::supervisor::Supervisor;
-use crate::core::{ModelAdmin, ModelCatalog, TokenLimits};
+use crate::core::{Constraint, ModelAdmin, ModelCatalog, TokenLimits};
 use crate::error::{CoreError, ErrorCode};
-use crate::grammar::automaton::CompiledGrammar;
 use constraint::ConstraintCache;
 
 /// Compiled constraints kept for reuse (schemas and grammars sent again and again).
@@ -48,7 +47,7 @@ pub struct AppState {
     pub supervisor: Addr<Supervisor>,
     pub catalog: Arc<dyn ModelCatalog>,
     /// `-grammar-file`, applied to requests that bring no constraint of their own.
-    pub default_grammar: Option<Arc<CompiledGrammar>>,
+    pub default_grammar: Option<Constraint>,
     pub constraints: ConstraintCache,
     pub max_body_bytes: usize,
     pub started_at: Instant,
@@ -77,7 +76,7 @@ impl AppState {
     pub fn new(
         supervisor: Addr<Supervisor>,
         catalog: Arc<dyn ModelCatalog>,
-        default_grammar: Option<Arc<CompiledGrammar>>,
+        default_grammar: Option<Constraint>,
         max_body_bytes: usize,
     ) -> Self {
         AppState {

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use super::test_support::{FakeCatalog, ScriptedLoader};
 use super::{build_app, AppState};
 use crate::actors::supervisor::{acquire, Supervisor, SupervisorConfig};
-use crate::core::KeepAlive;
+use crate::core::{Constraint, ConstraintSource, KeepAlive};
 
 const BODY_LIMIT: usize = 64 * 1024;
 
@@ -532,12 +532,15 @@ async fn the_grammar_file_applies_unless_the_request_brings_its_own_constraint()
     };
     let supervisor = Supervisor::new(Arc::new(loader), config).start();
     let limits = crate::grammar::limits::Limits::default();
-    let grammar =
-        crate::grammar::gbnf::compile_gbnf(b"root ::= \"yes\" | \"no\"", &limits).unwrap();
+    let grammar = Constraint::from_source(
+        ConstraintSource::Gbnf { text: "root ::= \"yes\" | \"no\"".into() },
+        &limits,
+    )
+    .unwrap();
     let state = web::Data::new(AppState::new(
         supervisor,
         Arc::new(FakeCatalog),
-        Some(Arc::new(grammar)),
+        Some(grammar),
         BODY_LIMIT,
     ));
     let app = test::init_service(build_app(state.clone())).await;

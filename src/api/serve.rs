@@ -21,8 +21,7 @@ use super::{build_app, AppState};
 use crate::actors::messages::ModelLoader;
 use crate::actors::supervisor::{acquire, Shutdown, Supervisor, SupervisorConfig};
 use crate::config::Config;
-use crate::core::{ModelAdmin, ModelCatalog, ModelInfo, TokenLimits};
-use crate::grammar::automaton::CompiledGrammar;
+use crate::core::{Constraint, ConstraintSource, ModelAdmin, ModelCatalog, ModelInfo, TokenLimits};
 
 /// Seconds running requests get to finish after a stop signal.
 pub const SHUTDOWN_GRACE_SECONDS: u64 = 10;
@@ -65,7 +64,7 @@ pub async fn serve_with_admin(
     admin: Option<Arc<dyn ModelAdmin>>,
 ) -> io::Result<()> {
     let default_grammar = match &config.grammar_file {
-        Some(path) => Some(Arc::new(load_grammar_file(path)?)),
+        Some(path) => Some(load_grammar_file(path)?),
         None => None,
     };
     let supervisor = Supervisor::new(
@@ -185,7 +184,7 @@ fn warn_if_exposed(bound: &[SocketAddr], has_key: bool) {
     }
 }
 
-fn load_grammar_file(path: &std::path::Path) -> io::Result<CompiledGrammar> {
+fn load_grammar_file(path: &std::path::Path) -> io::Result<Constraint> {
     let size = std::fs::metadata(path)?.len();
     if size > MAX_GRAMMAR_FILE_BYTES {
         return Err(io::Error::new(
@@ -196,15 +195,10 @@ fn load_grammar_file(path: &std::path::Path) -> io::Result<CompiledGrammar> {
             ),
         ));
     }
-    let source = std::fs::read(path)?;
-    crate::grammar::gbnf::compile_gbnf(&source, &crate::grammar::limits::Limits::default()).map_err(
-        |e| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{}: {e}", path.display()),
-            )
-        },
-    )
+    let invalid = |e: String| io::Error::new(io::ErrorKind::InvalidInput, format!("{}: {e}", path.display()));
+    let text = String::from_utf8(std::fs::read(path)?).map_err(|e| invalid(e.to_string()))?;
+    Constraint::from_source(ConstraintSource::Gbnf { text }, &crate::grammar::limits::Limits::default())
+        .map_err(|e| invalid(e.to_string()))
 }
 
 /// `1.59 GB`, as the banner prints a model's size.

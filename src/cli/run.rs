@@ -16,11 +16,11 @@ use clap::Args;
 use llamay::actors::messages::LoadedModel;
 use llamay::actors::model::{locate_model, LlamaModelHandle, WorkerSettings};
 use llamay::core::{
-    ChatMessage, Completion, Constraint, ConstraintKind, FinishReason, PromptInput, Role, SamplingParams,
+    ChatMessage, Completion, Constraint, ConstraintSource, FinishReason, PromptInput, Role, SamplingParams,
     StreamEvent, ToolChoice, ValidGenerateRequest,
 };
 use llamay::grammar::schema::FormatMode;
-use llamay::grammar::{self, CompiledGrammar, Limits};
+use llamay::grammar::Limits;
 use llamay::llm::{ContextParams, KvType, Model};
 
 use super::interactive::{ChatOptions, Settings};
@@ -112,25 +112,21 @@ pub fn constraint_from_flags(
     if chosen > 1 {
         return Err(CliError::Usage("use only one of -grammar-file, -json and -schema".into()));
     }
-    let limits = Limits::default();
-    let compile = |ir| CompiledGrammar::new(ir, &limits).map_err(|e| CliError::Constraint(e.to_string()));
-    let (kind, compiled) = if let Some(path) = grammar_file {
-        let source = std::fs::read(path).map_err(|source| CliError::Io { path: path.display().to_string(), source })?;
-        let compiled = grammar::compile_gbnf(&source, &limits)
-            .map_err(|e| CliError::Constraint(format!("{}: {e}", path.display())))?;
-        (ConstraintKind::Grammar, compiled)
+    let (source, path) = if let Some(path) = grammar_file {
+        (ConstraintSource::Gbnf { text: read_file(path)? }, Some(path))
     } else if json {
-        (ConstraintKind::Json, compile(grammar::schema::any_json())?)
+        (ConstraintSource::AnyJson, None)
     } else if let Some(path) = schema {
         let value: serde_json::Value = serde_json::from_str(&read_file(path)?)
             .map_err(|e| CliError::Constraint(format!("{}: not JSON: {e}", path.display())))?;
-        let ir = grammar::schema::compile_schema_with(&value, formats)
-            .map_err(|e| CliError::Constraint(format!("{}: {e}", path.display())))?;
-        (ConstraintKind::Schema, compile(ir)?)
+        (ConstraintSource::schema(value, formats), Some(path))
     } else {
         return Ok(None);
     };
-    Ok(Some(Constraint { kind, grammar: Arc::new(compiled) }))
+    Constraint::from_source(source, &Limits::default()).map(Some).map_err(|e| match path {
+        Some(path) => CliError::Constraint(format!("{}: {e}", path.display())),
+        None => CliError::Constraint(e.to_string()),
+    })
 }
 
 pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {

@@ -21,7 +21,7 @@ pub use model::DevicePlacement;
 pub use response::generation_failed;
 pub use name::{InvalidModelName, ModelName};
 pub use request::{
-    ChatMessage, Constraint, ConstraintKind, ContextRequest, PromptInput, Role, SamplingParams, ToolCall,
+    ChatMessage, Constraint, ConstraintCompileError, ConstraintKind, ConstraintSource, ContextRequest, PromptInput, Role, SamplingParams, ToolCall,
     ToolChoice, ToolSpec, ValidGenerateRequest,
 };
 pub use request::TokenLimits;

@@ -1,7 +1,8 @@
 //! Validated generation requests: every API route converts its own JSON into a
 //! [`ValidGenerateRequest`]; the actors accept nothing else (validation is a type boundary).
 //!
-//! Key types: [`ChatMessage`], [`PromptInput`], [`SamplingParams`], [`Constraint`].
+//! Key types: [`ChatMessage`], [`PromptInput`], [`SamplingParams`], [`Constraint`] and its
+//! [`ConstraintSource`].
 //! Costs: a request owns its messages and stop strings; the compiled grammar is shared in an Arc.
 
 use std::sync::Arc;
@@ -10,6 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use super::keepalive::KeepAlive;
 use crate::grammar::automaton::CompiledGrammar;
+use crate::grammar::limits::Limits;
+use crate::grammar::schema::FormatMode;
 
 /// Who wrote a message, in the chat template's vocabulary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -172,6 +175,64 @@ pub enum ConstraintKind {
 pub struct Constraint {
     pub kind: ConstraintKind,
     pub grammar: Arc<CompiledGrammar>,
+    /// What the grammar was compiled from, so that a runner process (a model split over RPC
+    /// workers) can compile the same grammar: a compiled grammar has no wire form.
+    pub source: Option<Arc<ConstraintSource>>,
+}
+
+/// The text a constraint is compiled from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ConstraintSource {
+    Gbnf { text: String },
+    Schema { schema: serde_json::Value, enforce_formats: bool },
+    AnyJson,
+}
+
+/// Which stage refused a [`ConstraintSource`]; callers map each to their own error code.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConstraintCompileError {
+    #[error("{0}")]
+    Grammar(String),
+    #[error("{0}")]
+    Schema(String),
+    #[error("{0}")]
+    Automaton(String),
+}
+
+impl Constraint {
+    /// Compiles `source` (no cache): the kind follows from what it is.
+    pub fn from_source(source: ConstraintSource, limits: &Limits) -> Result<Self, ConstraintCompileError> {
+        let kind = match &source {
+            ConstraintSource::Gbnf { .. } => ConstraintKind::Grammar,
+            ConstraintSource::Schema { .. } => ConstraintKind::Schema,
+            ConstraintSource::AnyJson => ConstraintKind::Json,
+        };
+        Ok(Constraint { kind, grammar: Arc::new(source.compile(limits)?), source: Some(Arc::new(source)) })
+    }
+}
+
+impl ConstraintSource {
+    pub fn schema(schema: serde_json::Value, formats: FormatMode) -> Self {
+        ConstraintSource::Schema { schema, enforce_formats: formats == FormatMode::Enforce }
+    }
+
+    pub fn compile(&self, limits: &Limits) -> Result<CompiledGrammar, ConstraintCompileError> {
+        let automaton = |e: crate::grammar::GrammarError| ConstraintCompileError::Automaton(e.to_string());
+        match self {
+            ConstraintSource::Gbnf { text } => crate::grammar::gbnf::compile_gbnf(text.as_bytes(), limits)
+                .map_err(|e| ConstraintCompileError::Grammar(e.to_string())),
+            ConstraintSource::Schema { schema, enforce_formats } => {
+                let formats = if *enforce_formats { FormatMode::Enforce } else { FormatMode::Ignore };
+                let ir = crate::grammar::schema::compile_schema_with(schema, formats)
+                    .map_err(|e| ConstraintCompileError::Schema(e.to_string()))?;
+                CompiledGrammar::new(ir, limits).map_err(automaton)
+            }
+            ConstraintSource::AnyJson => {
+                CompiledGrammar::new(crate::grammar::schema::any_json(), limits).map_err(automaton)
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Constraint {
