@@ -10,4 +10,5 @@ pub mod messages;
 pub mod model;
 pub mod prefix;
 pub mod sampler;
+pub mod snapshots;
 pub mod supervisor;
