@@ -66,6 +66,10 @@ pub struct ServeArgs {
     /// (`1,1,2`); default: by free memory.
     #[arg(long = "split")]
     pub split: Option<String>,
+    /// Memory parked contexts may take ("2GiB", "512MiB", bytes); past it the least recently
+    /// used ones drop their state and prefill again on use.
+    #[arg(long = "context-memory")]
+    pub context_memory: Option<String>,
 }
 
 /// Long flags that llamay, like llama.cpp, accepts with a single dash (`-addr`, `-chat`,
@@ -113,6 +117,8 @@ pub const SINGLE_DASH_LONG_FLAGS: &[&str] = &[
     "allow-remote",
     "split",
     "mem",
+    // serve: contexts
+    "context-memory",
 ];
 
 /// `1, 1,2` -> `[1.0, 1.0, 2.0]`; empty means by free memory.
@@ -179,6 +185,27 @@ fn parse_kv(text: &str) -> Result<KvType, ConfigError> {
         value: text.to_string(),
         expected: "f32, f16, q8_0 or q4_0",
     })
+}
+
+/// `-context-memory` and its spellings: bytes, or a number with KiB/MiB/GiB (or K/M/G).
+fn parse_memory(key: &'static str, text: &str) -> Result<u64, ConfigError> {
+    let invalid = || ConfigError::Invalid {
+        key,
+        value: text.to_string(),
+        expected: "a size such as 2GiB, 512MiB or a number of bytes",
+    };
+    let trimmed = text.trim();
+    let digits = trimmed.find(|c: char| !c.is_ascii_digit()).unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(digits);
+    let number: u64 = number.parse().map_err(|_| invalid())?;
+    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => return Err(invalid()),
+    };
+    number.checked_mul(scale).ok_or_else(invalid)
 }
 
 /// `-flash-attn` and its file and environment spellings.
@@ -268,6 +295,11 @@ pub struct Config {
     pub rpc: Vec<String>,
     /// Split ratios over the local CPU then each RPC worker; empty: by free memory.
     pub split: Vec<f64>,
+    /// Bytes of parked context state kept in memory (contexts, issue 11).
+    pub context_memory: u64,
+    /// Put in context ids so a proxy can route a context to its daemon; `None`: the id the
+    /// store drew once (stable across restarts).
+    pub daemon_id: Option<String>,
 }
 
 /// A value kept out of logs and `Debug` output.
@@ -307,6 +339,8 @@ impl Default for Config {
             formats: crate::grammar::schema::FormatMode::Ignore,
             rpc: Vec::new(),
             split: Vec::new(),
+            context_memory: crate::actors::contexts::DEFAULT_CONTEXT_MEMORY,
+            daemon_id: None,
         }
     }
 }
@@ -349,6 +383,8 @@ struct FileConfig {
     formats: Option<String>,
     rpc: Option<Vec<String>>,
     split: Option<Vec<f64>>,
+    context_memory: Option<toml::Value>,
+    daemon_id: Option<String>,
 }
 
 /// Longest config file read; a config is a few hundred bytes.
@@ -462,6 +498,16 @@ impl Config {
         }
         set(&mut self.rpc, file.rpc);
         set(&mut self.split, file.split);
+        if let Some(value) = file.context_memory {
+            let text = match value {
+                toml::Value::String(text) => text,
+                other => other.to_string(),
+            };
+            self.context_memory = parse_memory("context_memory", &text)?;
+        }
+        if file.daemon_id.is_some() {
+            self.daemon_id = file.daemon_id;
+        }
         Ok(())
     }
 
@@ -526,6 +572,12 @@ impl Config {
         if let Some(ratios) = env("LLAMAY_SPLIT") {
             self.split = parse_split(&ratios)?;
         }
+        if let Some(text) = env("LLAMAY_CONTEXT_MEMORY") {
+            self.context_memory = parse_memory("context_memory", &text)?;
+        }
+        if let Some(id) = env("LLAMAY_DAEMON_ID") {
+            self.daemon_id = Some(id);
+        }
         Ok(())
     }
 
@@ -561,6 +613,9 @@ impl Config {
         }
         if let Some(ratios) = &args.split {
             self.split = parse_split(ratios)?;
+        }
+        if let Some(text) = &args.context_memory {
+            self.context_memory = parse_memory("context_memory", text)?;
         }
         Ok(())
     }
@@ -649,6 +704,11 @@ impl Config {
             }
             if self.split.iter().any(|r| !r.is_finite() || *r < 0.0) || self.split.iter().sum::<f64>() <= 0.0 {
                 return invalid("split", shown, "ratios 0 or more, not all 0");
+            }
+        }
+        if let Some(id) = &self.daemon_id {
+            if !(1..=32).contains(&id.len()) || !id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+                return invalid("daemon_id", id.clone(), "1 to 32 letters and digits");
             }
         }
         if let Some(path) = &self.grammar_file {
@@ -852,6 +912,16 @@ mod tests {
     }
 
     #[test]
+    fn context_memory_reads_sizes_and_refuses_other_text() {
+        assert_eq!(parse_memory("context_memory", "2GiB").unwrap(), 2 << 30);
+        assert_eq!(parse_memory("context_memory", "512 MiB").unwrap(), 512 << 20);
+        assert_eq!(parse_memory("context_memory", "1000").unwrap(), 1000);
+        assert!(parse_memory("context_memory", "lots").is_err());
+        let args = ServeArgs { context_memory: Some("64M".into()), ..Default::default() };
+        assert_eq!(Config::load_with_env(&args, no_env).unwrap().context_memory, 64 << 20);
+    }
+
+    #[test]
     fn the_documented_config_file_loads_and_documents_every_key() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/configs/llamay.toml");
         let args = ServeArgs {
@@ -887,6 +957,8 @@ mod tests {
             "formats",
             "rpc",
             "split",
+            "context_memory",
+            "daemon_id",
         ];
         for key in keys {
             assert!(

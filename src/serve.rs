@@ -170,9 +170,15 @@ pub fn run(mut config: Config, store: Arc<Store>) -> std::io::Result<()> {
     if freed > 0 {
         tracing::info!(bytes = freed, "deleted stale partial downloads");
     }
+    // Context ids carry the store's daemon id unless the config names one: stable across
+    // restarts, so a proxy keeps routing a context to this daemon.
+    if config.daemon_id.is_none() {
+        config.daemon_id = store.daemon_id();
+    }
+    let snapshots = Arc::new(crate::actors::snapshots::SnapshotShelf::new(Arc::clone(&store)));
     let admin = Arc::new(crate::pull::service::StoreAdmin::new(
         store,
         crate::pull::reference::RegistrySettings::from_env(),
     ));
-    crate::api::serve::serve_blocking_with_admin(config, loader, catalog, admin)
+    crate::api::serve::serve_blocking_with_admin(config, loader, catalog, admin, Some(snapshots))
 }

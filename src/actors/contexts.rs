@@ -3,12 +3,23 @@
 //! a cache of them, rebuilt from them when it is gone); the model worker holds the KV state and
 //! updates a record when a commit ends.
 //!
+//! When a model needs a context's sequence for other work, the worker parks the context: its
+//! sequence state is copied into the record (memory), and the next use writes it back instead
+//! of prefilling. Parked state lives in the record, not the worker, so it survives the model
+//! being evicted and reloaded. [`ParkingLot`] bounds the memory all parked states take
+//! (`-context-memory`); past it, the least recently used parked states move to files in the
+//! store's `parked/` directory (`stored`), or, without a writable store, are dropped (`cold`:
+//! the tokens remain, so the context still works, at the price of a prefill). Contexts live as
+//! long as their keep_alive says, wherever their state is.
+//!
 //! Key types: [`ContextRegistry`] (every context, by id), [`ContextRecord`] (one context),
-//! [`ContextUse`] (what a job carries into the worker), [`ContextMode`].
-//! Cost: one record per context (its token ids and messages); lookups are a map access under
-//! one mutex, never held across a model call.
+//! [`ContextUse`] (what a job carries into the worker), [`ContextMode`], [`ParkingLot`].
+//! Cost: one record per context (its token ids and messages, plus its parked state when
+//! parked: a few hundred KB to MBs per thousand tokens); lookups are a map access under one
+//! mutex, never held across a model call.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -20,6 +31,9 @@ use crate::error::{CoreError, ErrorCode};
 
 /// How long an unused context lives when its creator names no `keep_alive`.
 pub const DEFAULT_CONTEXT_KEEP_ALIVE: Duration = Duration::from_secs(30 * 60);
+
+/// Memory parked contexts may take when the operator names no `-context-memory`.
+pub const DEFAULT_CONTEXT_MEMORY: u64 = 2 << 30;
 
 /// Most children one fork makes.
 pub const MAX_FORK: usize = 64;
@@ -76,6 +90,101 @@ pub struct ContextBody {
     pub tokens: Arc<Vec<u32>>,
 }
 
+/// A parked context's sequence state: the KV of its first `covers` tokens.
+#[derive(Debug, Clone)]
+pub struct ParkedState {
+    pub bytes: Arc<Vec<u8>>,
+    pub covers: usize,
+}
+
+/// Where parked state is kept.
+#[derive(Debug)]
+enum Held {
+    Memory(Arc<Vec<u8>>),
+    /// Spilled to a file under the store's `parked/` directory.
+    Disk(PathBuf),
+}
+
+#[derive(Debug)]
+struct Parked {
+    held: Held,
+    covers: usize,
+}
+
+/// The memory parked states take, bounded: parking past the bound moves the state of the least
+/// recently used parked contexts to disk (the store's `parked/` directory; they are then
+/// `stored`), or, without a writable store, drops it (they go cold).
+#[derive(Debug)]
+pub struct ParkingLot {
+    limit: AtomicU64,
+    used: AtomicU64,
+    parked: Mutex<Vec<std::sync::Weak<ContextRecord>>>,
+    spill: Mutex<Option<PathBuf>>,
+    spilled: AtomicU64,
+}
+
+impl ParkingLot {
+    fn new(limit: u64) -> Self {
+        ParkingLot {
+            limit: AtomicU64::new(limit),
+            used: AtomicU64::new(0),
+            parked: Mutex::new(Vec::new()),
+            spill: Mutex::new(None),
+            spilled: AtomicU64::new(0),
+        }
+    }
+
+    /// Bytes of parked state held in memory now.
+    pub fn used(&self) -> u64 {
+        self.used.load(Ordering::Acquire)
+    }
+
+    pub fn limit(&self) -> u64 {
+        self.limit.load(Ordering::Acquire)
+    }
+
+    /// Parked states moved to disk so far.
+    pub fn spilled(&self) -> u64 {
+        self.spilled.load(Ordering::Acquire)
+    }
+
+    fn spill_dir(&self) -> Option<PathBuf> {
+        self.spill
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Registers `record` as parked in memory and, while over the bound, moves the least
+    /// recently used memory states out.
+    fn admit(&self, record: &Arc<ContextRecord>) {
+        let mut parked = self
+            .parked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        parked.retain(|weak| weak.upgrade().is_some_and(|r| r.parked_in_memory()));
+        parked.push(Arc::downgrade(record));
+        while self.used() > self.limit() {
+            let oldest = parked
+                .iter()
+                .enumerate()
+                .filter_map(|(i, weak)| weak.upgrade().map(|r| (i, r)))
+                .min_by_key(|(_, r)| r.last_used());
+            let Some((index, record)) = oldest else { break };
+            parked.swap_remove(index);
+            let spilled = self
+                .spill_dir()
+                .is_some_and(|dir| record.spill_to(&dir));
+            if spilled {
+                self.spilled.fetch_add(1, Ordering::AcqRel);
+            } else {
+                record.drop_parked();
+                record.set_residence(Residence::Cold);
+            }
+        }
+    }
+}
+
 /// One context.
 #[derive(Debug)]
 pub struct ContextRecord {
@@ -91,9 +200,113 @@ pub struct ContextRecord {
     last_used: Mutex<Instant>,
     committing: AtomicBool,
     residence: AtomicU8,
+    parked: Mutex<Option<Parked>>,
+    lot: Arc<ParkingLot>,
+}
+
+impl Drop for ContextRecord {
+    fn drop(&mut self) {
+        self.drop_parked();
+    }
 }
 
 impl ContextRecord {
+    fn lock_parked(&self) -> MutexGuard<'_, Option<Parked>> {
+        self.parked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The context's parked sequence state, if it has one (read back from disk when stored;
+    /// a stored file that cannot be read counts as none).
+    pub fn parked_state(&self) -> Option<ParkedState> {
+        let parked = self.lock_parked();
+        let parked = parked.as_ref()?;
+        let bytes = match &parked.held {
+            Held::Memory(bytes) => Arc::clone(bytes),
+            Held::Disk(path) => Arc::new(std::fs::read(path).ok()?),
+        };
+        Some(ParkedState {
+            bytes,
+            covers: parked.covers,
+        })
+    }
+
+    fn parked_in_memory(&self) -> bool {
+        matches!(
+            self.lock_parked().as_ref().map(|p| &p.held),
+            Some(Held::Memory(_))
+        )
+    }
+
+    /// Keeps `bytes` (the KV of the first `covers` tokens) in memory as this context's parked
+    /// state.
+    pub fn park(self: &Arc<Self>, bytes: Arc<Vec<u8>>, covers: usize) {
+        let size = bytes.len() as u64;
+        let previous = self.lock_parked().replace(Parked {
+            held: Held::Memory(bytes),
+            covers,
+        });
+        self.release(previous);
+        self.lot.used.fetch_add(size, Ordering::AcqRel);
+        self.set_residence(Residence::Parked);
+        self.lot.admit(self);
+    }
+
+    /// Moves a memory state to a file in `dir`; `false` (and nothing changed) when it cannot.
+    fn spill_to(&self, dir: &std::path::Path) -> bool {
+        let mut parked = self.lock_parked();
+        let Some(Parked {
+            held: Held::Memory(bytes),
+            covers,
+        }) = parked.as_ref()
+        else {
+            return false;
+        };
+        let path = dir.join(format!("{}.kv", self.id));
+        if std::fs::write(&path, bytes.as_slice()).is_err() {
+            let _ = std::fs::remove_file(&path);
+            return false;
+        }
+        let size = bytes.len() as u64;
+        let covers = *covers;
+        *parked = Some(Parked {
+            held: Held::Disk(path),
+            covers,
+        });
+        self.lot.used.fetch_sub(size, Ordering::AcqRel);
+        self.set_residence(Residence::Stored);
+        true
+    }
+
+    /// Gives back what a previous parked state held (memory or its file).
+    fn release(&self, previous: Option<Parked>) {
+        match previous.map(|p| p.held) {
+            Some(Held::Memory(bytes)) => {
+                self.lot
+                    .used
+                    .fetch_sub(bytes.len() as u64, Ordering::AcqRel);
+            }
+            Some(Held::Disk(path)) => {
+                let _ = std::fs::remove_file(path);
+            }
+            None => {}
+        }
+    }
+
+    /// Forgets the parked state (the context is back in a sequence, changed, or expired).
+    pub fn drop_parked(&self) {
+        let previous = self.lock_parked().take();
+        self.release(previous);
+    }
+
+    fn last_used(&self) -> Instant {
+        *self
+            .last_used
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     pub fn body(&self) -> ContextBody {
         self.lock_body().clone()
     }
@@ -111,6 +324,8 @@ impl ContextRecord {
     /// A commit ended: the context now stands for `tokens`, and a chat context's conversation
     /// gained `appended` and the answer.
     pub fn commit(&self, tokens: Vec<u32>, appended: &[ChatMessage], answer: Option<&str>) {
+        // Parked state stands for the old tokens.
+        self.drop_parked();
         let mut body = self.lock_body();
         body.tokens = Arc::new(tokens);
         if let ContextContent::Chat { messages, .. } = &mut body.content {
@@ -191,15 +406,70 @@ pub struct ContextUse {
 }
 
 /// Every context, by id.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ContextRegistry {
     contexts: Mutex<HashMap<String, Arc<ContextRecord>>>,
     next_key: AtomicU64,
+    lot: Arc<ParkingLot>,
+    /// Put in every context id (`ctx_<daemon>_<hex>`), so a proxy in front of several daemons
+    /// can send a context's requests to the daemon that holds it.
+    daemon_id: Mutex<String>,
+}
+
+impl Default for ContextRegistry {
+    fn default() -> Self {
+        ContextRegistry {
+            contexts: Mutex::new(HashMap::new()),
+            next_key: AtomicU64::new(0),
+            lot: Arc::new(ParkingLot::new(DEFAULT_CONTEXT_MEMORY)),
+            daemon_id: Mutex::new(random_hex(12)),
+        }
+    }
 }
 
 impl ContextRegistry {
+    /// A registry whose ids carry a daemon id drawn now (see [`ContextRegistry::set_daemon_id`]).
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Ids made from now on carry `id` (the store's, so it is stable across restarts).
+    pub fn set_daemon_id(&self, id: &str) {
+        *self
+            .daemon_id
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = id.to_string();
+    }
+
+    pub fn daemon_id(&self) -> String {
+        self.daemon_id
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Bounds the memory parked contexts take (`-context-memory`).
+    pub fn set_memory_limit(&self, bytes: u64) {
+        self.lot.limit.store(bytes, Ordering::Release);
+    }
+
+    /// Parked states past the memory bound go to files in `dir` (the store's `parked/`,
+    /// emptied here: parked state does not outlive the daemon; snapshots do).
+    pub fn set_spill_dir(&self, dir: PathBuf) -> std::io::Result<()> {
+        if dir.is_dir() {
+            std::fs::remove_dir_all(&dir)?;
+        }
+        std::fs::create_dir_all(&dir)?;
+        *self
+            .lot
+            .spill
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(dir);
+        Ok(())
+    }
+
+    pub fn parking(&self) -> &ParkingLot {
+        &self.lot
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<ContextRecord>>> {
@@ -226,7 +496,7 @@ impl ContextRegistry {
         };
         Arc::new(ContextRecord {
             key: self.next_key.fetch_add(1, Ordering::Relaxed) + 1,
-            id: format!("ctx_{}", random_hex(24)),
+            id: format!("ctx_{}_{}", self.daemon_id(), random_hex(24)),
             model: model.to_string(),
             parent,
             created: Utc::now(),
@@ -235,6 +505,8 @@ impl ContextRegistry {
             last_used: Mutex::new(Instant::now()),
             committing: AtomicBool::new(false),
             residence: AtomicU8::new(Residence::Cold as u8),
+            parked: Mutex::new(None),
+            lot: Arc::clone(&self.lot),
         })
     }
 
@@ -291,7 +563,15 @@ impl ContextRegistry {
                     Some(keep_alive),
                     Some(parent.id.clone()),
                 );
-                child.set_residence(parent.residence());
+                // A parked parent's state is shared, but counted once per child: the bound
+                // errs on the side of parking less.
+                match parent.parked_state() {
+                    Some(state) => child.park(state.bytes, state.covers),
+                    None => child.set_residence(match parent.residence() {
+                        Residence::Parked => Residence::Cold,
+                        other => other,
+                    }),
+                }
                 child
             })
             .collect();
@@ -352,6 +632,53 @@ mod tests {
             registry.get(&parent.id).unwrap_err().code,
             ErrorCode::ContextNotFound
         );
+    }
+
+    #[test]
+    fn parked_state_past_the_memory_bound_goes_to_disk_least_recently_used_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = ContextRegistry::new();
+        registry.set_memory_limit(2500);
+        let records: Vec<_> = (0..3)
+            .map(|i| {
+                let record =
+                    registry.new_record("m", ContextContent::Raw, Arc::new(vec![i]), None, None);
+                registry.insert(Arc::clone(&record));
+                std::thread::sleep(Duration::from_millis(2));
+                record
+            })
+            .collect();
+        // Without a spill directory the oldest state is dropped.
+        records[0].park(Arc::new(vec![0; 1000]), 1);
+        records[1].park(Arc::new(vec![1; 1000]), 1);
+        records[0].touch();
+        records[2].park(Arc::new(vec![2; 1000]), 1);
+        assert_eq!(records[1].residence(), Residence::Cold, "least recently used");
+        assert!(records[1].parked_state().is_none());
+        assert_eq!(registry.parking().used(), 2000);
+
+        registry.set_spill_dir(dir.path().join("parked")).unwrap();
+        records[1].touch();
+        records[1].park(Arc::new(vec![1; 1000]), 1);
+        assert_eq!(records[2].residence(), Residence::Stored);
+        assert_eq!(registry.parking().used(), 2000);
+        assert_eq!(*records[2].parked_state().unwrap().bytes, vec![2; 1000]);
+        let file = dir.path().join("parked").join(format!("{}.kv", records[2].id));
+        assert!(file.exists());
+        for record in &records {
+            registry.remove(&record.id).unwrap();
+        }
+        drop(records);
+        assert!(!file.exists(), "a deleted context's file goes with it");
+        assert_eq!(registry.parking().used(), 0);
+    }
+
+    #[test]
+    fn ids_carry_the_daemon_id() {
+        let registry = ContextRegistry::new();
+        registry.set_daemon_id("replica7");
+        let record = registry.new_record("m", ContextContent::Raw, Arc::new(vec![]), None, None);
+        assert!(record.id.starts_with("ctx_replica7_"), "{}", record.id);
     }
 
     #[test]

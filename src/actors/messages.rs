@@ -36,6 +36,28 @@ pub trait LoadedModel: Send + Sync {
             context.record.id
         )))
     }
+    /// Puts the context's tokens in a sequence (prefilling what no sequence or parked state
+    /// holds) and sends that sequence's state once it is there (snapshots).
+    fn save_context(&self, record: Arc<super::contexts::ContextRecord>) -> Result<SavedState, CoreError> {
+        Err(CoreError::bad_request(format!(
+            "model {} keeps no KV state to snapshot context {}",
+            self.info().name,
+            record.id
+        )))
+    }
+    /// Writes `state` (saved from the same model with the context's tokens) into a sequence
+    /// and gives it to the context: the context is ready with no prefill.
+    fn restore_context(
+        &self,
+        record: Arc<super::contexts::ContextRecord>,
+        _state: Arc<Vec<u8>>,
+    ) -> Result<Generation, CoreError> {
+        Err(CoreError::bad_request(format!(
+            "model {} keeps no KV state to restore context {}",
+            self.info().name,
+            record.id
+        )))
+    }
     /// Sequences decoding or waiting for a slot right now.
     fn sequences_in_use(&self) -> usize;
     /// What each device holds when the model is split over RPC workers (empty: all local).
@@ -53,6 +75,12 @@ pub trait LoadedModel: Send + Sync {
 /// Loads models by name. `load` blocks (reads a file of gigabytes): call it on a blocking thread.
 pub trait ModelLoader: Send + Sync + 'static {
     fn load(&self, name: &str) -> Result<Arc<dyn LoadedModel>, CoreError>;
+}
+
+/// A save in progress: the job that puts the context in a sequence, and the state it sends.
+pub struct SavedState {
+    pub generation: Generation,
+    pub state: tokio::sync::oneshot::Receiver<Result<Vec<u8>, String>>,
 }
 
 /// A running request: its events, and the guard whose drop cancels it.

@@ -12,4 +12,5 @@ pub mod prefix;
 pub mod runner;
 pub mod runner_child;
 pub mod sampler;
+pub mod snapshots;
 pub mod supervisor;

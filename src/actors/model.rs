@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
-use super::contexts::{ContextMode, ContextUse};
-use super::messages::{CancelToken, Generation, LoadedModel, ModelLoader};
+use super::contexts::{ContextMode, ContextRecord, ContextUse};
+use super::messages::{CancelToken, Generation, LoadedModel, ModelLoader, SavedState};
 use super::prefix::SlotCache;
 use super::sampler::{SequenceSampler, Step};
 use crate::core::{
@@ -67,6 +67,17 @@ struct Job {
     cached: usize,
     /// The prompt and answer as token ids, set when the job leaves its slot.
     context_tokens: Vec<u32>,
+    /// Sequence state the job saves or writes back (snapshots).
+    state_op: StateOp,
+}
+
+/// What a job does with its sequence's state besides decoding (issue 11 snapshots).
+enum StateOp {
+    None,
+    /// Send the sequence's state once the prompt is in it.
+    Save(tokio::sync::oneshot::Sender<Result<Vec<u8>, String>>),
+    /// Write this state into the slot instead of prefilling the prompt it was taken from.
+    Restore(Arc<Vec<u8>>),
 }
 
 /// A job in a slot: how far its prompt has been decoded, and its timings.
@@ -268,6 +279,16 @@ impl LoadedModel for LlamaModelHandle {
         submitted
     }
 
+    fn save_context(&self, record: Arc<ContextRecord>) -> Result<SavedState, CoreError> {
+        let (sender, state) = tokio::sync::oneshot::channel();
+        let generation = self.submit_state_job(record, StateOp::Save(sender))?;
+        Ok(SavedState { generation, state })
+    }
+
+    fn restore_context(&self, record: Arc<ContextRecord>, state: Arc<Vec<u8>>) -> Result<Generation, CoreError> {
+        self.submit_state_job(record, StateOp::Restore(state))
+    }
+
     fn sequences_in_use(&self) -> usize {
         self.shared.in_use.load(Ordering::Acquire)
     }
@@ -283,10 +304,52 @@ impl LoadedModel for LlamaModelHandle {
 
 impl LlamaModelHandle {
     fn submit_job(&self, request: ValidGenerateRequest, named: Option<ContextUse>) -> Result<Generation, CoreError> {
-        let Prepared { prompt, forced, offered, filters_markup } = match &named {
+        let prepared = match &named {
             Some(named) => self.prepare_in_context(&request, named)?,
             None => self.prepare(&request)?,
         };
+        self.submit_prepared(request, named, prepared, StateOp::None)
+    }
+
+    /// A job that puts the context's own tokens into a slot (restoring `Restore` state rather
+    /// than prefilling) and gives the slot to the context; `Save` then sends the slot's state.
+    fn submit_state_job(&self, record: Arc<ContextRecord>, op: StateOp) -> Result<Generation, CoreError> {
+        let prompt = record.tokens().as_ref().clone();
+        if prompt.is_empty() {
+            return Err(CoreError::bad_request(format!("context {} holds no tokens", record.id)));
+        }
+        let vocabulary = self.model.vocabulary().len();
+        if let Some(token) = prompt.iter().find(|t| **t as usize >= vocabulary) {
+            return Err(CoreError::bad_request(format!(
+                "context {} holds token {token}, which is not a token of {} ({vocabulary} tokens)",
+                record.id, self.info.name
+            )));
+        }
+        let request = ValidGenerateRequest {
+            model: record.model.clone(),
+            input: PromptInput::Raw { prompt: String::new(), system: None, template: false },
+            sampling: crate::core::SamplingParams { temperature: 0.0, max_tokens: Some(1), ..Default::default() },
+            stop: Vec::new(),
+            constraint: None,
+            num_ctx: None,
+            keep_alive: None,
+            tool_choice: crate::core::ToolChoice::Auto,
+            parallel_tool_calls: true,
+            context: None,
+        };
+        let used = ContextUse { record, mode: ContextMode::Create, appended: Vec::new() };
+        let prepared = Prepared { prompt, forced: None, offered: Vec::new(), filters_markup: false };
+        self.submit_prepared(request, Some(used), prepared, op)
+    }
+
+    fn submit_prepared(
+        &self,
+        request: ValidGenerateRequest,
+        named: Option<ContextUse>,
+        prepared: Prepared,
+        state_op: StateOp,
+    ) -> Result<Generation, CoreError> {
+        let Prepared { prompt, forced, offered, filters_markup } = prepared;
         let context = request.num_ctx.map_or(self.per_sequence_ctx, |n| n.min(self.per_sequence_ctx));
         if prompt.len() as u32 >= context {
             return Err(CoreError::prompt_too_long(prompt.len(), context as usize));
@@ -331,6 +394,7 @@ impl LlamaModelHandle {
             transcript,
             cached: 0,
             context_tokens: Vec::new(),
+            state_op,
         };
         let jobs = self.jobs.as_ref().ok_or_else(|| CoreError::internal("the model is shutting down"))?;
         self.shared.in_use.fetch_add(1, Ordering::AcqRel);
@@ -363,11 +427,15 @@ fn run_worker(mut context: Context<'_>, inbox: std_mpsc::Receiver<Job>, shared: 
         let idle = live.iter().all(Option::is_none) && waiting.is_empty();
         if idle {
             if !open {
+                cache.park_all(&mut context);
                 return;
             }
             match inbox.recv() {
                 Ok(job) => waiting.push_back(job),
-                Err(_) => return,
+                Err(_) => {
+                    cache.park_all(&mut context);
+                    return;
+                }
             }
         }
         loop {
@@ -390,6 +458,7 @@ fn run_worker(mut context: Context<'_>, inbox: std_mpsc::Receiver<Job>, shared: 
                     cache.retire(index, entry, FinishReason::Cancelled, String::new(), &mut context, shared);
                 }
             }
+            cache.park_all(&mut context);
             return;
         }
         for (index, slot) in live.iter_mut().enumerate() {

@@ -11,7 +11,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Weak};
 
-use super::{end_live, next_waiting, Job, Live, LlamaModelHandle, Prepared, Shared};
+use super::{end_live, next_waiting, Job, Live, LlamaModelHandle, Prepared, Shared, StateOp};
 use crate::actors::contexts::{ContextContent, ContextMode, ContextRecord, ContextUse, Residence};
 use crate::actors::prefix::{Placement, SlotCache};
 use crate::core::{CoreError, FinishReason, PromptInput, ValidGenerateRequest};
@@ -62,8 +62,12 @@ impl SlotKeeper {
                 return;
             };
             let reuse = self.apply(context, placement, &job.prompt);
-            job.cached = reuse;
             let index = placement.slot;
+            let (reuse, restore_failed) = match self.write_back(context, index, &job, reuse) {
+                Ok(reuse) => (reuse, None),
+                Err(message) => (0, Some(message)),
+            };
+            job.cached = reuse;
             let entry = Live {
                 job,
                 prompt_done: reuse,
@@ -72,6 +76,17 @@ impl SlotKeeper {
                 prompt_started: None,
                 prompt_finished: None,
             };
+            if let Some(message) = restore_failed {
+                self.retire(
+                    index,
+                    entry,
+                    FinishReason::Error(message),
+                    String::new(),
+                    context,
+                    shared,
+                );
+                continue;
+            }
             if entry.job.prefill_only && reuse == entry.job.prompt.len() {
                 // Everything is in the cache already (a context made from a prompt another
                 // holds): nothing to decode.
@@ -101,7 +116,7 @@ impl SlotKeeper {
                 .is_some_and(|length| placement.reuse >= length)
                 && placement.source.is_none();
             if !keeps_owner {
-                self.evict_owner(owner);
+                self.evict_owner(owner, Some(placement.slot), context);
             }
         }
         let reuse = match placement.source.and_then(|source| context.seq(source)) {
@@ -123,13 +138,118 @@ impl SlotKeeper {
         reuse
     }
 
-    /// A context loses its slot to another request; its tokens remain the truth, so its next
-    /// use prefills them again.
-    fn evict_owner(&mut self, key: u64) {
-        if let Some(record) = self.owners.remove(&key).and_then(|weak| weak.upgrade()) {
+    /// Writes saved state into the slot of a just-placed job when that saves prefill: a
+    /// snapshot being restored, or its context's parked state. Returns the prompt tokens the
+    /// slot now holds; an error only when a snapshot's state does not fit this model.
+    fn write_back(
+        &mut self,
+        context: &mut Context<'_>,
+        slot: usize,
+        job: &Job,
+        reuse: usize,
+    ) -> Result<usize, String> {
+        let Some(seq) = context.seq(slot) else {
+            return Ok(reuse);
+        };
+        if let StateOp::Restore(state) = &job.state_op {
+            if reuse >= job.prompt.len() {
+                return Ok(reuse);
+            }
+            if let Err(error) = context.restore_sequence(seq, state) {
+                self.cache.forget(slot);
+                return Err(error.to_string());
+            }
+            self.cache.restored(slot, &job.prompt);
+            return Ok(job.prompt.len());
+        }
+        let Some(record) = job.context.as_ref().map(|used| &used.record) else {
+            return Ok(reuse);
+        };
+        let Some(parked) = record.parked_state() else {
+            return Ok(reuse);
+        };
+        let tokens = record.tokens();
+        let covered = &tokens[..parked.covers.min(tokens.len())];
+        let limit = if job.prefill_only {
+            job.prompt.len()
+        } else {
+            job.prompt.len().saturating_sub(1)
+        };
+        let common = covered
+            .iter()
+            .zip(&job.prompt)
+            .take_while(|(a, b)| a == b)
+            .count()
+            .min(limit);
+        if common <= reuse {
+            return Ok(reuse);
+        }
+        let written = context.restore_sequence(seq, &parked.bytes).is_ok()
+            && context.truncate(seq, common as u32);
+        if !written {
+            // The slot is empty now; the parked state is no use, and the tokens remain.
+            record.drop_parked();
             record.set_residence(Residence::Cold);
+            self.cache.forget(slot);
+            return Ok(0);
+        }
+        self.cache.restored(slot, &job.prompt[..common]);
+        Ok(common)
+    }
+
+    /// A context loses its slot `slot` to another request: its state is parked in memory when
+    /// the slot still holds it, else it goes cold (its tokens remain the truth, so its next
+    /// use prefills them again).
+    fn evict_owner(&mut self, key: u64, slot: Option<usize>, context: &mut Context<'_>) {
+        if let Some(record) = self.owners.remove(&key).and_then(|weak| weak.upgrade()) {
+            let parked = slot.is_some_and(|slot| self.park(&record, slot, context));
+            if !parked {
+                record.set_residence(Residence::Cold);
+            }
         }
         self.cache.release(key);
+    }
+
+    /// Copies the batch-decoded part of the context's slot into the context's record.
+    fn park(&mut self, record: &Arc<ContextRecord>, slot: usize, context: &mut Context<'_>) -> bool {
+        let Some(seq) = context.seq(slot) else {
+            return false;
+        };
+        // Only batch-decoded tokens: a restored state then matches a cold prefill bit for bit.
+        let covers = self
+            .cache
+            .reusable(slot)
+            .min(self.cache.owned_length(slot).unwrap_or(0))
+            .min(record.tokens().len());
+        if covers == 0 {
+            return false;
+        }
+        if self.cache.tokens(slot).len() > covers {
+            if !context.truncate(seq, covers as u32) {
+                self.cache.forget(slot);
+                return false;
+            }
+            self.cache.truncate(slot, covers);
+        }
+        match context.save_sequence(seq) {
+            Ok(bytes) => {
+                record.park(Arc::new(bytes), covers);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// The worker is stopping (its model unloads): every context holding a slot is parked, so
+    /// it works again, without prefill, once the model is back.
+    pub(super) fn park_all(&mut self, context: &mut Context<'_>) {
+        for (slot, key) in self.cache.owners() {
+            if let Some(record) = self.owners.remove(&key).and_then(|weak| weak.upgrade()) {
+                if !self.park(&record, slot, context) {
+                    record.set_residence(Residence::Cold);
+                }
+            }
+        }
     }
 
     fn forget_deleted_owners(&mut self) {
@@ -201,6 +321,13 @@ impl SlotKeeper {
                 ContextMode::Read => {}
             }
         }
+        if let StateOp::Save(sender) = std::mem::replace(&mut entry.job.state_op, StateOp::None) {
+            let saved = match (succeeded, context.seq(index)) {
+                (true, Some(seq)) => context.save_sequence(seq).map_err(|e| e.to_string()),
+                _ => Err(format!("the context could not be put in a sequence ({reason:?})")),
+            };
+            let _ = sender.send(saved);
+        }
         if let Some(length) = self.cache.owned_length(index) {
             // A request that ran inside a context's slot leaves the context as it was.
             if self.cache.tokens(index).len() > length {
@@ -210,7 +337,7 @@ impl SlotKeeper {
                 if kept {
                     self.cache.truncate(index, length);
                 } else if let Some(owner) = self.cache.owner(index) {
-                    self.evict_owner(owner);
+                    self.evict_owner(owner, None, context);
                     self.cache.forget(index);
                 }
             }

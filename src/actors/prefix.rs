@@ -228,6 +228,28 @@ impl SlotCache {
         }
     }
 
+    /// How many of the slot's tokens, from the start, were decoded in batches (see
+    /// [`SlotKv::reusable`]).
+    pub fn reusable(&self, slot: usize) -> usize {
+        self.slots.get(slot).map_or(0, |kv| kv.reusable)
+    }
+
+    /// The slot's KV now holds exactly `tokens`, written back from saved state (which was
+    /// taken from batched decodes, so all of them are reusable).
+    pub fn restored(&mut self, slot: usize, tokens: &[u32]) {
+        self.forget(slot);
+        self.extend(slot, tokens, true);
+    }
+
+    /// Every owned slot with its owner's key.
+    pub fn owners(&self) -> Vec<(usize, u64)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, kv)| kv.owner.map(|(key, _)| (slot, key)))
+            .collect()
+    }
+
     /// Slots held by contexts.
     pub fn owned_slots(&self) -> usize {
         self.slots.iter().filter(|kv| kv.owner.is_some()).count()

@@ -42,6 +42,8 @@ struct CreateBody {
     system: Option<String>,
     tools: Option<Vec<Value>>,
     keep_alive: Option<Value>,
+    /// A snapshot to restore instead of a prompt to prefill.
+    snapshot: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -59,7 +61,7 @@ fn render_error(error: &CoreError) -> HttpResponse {
     }}))
 }
 
-fn respond(result: Result<(StatusCode, Value), CoreError>) -> HttpResponse {
+pub(super) fn respond(result: Result<(StatusCode, Value), CoreError>) -> HttpResponse {
     match result {
         Ok((status, body)) => HttpResponse::build(status).json(body),
         Err(error) => render_error(&error),
@@ -67,7 +69,7 @@ fn respond(result: Result<(StatusCode, Value), CoreError>) -> HttpResponse {
 }
 
 /// How the API shows a context.
-fn describe(record: &ContextRecord) -> Value {
+pub(super) fn describe(record: &ContextRecord) -> Value {
     json!({
         "id": record.id,
         "object": "context",
@@ -232,6 +234,23 @@ async fn create_context(
     payload: web::Payload,
 ) -> Result<(StatusCode, Value), CoreError> {
     let body: CreateBody = read_json(request, payload, state.max_body_bytes).await?;
+    if let Some(snapshot) = &body.snapshot {
+        if body.messages.is_some() || body.prompt.is_some() {
+            return Err(CoreError::invalid(
+                "a snapshot brings its own conversation; send snapshot without messages or prompt",
+            )
+            .with_param("snapshot"));
+        }
+        let keep_alive = match &body.keep_alive {
+            Some(value) => Some(
+                KeepAlive::from_json(value)
+                    .map_err(|e| CoreError::invalid(e.to_string()).with_param("keep_alive"))?,
+            ),
+            None => None,
+        };
+        let model = body.model.as_deref().filter(|m| !m.trim().is_empty());
+        return super::snapshots::restore(state, snapshot, model, keep_alive).await;
+    }
     let model = body.model.filter(|m| !m.trim().is_empty()).ok_or_else(|| {
         CoreError::invalid("model is required: the model whose KV state the context holds")
             .with_param("model")
@@ -397,6 +416,9 @@ pub fn stats(state: &AppState) -> Value {
         "parked": counts.get("parked").copied().unwrap_or(0),
         "stored": counts.get("stored").copied().unwrap_or(0),
         "cold": counts.get("cold").copied().unwrap_or(0),
+        "parked_bytes": state.contexts.parking().used(),
+        "parked_limit_bytes": state.contexts.parking().limit(),
+        "spilled_to_disk": state.contexts.parking().spilled(),
     })
 }
 

@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod ollama;
 pub mod openai;
 pub mod serve;
+pub mod snapshots;
 pub mod stats;
 pub mod tool_wire;
 
@@ -70,6 +71,8 @@ pub struct AppState {
     pub formats: crate::grammar::schema::FormatMode,
     /// RPC workers the models are split over (`serve -rpc`), shown by `/v1/stats`.
     pub rpc_workers: Vec<String>,
+    /// Context snapshots in the model store; `None` when the store is read-only.
+    pub snapshots: Option<Arc<crate::actors::snapshots::SnapshotShelf>>,
 }
 
 impl AppState {
@@ -96,6 +99,7 @@ impl AppState {
             contexts: Arc::new(crate::actors::contexts::ContextRegistry::new()),
             formats: crate::grammar::schema::FormatMode::Ignore,
             rpc_workers: Vec::new(),
+            snapshots: None,
         }
     }
 
@@ -132,6 +136,7 @@ pub fn configure(config: &mut web::ServiceConfig) {
         )
         .route("/v1/stats", web::get().to(stats::stats))
         .configure(contexts::configure)
+        .configure(snapshots::configure)
         .route("/api/chat", web::post().to(ollama::handlers::chat))
         .route("/api/generate", web::post().to(ollama::handlers::generate))
         .route("/api/tags", web::get().to(ollama::handlers::tags))

@@ -43,8 +43,11 @@ pub fn serve_blocking_with_admin(
     loader: Arc<dyn ModelLoader>,
     catalog: Arc<dyn ModelCatalog>,
     admin: Arc<dyn ModelAdmin>,
+    snapshots: Option<Arc<crate::actors::snapshots::SnapshotShelf>>,
 ) -> io::Result<()> {
-    actix_web::rt::System::new().block_on(serve_with_admin(config, loader, catalog, Some(admin)))
+    actix_web::rt::System::new().block_on(async move {
+        serve_with_stores(config, loader, catalog, Some(admin), snapshots).await
+    })
 }
 
 /// Serves until a stop signal. Must run inside an actix system.
@@ -62,6 +65,17 @@ pub async fn serve_with_admin(
     loader: Arc<dyn ModelLoader>,
     catalog: Arc<dyn ModelCatalog>,
     admin: Option<Arc<dyn ModelAdmin>>,
+) -> io::Result<()> {
+    serve_with_stores(config, loader, catalog, admin, None).await
+}
+
+/// [`serve_with_admin`], with context snapshots kept in `snapshots` (the model store).
+pub async fn serve_with_stores(
+    config: Config,
+    loader: Arc<dyn ModelLoader>,
+    catalog: Arc<dyn ModelCatalog>,
+    admin: Option<Arc<dyn ModelAdmin>>,
+    snapshots: Option<Arc<crate::actors::snapshots::SnapshotShelf>>,
 ) -> io::Result<()> {
     let default_grammar = match &config.grammar_file {
         Some(path) => Some(load_grammar_file(path)?),
@@ -107,6 +121,16 @@ pub async fn serve_with_admin(
     if let Some(admin) = admin {
         app_state = app_state.with_admin(admin);
     }
+    if let Some(shelf) = &snapshots {
+        if let Err(error) = app_state.contexts.set_spill_dir(shelf.parked_dir()) {
+            tracing::warn!(%error, "parked contexts past -context-memory are dropped, not stored: the store's parked/ directory is not usable");
+        }
+    }
+    app_state.snapshots = snapshots;
+    if let Some(id) = &config.daemon_id {
+        app_state.contexts.set_daemon_id(id);
+    }
+    app_state.contexts.set_memory_limit(config.context_memory);
     let state = web::Data::new(app_state);
     let limits = HttpLimits {
         client_request_timeout: config.client_request_timeout,
@@ -219,7 +243,7 @@ pub fn route_table(base: &str) -> String {
         ("OpenAI", "POST", "/v1/chat/completions", ""),
         ("Anthropic", "POST", "/v1/messages", ""),
         ("Ollama", "POST", "/api/chat", "(and /api/generate)"),
-        ("Contexts", "POST", "/v1/contexts", "(then /{id}/fork?n=8)"),
+        ("Contexts", "POST", "/v1/contexts", "(then /{id}/fork?n=8, /{id}/snapshot)"),
         (
             "Models",
             "GET",

@@ -14,6 +14,8 @@ use super::StoreError;
 
 #[path = "../../migrations/v0001_initial.rs"]
 mod v0001_initial;
+#[path = "../../migrations/v0002_snapshots.rs"]
+mod v0002_snapshots;
 
 /// Key of the schema version in sled's default tree.
 pub const SCHEMA_VERSION_KEY: &[u8] = b"schema_version";
@@ -29,7 +31,8 @@ pub trait Migration: Sync {
 }
 
 /// Every migration, oldest first.
-pub static MIGRATIONS: &[&dyn Migration] = &[&v0001_initial::Initial];
+pub static MIGRATIONS: &[&dyn Migration] =
+    &[&v0001_initial::Initial, &v0002_snapshots::Snapshots];
 
 /// The schema version this build writes.
 pub fn current_version() -> u64 {

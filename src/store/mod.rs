@@ -37,6 +37,7 @@ use crate::gguf::{read_gguf_facts, GgufError, GgufErrorKind, GgufFacts};
 
 mod doctor;
 mod hash;
+mod kv_snapshots;
 pub mod migrate;
 mod name;
 mod pulled;
@@ -46,12 +47,15 @@ mod table;
 
 pub use doctor::{CheckReport, Finding, RepairAction, RepairReport};
 pub use hash::{Progress, Silent};
+pub use kv_snapshots::{NewSnapshot, SnapshotManifest, SNAPSHOTS_TREE};
 pub use name::{InvalidModelName, ModelName, ModelRef, DEFAULT_TAG, MAX_PART_LEN};
 pub use pulled::{BlobSource, ModelExtras};
 pub use table::{human_age, human_size, render_list_table, UnixSeconds};
 
 /// Name of the sled tree holding manifests.
 pub const MANIFESTS_TREE: &str = "manifests";
+/// Key, in sled's default tree, of the id this store's daemon puts in its context ids.
+pub const DAEMON_ID_KEY: &[u8] = b"daemon_id";
 /// Environment variable overriding the store's home.
 pub const HOME_ENV: &str = "LLAMAY_HOME";
 const BLOB_PREFIX: &str = "sha256-";
@@ -264,6 +268,14 @@ impl Store {
             database: Some(Database { db, manifests }),
             commit_lock: Mutex::new(()),
         })
+    }
+
+    /// The id drawn once for this store (migration v0002), so context ids name their daemon;
+    /// `None` for a read-only view or a store whose id is missing.
+    pub fn daemon_id(&self) -> Option<String> {
+        let raw = self.database.as_ref()?.db.get(DAEMON_ID_KEY).ok()??;
+        let id = String::from_utf8(raw.to_vec()).ok()?;
+        (!id.is_empty() && id.bytes().all(|b| b.is_ascii_hexdigit())).then_some(id)
     }
 
     /// True when another process holds the database and this store can only read.

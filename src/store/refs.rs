@@ -49,8 +49,10 @@ pub struct ReferenceTree {
 }
 
 /// Every tree that references blobs.
-pub static REFERENCE_TREES: &[ReferenceTree] =
-    &[ReferenceTree { tree: MANIFESTS_TREE, kind: "model", blobs: manifest_blobs }];
+pub static REFERENCE_TREES: &[ReferenceTree] = &[
+    ReferenceTree { tree: MANIFESTS_TREE, kind: "model", blobs: manifest_blobs },
+    ReferenceTree { tree: super::SNAPSHOTS_TREE, kind: "snapshot", blobs: snapshot_blobs },
+];
 
 /// Trees known to hold no blob references: sled's default tree (the schema version).
 pub const PLAIN_TREES: &[&str] = &["__sled__default"];
@@ -58,6 +60,11 @@ pub const PLAIN_TREES: &[&str] = &["__sled__default"];
 fn manifest_blobs(key: &str, value: &[u8]) -> Result<Vec<BlobRef>, StoreError> {
     let manifest = decode_manifest(key, value)?;
     Ok(vec![manifest_ref(&manifest)])
+}
+
+fn snapshot_blobs(key: &str, value: &[u8]) -> Result<Vec<BlobRef>, StoreError> {
+    let snapshot = super::kv_snapshots::decode_snapshot(key, value)?;
+    Ok(vec![BlobRef { hex: snapshot.digest_hex().to_string(), size: Some(snapshot.bytes) }])
 }
 
 fn manifest_ref(manifest: &Manifest) -> BlobRef {
