@@ -107,6 +107,10 @@ pub const SINGLE_DASH_LONG_FLAGS: &[&str] = &[
     // serve and rpc-worker: several machines
     "rpc",
     "allow-remote",
+    // eval
+    "prefix",
+    "items",
+    "output",
 ];
 
 /// `a:1, b:2` -> `["a:1", "b:2"]`; empty pieces dropped, so `-rpc ""` means none.

@@ -106,6 +106,19 @@ impl Daemon {
         response.json().map_err(http_error)
     }
 
+    /// One call to the daemon's API: its JSON answer, or its error message.
+    pub(super) fn call(&self, method: reqwest::Method, path: &str, body: Option<&Value>) -> Result<Value, CliError> {
+        let mut request = self.client.request(method, format!("{}{path}", self.base));
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request.send().map_err(http_error)?;
+        if !response.status().is_success() {
+            return Err(failure(response));
+        }
+        response.json().map_err(http_error)
+    }
+
     /// Reads NDJSON progress until `success` or an `{"error"}` line.
     fn follow(response: Response, show: &mut dyn FnMut(PullProgress)) -> Result<(), CliError> {
         for line in BufReader::new(response).lines() {

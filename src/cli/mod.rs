@@ -11,6 +11,9 @@ mod run;
 mod doctor;
 mod interactive;
 mod rpc_worker;
+mod eval;
+mod eval_backend;
+mod eval_results;
 
 use std::process::ExitCode;
 
@@ -94,6 +97,9 @@ enum Command {
     Stop { model: String },
     /// Serve this machine's CPU to a `serve -rpc` coordinator (llama.cpp's RPC protocol).
     RpcWorker(rpc_worker::RpcWorkerArgs),
+    /// Run many items over one shared prefix: prefilled once, forked per item, results to a
+    /// JSON Lines file that a rerun resumes.
+    Eval(eval::EvalArgs),
 }
 
 pub fn init_logging(json: bool) {
@@ -156,6 +162,10 @@ pub fn main(args: Vec<String>) -> Result<ExitCode, CliError> {
         Command::RpcWorker(args) => {
             init_logging(false);
             rpc_worker::rpc_worker(args)
+        }
+        Command::Eval(args) => {
+            init_logging(false);
+            eval::eval(args)
         }
     }
 }
