@@ -129,8 +129,9 @@ fn prefix() -> String {
         ("Bern", "Switzerland", "the Aare"),
     ];
     let mut text = String::from("You answer questions about cities in one short sentence.\n");
-    for round in 0..4 {
-        for (city, country, river) in facts {
+    // 28 questions and answers of about 35 tokens each.
+    for round in 0..3 {
+        for (city, country, river) in facts.iter().take(if round == 2 { 8 } else { 10 }) {
             text.push_str(&format!(
                 "Q: Which river flows through {city}, and which country is it in (case {round})?\n\
                  A: {river} flows through {city}, a city of {country}.\n"
@@ -316,14 +317,26 @@ fn main() {
     let (mut warm_best, mut cold_best, mut cached, mut prompt) = (f64::MAX, f64::MAX, 0, 0);
     let mut restores = Vec::new();
     for round in 0..rounds {
+        eprintln!(
+            "round {}/{rounds}: context + fork, then 8 independent prompts",
+            round + 1
+        );
         let (seconds, tokens) = forked_answers(&client, &base, round);
         fork_best = fork_best.min(seconds);
         prefix_tokens = tokens;
         full_best = full_best.min(independent_answers(&client, &base, round));
+        eprintln!(
+            "round {}/{rounds}: a 5-turn chat, then its turn 5 cold",
+            round + 1
+        );
         let (warm, cold, c, p) = fifth_turn(&client, &base, round);
         warm_best = warm_best.min(warm);
         cold_best = cold_best.min(cold);
         (cached, prompt) = (c, p);
+        eprintln!(
+            "round {}/{rounds}: snapshot restore against prefill",
+            round + 1
+        );
         restores.push(restore_against_prefill(&client, &base, round));
     }
     // Any failed round fails the row: a number from the other rounds would hide it.

@@ -287,3 +287,115 @@ fn bad_input_is_named_before_the_model_loads() {
     assert_fails_with(&output, "corrupt.jsonl:2: not a result line");
     assert!(!out.exists(), "nothing was written for bad input");
 }
+
+struct Daemon(std::process::Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn with_a_daemon_running_eval_uses_its_contexts_and_leaves_none_behind() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let _daemon = Daemon(
+        llamay()
+            .args([
+                "serve",
+                "-m",
+                "smollm2:135m",
+                "-addr",
+                &addr,
+                "-parallel",
+                "3",
+                "-context",
+                "2048",
+                "-t",
+                "1",
+            ])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("serve"),
+    );
+    let base = format!("http://{addr}");
+    let client = reqwest::blocking::Client::new();
+    let started = Instant::now();
+    while !client
+        .get(format!("{base}/health"))
+        .send()
+        .is_ok_and(|r| r.status().is_success())
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the daemon did not start"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let items = dir.path().join("items.jsonl");
+    let lines: Vec<String> = ["horse", "frog", "bat", "trout"]
+        .iter()
+        .enumerate()
+        .map(|(i, animal)| {
+            serde_json::json!({"id": i, "messages": [{"role": "user", "content": format!("Is a {animal} a mammal? Answer in JSON.")}]})
+                .to_string()
+        })
+        .collect();
+    std::fs::write(&items, lines.join("\n")).expect("items");
+    let out = dir.path().join("results.jsonl");
+    let evaluated = llamay()
+        .env("LLAMAY_ADDR", &addr)
+        .args(eval_args(
+            &items,
+            &out,
+            &["-json", "-n", "24", "-parallel", "2"],
+        ))
+        .output()
+        .expect("eval runs");
+    assert!(evaluated.status.success(), "{}", stderr(&evaluated));
+    assert!(
+        stderr(&evaluated).contains("on the running daemon"),
+        "{}",
+        stderr(&evaluated)
+    );
+    let summary = String::from_utf8_lossy(&evaluated.stdout).into_owned();
+    let reused: u64 = summary
+        .trim_end()
+        .split(", ")
+        .find_map(|part| part.strip_suffix(" prompt tokens reused"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no reuse count in {summary:?}"));
+    assert!(reused > 0, "{summary}");
+    let results = whole_lines(&out);
+    assert_eq!(results.len(), 4);
+    for line in &results {
+        let result: Value = serde_json::from_str(line).expect("result");
+        let output = result["output"].as_str().expect("output");
+        let answer = serde_json::from_str::<Value>(output);
+        // -json holds until the budget: a cut answer is a prefix of JSON, a finished one parses.
+        if result["finish_reason"] == "stop" {
+            assert!(answer.is_ok(), "{output:?}");
+        }
+        assert!(result["tokens"].as_u64().is_some_and(|t| t > 0), "{line}");
+    }
+    let left: Value = client
+        .get(format!("{base}/v1/contexts"))
+        .send()
+        .expect("list")
+        .json()
+        .expect("json");
+    assert_eq!(
+        left["data"].as_array().map(Vec::len),
+        Some(0),
+        "eval deletes its contexts: {left}"
+    );
+}

@@ -45,7 +45,9 @@ message and the chat template is applied. id is a string or an integer, unique i
 RESULTS.jsonl gets one line per item:
   {\"id\", \"output\", \"tokens\", \"prompt_tokens\", \"cached_tokens\", \"finish_reason\", \"ms\"}
 Items whose id is already in RESULTS.jsonl are skipped, so an interrupted run resumes.
-With a daemon running (LLAMAY_ADDR), eval uses it; -t, -c and -kv then are the daemon's.";
+With a daemon running (LLAMAY_ADDR), eval uses its contexts API; -t, -c and -kv then are the
+daemon's, cached_tokens is null (its Ollama routes do not report it) and the summary counts
+the daemon's prefix reuse over the run.";
 
 #[derive(Debug, Args)]
 #[command(after_help = ITEMS_HELP)]
