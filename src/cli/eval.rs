@@ -42,7 +42,7 @@ With prompt items the prefix file is raw text and each prompt continues its toke
 prefix where a token ends, e.g. with a newline); with messages items the prefix is the system
 message and the chat template is applied. id is a string or an integer, unique in the file.
 
-RESULTS.jsonl gets one line per item:
+RESULTS.jsonl gets one line per item, in the order the items finish:
   {\"id\", \"output\", \"tokens\", \"prompt_tokens\", \"cached_tokens\", \"finish_reason\", \"ms\"}
 Items whose id is already in RESULTS.jsonl are skipped, so an interrupted run resumes.
 With a daemon running (LLAMAY_ADDR), eval uses its contexts API; -t, -c and -kv then are the
