@@ -119,6 +119,10 @@ pub const SINGLE_DASH_LONG_FLAGS: &[&str] = &[
     "mem",
     // serve: contexts
     "context-memory",
+    // eval
+    "prefix",
+    "items",
+    "output",
 ];
 
 /// `1, 1,2` -> `[1.0, 1.0, 2.0]`; empty means by free memory.

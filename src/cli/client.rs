@@ -39,7 +39,11 @@ fn failure(response: Response) -> CliError {
     let text = response.text().unwrap_or_default();
     let message = serde_json::from_str::<Value>(&text)
         .ok()
-        .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_string))
+        .and_then(|v| {
+            // Ollama's routes send {"error": "..."}, the /v1/ routes {"error": {"message": "..."}}.
+            let error = v.get("error")?;
+            error.as_str().or_else(|| error.get("message").and_then(Value::as_str)).map(str::to_string)
+        })
         .unwrap_or_else(|| format!("the daemon answered {status}: {text}"));
     CliError::Model(message)
 }
@@ -100,6 +104,19 @@ impl Daemon {
             .get(format!("{}{path}", self.base))
             .send()
             .map_err(http_error)?;
+        if !response.status().is_success() {
+            return Err(failure(response));
+        }
+        response.json().map_err(http_error)
+    }
+
+    /// One call to the daemon's API: its JSON answer, or its error message.
+    pub(super) fn call(&self, method: reqwest::Method, path: &str, body: Option<&Value>) -> Result<Value, CliError> {
+        let mut request = self.client.request(method, format!("{}{path}", self.base));
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request.send().map_err(http_error)?;
         if !response.status().is_success() {
             return Err(failure(response));
         }

@@ -11,6 +11,9 @@ mod run;
 mod doctor;
 mod interactive;
 mod rpc_worker;
+mod eval;
+mod eval_backend;
+mod eval_results;
 
 use std::process::ExitCode;
 
@@ -97,6 +100,9 @@ enum Command {
     /// One model split over RPC workers, for the daemon that starts it (internal).
     #[command(hide = true)]
     RpcRunner,
+    /// Run many items over one shared prefix: prefilled once, forked per item, results to a
+    /// JSON Lines file that a rerun resumes.
+    Eval(eval::EvalArgs),
 }
 
 pub fn init_logging(json: bool) {
@@ -164,6 +170,10 @@ pub fn main(args: Vec<String>) -> Result<ExitCode, CliError> {
             init_logging(false);
             llamay::actors::runner_child::run().map_err(CliError::Model)?;
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Eval(args) => {
+            init_logging(false);
+            eval::eval(args)
         }
     }
 }
