@@ -12,7 +12,8 @@
 //! instances rejected, false accepts (an invalid instance accepted although the validator
 //! names an enforced keyword among its errors; must be 0), compile time, and the time per
 //! mask at every token of every valid instance, for llamay and llguidance, with ratios.
-//! Instances are tokenized greedily (longest match over the vocabulary's bytes), not with
+//! Times are the bench thread's CPU time, for both engines (the machine is shared; wall time
+//! would also count other processes' turns). Instances are tokenized greedily (longest match over the vocabulary's bytes), not with
 //! the model's own tokenizer, so token boundaries approximate a real run's. One thread.
 //! `--per-schema` also prints, per schema and vocabulary, the slowest llamay and llguidance
 //! mask and the matcher's counters (states, clears, overflows), to find what makes a mask slow.
@@ -24,7 +25,6 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
 
 use llamay::grammar::schema::compile_schema;
 use llamay::grammar::{check_input, CheckOutcome, CompiledGrammar, Limits, Matcher, TokenTrie};
@@ -53,12 +53,33 @@ struct Compiled {
     accepted: Vec<String>,
 }
 
+/// A point in this thread's CPU time: on a shared machine wall time also counts the turns of
+/// other processes, which land on either engine at random and make single masks look slow.
+#[derive(Clone, Copy)]
+struct CpuInstant(f64);
+
+impl CpuInstant {
+    fn now() -> Self {
+        let mut spec = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: `spec` is a valid, writable timespec for the duration of the call.
+        let status = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut spec) };
+        if status != 0 {
+            return CpuInstant(0.0);
+        }
+        CpuInstant(spec.tv_sec as f64 * 1e6 + spec.tv_nsec as f64 / 1e3)
+    }
+
+    fn elapsed_micros(&self) -> f64 {
+        (CpuInstant::now().0 - self.0).max(0.0)
+    }
+}
+
 #[derive(Default)]
 struct Timings(Vec<f64>);
 
 impl Timings {
-    fn push_since(&mut self, started: Instant) {
-        self.0.push(started.elapsed().as_secs_f64() * 1e6);
+    fn push_since(&mut self, started: CpuInstant) {
+        self.0.push(started.elapsed_micros());
     }
 
     fn summary(&mut self) -> Option<[f64; 4]> {
@@ -169,7 +190,7 @@ fn main() {
     let (mut valid_accepted, mut valid_total, mut invalid_rejected, mut invalid_total) = (0, 0, 0, 0);
     let mut false_accepts = Vec::new();
     for (index, case) in cases.iter().enumerate() {
-        let started = Instant::now();
+        let started = CpuInstant::now();
         let grammar = match compile_schema(&case.schema) {
             Ok(grammar) => grammar,
             Err(error) => {
@@ -185,7 +206,7 @@ fn main() {
             }
         };
         compile_times.push_since(started);
-        let compile_micros = started.elapsed().as_secs_f64() * 1e6;
+        let compile_micros = started.elapsed_micros();
         if per_schema && compile_micros > 5_000.0 {
             println!("  slow compile: {:>9.0} us {} ({} rules)", compile_micros, case.name, grammar.rule_names().len());
         }
@@ -277,10 +298,10 @@ fn bench_vocab(
             let mut written = Vec::new();
             for &token in &token_ids {
                 let (states_before, clears_before) = (matcher.stats().states, matcher.stats().table_clears);
-                let started = Instant::now();
+                let started = CpuInstant::now();
                 let allowed = matcher.compute_mask().is_set(token);
                 ours_masks.push_since(started);
-                let micros = started.elapsed().as_secs_f64() * 1e6;
+                let micros = started.elapsed_micros();
                 if per_schema && micros > 5_000.0 {
                     let tail = String::from_utf8_lossy(&written[written.len().saturating_sub(40)..]).into_owned();
                     println!(
@@ -306,7 +327,7 @@ fn bench_vocab(
                 "states peak {} · {} masks computed · {} clears · {} overflows",
                 stats.states_peak, stats.masks_computed, stats.table_clears, stats.overflows
             );
-            let started = Instant::now();
+            let started = CpuInstant::now();
             let parser = factory.create_parser(TopLevelGrammar::from_json_schema(case.schema.clone()));
             let mut llg = llguidance::Matcher::new(parser);
             if instance_index == 0 {
@@ -317,7 +338,7 @@ fn bench_vocab(
                 continue;
             }
             for &token in &token_ids {
-                let started = Instant::now();
+                let started = CpuInstant::now();
                 let mask = llg.compute_mask();
                 llg_masks.push_since(started);
                 match mask {

@@ -25,7 +25,7 @@ use std::collections::{HashMap, HashSet};
 use std::any::Any;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use super::counters::CounterChains;
+use super::counters::{add_loop_rules, ChainRanks, CounterChains};
 use super::toktrie::TokenTrie;
 use super::error::{GrammarError, Location};
 use super::ir::{rules_satisfying, ByteSet, Grammar, Symbol};
@@ -155,18 +155,35 @@ impl StepOverflow {
 impl CompiledGrammar {
     /// Compiles `grammar`, refusing left recursion (direct, indirect or behind nullable
     /// prefixes), dangling rule references and grammars over `limits`.
-    pub fn new(grammar: Grammar, limits: &Limits) -> Result<Self, GrammarError> {
-        let rule_count = grammar.rules.len();
-        if rule_count > limits.max_rules {
+    pub fn new(mut grammar: Grammar, limits: &Limits) -> Result<Self, GrammarError> {
+        let source_rule_count = grammar.rules.len();
+        if source_rule_count > limits.max_rules {
             return Err(GrammarError::TooLarge {
                 what: "the rule count",
-                actual: rule_count,
+                actual: source_rule_count,
                 limit: limits.max_rules,
             });
         }
-        if grammar.root.index() >= rule_count {
+        if grammar.root.index() >= source_rule_count {
             return Err(GrammarError::MissingRoot);
         }
+        // Rule references are checked against the source rules only: the loop rules added
+        // here are never named by the source.
+        for rule in &grammar.rules {
+            for symbol in rule.alternatives.iter().flatten() {
+                if let Symbol::Rule(id) = symbol {
+                    if id.index() >= source_rule_count {
+                        return Err(GrammarError::Invalid(format!(
+                            "rule `{}` refers to rule number {} but there are only {source_rule_count}",
+                            rule.name, id.0
+                        )));
+                    }
+                }
+            }
+        }
+        let chain_ranks = ChainRanks::of(&grammar);
+        let added_rules = add_loop_rules(&mut grammar, &chain_ranks);
+        let rule_count = grammar.rules.len();
         let mut symbols = Vec::new();
         let mut alt_starts = Vec::new();
         let mut alt_ranges = Vec::with_capacity(rule_count);
@@ -215,7 +232,14 @@ impl CompiledGrammar {
             });
         }
         let (byte_class, class_representatives) = byte_classes(&symbols);
-        let counters = CounterChains::find(&grammar, &alt_starts, &alt_ranges, symbols.len());
+        let counters = CounterChains::find(
+            &grammar,
+            &chain_ranks,
+            &added_rules,
+            &alt_starts,
+            &alt_ranges,
+            symbols.len(),
+        );
         let mut compiled = CompiledGrammar {
             expansions: (0..symbols.len()).map(|_| OnceLock::new()).collect(),
             symbols,
@@ -517,6 +541,33 @@ impl CompiledGrammar {
             stacks.insert(ws, mapped);
         }
         changed.then(|| stacks.into_encoded())
+    }
+
+    /// `config` with every frame inside a bounded repetition with at least `min_rank` items
+    /// left moved into the repetition's unbounded loop (see `counters.rs`), and the fewest
+    /// items left among the frames moved; `None` when no frame moved. The result keeps
+    /// exactly the same tokens alive as `config` among those of at most that count minus two
+    /// bytes (the current item may complete without a byte, each further one reads one).
+    pub(crate) fn unbind_counters(&self, config: &[u32], min_rank: u32) -> Option<(Vec<u32>, u32)> {
+        if self.counters.is_empty() {
+            return None;
+        }
+        let mut fewest = u32::MAX;
+        let mut stacks = StackSet::default();
+        for (ws_used, frames) in decode(config) {
+            let mapped: Vec<u32> = frames
+                .iter()
+                .map(|&position| match self.counters.unbound_position(position, min_rank) {
+                    Some((unbound, rank)) => {
+                        fewest = fewest.min(rank);
+                        unbound
+                    }
+                    None => position,
+                })
+                .collect();
+            stacks.insert(ws_used, mapped);
+        }
+        (fewest != u32::MAX).then(|| (stacks.into_encoded(), fewest))
     }
 
     /// The bytes some stack of `config` can read next.

@@ -9,12 +9,23 @@
 //! `h` items (each reads a byte or more), so for it `opt_r` with `r > h + 1` behaves exactly as
 //! `opt_(h+1)`: [`CounterChains::map_position`] moves a grammar position to that member.
 //!
-//! Key type: [`CounterChains`]. Cost: found once per compiled grammar, linear in its size; a
-//! mapped position is two lookups.
+//! Each chain also gets a *loop rule* `loop ::= "" | body loop` (added to the grammar by
+//! [`add_loop_rules`], reachable from nowhere): the repetition without its bound. A token of
+//! fewer than `r` bytes cannot tell `opt_r` from the loop, so a mask walk may run from a state
+//! whose counted positions are moved into their loops ([`CounterChains::unbound_position`]):
+//! one state for every count instead of one per count, and the loop's state loops, so whole
+//! trie subtrees are allowed at once. Only tokens of `r` bytes or more are then walked from
+//! the counted state itself.
+//!
+//! A frame *before* a call into a chain (a string's mandatory first character, then up to 255
+//! more) is moved likewise, into a twin of its alternative that calls the loop instead.
+//!
+//! Key types: [`CounterChains`], [`ChainRanks`], [`LoopRules`]. Cost: found once per compiled grammar, linear
+//! in its size, plus one rule per chain; a mapped position is two lookups.
 
 use std::collections::HashMap;
 
-use super::ir::{rules_satisfying, Grammar, Symbol};
+use super::ir::{rules_satisfying, Grammar, Rule, RuleId, Symbol};
 
 const NONE: u32 = u32::MAX;
 
@@ -25,20 +36,27 @@ pub(crate) struct CounterChains {
     position_member: Vec<(u32, u32)>,
     /// Per chain, per rank (index 0 unused): where the member's non-empty alternative starts.
     member_starts: Vec<Vec<u32>>,
+    /// Per chain: where its loop rule's non-empty alternative starts, or `NONE`.
+    loop_starts: Vec<u32>,
+    /// Per position before a chain call in an alternative with a twin: the same place in the
+    /// twin and the fewest items its chain calls allow; `(NONE, _)` elsewhere.
+    call_sites: Vec<(u32, u32)>,
 }
 
-impl CounterChains {
-    /// Finds the chains of `grammar`; `alt_starts[alt_ranges[r]]` are the flattened start
-    /// positions of rule `r`'s alternatives, `symbol_count` the flattened length.
-    pub(crate) fn find(
-        grammar: &Grammar,
-        alt_starts: &[u32],
-        alt_ranges: &[(u32, u32)],
-        symbol_count: usize,
-    ) -> Self {
+/// Which rules are members of a counter chain: per rule its rank (0: not a member), the
+/// lowest member of its chain (names the chain) and which alternative holds the body.
+pub(crate) struct ChainRanks {
+    rank: Vec<u32>,
+    lowest: Vec<u32>,
+    body: Vec<u8>,
+}
+
+impl ChainRanks {
+    pub(crate) fn of(grammar: &Grammar) -> Self {
         let nullable = nullable_rules(grammar);
-        // A member: `"" | body next` (in either order) with a non-nullable body; returns the
-        // index of the body alternative.
+        // A member: `"" | body next` (in either order) with a non-nullable body and a next
+        // rule other than itself (that is a loop, not a count); returns the index of the body
+        // alternative and the next rule.
         let member_shape = |rule: usize| -> Option<(usize, u32)> {
             let alternatives = &grammar.rules.get(rule)?.alternatives;
             if alternatives.len() != 2 {
@@ -54,6 +72,9 @@ impl CounterChains {
             let Symbol::Rule(next) = last else {
                 return None;
             };
+            if next.index() == rule {
+                return None;
+            }
             let consumes = items.iter().any(|symbol| match symbol {
                 Symbol::Bytes(set) => !set.is_empty(),
                 Symbol::Whitespace => false,
@@ -76,6 +97,7 @@ impl CounterChains {
         let rule_count = grammar.rules.len();
         let mut rank = vec![0u32; rule_count];
         let mut lowest = vec![NONE; rule_count];
+        let mut body = vec![0u8; rule_count];
         for start in 0..rule_count {
             if rank[start] != 0 || member_shape(start).is_none() {
                 continue;
@@ -108,24 +130,153 @@ impl CounterChains {
                 base_rank += 1;
                 rank[member] = base_rank;
                 lowest[member] = base_lowest;
+                body[member] = member_shape(member).map_or(0, |(index, _)| index as u8);
             }
         }
+        ChainRanks { rank, lowest, body }
+    }
+}
+
+/// Adds a loop rule for every chain of `ranks` to `grammar` (see the module comment); returns
+/// per chain (named by its lowest member) its loop rule. Existing rule ids do not change.
+pub(crate) fn add_loop_rules(grammar: &mut Grammar, ranks: &ChainRanks) -> LoopRules {
+    let mut loops: HashMap<u32, u32> = HashMap::new();
+    for rule in 0..ranks.rank.len() {
+        if ranks.rank[rule] == 0 || loops.contains_key(&ranks.lowest[rule]) {
+            continue;
+        }
+        let body_index = ranks.body[rule] as usize;
+        let Some(member) = grammar.rules.get(rule) else {
+            continue;
+        };
+        let loop_id = grammar.rules.len() as u32;
+        let mut sequence = member.alternatives[body_index].clone();
+        if let Some(last) = sequence.last_mut() {
+            *last = Symbol::Rule(RuleId(loop_id));
+        }
+        let mut alternatives = vec![Vec::new(), Vec::new()];
+        alternatives[body_index] = sequence;
+        let name = format!("{} (unbounded)", member.name);
+        grammar.rules.push(Rule { name, alternatives });
+        loops.insert(ranks.lowest[rule], loop_id);
+    }
+    // Twins of the alternatives that call into a chain, the calls going to the loops instead,
+    // so that a frame before such a call (`"\"" char opt_255 "\""` with `minLength: 1`) can be
+    // unbound too.
+    let mut twins = Vec::new();
+    for rule in 0..ranks.rank.len() {
+        if ranks.rank[rule] != 0 {
+            continue;
+        }
+        let Some(source) = grammar.rules.get(rule) else {
+            continue;
+        };
+        let mut new_rules = Vec::new();
+        for (alternative, sequence) in source.alternatives.iter().enumerate() {
+            let mut twin = sequence.clone();
+            let mut fewest = u32::MAX;
+            let mut last_call = None;
+            for (offset, symbol) in twin.iter_mut().enumerate() {
+                let Symbol::Rule(called) = *symbol else {
+                    continue;
+                };
+                let called = called.index();
+                let rank = ranks.rank.get(called).copied().unwrap_or(0);
+                if rank < TWIN_MIN_RANK {
+                    continue;
+                }
+                let Some(&loop_rule) = ranks.lowest.get(called).and_then(|l| loops.get(l)) else {
+                    continue;
+                };
+                *symbol = Symbol::Rule(RuleId(loop_rule));
+                fewest = fewest.min(rank);
+                last_call = Some(offset as u32);
+            }
+            if let Some(last_call) = last_call {
+                let twin_rule = (grammar.rules.len() + new_rules.len()) as u32;
+                let name = format!("{} (calls unbounded)", source.name);
+                new_rules.push(Rule {
+                    name,
+                    alternatives: vec![twin],
+                });
+                twins.push(Twin {
+                    rule: rule as u32,
+                    alternative: alternative as u32,
+                    twin_rule,
+                    last_call,
+                    fewest,
+                });
+            }
+        }
+        grammar.rules.extend(new_rules);
+    }
+    LoopRules { loops, twins }
+}
+
+/// A chain entered with fewer items than this is not worth a twin: masks are only taken from
+/// loops far from the bound.
+const TWIN_MIN_RANK: u32 = 3;
+
+/// What [`add_loop_rules`] added: per chain (named by its lowest member) its loop rule, and
+/// the twins of alternatives calling chains.
+pub(crate) struct LoopRules {
+    loops: HashMap<u32, u32>,
+    twins: Vec<Twin>,
+}
+
+/// Alternative `alternative` of `rule` with its chain calls (the last at `last_call`, the
+/// fewest items any allows `fewest`) going to loops, as the only alternative of `twin_rule`.
+struct Twin {
+    rule: u32,
+    alternative: u32,
+    twin_rule: u32,
+    last_call: u32,
+    fewest: u32,
+}
+
+impl CounterChains {
+    /// Finds the chains of `grammar` (ranked by `ranks`, with loop rules `loops`);
+    /// `alt_starts[alt_ranges[r]]` are the flattened start positions of rule `r`'s
+    /// alternatives, `symbol_count` the flattened length.
+    pub(crate) fn find(
+        grammar: &Grammar,
+        ranks: &ChainRanks,
+        added: &LoopRules,
+        alt_starts: &[u32],
+        alt_ranges: &[(u32, u32)],
+        symbol_count: usize,
+    ) -> Self {
+        let ChainRanks {
+            rank,
+            lowest,
+            body: bodies,
+        } = ranks;
+        let rule_count = rank.len().min(grammar.rules.len());
         let mut chain_ids: HashMap<u32, u32> = HashMap::new();
         let mut member_starts: Vec<Vec<u32>> = Vec::new();
+        let mut loop_starts: Vec<u32> = Vec::new();
         let mut position_member = vec![(NONE, 0u32); symbol_count];
         for rule in 0..rule_count {
             if rank[rule] == 0 {
                 continue;
             }
-            let Some((body, _)) = member_shape(rule) else {
+            let body = bodies[rule] as usize;
+            let body_start = |rule: usize| -> Option<u32> {
+                let (lo, _) = *alt_ranges.get(rule)?;
+                alt_starts.get(lo as usize + body).copied()
+            };
+            let Some(start) = body_start(rule) else {
                 continue;
             };
             let chain = *chain_ids.entry(lowest[rule]).or_insert_with(|| {
                 member_starts.push(Vec::new());
+                let loop_start = added
+                    .loops
+                    .get(&lowest[rule])
+                    .and_then(|&loop_rule| body_start(loop_rule as usize));
+                loop_starts.push(loop_start.unwrap_or(NONE));
                 (member_starts.len() - 1) as u32
             });
-            let (lo, _) = alt_ranges[rule];
-            let start = alt_starts[lo as usize + body];
             let starts = &mut member_starts[chain as usize];
             if starts.len() <= rank[rule] as usize {
                 starts.resize(rank[rule] as usize + 1, NONE);
@@ -138,10 +289,51 @@ impl CounterChains {
                 }
             }
         }
+        let mut call_sites = vec![(NONE, 0u32); symbol_count];
+        for twin in &added.twins {
+            let start_of = |rule: u32, alternative: u32| -> Option<u32> {
+                let (lo, _) = *alt_ranges.get(rule as usize)?;
+                alt_starts.get((lo + alternative) as usize).copied()
+            };
+            let (Some(own), Some(twin_start)) = (
+                start_of(twin.rule, twin.alternative),
+                start_of(twin.twin_rule, 0),
+            ) else {
+                continue;
+            };
+            for offset in 0..=twin.last_call {
+                if let Some(slot) = call_sites.get_mut((own + offset) as usize) {
+                    *slot = (twin_start + offset, twin.fewest);
+                }
+            }
+        }
         CounterChains {
             position_member,
             member_starts,
+            loop_starts,
+            call_sites,
         }
+    }
+
+    /// `position` moved into its chain's loop rule when it lies in a member with at least
+    /// `min_rank` items left, with that count; `None` otherwise. The loop behaves exactly as
+    /// the member for any text of fewer bytes than the count.
+    #[inline]
+    pub(crate) fn unbound_position(&self, position: u32, min_rank: u32) -> Option<(u32, u32)> {
+        let &(chain, rank) = self.position_member.get(position as usize)?;
+        if chain == NONE {
+            // Before a call into a chain: the twin calls the loop. The call has not read an
+            // item yet, so the same count argument holds.
+            let &(twin_position, fewest) = self.call_sites.get(position as usize)?;
+            return (twin_position != NONE && fewest >= min_rank)
+                .then_some((twin_position, fewest));
+        }
+        if rank < min_rank {
+            return None;
+        }
+        let own = *self.member_starts.get(chain as usize)?.get(rank as usize)?;
+        let loop_start = *self.loop_starts.get(chain as usize)?;
+        (own != NONE && loop_start != NONE).then(|| (loop_start + (position - own), rank))
     }
 
     pub(crate) fn is_empty(&self) -> bool {

@@ -191,7 +191,10 @@ impl Matcher {
                 None => {
                     matcher.computed_this_step = true;
                     matcher.stats.masks_computed += 1;
-                    let (mask, root) = matcher.walk_trie(caches, root);
+                    let (mask, root) = match matcher.mask_via_loops(caches, root) {
+                        Some(computed) => computed,
+                        None => matcher.walk_trie(caches, root),
+                    };
                     let mask = Arc::new(mask);
                     caches.masks.insert(root, mask.clone());
                     mask
@@ -486,6 +489,111 @@ impl Matcher {
         self.depth_alive = depth_alive;
         self.depth_within = depth_within;
         (mask, root)
+    }
+
+    /// The mask of `root` when it lies inside bounded repetitions with many items left: the
+    /// mask of the same state with those repetitions unbounded (one state for every count,
+    /// cached, and cheap to walk because it loops), exact for the tokens too short to reach a
+    /// bound; the tokens long enough to are walked from `root` itself. `None` when `root` is
+    /// in no such repetition. Returns the mask and `root`'s id after any table clear.
+    fn mask_via_loops(&mut self, caches: &mut SharedCaches, root: u32) -> Option<(TokenMask, u32)> {
+        let config: Box<[u32]> = caches.table.config(root).into();
+        let floor = self.trie.counter_floor;
+        let (unbound, fewest) = self
+            .grammar
+            .unbind_counters(&config, floor.saturating_add(2))?;
+        // Tokens of fewer than `fewest - 1` bytes cannot reach a bound (see `unbind_counters`).
+        let walk_from = fewest - 1;
+        let epoch = caches.table.epoch();
+        let unbound_state = self.adopt_config(caches, &unbound);
+        if unbound_state == DEAD {
+            return None;
+        }
+        let cached = caches
+            .masks
+            .get(unbound_state)
+            .and_then(|slot| caches.masks.mask(slot))
+            .cloned();
+        let unbound_mask = match cached {
+            Some(mask) => mask,
+            None => {
+                let (mask, unbound_state) = self.walk_trie(caches, unbound_state);
+                let mask = Arc::new(mask);
+                caches.masks.insert(unbound_state, mask.clone());
+                mask
+            }
+        };
+        let mut root = root;
+        if caches.table.epoch() != epoch {
+            root = self.adopt_config(caches, &config);
+        }
+        let mut mask = (*unbound_mask).clone();
+        let trie = self.trie.clone();
+        for &token in trie.tokens_at_least(walk_from) {
+            mask.unset(token);
+        }
+        let root = self.walk_long_tokens(caches, root, walk_from, &mut mask);
+        Some((mask, root))
+    }
+
+    /// Interns `config`, keeping the current state across a clear that makes room.
+    fn adopt_config(&mut self, caches: &mut SharedCaches, config: &[u32]) -> u32 {
+        let mut live = [self.state];
+        let epoch = caches.table.epoch();
+        let id = caches.table.adopt(config, &mut live);
+        if caches.table.epoch() != epoch {
+            caches.masks.clear();
+            self.state = live[0];
+        }
+        id
+    }
+
+    /// Sets in `mask` every token of at least `min_len` bytes that `root` allows: a walk of
+    /// only the trie subtrees holding such tokens. Returns `root`'s id after any table clear.
+    fn walk_long_tokens(
+        &mut self,
+        caches: &mut SharedCaches,
+        root: u32,
+        min_len: u32,
+        mask: &mut TokenMask,
+    ) -> u32 {
+        let trie = self.trie.clone();
+        let nodes = &trie.nodes[..];
+        let mut depth_states = std::mem::take(&mut self.depth_states);
+        depth_states.resize(trie.max_depth() + 1, DEAD);
+        depth_states[0] = root;
+        let mut index = 0usize;
+        while let Some(node) = nodes.get(index) {
+            let longest = trie.subtree_max_len.get(index).copied().unwrap_or(0);
+            if u32::from(longest) < min_len {
+                index = node.subtree_end as usize;
+                continue;
+            }
+            let depth = node.depth as usize;
+            let next = caches.table.next(depth_states[depth - 1], node.byte);
+            if next == DEAD {
+                index = node.subtree_end as usize;
+                continue;
+            }
+            if next == FULL {
+                self.clear_tables(caches, &mut depth_states[0..depth]);
+                continue;
+            }
+            depth_states[depth] = next;
+            if node.token != NO_TOKEN && depth as u32 >= min_len {
+                mask.set(node.token);
+            }
+            index += 1;
+        }
+        for &(token, same_as) in &trie.duplicates {
+            let long = trie.token_bytes(token).is_some_and(|b| b.len() as u32 >= min_len);
+            if long && mask.is_set(same_as) {
+                mask.set(token);
+            }
+        }
+        let root = depth_states[0];
+        self.depth_states = depth_states;
+        root
     }
 
     fn add_time(&mut self, started: Instant) {

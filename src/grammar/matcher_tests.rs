@@ -139,6 +139,17 @@ fn check_walks(
     steps: usize,
 ) {
     let grammar = Arc::new(compile_gbnf(source, limits).unwrap_or_else(|e| panic!("{name}: {e}")));
+    check_walks_on(name, grammar, vocabulary, eog, seeds, steps);
+}
+
+fn check_walks_on(
+    name: &str,
+    grammar: Arc<CompiledGrammar>,
+    vocabulary: &[Vec<u8>],
+    eog: &[u32],
+    seeds: u64,
+    steps: usize,
+) {
     let trie = Arc::new(TokenTrie::new(vocabulary, eog));
     for seed in 0..seeds {
         let mut rng = TestRng::new(seed + 1);
@@ -221,6 +232,52 @@ fn masks_are_exact_on_the_sample_grammars() {
         3,
         40,
     );
+}
+
+/// Inside bounded repetitions with many items left a mask comes from the repetition made
+/// unbounded, for the tokens too short to reach the bound, and from a walk of the longer
+/// tokens from the counted state: a vocabulary with many long tokens, and walks that run into
+/// the bounds (strings with `maxLength`, `minLength`, arrays with `maxItems`).
+#[test]
+fn masks_are_exact_inside_long_bounded_repetitions() {
+    let (mut vocabulary, eog) = synthetic_vocabulary(23, 1200);
+    let mut rng = TestRng::new(99);
+    let short: Vec<Vec<u8>> = vocabulary.iter().filter(|t| !t.is_empty()).cloned().collect();
+    // Few enough long tokens (a few percent) that the count floor stays low and most
+    // repetitions are unbound; each long one is then walked from the counted state.
+    for _ in 0..40 {
+        let mut token = Vec::new();
+        for _ in 0..2 + rng.below(14) {
+            token.extend_from_slice(&short[rng.below(short.len())]);
+        }
+        token.truncate(48);
+        vocabulary.push(token);
+    }
+    for source in [
+        "root ::= \"\\\"\" [^\"\\\\]{0,70} \"\\\"\" \"\\n\"",
+        "root ::= \"[\" ([0-9]{1,3} (\",\" [0-9]{1,3}){0,40})? \"]\"",
+    ] {
+        let grammar = Arc::new(
+            compile_gbnf(source.as_bytes(), &Limits::default())
+                .unwrap_or_else(|e| panic!("{source}: {e}")),
+        );
+        check_walks_on(source, grammar, &vocabulary, &eog, 4, 40);
+    }
+    for schema in [
+        serde_json::json!({"type": "object", "additionalProperties": false, "properties": {
+            "a": {"type": "string", "maxLength": 60},
+            "b": {"type": "array", "items": {"type": "integer"}, "maxItems": 30}}}),
+        serde_json::json!({"type": "string", "minLength": 3, "maxLength": 45}),
+        serde_json::json!({"type": "array", "maxItems": 25,
+            "items": {"type": ["string", "null"], "maxLength": 30}}),
+    ] {
+        let ir = crate::grammar::schema::compile_schema(&schema)
+            .unwrap_or_else(|e| panic!("{schema}: {e}"));
+        let grammar = Arc::new(
+            CompiledGrammar::new(ir, &Limits::default()).unwrap_or_else(|e| panic!("{e}")),
+        );
+        check_walks_on(&schema.to_string(), grammar, &vocabulary, &eog, 4, 40);
+    }
 }
 
 #[test]

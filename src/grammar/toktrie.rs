@@ -72,6 +72,16 @@ pub struct TokenTrie {
     pub(crate) horizon: u32,
     /// The tokens longer than `horizon` bytes.
     pub(crate) long_tokens: Vec<u32>,
+    /// Per node: the longest token of its subtree, in bytes.
+    pub(crate) subtree_max_len: Vec<u16>,
+    /// Every token of the trie (duplicates too), longest first, and their lengths.
+    by_length: Vec<u32>,
+    by_length_bytes: Vec<u16>,
+    /// The shortest length that at most one in [`COUNTER_FLOOR_SHARE`] tokens reach: a mask
+    /// from inside a bounded repetition with more items left than this is computed from the
+    /// unbounded repetition, and only the tokens this long or longer are walked from the real
+    /// state (see `Matcher::compute_mask`).
+    pub(crate) counter_floor: u32,
     /// Per byte set, once asked for: see [`TokenTrie::tokens_within`].
     within: WithinMasks,
 }
@@ -79,6 +89,9 @@ pub struct TokenTrie {
 /// Most tokens left beyond a vocabulary's horizon (each checked on its own when a mask is
 /// computed from a normalized state: a walk of its bytes).
 pub(crate) const LONG_TOKENS_MAX: usize = 64;
+
+/// See [`TokenTrie::counter_floor`].
+const COUNTER_FLOOR_SHARE: usize = 32;
 
 /// Bounded: cleared whole past this many byte sets.
 const WITHIN_MASKS_MAX: usize = 64;
@@ -196,6 +209,17 @@ impl TokenTrie {
                 *parent = (*parent).max(chars);
             }
         }
+        // Per node: the longest token (in bytes) of its subtree.
+        let mut subtree_max_len: Vec<u16> = nodes
+            .iter()
+            .map(|n| if n.token != NO_TOKEN { n.depth } else { 0 })
+            .collect();
+        for index in (0..nodes.len()).rev() {
+            let own = subtree_max_len[index];
+            if let Some(parent) = subtree_max_len.get_mut(parents[index] as usize) {
+                *parent = (*parent).max(own);
+            }
+        }
         let max_chars = nodes
             .iter()
             .zip(&subtree_max_chars)
@@ -236,7 +260,20 @@ impl TokenTrie {
             .take_while(|id| token_bytes[**id as usize].len() as u32 > horizon)
             .copied()
             .collect();
+        let by_length_counts = by_length.len();
+        let counter_floor = (1..=MAX_TOKEN_BYTES as u32)
+            .find(|&length| {
+                let longer = by_length.partition_point(|id| token_bytes[*id as usize].len() as u32 >= length);
+                longer * COUNTER_FLOOR_SHARE <= by_length_counts
+            })
+            .unwrap_or(MAX_TOKEN_BYTES as u32);
+        let by_length_bytes: Vec<u16> =
+            by_length.iter().map(|id| token_bytes[*id as usize].len() as u16).collect();
         TokenTrie {
+            subtree_max_len,
+            by_length,
+            by_length_bytes,
+            counter_floor,
             horizon,
             long_tokens,
             byte_weights,
@@ -269,12 +306,44 @@ impl TokenTrie {
             return mask.clone();
         }
         let mut mask = TokenMask::new(self.vocab_size());
-        for &token in &self.preorder_tokens {
-            let Some(text) = self.token_bytes(token) else {
-                continue;
-            };
-            if text.iter().all(|b| bytes.contains(*b)) && std::str::from_utf8(text).is_ok() {
-                mask.set(token);
+        if bytes.contains(INVALID_MARK) {
+            // The mark would read as an allowed byte: check token by token.
+            for &token in &self.preorder_tokens {
+                let Some(text) = self.token_bytes(token) else {
+                    continue;
+                };
+                if text.iter().all(|b| bytes.contains(*b)) && std::str::from_utf8(text).is_ok() {
+                    mask.set(token);
+                }
+            }
+        } else {
+            // A walk of the trie: a subtree whose bytes all lie in the set (and holds no
+            // invalid token, which would carry the mark) is taken whole; one whose own byte
+            // does not is left whole.
+            let mut index = 0usize;
+            while let Some(node) = self.nodes.get(index) {
+                let end = node.subtree_end as usize;
+                let within = self.subtree_bytes.get(index).is_some_and(|subtree| {
+                    (0..4).all(|word| subtree.0[word] & !bytes.0[word] == 0)
+                });
+                if within {
+                    let first = self.first_token.get(index).copied().unwrap_or(0) as usize;
+                    let last = self.first_token.get(end).copied().unwrap_or(0) as usize;
+                    mask.set_all(self.preorder_tokens.get(first..last).unwrap_or_default());
+                    index = end;
+                    continue;
+                }
+                if !bytes.contains(node.byte) {
+                    index = end;
+                    continue;
+                }
+                if node.token != NO_TOKEN {
+                    let text = self.token_bytes(node.token).unwrap_or_default();
+                    if std::str::from_utf8(text).is_ok() {
+                        mask.set(node.token);
+                    }
+                }
+                index += 1;
             }
         }
         if known.len() >= WITHIN_MASKS_MAX {
@@ -295,6 +364,12 @@ impl TokenTrie {
 
     pub fn is_eog(&self, token: u32) -> bool {
         self.is_eog.get(token as usize).copied().unwrap_or(false)
+    }
+
+    /// The tokens (duplicates too) of at least `length` bytes.
+    pub(crate) fn tokens_at_least(&self, length: u32) -> &[u32] {
+        let count = self.by_length_bytes.partition_point(|len| u32::from(*len) >= length);
+        &self.by_length[..count]
     }
 
     /// The bytes of `token`, or `None` outside the vocabulary.
