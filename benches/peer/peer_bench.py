@@ -304,12 +304,16 @@ def main():
         for round_index in range(args.rounds):
             order = ["llama-server", "llamay"] if round_index % 2 == 0 else ["llamay", "llama-server"]
             for which in order:
+                load_before = os.getloadavg()[0]
                 server = start(which, args, gguf, llama_server, model)
                 try:
                     results[which].append(measure(server.port, model, args))
                 finally:
                     server.stop()
-                print(f"  {model} round {round_index + 1}: {fmt_row(which, results[which][-1])}", flush=True)
+                # The machine is shared: the 1-minute load average before and after each server's
+                # scenarios says how much the other processes may have skewed its numbers.
+                load = f"load {load_before:.1f} -> {os.getloadavg()[0]:.1f}"
+                print(f"  {model} round {round_index + 1}: {fmt_row(which, results[which][-1])} {load}", flush=True)
         ours, theirs = median_result(results["llamay"]), median_result(results["llama-server"])
         print(f"\n### {model} ({os.path.basename(gguf)[:19]}), median of {args.rounds} rounds\n")
         print(HEADER)

@@ -7,7 +7,9 @@ detokenizing, the channel to the HTTP side, and HTTP/JSON, plus the threadpool's
     benches/peer/perf_split.py llamay.perf
 
 Reads `perf report --no-children` (self time per symbol) and files every symbol under the first
-bucket whose pattern it matches; what matches none is "other". Run by hand, not in CI.
+bucket whose pattern it matches; what matches none is "other". Symbols are read with their shared
+object, so a library without symbols still lands in its bucket (llama-server's OpenMP spin shows
+as bare addresses in libgomp). Works on a llama-server profile too. Run by hand, not in CI.
 """
 
 import re
@@ -16,6 +18,8 @@ import sys
 from collections import defaultdict
 
 # Order matters: the first matching bucket wins.
+# Shared objects whose every sample belongs to one bucket, whatever the symbol reads.
+LIBRARIES = [("barrier (threads waiting)", r"^libgomp")]
 BUCKETS = [
     ("barrier (threads waiting)", r"ggml_barrier|ggml_graph_compute_thread_sync|ggml_graph_compute_poll|sched_yield|gomp_|GOMP_"),
     ("logits copy", r"ggml_backend_tensor_get|llama_context::output_reorder|get_logits"),
@@ -33,7 +37,7 @@ BUCKETS = [
 def main():
     data = sys.argv[1] if len(sys.argv) > 1 else "perf.data"
     report = subprocess.run(
-        ["perf", "report", "-i", data, "--no-children", "--stdio", "--sort", "symbol", "--percent-limit", "0.01",
+        ["perf", "report", "-i", data, "--no-children", "--stdio", "--sort", "dso,symbol", "--percent-limit", "0.01",
          "-g", "none"],
         capture_output=True, text=True, check=True).stdout
     shares = defaultdict(float)
@@ -42,17 +46,20 @@ def main():
         match = re.match(r"\s*([\d.]+)%\s+(.*)$", line)
         if not match:
             continue
-        percent, symbol = float(match.group(1)), match.group(2).strip()
-        bucket = next((name for name, pattern in BUCKETS if re.search(pattern, symbol)), "other")
+        percent, rest = float(match.group(1)), match.group(2).strip()
+        library, _, symbol = rest.partition(" ")
+        symbol = symbol.strip()
+        bucket = next((name for name, pattern in LIBRARIES if re.search(pattern, library)), None)
+        bucket = bucket or next((name for name, pattern in BUCKETS if re.search(pattern, symbol)), "other")
         shares[bucket] += percent
         if len(top) < 12:
-            top.append((percent, symbol, bucket))
+            top.append((percent, library, symbol, bucket))
     print(f"{'share':>7}  bucket")
     for name, share in sorted(shares.items(), key=lambda item: -item[1]):
         print(f"{share:6.1f}%  {name}")
     print("\nhottest symbols:")
-    for percent, symbol, bucket in top:
-        print(f"{percent:6.1f}%  {symbol[:90]}  [{bucket}]")
+    for percent, library, symbol, bucket in top:
+        print(f"{percent:6.1f}%  {library[:20]:20} {symbol[:70]}  [{bucket}]")
 
 
 if __name__ == "__main__":
