@@ -17,6 +17,7 @@ pub mod openai;
 pub mod serve;
 pub mod stats;
 pub mod tool_wire;
+pub mod head_deadline;
 
 #[cfg(test)]
 mod route_tests;

@@ -13,9 +13,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use actix::Actor;
-use actix_web::{web, HttpServer};
+use actix_service::{fn_service, map_config, IntoServiceFactory as _, ServiceFactoryExt as _};
+use actix_web::dev::AppConfig;
+use actix_web::rt::net::TcpStream;
+use actix_web::web;
 
 use super::auth::ApiKey;
+use super::head_deadline::HeadDeadlineIo;
 use super::limits::HttpLimits;
 use super::{build_app, AppState};
 use crate::actors::messages::ModelLoader;
@@ -157,16 +161,61 @@ pub fn start_http(
         .map_or(1, |n| n.get())
         .clamp(1, limits.max_connections.max(1));
     let per_worker = limits.max_connections.div_ceil(workers).max(1);
-    let server = HttpServer::new(move || build_app(state.clone()))
+    // Built from actix's parts rather than `HttpServer` so that each connection's socket can be
+    // wrapped in `HeadDeadlineIo`, which times the heads of later requests too.
+    let mut builder = actix_server::Server::build()
         .workers(workers)
-        .max_connections(per_worker)
-        .client_request_timeout(limits.client_request_timeout)
-        .keep_alive(limits.keep_alive)
+        .max_concurrent_connections(per_worker)
+        .backlog(LISTEN_BACKLOG)
         .disable_signals()
-        .shutdown_timeout(SHUTDOWN_GRACE_SECONDS)
-        .bind(addrs)?;
-    let bound = server.addrs();
-    Ok((server.run(), bound))
+        .shutdown_timeout(SHUTDOWN_GRACE_SECONDS);
+    let shutdown = builder.graceful_shutdown_signal();
+    let limits = *limits;
+    let mut bound = Vec::new();
+    for addr in addrs {
+        let listener = bind_listener(*addr)?;
+        let local = listener.local_addr()?;
+        bound.push(local);
+        let (state, shutdown) = (state.clone(), shutdown.clone());
+        builder = builder.listen(format!("llamay-{local}"), listener, move || {
+            let shutdown = shutdown.clone();
+            let app = build_app(state.clone())
+                .into_factory()
+                .map_err(|error: actix_web::Error| error.error_response());
+            let http = actix_http::HttpService::build()
+                .graceful_shutdown_signal(move || {
+                    let shutdown = shutdown.clone();
+                    async move { shutdown.notified().await }
+                })
+                .keep_alive(limits.keep_alive)
+                .client_request_timeout(limits.client_request_timeout)
+                .local_addr(local)
+                .h1(map_config(app, |_| AppConfig::default()));
+            fn_service(move |io: TcpStream| {
+                let peer = io.peer_addr().ok();
+                let io = HeadDeadlineIo::new(io, limits.client_request_timeout);
+                std::future::ready(Ok::<_, actix_http::error::DispatchError>((io, peer)))
+            })
+            .and_then(http)
+        })?;
+    }
+    Ok((builder.run(), bound))
+}
+
+/// Connections that wait to be accepted once `max_connections` are open (actix's default).
+const LISTEN_BACKLOG: u32 = 1024;
+
+/// A listening socket on `addr`, reusable at once after a restart, as actix binds its own.
+fn bind_listener(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(LISTEN_BACKLOG as i32)?;
+    Ok(socket.into())
 }
 
 /// Addresses other machines can reach, served without a key, get a warning at start-up.
