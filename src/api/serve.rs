@@ -39,7 +39,35 @@ pub fn serve_blocking(
     loader: Arc<dyn ModelLoader>,
     catalog: Arc<dyn ModelCatalog>,
 ) -> io::Result<()> {
+    limit_heap_retention();
     actix_web::rt::System::new().block_on(serve(config, loader, catalog))
+}
+
+/// Allocator arenas a daemon keeps (glibc's default is 8 per core).
+const MALLOC_ARENAS: i32 = 2;
+/// Blocks at least this large are mapped and unmapped on their own (glibc's default start).
+const MALLOC_MMAP_THRESHOLD: i32 = 256 * 1024;
+
+/// Keeps glibc's heap from growing with the daemon's age. By default it gives each thread that
+/// allocates concurrently an arena of its own (up to 8 per core), and raises its mmap threshold
+/// to the largest block freed so far (up to 32 MiB), after which the transient megabytes of a
+/// large body, a long prompt's tokens or a model load are carved from those arenas and stay
+/// resident as fragments once freed: a soak with model switches grew by a fifth in minutes.
+/// Two arenas and a fixed threshold return large blocks to the system as they are freed.
+/// `MALLOC_ARENA_MAX` / `MALLOC_MMAP_THRESHOLD_` in the environment still win.
+fn limit_heap_retention() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+            // SAFETY: mallopt only sets allocator parameters; called before the daemon's
+            // threads start.
+            unsafe { libc::mallopt(libc::M_ARENA_MAX, MALLOC_ARENAS) };
+        }
+        if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_none() {
+            // SAFETY: as above.
+            unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD) };
+        }
+    }
 }
 
 /// Runs [`serve_with_admin`] in a fresh actix system.
