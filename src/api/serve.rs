@@ -217,6 +217,10 @@ pub fn start_http(
                 })
                 .keep_alive(limits.keep_alive)
                 .client_request_timeout(limits.client_request_timeout)
+                // As `HttpServer` sets them: closing a connection with a body still arriving
+                // (a 413) lingers a second so the client reads the answer instead of a reset.
+                .client_disconnect_timeout(CLIENT_DISCONNECT_TIMEOUT)
+                .h1_allow_half_closed(true)
                 .local_addr(local)
                 .h1(map_config(app, |_| AppConfig::default()));
             fn_service(move |io: TcpStream| {
@@ -229,6 +233,9 @@ pub fn start_http(
     }
     Ok((builder.run(), bound))
 }
+
+/// How long a closing connection waits for the client to finish (actix-web's default).
+const CLIENT_DISCONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Connections that wait to be accepted once `max_connections` are open (actix's default).
 const LISTEN_BACKLOG: u32 = 1024;
