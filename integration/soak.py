@@ -9,11 +9,18 @@ still in use at the end.
 It starts `llamay serve` itself on a free loopback port (LLAMAY_BIN, default target/release/llamay;
 models from LLAMAY_HOME) or attaches to LLAMAY_URL (RSS then comes from /metrics). Models:
 LLAMAY_MODEL (smollm2:135m) and LLAMAY_OTHER_MODEL (gemma3:270m), with -max-loaded 1 so a switch
-evicts. RSS is read at the same quiet point before and after (clients paused, in-flight work done,
-the main model loaded and one request answered), so the figure compares like with like.
+evicts. Warm-up first sends every route, constraint kind and bad body once for both models, then
+runs the random load for --warmup seconds. RSS is read at the same quiet point before and after
+(clients paused, in-flight work done, the main model loaded and one request answered), so the
+figure compares like with like; it is split into anonymous memory (heap, KV cache) and
+file-backed memory (the mmapped model, which a model switch changes).
 
-Goal, checked at the end (exit status 1 if missed): no 5xx other than 503, no connection errors,
-RSS growth under 10% after warm-up, 0 sequences in use.
+Hanging up mid-stream is the script's own doing and counts as a "disconnect" request; an error
+is what the daemon did to a request sent whole (a connection it dropped, named with the
+request's kind and route), and since every body goes out at once, a 408 is a fault too.
+
+Goal, checked at the end (exit status 1 if missed): no 5xx other than 503, no 408, no client
+errors, RSS growth under 10% after warm-up, 0 sequences in use.
 """
 
 import argparse
@@ -83,6 +90,23 @@ class Daemon:
             if line.startswith("process_resident_memory_bytes "):
                 return int(float(line.split()[1]))
         return None
+
+    def rss_split(self):
+        """RssAnon and RssFile in bytes (mmapped model files count in RssFile), or None."""
+        if self.process is None:
+            return None
+        split = {}
+        with open(f"/proc/{self.process.pid}/smaps_rollup") as rollup:
+            for line in rollup:
+                key, _, rest = line.partition(":")
+                if key in ("Rss", "Anonymous", "Private_Clean", "Shared_Clean"):
+                    split[key] = int(rest.split()[0]) * 1024
+        with open(f"/proc/{self.process.pid}/status") as status:
+            for line in status:
+                key, _, rest = line.partition(":")
+                if key in ("RssAnon", "RssFile", "Threads"):
+                    split[key] = int(rest.split()[0]) * (1024 if key != "Threads" else 1)
+        return split
 
     def sequences_in_use(self):
         stats = requests.get(f"{self.base}/v1/stats", timeout=10).json()
@@ -168,6 +192,9 @@ BAD_BODIES = [
     b"[" * 5000 + b"]" * 5000,
 ]
 
+# A prompt far over any context: tokenizing it is seconds of CPU for the daemon.
+BIG_BODY = b'{"model": "smollm2:135m", "prompt": "' + b"x" * (3 << 20) + b'"}'
+
 GENERATION_ROUTES = [
     ("/v1/chat/completions", openai_body, "sse"),
     ("/v1/messages", anthropic_body, "sse"),
@@ -198,7 +225,8 @@ class Results:
             self.errors[what] += 1
 
 
-def one_request(session, base, rng, results):
+def one_request(session, base, rng, results, current):
+    """One random request; `current` names it (kind, route) for an error to be classified by."""
     roll = rng.random()
     if roll < 0.55:
         route, make, framing = rng.choice(GENERATION_ROUTES)
@@ -206,6 +234,7 @@ def one_request(session, base, rng, results):
         disconnect = stream and rng.random() < 0.3
         body = make(rng, stream)
         kind = "disconnect" if disconnect else ("stream" if stream else "generate")
+        current.update(kind=kind, route=route)
         started = time.monotonic()
         with session.post(f"{base}{route}", json=body, stream=stream, timeout=TIMEOUT) as response:
             if disconnect and response.status_code == 200:
@@ -220,24 +249,29 @@ def one_request(session, base, rng, results):
                 check_stream(framing, content, route, results)
     elif roll < 0.8:
         route = rng.choice(READ_ROUTES)
+        current.update(kind="read", route=route)
         started = time.monotonic()
         response = session.get(f"{base}{route}", timeout=TIMEOUT)
         results.record("read", route, response.status_code, time.monotonic() - started, response.content)
     elif roll < 0.85:
+        current.update(kind="read", route="/api/show")
         started = time.monotonic()
         response = session.post(f"{base}/api/show", json={"model": model_for(rng)}, timeout=TIMEOUT)
         results.record("read", "/api/show", response.status_code, time.monotonic() - started, response.content)
     else:
         route = rng.choice([r for r, _, _ in GENERATION_ROUTES])
         body = rng.choice(BAD_BODIES)
+        kind = "bad"
         if rng.random() < 0.05:
-            body = b'{"model": "smollm2:135m", "prompt": "' + b"x" * (3 << 20) + b'"}'
+            body = BIG_BODY
+            kind = "bad (3 MiB)"
+        current.update(kind=kind, route=route)
         started = time.monotonic()
         response = session.post(f"{base}{route}", data=body, headers={"content-type": "application/json"},
                                 timeout=TIMEOUT)
         # Ollama's generate answers a body without a prompt by loading the model (200), so only
         # a 5xx other than 503 counts against a bad body, as everywhere.
-        results.record("bad", route, response.status_code, time.monotonic() - started, response.content)
+        results.record(kind, route, response.status_code, time.monotonic() - started, response.content)
 
 
 def check_stream(framing, content, route, results):
@@ -265,15 +299,61 @@ def client_loop(base, seed, results, stop, paused):
         if paused.is_set():
             time.sleep(0.1)
             continue
+        # Hanging up mid-stream is this script's own doing and is counted as a "disconnect"
+        # request, never as an error: an error is what the daemon did to a request that was
+        # sent whole and read to its end.
+        current = {"kind": "?", "route": "?"}
         try:
-            one_request(session, base, rng, results)
+            one_request(session, base, rng, results, current)
         except requests.Timeout:
-            results.error("timeout")
+            results.error(f"timeout on {current['kind']} {current['route']}")
         except requests.ConnectionError as error:
-            results.error(f"connection error: {type(error).__name__}")
+            cause = error.args[0] if error.args else error
+            while getattr(cause, "reason", None) is not None or getattr(cause, "args", None):
+                inner = getattr(cause, "reason", None) or (cause.args[-1] if cause.args else None)
+                if inner is None or inner is cause or isinstance(inner, str):
+                    break
+                cause = inner
+            results.error(f"connection error on {current['kind']} {current['route']}: {type(cause).__name__}")
             session = requests.Session()
         except Exception as error:  # a bug in this script must not end a client silently
             results.error(f"client exception: {error!r}")
+
+
+def warm_every_path(base):
+    """Sends, for both models, every route and constraint kind the soak uses, and each bad body,
+    once, so that the RSS baseline already holds what a first use allocates for good (a model's
+    token trie, compiled grammars and their mask caches, the allocator's high-water marks of a
+    model load and of the largest body) and only growth after that is counted."""
+    session = requests.Session()
+    constrained = [{}, {"response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMA}}},
+                   {"response_format": {"type": "json_object"}}, {"tools": TOOLS, "tool_choice": "required"},
+                   {"tools": TOOLS, "tool_choice": "auto"}, {"grammar": GRAMMAR}]
+    for model in (OTHER_MODEL, MODEL):
+        for stream in (False, True):
+            for extra in constrained:
+                body = {"model": model, "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 8,
+                        "stream": stream, **extra}
+                session.post(f"{base}/v1/chat/completions", json=body, timeout=TIMEOUT).content
+            session.post(f"{base}/v1/messages", timeout=TIMEOUT, json={
+                "model": model, "max_tokens": 8, "stream": stream,
+                "messages": [{"role": "user", "content": "Tell me a fact."}]}).content
+            for extra in ({}, {"format": SCHEMA}):
+                session.post(f"{base}/api/chat", timeout=TIMEOUT, json={
+                    "model": model, "stream": stream, "options": {"num_predict": 8},
+                    "messages": [{"role": "user", "content": "Describe the sea."}], **extra}).content
+            session.post(f"{base}/api/generate", timeout=TIMEOUT, json={
+                "model": model, "stream": stream, "prompt": "Once upon a time",
+                "options": {"num_predict": 8}}).content
+        session.post(f"{base}/api/show", json={"model": model}, timeout=TIMEOUT).content
+    for route, _, _ in GENERATION_ROUTES:
+        for body in BAD_BODIES:
+            session.post(f"{base}{route}", data=body, headers={"content-type": "application/json"},
+                         timeout=TIMEOUT).content
+    session.post(f"{base}/api/generate", data=BIG_BODY, headers={"content-type": "application/json"},
+                 timeout=TIMEOUT).content
+    for route in READ_ROUTES:
+        session.get(f"{base}{route}", timeout=TIMEOUT).content
 
 
 def quiet_point(daemon, paused, busy_wait=60):
@@ -290,7 +370,13 @@ def quiet_point(daemon, paused, busy_wait=60):
     requests.post(f"{daemon.base}/api/generate", timeout=TIMEOUT, json={
         "model": MODEL, "prompt": "Hello", "stream": False, "options": {"num_predict": 4}})
     time.sleep(1.0)
-    return daemon.rss_bytes()
+    loaded = [m["name"] for m in requests.get(f"{daemon.base}/api/ps", timeout=10).json()["models"]]
+    split = daemon.rss_split()
+    if split:
+        print(f"  quiet point: loaded {loaded}; "
+              + ", ".join(f"{k} {v / 2**20:.1f} MiB" if k != "Threads" else f"{k} {v}" for k, v in split.items()),
+              flush=True)
+    return daemon.rss_bytes(), split, loaded
 
 
 def percentile(values, p):
@@ -315,10 +401,14 @@ def main():
                                 daemon=True) for n in range(args.clients)]
     print(f"soak: {args.clients} clients, warm-up {args.warmup:.0f} s, then {args.minutes} min on {daemon.base}"
           f" ({'started here' if daemon.process else 'attached'}); models {MODEL} and {OTHER_MODEL}", flush=True)
+    started = time.monotonic()
+    warm_every_path(daemon.base)
+    print(f"  every route, model and body sent once in {time.monotonic() - started:.0f} s;"
+          f" then {args.warmup:.0f} s of random load", flush=True)
     for thread in threads:
         thread.start()
     time.sleep(args.warmup)
-    rss_start = quiet_point(daemon, paused)
+    rss_start, split_start, loaded_start = quiet_point(daemon, paused)
     warmup_counts = sum(results.statuses.values())
     with results.lock:
         results.statuses.clear()
@@ -337,7 +427,7 @@ def main():
         done = sum(results.statuses.values())
         print(f"  {time.monotonic() - started:5.0f} s: {done} requests", flush=True)
     elapsed = time.monotonic() - started
-    rss_end = quiet_point(daemon, paused)
+    rss_end, split_end, loaded_end = quiet_point(daemon, paused)
     stop.set()
     for thread in threads:
         thread.join(timeout=TIMEOUT)
@@ -376,6 +466,9 @@ def main():
           f" {percentile(everything, .99):8.3f} {max(everything or [0]):8.3f}")
     server_errors = sum(c for s, c in statuses.items() if s >= 500 and s != 503)
     print(f"5xx other than 503: {server_errors}")
+    # This script sends every body at once, so a 408 is the daemon not reading in time.
+    request_timeouts = statuses.get(408, 0)
+    print(f"408 (the daemon did not read a request in time): {request_timeouts}")
     for route, status, body in results.server_errors:
         print(f"  {status} {route}: {body!r}")
     print(f"client-side errors: {sum(results.errors.values())} {dict(results.errors) or ''}")
@@ -385,13 +478,17 @@ def main():
     print(f"RSS after warm-up: {mb(rss_start)}, at end: {mb(rss_end)}"
           + (f" ({growth:+.1f}%)" if growth is not None else "")
           + (f"; during the run {mb(min(samples))} to {mb(max(samples))}" if samples else ""))
+    if split_start and split_end:
+        print(f"  anonymous (heap, KV cache): {mb(split_start['RssAnon'])} -> {mb(split_end['RssAnon'])};"
+              f" file-backed (mmapped model, binary): {mb(split_start['RssFile'])} -> {mb(split_end['RssFile'])};"
+              f" threads {split_start['Threads']} -> {split_end['Threads']}; loaded {loaded_start} -> {loaded_end}")
     print(f"sequences still in use at the end: {sequences}")
     if daemon.process is not None:
         print(f"daemon log: {daemon.log.name}; panics logged: {'YES' if panicked else 'no'};"
               f" exit status on SIGTERM: {exit_status}")
-    met = (server_errors == 0 and not results.errors and growth is not None and growth < 10
+    met = (server_errors == 0 and request_timeouts == 0 and not results.errors and growth is not None and growth < 10
            and sequences == 0 and not panicked and exit_status in (0, None))
-    print(f"goal (0 5xx but 503, 0 client errors, RSS growth < 10%, 0 sequences in use): {'MET' if met else 'NOT MET'}")
+    print(f"goal (0 5xx but 503, 0 408, 0 client errors, RSS growth < 10%, 0 sequences in use): {'MET' if met else 'NOT MET'}")
     return 0 if met else 1
 
 

@@ -125,10 +125,17 @@ pub async fn start_generation(
         None => None,
     };
     let lease = acquire(&state.supervisor, &request.model, request.keep_alive).await?;
-    let generation = match context {
-        Some(context) => lease.model().submit_in_context(request, context)?,
-        None => lease.model().submit(request)?,
-    };
+    // Submitting renders the template and tokenizes the prompt: CPU time that grows with the
+    // body (seconds for a few megabytes). On this HTTP worker it would stall every connection
+    // the worker serves, whose head and keep-alive timers then fire, so it runs on a blocking
+    // thread.
+    let model = std::sync::Arc::clone(lease.model());
+    let generation = web::block(move || match context {
+        Some(context) => model.submit_in_context(request, context),
+        None => model.submit(request),
+    })
+    .await
+    .map_err(|e| CoreError::internal(format!("preparing the prompt stopped: {e}")))??;
     let observer = state.metrics.observe_generation(&lease.model().info().name, arrived);
     Ok(Started { generation, lease, observer })
 }

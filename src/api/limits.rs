@@ -8,10 +8,9 @@
 //! deadline and at most one byte over the size limit, and answers 408 in the route's API shape
 //! when the deadline passes.
 //!
-//! A gap actix leaves open: its head timer covers only a connection's first request, so a
-//! client that sends one request and then trickles the headers of a second one on the same
-//! keep-alive connection is not timed out; `max_connections` bounds how many such clients can
-//! hold the daemon.
+//! actix's head timer covers only a connection's first request; the heads of later requests on
+//! a kept-alive connection are timed by [`super::head_deadline::HeadDeadlineIo`] under the same
+//! limit, so no client can hold a connection by trickling a second request's headers.
 //!
 //! Key items: [`HttpLimits`], [`read_body_in_time`] (actix middleware, mounted by `build_app`).
 //! Cost: the body is buffered once here (up to `max_body_bytes` + 1), and handed on as is.
@@ -33,7 +32,8 @@ use crate::error::{CoreError, ErrorCode};
 /// The limits `llamay serve` applies to its HTTP connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HttpLimits {
-    /// Time for a new connection's first request head; later, 408 and the connection closes.
+    /// Time for each request head, from its first byte (a new connection's first head: from
+    /// the connection); later, 408 and the connection closes.
     pub client_request_timeout: Duration,
     /// Time for a request's whole body, from its head; later, 408 and the connection closes.
     pub request_body_timeout: Duration,

@@ -18,6 +18,7 @@ pub mod serve;
 pub mod snapshots;
 pub mod stats;
 pub mod tool_wire;
+pub mod head_deadline;
 
 #[cfg(test)]
 mod route_tests;

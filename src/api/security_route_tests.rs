@@ -625,3 +625,48 @@ async fn connections_over_the_cap_wait_until_one_closes() {
     .await;
     server.stop(false).await;
 }
+
+#[actix_web::test]
+async fn a_second_request_whose_headers_trickle_on_a_kept_alive_connection_is_dropped() {
+    let limits = HttpLimits {
+        keep_alive: Duration::from_secs(30),
+        ..short_limits()
+    };
+    let (server, addr) = serving(limits).await;
+    // The first request is whole; then the second one's head comes a byte per read, for ever
+    // (keep-alive is long, so only the head deadline can end it).
+    let answer = blocking(move || {
+        trickle_until_closed(
+            addr,
+            b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n",
+            b"GET /health HTTP/1.1\r\nX-Slow: aaaaaaaaaaaaaaaa\r\n",
+        )
+    })
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let late = answer.find("HTTP/1.1 408").map(|at| &answer[at..]);
+    assert!(
+        late.is_some_and(|late| late.contains("connection: close")),
+        "the second head was not answered 408: {answer}"
+    );
+    server.stop(false).await;
+}
+
+#[actix_web::test]
+async fn requests_sent_whole_on_a_kept_alive_connection_are_all_answered() {
+    let (server, addr) = serving(short_limits()).await;
+    blocking(move || {
+        let mut stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("{e}"));
+        for _ in 0..3 {
+            stream
+                .write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                .unwrap_or_else(|e| panic!("{e}"));
+            let answer = read_response(&mut stream, PATIENCE);
+            assert!(answer.is_some_and(|a| a.contains("HTTP/1.1 200")));
+            // Idle for longer than a head may take, but under keep-alive: still open.
+            std::thread::sleep(SHORT.mul_f32(0.7));
+        }
+    })
+    .await;
+    server.stop(false).await;
+}
