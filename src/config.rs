@@ -283,7 +283,8 @@ pub struct Config {
     pub api_key: Option<Secret>,
     /// Browser origins allowed to call (CORS); `*` allows any. None by default.
     pub origins: Vec<String>,
-    /// Time a new connection has to send its first request head.
+    /// Time a client has to send a request head: a new connection's first, and each later one on a
+    /// kept-alive connection from its first byte.
     pub client_request_timeout: Duration,
     /// Time a request has to send its whole body.
     pub request_body_timeout: Duration,
