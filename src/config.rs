@@ -62,6 +62,12 @@ pub struct ServeArgs {
     /// RPC workers (`llamay rpc-worker`) to split every model's layers over, host:port,...
     #[arg(long = "rpc")]
     pub rpc: Option<String>,
+    /// An embedding model (store name or GGUF path) for /v1/embeddings and /api/embed.
+    #[arg(long = "embed")]
+    pub embed: Option<String>,
+    /// A model (store name or GGUF path) for /rerank: a chat model judges, an encoder compares.
+    #[arg(long = "rerank")]
+    pub rerank: Option<String>,
 }
 
 /// Long flags that llamay, like llama.cpp, accepts with a single dash (`-addr`, `-chat`,
@@ -107,6 +113,9 @@ pub const SINGLE_DASH_LONG_FLAGS: &[&str] = &[
     // serve and rpc-worker: several machines
     "rpc",
     "allow-remote",
+    // serve: embeddings and rerank
+    "embed",
+    "rerank",
 ];
 
 /// `a:1, b:2` -> `["a:1", "b:2"]`; empty pieces dropped, so `-rpc ""` means none.
@@ -245,6 +254,10 @@ pub struct Config {
     pub formats: crate::grammar::schema::FormatMode,
     /// RPC workers, host:port, that every model's layers are split over (none: this CPU only).
     pub rpc: Vec<String>,
+    /// The model `/v1/embeddings` and `/api/embed` use when a request names none.
+    pub embed: Option<String>,
+    /// The model `/rerank` uses when a request names none.
+    pub rerank: Option<String>,
 }
 
 /// A value kept out of logs and `Debug` output.
@@ -283,6 +296,8 @@ impl Default for Config {
             flash_attention: true,
             formats: crate::grammar::schema::FormatMode::Ignore,
             rpc: Vec::new(),
+            embed: None,
+            rerank: None,
         }
     }
 }
@@ -324,6 +339,8 @@ struct FileConfig {
     flash_attention: Option<bool>,
     formats: Option<String>,
     rpc: Option<Vec<String>>,
+    embed: Option<String>,
+    rerank: Option<String>,
 }
 
 /// Longest config file read; a config is a few hundred bytes.
@@ -436,6 +453,12 @@ impl Config {
             self.formats = parse_formats(&formats)?;
         }
         set(&mut self.rpc, file.rpc);
+        if file.embed.is_some() {
+            self.embed = file.embed;
+        }
+        if file.rerank.is_some() {
+            self.rerank = file.rerank;
+        }
         Ok(())
     }
 
@@ -497,6 +520,12 @@ impl Config {
         if let Some(workers) = env("LLAMAY_RPC") {
             self.rpc = split_workers(&workers);
         }
+        if let Some(model) = env("LLAMAY_EMBED") {
+            self.embed = Some(model);
+        }
+        if let Some(model) = env("LLAMAY_RERANK") {
+            self.rerank = Some(model);
+        }
         Ok(())
     }
 
@@ -529,6 +558,12 @@ impl Config {
         }
         if let Some(workers) = &args.rpc {
             self.rpc = split_workers(workers);
+        }
+        if args.embed.is_some() {
+            self.embed = args.embed.clone();
+        }
+        if args.rerank.is_some() {
+            self.rerank = args.rerank.clone();
         }
         Ok(())
     }
@@ -842,6 +877,8 @@ mod tests {
             "flash_attention",
             "formats",
             "rpc",
+            "embed",
+            "rerank",
         ];
         for key in keys {
             assert!(

@@ -9,5 +9,6 @@ pub mod embed;
 pub mod messages;
 pub mod model;
 pub mod prefix;
+pub mod rerank;
 pub mod sampler;
 pub mod supervisor;

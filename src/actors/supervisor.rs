@@ -136,6 +136,10 @@ pub struct LoadedModelStatus {
     pub keep_alive: String,
     pub loaded_at: DateTime<Utc>,
     pub totals: ModelTotals,
+    /// Chat or embedding (issue 14).
+    pub kind: super::messages::ModelKind,
+    /// How `/rerank` scores with this model, if it can.
+    pub rerank_scorer: Option<super::rerank::ScorerKind>,
 }
 
 /// The supervisor's state at one moment.
@@ -473,6 +477,8 @@ impl Supervisor {
                     keep_alive: slot.keep_alive.to_string(),
                     loaded_at: slot.loaded_at,
                     totals: slot.model.totals(),
+                    kind: slot.model.kind(),
+                    rerank_scorer: slot.model.rerank_scorer(),
                 }
             })
             .collect();

@@ -11,9 +11,11 @@ pub mod common;
 pub mod constraint;
 pub mod limits;
 pub mod contexts;
+pub mod embeddings;
 pub mod metrics;
 pub mod ollama;
 pub mod openai;
+pub mod rerank;
 pub mod serve;
 pub mod stats;
 pub mod tool_wire;
@@ -71,6 +73,10 @@ pub struct AppState {
     pub formats: crate::grammar::schema::FormatMode,
     /// RPC workers the models are split over (`serve -rpc`), shown by `/v1/stats`.
     pub rpc_workers: Vec<String>,
+    /// The model embedding routes use when a request names none (`serve -embed`).
+    pub embed_model: Option<String>,
+    /// The model rerank routes use when a request names none (`serve -rerank`).
+    pub rerank_model: Option<String>,
 }
 
 impl AppState {
@@ -97,6 +103,8 @@ impl AppState {
             contexts: Arc::new(crate::actors::contexts::ContextRegistry::new()),
             formats: crate::grammar::schema::FormatMode::Ignore,
             rpc_workers: Vec::new(),
+            embed_model: None,
+            rerank_model: None,
         }
     }
 
@@ -145,6 +153,8 @@ pub fn configure(config: &mut web::ServiceConfig) {
         .route("/api/delete", web::delete().to(ollama::models::delete))
         .route("/health", web::get().to(stats::health))
         .route("/metrics", web::get().to(metrics::metrics))
+        .configure(embeddings::configure)
+        .configure(rerank::configure)
         .route("/", web::get().to(stats::root))
         .route("/", web::head().to(stats::root));
 }
