@@ -33,7 +33,10 @@ impl Drop for Server {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
 }
 
 fn start(binary: &Path, args: &[String]) -> Result<Server, String> {
@@ -50,15 +53,25 @@ fn start(binary: &Path, args: &[String]) -> Result<Server, String> {
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| format!("{}: {e}", binary.display()))?;
-    let server = Server { child, url: format!("http://127.0.0.1:{port}") };
+    let server = Server {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+    };
     let client = reqwest::blocking::Client::new();
     for _ in 0..600 {
-        if client.get(format!("{}/health", server.url)).send().is_ok_and(|r| r.status().is_success()) {
+        if client
+            .get(format!("{}/health", server.url))
+            .send()
+            .is_ok_and(|r| r.status().is_success())
+        {
             return Ok(server);
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    Err(format!("{} did not answer /health within 120 s", binary.display()))
+    Err(format!(
+        "{} did not answer /health within 120 s",
+        binary.display()
+    ))
 }
 
 fn llama_server() -> Option<PathBuf> {
@@ -77,16 +90,26 @@ fn post(url: &str, body: &Value) -> Value {
         .timeout(Duration::from_secs(1200))
         .send()
         .expect("the server answers");
-    assert!(response.status().is_success(), "{url}: {}", response.status());
+    assert!(
+        response.status().is_success(),
+        "{url}: {}",
+        response.status()
+    );
     response.json().expect("JSON")
 }
 
 fn sentences(count: usize) -> Vec<String> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/embeddings/retrieval.json");
-    let set: Value = serde_json::from_str(&std::fs::read_to_string(path).expect("testdata")).expect("json");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/testdata/embeddings/retrieval.json"
+    );
+    let set: Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("testdata")).expect("json");
     let mut pool: Vec<String> = serde_json::from_value(set["documents"].clone()).unwrap();
     pool.extend(serde_json::from_value::<Vec<String>>(set["queries"].clone()).unwrap());
-    (0..count).map(|i| format!("{} (item {i})", pool[i % pool.len()])).collect()
+    (0..count)
+        .map(|i| format!("{} (item {i})", pool[i % pool.len()]))
+        .collect()
 }
 
 /// Embeddings per second: all in one request, then one request per sentence.
@@ -101,28 +124,61 @@ fn embed_rates(base: &str, model: &str, texts: &[String]) -> (f64, f64) {
     for text in texts {
         post(&url, &json!({"model": model, "input": text}));
     }
-    (batched, texts.len() as f64 / started.elapsed().as_secs_f64())
+    (
+        batched,
+        texts.len() as f64 / started.elapsed().as_secs_f64(),
+    )
 }
 
 fn main() {
-    let threads = std::env::var("BENCH_THREADS").ok().and_then(|t| t.parse().ok()).unwrap_or(1u32).to_string();
+    let threads = std::env::var("BENCH_THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(1u32)
+        .to_string();
     let store = Store::open(&Store::default_home()).expect("the model store");
-    let manifest = store.resolve(&ModelName::parse(ENCODER).unwrap()).expect("all-minilm:l6-v2 (scripts/setup)");
+    let manifest = store
+        .resolve(&ModelName::parse(ENCODER).unwrap())
+        .expect("all-minilm:l6-v2 (scripts/setup)");
     let encoder_file = store.blob_path(&manifest);
     let texts = sentences(SENTENCES);
 
     let llamay = PathBuf::from(env!("CARGO_BIN_EXE_llamay"));
-    let args: Vec<String> = ["serve", "-embed", ENCODER, "-rerank", JUDGE, "-t", &threads, "-max-loaded", "2"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let args: Vec<String> = [
+        "serve",
+        "-embed",
+        ENCODER,
+        "-rerank",
+        JUDGE,
+        "-t",
+        &threads,
+        "-max-loaded",
+        "2",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     let ours = start(&llamay, &args).expect("llamay starts");
     let (our_batched, our_single) = embed_rates(&ours.url, ENCODER, &texts);
 
     let anchor = llama_server().and_then(|binary| {
         let args: Vec<String> = [
-            "-m", &encoder_file.display().to_string(), "--embedding", "-t", &threads, "-tb", &threads,
-            "-c", "4096", "-b", "2048", "-ub", "2048", "-np", "8", "--no-webui",
+            "-m",
+            &encoder_file.display().to_string(),
+            "--embedding",
+            "-t",
+            &threads,
+            "-tb",
+            &threads,
+            "-c",
+            "4096",
+            "-b",
+            "2048",
+            "-ub",
+            "2048",
+            "-np",
+            "8",
+            "--no-webui",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -137,34 +193,59 @@ fn main() {
     });
 
     println!("\nembeddings, {SENTENCES} sentences, {ENCODER}, {threads} thread(s)");
-    println!("{:<28} {:>14} {:>14} {:>10}", "", "llamay emb/s", "llama-server", "ratio");
+    println!(
+        "{:<28} {:>14} {:>14} {:>10}",
+        "", "llamay emb/s", "llama-server", "ratio"
+    );
     let row = |label: &str, ours: f64, theirs: Option<f64>| match theirs {
-        Some(theirs) => println!("{label:<28} {ours:>14.1} {theirs:>14.1} {:>10.2}", ours / theirs),
+        Some(theirs) => println!(
+            "{label:<28} {ours:>14.1} {theirs:>14.1} {:>10.2}",
+            ours / theirs
+        ),
         None => println!("{label:<28} {ours:>14.1} {:>14} {:>10}", "n/a", "n/a"),
     };
-    row("one request of 256", our_batched, anchor.as_ref().map(|(_, (b, _))| *b));
-    row("256 requests of 1", our_single, anchor.as_ref().map(|(_, (_, s))| *s));
+    row(
+        "one request of 256",
+        our_batched,
+        anchor.as_ref().map(|(_, (b, _))| *b),
+    );
+    row(
+        "256 requests of 1",
+        our_single,
+        anchor.as_ref().map(|(_, (_, s))| *s),
+    );
     match &anchor {
         Some((binary, _)) => println!("anchor: {}", binary.display()),
         None => println!("anchor: llama-server NOT AVAILABLE (set LLAMA_SERVER or run benches/peer/build-llama-server.sh)"),
     }
 
     println!("\nrerank, {DOCUMENTS} documents, one request (no anchor: llama-server reranks only with a cross-encoder)");
-    println!("{:<20} {:<40} {:>10} {:>10}", "model", "scorer", "seconds", "docs/s");
+    println!(
+        "{:<20} {:<40} {:>10} {:>10}",
+        "model", "scorer", "seconds", "docs/s"
+    );
     let documents = sentences(DOCUMENTS);
     for model in [ENCODER, JUDGE] {
         let body = json!({"model": model, "query": "How do I reset a forgotten email password?", "documents": documents});
-        post(&format!("{}/rerank", ours.url), &json!({"model": model, "query": "warm up", "documents": ["a"]}));
+        post(
+            &format!("{}/rerank", ours.url),
+            &json!({"model": model, "query": "warm up", "documents": ["a"]}),
+        );
         let started = Instant::now();
         let answer = post(&format!("{}/rerank", ours.url), &body);
         let seconds = started.elapsed().as_secs_f64();
         assert_eq!(answer["results"].as_array().map(Vec::len), Some(DOCUMENTS));
-        let stats: Value = reqwest::blocking::get(format!("{}/v1/stats", ours.url)).and_then(|r| r.json()).expect("stats");
+        let stats: Value = reqwest::blocking::get(format!("{}/v1/stats", ours.url))
+            .and_then(|r| r.json())
+            .expect("stats");
         let scorer = stats["models"]
             .as_array()
             .and_then(|models| models.iter().find(|m| m["name"] == model))
             .map(|m| m["rerank_scorer"].as_str().unwrap_or("").to_string())
             .unwrap_or_default();
-        println!("{model:<20} {scorer:<40} {seconds:>10.2} {:>10.1}", DOCUMENTS as f64 / seconds);
+        println!(
+            "{model:<20} {scorer:<40} {seconds:>10.2} {:>10.1}",
+            DOCUMENTS as f64 / seconds
+        );
     }
 }

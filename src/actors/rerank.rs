@@ -336,7 +336,7 @@ impl Judge<'_> {
                 .map_err(|e| CoreError::internal(format!("reranking failed: {e}")))?;
             for row in rows {
                 let row = row.ok_or_else(|| CoreError::internal("reranking gave no logits"))?;
-                scores.push(self.yes_probability(context.logits(row)));
+                scores.push(sigmoid(self.yes_margin(context.logits(row))));
             }
             start = end;
         }
@@ -346,8 +346,8 @@ impl Judge<'_> {
         })
     }
 
-    /// P(yes) / (P(yes) + P(no)) from the logits of the first answer token.
-    fn yes_probability(&self, logits: &[f32]) -> f32 {
+    /// log P(yes) - log P(no) at the first answer token (sigmoid of it is P(yes | yes or no)).
+    fn yes_margin(&self, logits: &[f32]) -> f32 {
         let log_sum = |tokens: &[u32]| {
             let values: Vec<f64> = tokens
                 .iter()
@@ -357,9 +357,12 @@ impl Judge<'_> {
             let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             max + values.iter().map(|v| (v - max).exp()).sum::<f64>().ln()
         };
-        let margin = log_sum(&self.yes) - log_sum(&self.no);
-        (1.0 / (1.0 + (-margin).exp())) as f32
+        (log_sum(&self.yes) - log_sum(&self.no)) as f32
     }
+}
+
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
 }
 
 #[cfg(test)]
