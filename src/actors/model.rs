@@ -727,8 +727,11 @@ pub fn load_model(path: &Path, info: ModelInfo, settings: &WorkerSettings) -> Re
 pub fn load_any_model(path: &Path, info: ModelInfo, settings: &WorkerSettings) -> Result<Arc<dyn LoadedModel>, CoreError> {
     let model = Model::load(path).map_err(|e| CoreError::bad_request(e.to_string()))?;
     if model.is_embedding_model() {
+        // A pass attends over all its tokens at once (a mask keeps inputs apart), so its cost
+        // per token grows with its size: passes no larger than one whole input need be.
         let params = crate::llm::embed::EmbedderParams {
             threads: settings.context.threads,
+            batch_tokens: model.context_train().clamp(512, 2048),
             ..crate::llm::embed::EmbedderParams::default()
         };
         return Ok(Arc::new(super::embed::EmbeddingModelHandle::start(Arc::new(model), info, params)?));
