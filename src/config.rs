@@ -70,6 +70,12 @@ pub struct ServeArgs {
     /// used ones drop their state and prefill again on use.
     #[arg(long = "context-memory")]
     pub context_memory: Option<String>,
+    /// An embedding model (store name or GGUF path) for /v1/embeddings and /api/embed.
+    #[arg(long = "embed")]
+    pub embed: Option<String>,
+    /// A model (store name or GGUF path) for /rerank: a chat model judges, an encoder compares.
+    #[arg(long = "rerank")]
+    pub rerank: Option<String>,
 }
 
 /// Long flags that llamay, like llama.cpp, accepts with a single dash (`-addr`, `-chat`,
@@ -123,6 +129,9 @@ pub const SINGLE_DASH_LONG_FLAGS: &[&str] = &[
     "prefix",
     "items",
     "output",
+    // serve: embeddings and rerank
+    "embed",
+    "rerank",
 ];
 
 /// `1, 1,2` -> `[1.0, 1.0, 2.0]`; empty means by free memory.
@@ -305,6 +314,10 @@ pub struct Config {
     /// Put in context ids so a proxy can route a context to its daemon; `None`: the id the
     /// store drew once (stable across restarts).
     pub daemon_id: Option<String>,
+    /// The model `/v1/embeddings` and `/api/embed` use when a request names none.
+    pub embed: Option<String>,
+    /// The model `/rerank` uses when a request names none.
+    pub rerank: Option<String>,
 }
 
 /// A value kept out of logs and `Debug` output.
@@ -346,6 +359,8 @@ impl Default for Config {
             split: Vec::new(),
             context_memory: crate::actors::contexts::DEFAULT_CONTEXT_MEMORY,
             daemon_id: None,
+            embed: None,
+            rerank: None,
         }
     }
 }
@@ -390,6 +405,8 @@ struct FileConfig {
     split: Option<Vec<f64>>,
     context_memory: Option<toml::Value>,
     daemon_id: Option<String>,
+    embed: Option<String>,
+    rerank: Option<String>,
 }
 
 /// Longest config file read; a config is a few hundred bytes.
@@ -513,6 +530,12 @@ impl Config {
         if file.daemon_id.is_some() {
             self.daemon_id = file.daemon_id;
         }
+        if file.embed.is_some() {
+            self.embed = file.embed;
+        }
+        if file.rerank.is_some() {
+            self.rerank = file.rerank;
+        }
         Ok(())
     }
 
@@ -583,6 +606,12 @@ impl Config {
         if let Some(id) = env("LLAMAY_DAEMON_ID") {
             self.daemon_id = Some(id);
         }
+        if let Some(model) = env("LLAMAY_EMBED") {
+            self.embed = Some(model);
+        }
+        if let Some(model) = env("LLAMAY_RERANK") {
+            self.rerank = Some(model);
+        }
         Ok(())
     }
 
@@ -621,6 +650,12 @@ impl Config {
         }
         if let Some(text) = &args.context_memory {
             self.context_memory = parse_memory("context_memory", text)?;
+        }
+        if args.embed.is_some() {
+            self.embed = args.embed.clone();
+        }
+        if args.rerank.is_some() {
+            self.rerank = args.rerank.clone();
         }
         Ok(())
     }
@@ -964,6 +999,8 @@ mod tests {
             "split",
             "context_memory",
             "daemon_id",
+            "embed",
+            "rerank",
         ];
         for key in keys {
             assert!(

@@ -121,20 +121,35 @@ fn check_rpc_workers(endpoints: &[String], ratios: &[f64]) -> std::io::Result<()
     Ok(())
 }
 
-/// Serves until a stop signal, with models loaded from `store`. A `-m` that is a file path is
-/// registered under a name made from its stem: requests use that name, as they cannot name files.
-pub fn run(mut config: Config, store: Arc<Store>) -> std::io::Result<()> {
-    let file_model = match config.model.as_deref().map(ModelRef::parse).transpose() {
+/// A model reference that is a file path becomes the name made from its stem (the reference is
+/// rewritten to it); the name and path are returned for the loader and the catalog.
+fn register_file(reference: &mut Option<String>) -> std::io::Result<Option<(ModelName, std::path::PathBuf)>> {
+    match reference.as_deref().map(ModelRef::parse).transpose() {
         Ok(Some(ModelRef::Path(path))) => {
             let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
             let name = ModelName::from_stem(&stem);
             tracing::info!(path = %path.display(), model = %name, "serving a model file under a name; requests use the name");
-            config.model = Some(name.to_string());
-            Some((name, path))
+            *reference = Some(name.to_string());
+            Ok(Some((name, path)))
         }
-        Ok(_) => None,
-        Err(error) => return Err(std::io::Error::other(error.to_string())),
-    };
+        Ok(_) => Ok(None),
+        Err(error) => Err(std::io::Error::other(error.to_string())),
+    }
+}
+
+/// Serves until a stop signal, with models loaded from `store`. A `-m` that is a file path is
+/// registered under a name made from its stem: requests use that name, as they cannot name files.
+pub fn run(mut config: Config, store: Arc<Store>) -> std::io::Result<()> {
+    let file_model = register_file(&mut config.model)?;
+    // `-embed` and `-rerank` paths are served under names the same way (issue 14).
+    let mut files: Vec<(ModelName, std::path::PathBuf)> = file_model.into_iter().collect();
+    for reference in [&mut config.embed, &mut config.rerank] {
+        if let Some((name, path)) = register_file(reference)? {
+            if !files.iter().any(|(known, _)| *known == name) {
+                files.push((name, path));
+            }
+        }
+    }
     // `context` is per sequence, as Ollama's num_ctx: the KV cache holds `parallel` of them.
     let settings = WorkerSettings {
         context: ContextParams {
@@ -151,7 +166,7 @@ pub fn run(mut config: Config, store: Arc<Store>) -> std::io::Result<()> {
     }
     let mut loader = StoreLoader::new(Arc::clone(&store), settings);
     let mut catalog = StoreCatalog::new(Arc::clone(&store));
-    if let Some((name, path)) = file_model {
+    for (name, path) in files {
         catalog = catalog.with_file(name.clone(), &path)?;
         loader = loader.with_file(name, path);
     }

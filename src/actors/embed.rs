@@ -3,16 +3,23 @@
 //! on a oneshot channel. Tokenizing, the empty/over-long checks and truncation happen here, so
 //! the API sends only text or token ids and gets vectors or a [`CoreError`] naming the input.
 //!
-//! Key types: [`EmbeddingService`], [`EmbedInput`], [`Embedded`], [`EmbeddingModelInfo`].
+//! [`EmbeddingModelHandle`] is how the supervisor holds such a model (load on demand,
+//! keepalive, refcounts, as a chat model): it refuses to chat and hands out its service.
+//!
+//! Key types: [`EmbeddingService`], [`EmbedInput`], [`Embedded`], [`EmbeddingModelInfo`],
+//! [`EmbeddingModelHandle`].
 //! Cost: one thread and one context per embedding model; requests run one at a time, each as
 //! few forward passes as its inputs need.
 
 use std::path::Path;
-use std::sync::mpsc as std_mpsc;
-use std::time::Instant;
+use std::sync::{mpsc as std_mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
+use super::messages::{Generation, LoadedModel, ModelKind};
+use super::rerank::{Reranker, ScorerKind};
+use crate::core::{ModelInfo, ModelTotals, ValidGenerateRequest};
 use crate::error::{CoreError, ErrorCode};
 use crate::llm::embed::EmbedderParams;
 use crate::llm::Model;
@@ -55,25 +62,40 @@ struct Job {
 pub struct EmbeddingService {
     sender: std_mpsc::SyncSender<Job>,
     info: EmbeddingModelInfo,
+    totals: Arc<Mutex<ModelTotals>>,
 }
 
 impl EmbeddingService {
     /// Loads the model at `path` on a new thread and returns once it is ready (or failed).
     /// A model that is not an embedding model is refused here, by name.
     pub fn start(name: &str, path: &Path, params: EmbedderParams) -> Result<Self, CoreError> {
+        let model = Model::load(path).map_err(|e| {
+            CoreError::new(ErrorCode::ModelLoadFailed, format!("model {name:?} would not load: {e}"))
+        })?;
+        Self::start_loaded(name, Arc::new(model), params)
+    }
+
+    /// Starts the embedding thread on a model already in memory.
+    pub fn start_loaded(name: &str, model: Arc<Model>, params: EmbedderParams) -> Result<Self, CoreError> {
         let (sender, jobs) = std_mpsc::sync_channel::<Job>(EMBED_QUEUE_CAPACITY);
         let (ready_sender, ready) = std_mpsc::channel::<Result<EmbeddingModelInfo, CoreError>>();
-        let path = path.to_path_buf();
         let name = name.to_string();
         let thread_name = format!("embed {name}");
+        let totals = Arc::new(Mutex::new(ModelTotals::default()));
+        let thread_totals = Arc::clone(&totals);
         std::thread::Builder::new()
             .name(thread_name)
-            .spawn(move || run(&name, &path, &params, jobs, ready_sender))
+            .spawn(move || run(&name, &model, &params, jobs, ready_sender, &thread_totals))
             .map_err(|e| CoreError::internal(format!("cannot start the embedding thread: {e}")))?;
         let info = ready
             .recv()
             .map_err(|_| CoreError::internal("the embedding thread stopped while loading"))??;
-        Ok(Self { sender, info })
+        Ok(Self { sender, info, totals })
+    }
+
+    /// Requests, input tokens and compute time since the thread started.
+    pub fn totals(&self) -> ModelTotals {
+        self.totals.lock().map(|t| t.clone()).unwrap_or_default()
     }
 
     pub fn info(&self) -> &EmbeddingModelInfo {
@@ -111,21 +133,13 @@ impl EmbeddingService {
 
 fn run(
     name: &str,
-    path: &Path,
+    model: &Model,
     params: &EmbedderParams,
     jobs: std_mpsc::Receiver<Job>,
     ready: std_mpsc::Sender<Result<EmbeddingModelInfo, CoreError>>,
+    totals: &Mutex<ModelTotals>,
 ) {
     let load_failed = |reason: String| CoreError::new(ErrorCode::ModelLoadFailed, reason);
-    let model = match Model::load(path) {
-        Ok(model) => model,
-        Err(e) => {
-            let _ = ready.send(Err(load_failed(format!(
-                "model {name:?} would not load: {e}"
-            ))));
-            return;
-        }
-    };
     if !model.is_embedding_model() {
         let _ = ready.send(Err(CoreError::bad_request(format!(
             "model {name:?} ({}) is a chat model, not an embedding model; give -embed a sentence encoder such as all-minilm:l6-v2",
@@ -154,7 +168,7 @@ fn run(
             continue;
         }
         let started = Instant::now();
-        let result = prepare(&model, &info, job.inputs, job.truncate).and_then(|tokens| {
+        let result = prepare(model, &info, job.inputs, job.truncate).and_then(|tokens| {
             let prompt_tokens = tokens.iter().map(Vec::len).sum();
             let vectors = embedder
                 .embed(&tokens)
@@ -165,6 +179,11 @@ fn run(
                 compute_ms: started.elapsed().as_secs_f64() * 1000.0,
             })
         });
+        if let (Ok(embedded), Ok(mut totals)) = (&result, totals.lock()) {
+            totals.requests += 1;
+            totals.prompt_tokens += embedded.prompt_tokens as u64;
+            totals.prompt_eval_time += started.elapsed();
+        }
         let _ = job.reply.send(result);
     }
 }
@@ -218,4 +237,65 @@ fn prepare(
             Ok(tokens)
         })
         .collect()
+}
+
+/// An embedding model as the supervisor holds it. Dropping it (unload) closes the service's
+/// queue; the thread ends once the last request holding a clone of the service is answered.
+pub struct EmbeddingModelHandle {
+    info: ModelInfo,
+    service: EmbeddingService,
+}
+
+impl EmbeddingModelHandle {
+    /// Starts the embedding thread on `model`; `info` is completed with what the context allows.
+    pub fn start(model: Arc<Model>, mut info: ModelInfo, params: EmbedderParams) -> Result<Self, CoreError> {
+        let sequences = params.sequences;
+        let service = EmbeddingService::start_loaded(&info.name, model, params)?;
+        info.context_length = service.info().max_input_tokens as u32;
+        info.parallel = sequences;
+        Ok(Self { info, service })
+    }
+}
+
+impl LoadedModel for EmbeddingModelHandle {
+    fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    fn submit(&self, _request: ValidGenerateRequest) -> Result<Generation, CoreError> {
+        Err(CoreError::bad_request(format!(
+            "model {} ({}) is an embedding model; it cannot chat or generate. Use POST /v1/embeddings or /api/embed with it, or name a chat model",
+            self.info.name, self.info.architecture
+        ))
+        .with_param("model"))
+    }
+
+    fn sequences_in_use(&self) -> usize {
+        0
+    }
+
+    fn totals(&self) -> ModelTotals {
+        self.service.totals()
+    }
+
+    fn kind(&self) -> ModelKind {
+        ModelKind::Embedding
+    }
+
+    fn embeddings(&self) -> Option<EmbeddingService> {
+        Some(self.service.clone())
+    }
+
+    fn rerank_scorer(&self) -> Option<ScorerKind> {
+        Some(ScorerKind::Cosine)
+    }
+
+    fn reranker(&self) -> Result<Reranker, CoreError> {
+        Ok(Reranker::Cosine(self.service.clone()))
+    }
+}
+
+/// How long a request's inputs took on the embedding thread.
+pub fn compute_time(embedded: &Embedded) -> Duration {
+    Duration::from_secs_f64(embedded.compute_ms / 1000.0)
 }

@@ -70,6 +70,39 @@ pub trait LoadedModel: Send + Sync {
         false
     }
     fn totals(&self) -> ModelTotals;
+    /// What the model is for; a chat model by default (issue 14).
+    fn kind(&self) -> ModelKind {
+        ModelKind::Chat
+    }
+    /// The embedding thread of a model made for embeddings; `None` for a chat model.
+    fn embeddings(&self) -> Option<super::embed::EmbeddingService> {
+        None
+    }
+    /// How `/rerank` scores documents with this model, known without starting anything.
+    fn rerank_scorer(&self) -> Option<super::rerank::ScorerKind> {
+        None
+    }
+    /// The reranker of this model, started on first use (blocks while it starts: call it on a
+    /// blocking thread). A model that cannot rerank says so by name.
+    fn reranker(&self) -> Result<super::rerank::Reranker, CoreError> {
+        Err(CoreError::bad_request(format!("model {} cannot rerank", self.info().name)))
+    }
+}
+
+/// What a loaded model is for: generating text, or turning text into vectors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelKind {
+    Chat,
+    Embedding,
+}
+
+impl ModelKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ModelKind::Chat => "chat",
+            ModelKind::Embedding => "embedding",
+        }
+    }
 }
 
 /// Loads models by name. `load` blocks (reads a file of gigabytes): call it on a blocking thread.

@@ -11,6 +11,7 @@ pub mod model;
 pub mod prefix;
 pub mod runner;
 pub mod runner_child;
+pub mod rerank;
 pub mod sampler;
 pub mod snapshots;
 pub mod supervisor;

@@ -108,6 +108,10 @@ pub struct LlamaModelHandle {
     shared: Arc<Shared>,
     worker: Option<JoinHandle<()>>,
     per_sequence_ctx: u32,
+    /// The context settings, reused by the reranking context (issue 14).
+    context_params: ContextParams,
+    /// This model as a reranker, started on the first `/rerank` that names it.
+    scorer: OnceLock<Result<super::rerank::RelevanceScorer, CoreError>>,
 }
 
 impl LlamaModelHandle {
@@ -148,6 +152,8 @@ impl LlamaModelHandle {
             shared,
             worker: Some(worker),
             per_sequence_ctx,
+            context_params: settings.context.clone(),
+            scorer: OnceLock::new(),
         })
     }
 
@@ -299,6 +305,17 @@ impl LoadedModel for LlamaModelHandle {
 
     fn totals(&self) -> ModelTotals {
         self.shared.totals.lock().map(|t| t.clone()).unwrap_or_default()
+    }
+
+    fn rerank_scorer(&self) -> Option<super::rerank::ScorerKind> {
+        Some(super::rerank::ScorerKind::Relevance)
+    }
+
+    fn reranker(&self) -> Result<super::rerank::Reranker, CoreError> {
+        let scorer = self.scorer.get_or_init(|| {
+            super::rerank::RelevanceScorer::start(&self.info.name, Arc::clone(&self.model), &self.context_params)
+        });
+        scorer.clone().map(super::rerank::Reranker::Relevance)
     }
 }
 
@@ -812,9 +829,26 @@ pub fn load_model(path: &Path, info: ModelInfo, settings: &WorkerSettings) -> Re
     LlamaModelHandle::start(Arc::new(model), info, settings)
 }
 
+/// Loads the file at `path` and starts what it is made for: an embedding thread for an
+/// encoder (a pooling type in its GGUF), the generation worker for a chat model.
+pub fn load_any_model(path: &Path, info: ModelInfo, settings: &WorkerSettings) -> Result<Arc<dyn LoadedModel>, CoreError> {
+    let model = Model::load(path).map_err(|e| CoreError::bad_request(e.to_string()))?;
+    if model.is_embedding_model() {
+        // A pass attends over all its tokens at once (a mask keeps inputs apart), so its cost
+        // per token grows with its size: passes no larger than one whole input need be.
+        let params = crate::llm::embed::EmbedderParams {
+            threads: settings.context.threads,
+            batch_tokens: model.context_train().clamp(512, 2048),
+            ..crate::llm::embed::EmbedderParams::default()
+        };
+        return Ok(Arc::new(super::embed::EmbeddingModelHandle::start(Arc::new(model), info, params)?));
+    }
+    Ok(Arc::new(LlamaModelHandle::start(Arc::new(model), info, settings)?))
+}
+
 impl ModelLoader for StoreLoader {
     fn load(&self, name: &str) -> Result<Arc<dyn LoadedModel>, CoreError> {
         let (path, info) = self.locate(name)?;
-        Ok(Arc::new(load_model(&path, info, &self.settings)?))
+        load_any_model(&path, info, &self.settings)
     }
 }

@@ -138,6 +138,10 @@ pub struct LoadedModelStatus {
     pub totals: ModelTotals,
     /// What each device holds, for a model split over RPC workers.
     pub placement: Vec<crate::core::DevicePlacement>,
+    /// Chat or embedding (issue 14).
+    pub kind: super::messages::ModelKind,
+    /// How `/rerank` scores with this model, if it can.
+    pub rerank_scorer: Option<super::rerank::ScorerKind>,
 }
 
 /// The supervisor's state at one moment.
@@ -492,6 +496,8 @@ impl Supervisor {
                     loaded_at: slot.loaded_at,
                     totals: slot.model.totals(),
                     placement: slot.model.placement(),
+                    kind: slot.model.kind(),
+                    rerank_scorer: slot.model.rerank_scorer(),
                 }
             })
             .collect();

@@ -11,9 +11,11 @@ pub mod common;
 pub mod constraint;
 pub mod limits;
 pub mod contexts;
+pub mod embeddings;
 pub mod metrics;
 pub mod ollama;
 pub mod openai;
+pub mod rerank;
 pub mod serve;
 pub mod snapshots;
 pub mod stats;
@@ -74,6 +76,10 @@ pub struct AppState {
     pub rpc_workers: Vec<String>,
     /// Context snapshots in the model store; `None` when the store is read-only.
     pub snapshots: Option<Arc<crate::actors::snapshots::SnapshotShelf>>,
+    /// The model embedding routes use when a request names none (`serve -embed`).
+    pub embed_model: Option<String>,
+    /// The model rerank routes use when a request names none (`serve -rerank`).
+    pub rerank_model: Option<String>,
 }
 
 impl AppState {
@@ -101,6 +107,8 @@ impl AppState {
             formats: crate::grammar::schema::FormatMode::Ignore,
             rpc_workers: Vec::new(),
             snapshots: None,
+            embed_model: None,
+            rerank_model: None,
         }
     }
 
@@ -150,6 +158,8 @@ pub fn configure(config: &mut web::ServiceConfig) {
         .route("/api/delete", web::delete().to(ollama::models::delete))
         .route("/health", web::get().to(stats::health))
         .route("/metrics", web::get().to(metrics::metrics))
+        .configure(embeddings::configure)
+        .configure(rerank::configure)
         .route("/", web::get().to(stats::root))
         .route("/", web::head().to(stats::root));
 }

@@ -134,6 +134,7 @@ pub async fn serve_with_stores(
         }
         None => None,
     };
+    let extra_models = preload_embed_and_rerank(&config, &supervisor).await?;
 
     let mut app_state = AppState::new(
         supervisor.clone(),
@@ -146,6 +147,8 @@ pub async fn serve_with_stores(
     app_state.request_body_timeout = config.request_body_timeout;
     app_state.formats = config.formats;
     app_state.rpc_workers = config.rpc.clone();
+    app_state.embed_model = config.embed.clone();
+    app_state.rerank_model = config.rerank.clone();
     app_state.token_limits = TokenLimits {
         default_max_tokens: config.default_max_tokens,
         max_tokens_limit: config.max_tokens_limit,
@@ -175,6 +178,9 @@ pub async fn serve_with_stores(
     let bound: Vec<String> = bound.iter().map(ToString::to_string).collect();
     print_banner(&config, preloaded.as_ref(), &bound);
     print_placement(preloaded.as_ref(), &placement);
+    for line in &extra_models {
+        println!("{line}");
+    }
     let handle = server.handle();
     let mut running = actix_web::rt::spawn(server);
 
@@ -321,11 +327,69 @@ pub fn human_bytes(bytes: u64) -> String {
     }
 }
 
+/// Loads `-embed` and `-rerank` at start-up (as `-m` is), refusing a chat model for `-embed`,
+/// and starts the reranker so a model that cannot judge fails now rather than at the first
+/// request. Returns the lines that say which model serves which route and how it scores.
+async fn preload_embed_and_rerank(
+    config: &Config,
+    supervisor: &actix::Addr<Supervisor>,
+) -> io::Result<Vec<String>> {
+    let mut lines = Vec::new();
+    if let Some(name) = &config.embed {
+        let lease = acquire(supervisor, name, None)
+            .await
+            .map_err(|e| io::Error::other(format!("cannot load -embed {name}: {e}")))?;
+        let Some(service) = lease.model().embeddings() else {
+            let info = lease.model().info();
+            return Err(io::Error::other(format!(
+                "-embed {name}: {} is a chat model, not an embedding model; give -embed a sentence encoder such as all-minilm:l6-v2",
+                info.architecture
+            )));
+        };
+        let info = service.info();
+        lines.push(format!(
+            "Embeddings: {name} ({} dimensions, up to {} tokens per input{})",
+            info.dimensions,
+            info.max_input_tokens,
+            if info.normalizes { ", unit vectors" } else { "" }
+        ));
+    }
+    if let Some(name) = &config.rerank {
+        let lease = acquire(supervisor, name, None)
+            .await
+            .map_err(|e| io::Error::other(format!("cannot load -rerank {name}: {e}")))?;
+        let model = std::sync::Arc::clone(lease.model());
+        let reranker = web::block(move || model.reranker())
+            .await
+            .map_err(|e| io::Error::other(e.to_string()))?
+            .map_err(|e| io::Error::other(format!("-rerank {name}: {e}")))?;
+        let scorer = reranker.kind().as_str();
+        tracing::info!(model = %name, scorer, "reranker ready");
+        lines.push(format!("Rerank: {name}, scorer {scorer}"));
+    }
+    Ok(lines)
+}
+
 /// The route table printed under the `llamay serving` line.
 pub fn route_table(base: &str) -> String {
+    route_table_with(base, None, None)
+}
+
+/// The route table, naming the models `-embed` and `-rerank` gave (or how to give them).
+pub fn route_table_with(base: &str, embed: Option<&str>, rerank: Option<&str>) -> String {
+    let embed_note = match embed {
+        Some(name) => format!("({name}; and /api/embed)"),
+        None => "(start with -embed <encoder.gguf>)".to_string(),
+    };
+    let rerank_note = match rerank {
+        Some(name) => format!("({name}; and /v1/rerank)"),
+        None => "(start with -rerank <reranker.gguf>)".to_string(),
+    };
     let routes = [
         ("OpenAI", "POST", "/v1/chat/completions", ""),
         ("Anthropic", "POST", "/v1/messages", ""),
+        ("Embeddings", "POST", "/v1/embeddings", embed_note.as_str()),
+        ("Rerank", "POST", "/rerank", rerank_note.as_str()),
         ("Ollama", "POST", "/api/chat", "(and /api/generate)"),
         ("Contexts", "POST", "/v1/contexts", "(then /{id}/fork?n=8, /{id}/snapshot)"),
         (
@@ -379,7 +443,10 @@ fn print_banner(config: &Config, model: Option<&ModelInfo>, bound: &[String]) {
         listening = %bound.join(","),
         "llamay serving"
     );
-    println!("{}", route_table(&format!("http://{}", config.addr)));
+    println!(
+        "{}",
+        route_table_with(&format!("http://{}", config.addr), config.embed.as_deref(), config.rerank.as_deref())
+    );
 }
 
 /// For a preloaded model split over RPC workers: what each device holds.
@@ -433,5 +500,11 @@ mod tests {
         assert!(table.contains("  OpenAI      POST http://localhost:11439/v1/chat/completions\n"));
         assert!(table.contains("  Stats       GET  http://localhost:11439/v1/stats\n"));
         assert!(table.contains("  Contexts    POST http://localhost:11439/v1/contexts"));
+        assert!(table.contains(
+            "  Embeddings  POST http://localhost:11439/v1/embeddings          (start with -embed <encoder.gguf>)\n"
+        ));
+        let table = route_table_with("http://localhost:11439", Some("all-minilm:l6-v2"), Some("smollm2:135m"));
+        assert!(table.contains("  Embeddings  POST http://localhost:11439/v1/embeddings          (all-minilm:l6-v2; and /api/embed)\n"));
+        assert!(table.contains("  Rerank      POST http://localhost:11439/rerank                 (smollm2:135m; and /v1/rerank)\n"));
     }
 }

@@ -46,6 +46,8 @@ pub async fn stats(state: web::Data<AppState>) -> HttpResponse {
                     "prefix_tokens_saved": totals.prefix_tokens_saved,
                 },
                 "constraint_caches": totals.constraint_caches,
+                "kind": model.kind.as_str(),
+                "rerank_scorer": model.rerank_scorer.map(|kind| kind.as_str()),
             })
         })
         .collect();
@@ -58,6 +60,8 @@ pub async fn stats(state: web::Data<AppState>) -> HttpResponse {
         "models": models,
         "compiled_constraints": state.constraints.stats(),
         "rpc_workers": state.rpc_workers,
+        "embed_model": state.embed_model,
+        "rerank_model": state.rerank_model,
         "contexts": super::contexts::stats(&state),
         "prefix_reuse": {
             "hits": status.models.iter().map(|m| m.totals.prefix_reuse_hits).sum::<u64>(),

@@ -1,0 +1,251 @@
+//! Embeddings and rerank throughput over HTTP, printed as a table: 256 sentences embedded in
+//! one request against one request per sentence, on llamay and (the anchor) llama-server
+//! `--embedding` serving the same all-MiniLM-L6-v2 GGUF with the same threads, with the ratio;
+//! then reranking 100 documents with each scorer (no anchor: llama-server reranks only with a
+//! cross-encoder GGUF, and none is available here).
+//!
+//! `cargo bench --bench embed_rerank`. Environment: LLAMA_SERVER (a llama-server binary; else
+//! the one benches/peer/build-llama-server.sh caches), BENCH_THREADS (default 1).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use llamay::store::{ModelName, Store};
+use serde_json::{json, Value};
+
+const ENCODER: &str = "all-minilm:l6-v2";
+const JUDGE: &str = "smollm2:135m";
+const SENTENCES: usize = 256;
+const DOCUMENTS: usize = 100;
+
+/// A server process on a loopback port, killed on drop.
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+fn start(binary: &Path, args: &[String]) -> Result<Server, String> {
+    let port = free_port();
+    let mut command = Command::new(binary);
+    command.args(args);
+    if binary.ends_with("llamay") {
+        command.args(["-addr", &format!("127.0.0.1:{port}")]);
+    } else {
+        command.args(["--host", "127.0.0.1", "--port", &port.to_string()]);
+    }
+    let child = command
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("{}: {e}", binary.display()))?;
+    let server = Server {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+    };
+    let client = reqwest::blocking::Client::new();
+    for _ in 0..600 {
+        if client
+            .get(format!("{}/health", server.url))
+            .send()
+            .is_ok_and(|r| r.status().is_success())
+        {
+            return Ok(server);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Err(format!(
+        "{} did not answer /health within 120 s",
+        binary.display()
+    ))
+}
+
+fn llama_server() -> Option<PathBuf> {
+    if let Ok(path) = std::env::var("LLAMA_SERVER") {
+        return Some(path.into());
+    }
+    let home = std::env::var("HOME").ok()?;
+    let path = Path::new(&home).join(".cache/llamay-peer/build-0.3.36/bin/llama-server");
+    path.is_file().then_some(path)
+}
+
+fn post(url: &str, body: &Value) -> Value {
+    let response = reqwest::blocking::Client::new()
+        .post(url)
+        .json(body)
+        .timeout(Duration::from_secs(1200))
+        .send()
+        .expect("the server answers");
+    assert!(
+        response.status().is_success(),
+        "{url}: {}",
+        response.status()
+    );
+    response.json().expect("JSON")
+}
+
+fn sentences(count: usize) -> Vec<String> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/testdata/embeddings/retrieval.json"
+    );
+    let set: Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("testdata")).expect("json");
+    let mut pool: Vec<String> = serde_json::from_value(set["documents"].clone()).unwrap();
+    pool.extend(serde_json::from_value::<Vec<String>>(set["queries"].clone()).unwrap());
+    (0..count)
+        .map(|i| format!("{} (item {i})", pool[i % pool.len()]))
+        .collect()
+}
+
+/// Embeddings per second: all in one request, then one request per sentence.
+fn embed_rates(base: &str, model: &str, texts: &[String]) -> (f64, f64) {
+    let url = format!("{base}/v1/embeddings");
+    post(&url, &json!({"model": model, "input": texts[..4]})); // warm up
+    let started = Instant::now();
+    let answer = post(&url, &json!({"model": model, "input": texts}));
+    assert_eq!(answer["data"].as_array().map(Vec::len), Some(texts.len()));
+    let batched = texts.len() as f64 / started.elapsed().as_secs_f64();
+    let started = Instant::now();
+    for text in texts {
+        post(&url, &json!({"model": model, "input": text}));
+    }
+    (
+        batched,
+        texts.len() as f64 / started.elapsed().as_secs_f64(),
+    )
+}
+
+fn main() {
+    let threads = std::env::var("BENCH_THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(1u32)
+        .to_string();
+    let store = Store::open(&Store::default_home()).expect("the model store");
+    let manifest = store
+        .resolve(&ModelName::parse(ENCODER).unwrap())
+        .expect("all-minilm:l6-v2 (scripts/setup)");
+    let encoder_file = store.blob_path(&manifest);
+    let texts = sentences(SENTENCES);
+
+    let llamay = PathBuf::from(env!("CARGO_BIN_EXE_llamay"));
+    let args: Vec<String> = [
+        "serve",
+        "-embed",
+        ENCODER,
+        "-rerank",
+        JUDGE,
+        "-t",
+        &threads,
+        "-max-loaded",
+        "2",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let ours = start(&llamay, &args).expect("llamay starts");
+    let (our_batched, our_single) = embed_rates(&ours.url, ENCODER, &texts);
+
+    let anchor = llama_server().and_then(|binary| {
+        let args: Vec<String> = [
+            "-m",
+            &encoder_file.display().to_string(),
+            "--embedding",
+            "-t",
+            &threads,
+            "-tb",
+            &threads,
+            "-c",
+            "4096",
+            "-b",
+            "2048",
+            "-ub",
+            "2048",
+            "-np",
+            "8",
+            "--no-webui",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        match start(&binary, &args) {
+            Ok(server) => Some((binary, embed_rates(&server.url, ENCODER, &texts))),
+            Err(error) => {
+                println!("llama-server did not start: {error}");
+                None
+            }
+        }
+    });
+
+    println!("\nembeddings, {SENTENCES} sentences, {ENCODER}, {threads} thread(s)");
+    println!(
+        "{:<28} {:>14} {:>14} {:>10}",
+        "", "llamay emb/s", "llama-server", "ratio"
+    );
+    let row = |label: &str, ours: f64, theirs: Option<f64>| match theirs {
+        Some(theirs) => println!(
+            "{label:<28} {ours:>14.1} {theirs:>14.1} {:>10.2}",
+            ours / theirs
+        ),
+        None => println!("{label:<28} {ours:>14.1} {:>14} {:>10}", "n/a", "n/a"),
+    };
+    row(
+        "one request of 256",
+        our_batched,
+        anchor.as_ref().map(|(_, (b, _))| *b),
+    );
+    row(
+        "256 requests of 1",
+        our_single,
+        anchor.as_ref().map(|(_, (_, s))| *s),
+    );
+    match &anchor {
+        Some((binary, _)) => println!("anchor: {}", binary.display()),
+        None => println!("anchor: llama-server NOT AVAILABLE (set LLAMA_SERVER or run benches/peer/build-llama-server.sh)"),
+    }
+
+    println!("\nrerank, {DOCUMENTS} documents, one request (no anchor: llama-server reranks only with a cross-encoder)");
+    println!(
+        "{:<20} {:<40} {:>10} {:>10}",
+        "model", "scorer", "seconds", "docs/s"
+    );
+    let documents = sentences(DOCUMENTS);
+    for model in [ENCODER, JUDGE] {
+        let body = json!({"model": model, "query": "How do I reset a forgotten email password?", "documents": documents});
+        post(
+            &format!("{}/rerank", ours.url),
+            &json!({"model": model, "query": "warm up", "documents": ["a"]}),
+        );
+        let started = Instant::now();
+        let answer = post(&format!("{}/rerank", ours.url), &body);
+        let seconds = started.elapsed().as_secs_f64();
+        assert_eq!(answer["results"].as_array().map(Vec::len), Some(DOCUMENTS));
+        let stats: Value = reqwest::blocking::get(format!("{}/v1/stats", ours.url))
+            .and_then(|r| r.json())
+            .expect("stats");
+        let scorer = stats["models"]
+            .as_array()
+            .and_then(|models| models.iter().find(|m| m["name"] == model))
+            .map(|m| m["rerank_scorer"].as_str().unwrap_or("").to_string())
+            .unwrap_or_default();
+        println!(
+            "{model:<20} {scorer:<40} {seconds:>10.2} {:>10.1}",
+            DOCUMENTS as f64 / seconds
+        );
+    }
+}
