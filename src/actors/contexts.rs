@@ -597,7 +597,8 @@ impl ContextRegistry {
     }
 }
 
-fn random_hex(length: usize) -> String {
+/// `length` random lowercase hex digits, for context and snapshot ids.
+pub(crate) fn random_hex(length: usize) -> String {
     use rand::Rng;
     let mut rng = rand::thread_rng();
     (0..length)

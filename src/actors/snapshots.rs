@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::contexts::{ContextContent, ContextRecord};
+use super::contexts::{random_hex, ContextContent, ContextRecord};
 use crate::core::{ChatMessage, Role, ToolCall, ToolSpec};
 use crate::error::{CoreError, ErrorCode};
 pub use crate::store::SnapshotManifest;
@@ -193,14 +193,6 @@ impl SnapshotShelf {
             .read_snapshot_state(manifest)
             .map_err(|e| store_error("restore the snapshot", e))
     }
-}
-
-fn random_hex(length: usize) -> String {
-    use rand::Rng;
-    let mut rng = rand::thread_rng();
-    (0..length)
-        .map(|_| char::from(b"0123456789abcdef"[rng.gen_range(0..16)]))
-        .collect()
 }
 
 #[cfg(test)]
