@@ -77,6 +77,7 @@ pub fn serve_blocking_with_admin(
     admin: Arc<dyn ModelAdmin>,
     snapshots: Option<Arc<crate::actors::snapshots::SnapshotShelf>>,
 ) -> io::Result<()> {
+    limit_heap_retention();
     actix_web::rt::System::new().block_on(async move {
         serve_with_stores(config, loader, catalog, Some(admin), snapshots).await
     })
