@@ -49,7 +49,7 @@ use llamay::grammar::schema::compile_schema;
 use llamay::grammar::{compile_gbnf, CompiledGrammar, Limits, Matcher, TokenTrie};
 #[path = "../tests/support/json_pointers.rs"]
 mod json_pointers;
-use json_pointers::all_pointers;
+use json_pointers::{all_pointers, remove_at};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -703,22 +703,7 @@ fn mutate_schema(rng: &mut StdRng, schema: &mut Value, seeds: &[Value]) {
         }
         _ => {
             // Drop a node.
-            if let Some((parent, last)) = pointer.rsplit_once('/') {
-                let last = last.replace("~1", "/").replace("~0", "~");
-                match schema.pointer_mut(parent) {
-                    Some(Value::Object(map)) => {
-                        map.remove(&last);
-                    }
-                    Some(Value::Array(items)) => {
-                        if let Ok(index) = last.parse::<usize>() {
-                            if index < items.len() {
-                                items.remove(index);
-                            }
-                        }
-                    }
-                    _ => {}
-                }
-            }
+            remove_at(schema, &pointer);
             return;
         }
     };

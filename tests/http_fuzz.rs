@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 
 #[path = "support/json_pointers.rs"]
 mod json_pointers;
-use json_pointers::all_pointers;
+use json_pointers::{all_pointers, remove_at};
 
 const MODEL: &str = "smollm2:135m";
 /// Cases past this budget are skipped, so the test stays within CI's minutes on a busy machine.
@@ -393,32 +393,12 @@ fn pick(body: &Value, at: usize) -> String {
     all.swap_remove(at % all.len())
 }
 
-fn remove(body: &mut Value, pointer: &str) {
-    let Some((parent, last)) = pointer.rsplit_once('/') else {
-        return;
-    };
-    let last = last.replace("~1", "/").replace("~0", "~");
-    match body.pointer_mut(parent) {
-        Some(Value::Object(map)) => {
-            map.remove(&last);
-        }
-        Some(Value::Array(items)) => {
-            if let Ok(index) = last.parse::<usize>() {
-                if index < items.len() {
-                    items.remove(index);
-                }
-            }
-        }
-        _ => {}
-    }
-}
-
 fn apply(body: &mut Value, mutation: &Mutation) {
     if body.is_null() {
         return;
     }
     match mutation {
-        Mutation::Drop { at } => remove(body, &pick(body, *at)),
+        Mutation::Drop { at } => remove_at(body, &pick(body, *at)),
         Mutation::Replace { at, with } => {
             let pointer = pick(body, *at);
             if let Some(node) = body.pointer_mut(&pointer) {
