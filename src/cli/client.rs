@@ -219,17 +219,8 @@ impl Daemon {
                 .as_str()
                 .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
                 .map_or(0, |t| t.timestamp().max(0) as u64);
-            [
-                m["name"].as_str().unwrap_or_default().to_string(),
-                m["digest"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .chars()
-                    .take(12)
-                    .collect(),
-                human_size(m["size"].as_u64().unwrap_or(0)),
-                human_age(modified, now),
-            ]
+            let [name, id, size] = model_cells(m);
+            [name, id, size, human_age(modified, now)]
         });
         print!(
             "{}",
@@ -292,15 +283,11 @@ impl Daemon {
                 Some(_) => "Stopping...".to_string(),
                 None => String::new(),
             };
+            let [name, id, size] = model_cells(m);
             [
-                m["name"].as_str().unwrap_or_default().to_string(),
-                m["digest"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .chars()
-                    .take(12)
-                    .collect(),
-                human_size(m["size"].as_u64().unwrap_or(0)),
+                name,
+                id,
+                size,
                 "100% CPU".to_string(),
                 m["context_length"]
                     .as_u64()
@@ -379,4 +366,13 @@ pub fn no_daemon(command: &str) -> Result<ExitCode, CliError> {
         "no llamay daemon answers at ${ADDR_ENV} (default {DEFAULT_ADDR}); `llamay {command}` \
          asks a running `llamay serve`"
     )))
+}
+
+/// The NAME, ID (the digest's first 12 characters) and SIZE cells `list` and `ps` share.
+fn model_cells(model: &serde_json::Value) -> [String; 3] {
+    [
+        model["name"].as_str().unwrap_or_default().to_string(),
+        model["digest"].as_str().unwrap_or_default().chars().take(12).collect(),
+        human_size(model["size"].as_u64().unwrap_or(0)),
+    ]
 }
