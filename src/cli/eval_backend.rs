@@ -22,7 +22,7 @@ use llamay::actors::messages::LoadedModel;
 use llamay::actors::model::{locate_model, LlamaModelHandle, WorkerSettings};
 use llamay::core::{
     ChatMessage, Completion, Constraint, FinishReason, KeepAlive, PromptInput, Role,
-    SamplingParams, StreamEvent, ToolChoice, ValidGenerateRequest,
+    SamplingParams, StreamEvent, ValidGenerateRequest,
 };
 use llamay::grammar::schema::FormatMode;
 use llamay::llm::{ContextParams, KvType, Model};
@@ -243,27 +243,17 @@ impl Local {
         max_tokens: u32,
         constraint: Option<Constraint>,
     ) -> ValidGenerateRequest {
-        ValidGenerateRequest {
-            model: self.model.clone(),
-            input,
-            sampling: SamplingParams {
-                temperature: self.settings.temperature,
-                top_k: 40,
-                top_p: 0.95,
-                min_p: 0.05,
-                repeat_penalty: 1.0,
-                repeat_last_n: 64,
-                seed: self.settings.seed,
-                max_tokens: Some(max_tokens),
-            },
-            stop: Vec::new(),
-            constraint,
-            num_ctx: None,
-            keep_alive: None,
-            tool_choice: ToolChoice::None,
-            parallel_tool_calls: false,
-            context: None,
-        }
+        let sampling = SamplingParams {
+            temperature: self.settings.temperature,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+            seed: self.settings.seed,
+            max_tokens: Some(max_tokens),
+        };
+        ValidGenerateRequest::plain(self.model.clone(), input, sampling, constraint)
     }
 
     /// Runs a job to its end: its text and completion.

@@ -18,7 +18,7 @@ use llamay::actors::messages::LoadedModel;
 use llamay::actors::model::LlamaModelHandle;
 use llamay::core::{
     ChatMessage, Completion, Constraint, FinishReason, PromptInput, Role, SamplingParams,
-    StreamEvent, ToolChoice, ValidGenerateRequest,
+    StreamEvent, ValidGenerateRequest,
 };
 use rustyline::error::ReadlineError;
 use rustyline::{
@@ -326,18 +326,12 @@ fn turn(
     }
     messages.extend(history.iter().cloned());
     messages.push(ChatMessage::new(Role::User, text.clone()));
-    let request = ValidGenerateRequest {
-        model: handle.info().name.clone(),
-        input: PromptInput::Chat { messages, tools: Vec::new() },
-        sampling: options.settings.sampling(),
-        stop: Vec::new(),
-        constraint: options.constraint.clone(),
-        num_ctx: None,
-        keep_alive: None,
-        tool_choice: ToolChoice::None,
-        parallel_tool_calls: false,
-        context: None,
-    };
+    let request = ValidGenerateRequest::plain(
+        handle.info().name.clone(),
+        PromptInput::Chat { messages, tools: Vec::new() },
+        options.settings.sampling(),
+        options.constraint.clone(),
+    );
     let generation = match handle.submit(request) {
         Ok(generation) => generation,
         Err(error) => {

@@ -17,7 +17,7 @@ use llamay::actors::messages::LoadedModel;
 use llamay::actors::model::{locate_model, LlamaModelHandle, WorkerSettings};
 use llamay::core::{
     ChatMessage, Completion, Constraint, ConstraintSource, FinishReason, PromptInput, Role, SamplingParams,
-    StreamEvent, ToolChoice, ValidGenerateRequest,
+    StreamEvent, ValidGenerateRequest,
 };
 use llamay::grammar::schema::FormatMode;
 use llamay::grammar::Limits;
@@ -191,27 +191,17 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
     } else {
         PromptInput::Raw { prompt, system: None, template: false }
     };
-    let request = ValidGenerateRequest {
-        model: args.model.clone(),
-        input,
-        sampling: SamplingParams {
-            temperature: args.temperature,
-            top_k: top_k.min(i32::MAX as u32) as i32,
-            top_p: args.top_p,
-            min_p: args.min_p,
-            repeat_penalty: args.repeat_penalty,
-            repeat_last_n: 64,
-            seed,
-            max_tokens: Some(max_tokens),
-        },
-        stop: Vec::new(),
-        constraint,
-        num_ctx: None,
-        keep_alive: None,
-        tool_choice: ToolChoice::None,
-        parallel_tool_calls: false,
-        context: None,
+    let sampling = SamplingParams {
+        temperature: args.temperature,
+        top_k: top_k.min(i32::MAX as u32) as i32,
+        top_p: args.top_p,
+        min_p: args.min_p,
+        repeat_penalty: args.repeat_penalty,
+        repeat_last_n: 64,
+        seed,
+        max_tokens: Some(max_tokens),
     };
+    let request = ValidGenerateRequest::plain(args.model.clone(), input, sampling, constraint);
     let mut generation = handle.submit(request).map_err(|e| CliError::Model(e.to_string()))?;
     let mut stdout = std::io::stdout().lock();
     let mut ends_with_newline = true;

@@ -263,6 +263,25 @@ pub struct ValidGenerateRequest {
     pub context: Option<ContextRequest>,
 }
 
+impl ValidGenerateRequest {
+    /// A request as the command line makes one: no stop strings, tools or context, the model's
+    /// own context length and keep-alive.
+    pub fn plain(model: String, input: PromptInput, sampling: SamplingParams, constraint: Option<Constraint>) -> Self {
+        ValidGenerateRequest {
+            model,
+            input,
+            sampling,
+            stop: Vec::new(),
+            constraint,
+            num_ctx: None,
+            keep_alive: None,
+            tool_choice: ToolChoice::None,
+            parallel_tool_calls: false,
+            context: None,
+        }
+    }
+}
+
 /// A request's use of a context.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ContextRequest {
