@@ -134,7 +134,11 @@ impl<'m> Context<'m> {
             .with_n_batch(params.batch)
             .with_n_ubatch(params.batch)
             .with_n_seq_max(params.sequences)
-            .with_kv_unified(true)
+            // One KV stream per sequence, as llama-server runs its slots: a sequence's attention
+            // then spans only its own cells. With one shared stream, every step attended over
+            // the cells of all sequences, including the prefixes idle ones keep for reuse: one
+            // client decoded 15% slower after four had run.
+            .with_kv_unified(false)
             .with_n_threads(params.threads)
             .with_n_threads_batch(params.threads)
             .with_type_k(params.kv_type.to_llama())
@@ -158,11 +162,6 @@ impl<'m> Context<'m> {
             threads,
             _threadpool: threadpool,
         })
-    }
-
-    /// Threads generation steps use now (one, or all of `params().threads`; see [`ThreadTuner`]).
-    pub fn generation_threads(&self) -> i32 {
-        self.threads.preferred()
     }
 
     pub fn params(&self) -> &ContextParams {
@@ -247,16 +246,23 @@ impl Context<'_> {
         kept
     }
 
-    /// Makes `to` hold the first `length` positions of `from` (cells are shared in the unified
-    /// KV cache, so this copies no tensors). `to` is cleared first.
+    /// Makes `to` hold the first `length` positions of `from`. `to` is cleared first. Each
+    /// sequence has its own KV stream, and llama.cpp's own copy between streams is whole-stream
+    /// and deferred to the next decode, so a change to `from` before then would land in `to`;
+    /// the cells of `from` are copied now instead, through its saved state, and cut back to
+    /// `length`. Cost: a copy of `from`'s cells (tens of KiB per position).
     pub fn copy_prefix(&mut self, from: SeqId, to: SeqId, length: u32) -> Result<(), LlmError> {
         self.clear(to);
         if length == 0 || from == to {
             return Ok(());
         }
-        self.inner
-            .kv_cache_seq_cp(from.0 as i32, to.0 as i32, Some(0), Some(length))
-            .map_err(|e| LlmError::Decode(e.to_string()))
+        let state = self.save_sequence(from)?;
+        self.restore_sequence(to, &state)?;
+        if self.truncate(to, length) {
+            Ok(())
+        } else {
+            Err(LlmError::State(format!("could not cut the copied sequence back to {length} positions")))
+        }
     }
 
     /// The state of `seq` (its KV cells) as bytes, to keep in memory or on disk.

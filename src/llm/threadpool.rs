@@ -85,30 +85,39 @@ const MAX_PROBE_EVERY: u32 = 1024;
 const FIRST_PROBE: u32 = 2;
 /// Steps of one trial; the first is not measured (it pays for waking or parking a thread).
 const PROBE_STEPS: u32 = 3;
+/// One thread is preferred only when it is this much faster: on a busy machine it wins by
+/// many times, and on a free one a few noisy steps must not make it look better.
+const ONE_THREAD_MARGIN: f64 = 1.25;
 
 /// Chooses between one thread and all of the pool's for generation steps, by their measured
 /// time. On free cores all threads win; when other processes hold the cores, every ggml barrier
 /// of a two-thread step waits for a descheduled partner (89% of decode time in `ggml_barrier`
 /// under perf with the machine's load at 17 on 2 cores, and 1.1 against 20 tok/s for one
-/// thread), so one thread wins. Prompt batches always use every thread: their work between
-/// barriers is large. Cost: a clock read per decode, and one trial of the other count every
-/// [`PROBE_EVERY`] steps (at most [`PROBE_STEPS`] slower steps when the other count loses).
+/// thread), so one thread wins, by far: it must win by [`ONE_THREAD_MARGIN`], and a single
+/// delayed step weighs little. Prompt batches always use every thread: their work between
+/// barriers is large. Steps are compared only with steps of the same size: a step of four
+/// sequences costs more than a step of one whatever the threads, and mixing them once made a
+/// one-thread trial on single steps look faster than two threads on batched ones, which then
+/// slowed every step to one thread. Cost: a clock read per decode, and one trial of the other
+/// count every [`PROBE_EVERY`] steps (at most [`PROBE_STEPS`] slower steps when the other
+/// count loses).
 pub struct ThreadTuner {
     /// `None` only in unit tests of the choice itself.
     context: Option<std::ptr::NonNull<sys::llama_context>>,
     max: i32,
     /// Threads set on the context now.
     applied: i32,
-    /// Moving average of seconds per generation step: `[one thread, all threads]`; NaN = not
-    /// measured yet.
-    cost: [f64; 2],
+    /// Moving average of seconds per generation step of `n` tokens at index `n - 1`:
+    /// `[one thread, all threads]`; NaN = not measured yet.
+    cost: [[f64; 2]; SMALL_BATCH],
     since_probe: u32,
     /// Steps left in the current trial, and the thread count on trial.
     probing: u32,
     probe_threads: i32,
     probe_every: u32,
-    /// The preferred count when the current trial started, until the trial is judged.
-    trial_from: Option<i32>,
+    /// The preferred count when the current trial started and the step size it started at,
+    /// until the trial is judged.
+    trial_from: Option<(i32, usize)>,
     /// The next measurement is a trial's first step.
     discard_next: bool,
 }
@@ -122,7 +131,7 @@ impl ThreadTuner {
             context: std::ptr::NonNull::new(context),
             max,
             applied: max,
-            cost: [f64::NAN; 2],
+            cost: [[f64::NAN; 2]; SMALL_BATCH],
             since_probe: 0,
             probing: 0,
             probe_threads: max,
@@ -137,7 +146,7 @@ impl ThreadTuner {
         let threads = if self.max == 1 || tokens > SMALL_BATCH {
             self.max
         } else {
-            self.choose()
+            self.choose(tokens)
         };
         if threads != self.applied {
             if let Some(context) = self.context {
@@ -154,58 +163,63 @@ impl ThreadTuner {
 
     /// Records how long the decode of `tokens` tokens on `threads` threads took.
     pub fn after_decode(&mut self, tokens: usize, threads: i32, seconds: f64) {
-        if self.max == 1 || tokens > SMALL_BATCH {
+        if self.max == 1 || tokens > SMALL_BATCH || tokens == 0 {
             return;
         }
         if std::mem::take(&mut self.discard_next) {
             return;
         }
         let slot = usize::from(threads == self.max);
-        let preferred = self.preferred();
-        self.cost[slot] = if self.cost[slot].is_nan() {
+        let preferred = self.preferred(tokens);
+        let cost = &mut self.cost[tokens - 1];
+        cost[slot] = if cost[slot].is_nan() {
             seconds
         } else {
-            0.75 * self.cost[slot] + 0.25 * seconds
+            // One step the OS delayed must not outweigh many normal ones; a lasting slowdown
+            // still doubles the average within a few steps.
+            0.75 * cost[slot] + 0.25 * seconds.min(2.0 * cost[slot])
         };
-        if self.probing == 0
-            && self.preferred() != preferred
-            && !self.cost.iter().any(|c| c.is_nan())
-        {
+        let measured = !cost.iter().any(|c| c.is_nan());
+        if self.probing == 0 && self.preferred(tokens) != preferred && measured {
             self.probe_every = PROBE_EVERY;
+            let [one, all] = self.cost[tokens - 1];
             tracing::debug!(
-                threads = self.preferred(),
-                one_thread_ms = self.cost[0] * 1e3,
-                all_threads_ms = self.cost[1] * 1e3,
+                threads = self.preferred(tokens),
+                tokens,
+                one_thread_ms = one * 1e3,
+                all_threads_ms = all * 1e3,
                 "generation steps change thread count"
             );
         }
     }
 
-    /// Threads generation steps use when not probing.
-    pub fn preferred(&self) -> i32 {
-        if self.cost[0] < self.cost[1] {
+    /// Threads generation steps of `tokens` tokens (1 to [`SMALL_BATCH`]) use when not probing.
+    pub fn preferred(&self, tokens: usize) -> i32 {
+        let [one, all] = self.cost[tokens.clamp(1, SMALL_BATCH) - 1];
+        if one * ONE_THREAD_MARGIN < all {
             1
         } else {
             self.max
         }
     }
 
-    fn choose(&mut self) -> i32 {
+    fn choose(&mut self, tokens: usize) -> i32 {
         if self.probing > 0 {
             self.probing -= 1;
             return self.probe_threads;
         }
-        let best = self.preferred();
-        if let Some(before) = self.trial_from.take() {
-            if before == best {
+        let best = self.preferred(tokens);
+        if let Some((before, trial_tokens)) = self.trial_from.take() {
+            if before == self.preferred(trial_tokens) {
                 self.probe_every = (self.probe_every * 2).min(MAX_PROBE_EVERY);
             } else {
                 self.probe_every = PROBE_EVERY;
             }
         }
         self.since_probe += 1;
-        // The first trial comes early, so a busy machine is noticed within a few tokens.
-        let due = if self.cost[0].is_nan() {
+        // The first trial at each step size comes early, so a busy machine is noticed within a
+        // few tokens.
+        let due = if self.cost[tokens - 1][0].is_nan() {
             FIRST_PROBE
         } else {
             self.probe_every
@@ -216,10 +230,10 @@ impl ThreadTuner {
         self.since_probe = 0;
         self.probing = PROBE_STEPS - 1;
         self.probe_threads = if best == 1 { self.max } else { 1 };
-        self.trial_from = Some(best);
+        self.trial_from = Some((best, tokens));
         self.discard_next = true;
         // A trial replaces what the other count cost long ago: the load may have changed.
-        self.cost[usize::from(self.probe_threads == self.max)] = f64::NAN;
+        self.cost[tokens - 1][usize::from(self.probe_threads == self.max)] = f64::NAN;
         self.probe_threads
     }
 }
@@ -281,14 +295,14 @@ mod tests {
         let mut tuner = ThreadTuner::new(std::ptr::null_mut(), 2);
         // Free cores: two threads win; one thread is only tried now and then.
         let on_one = run(&mut tuner, 400, 0.010, 0.006);
-        assert_eq!(tuner.preferred(), 2);
+        assert_eq!(tuner.preferred(1), 2);
         assert!(
             on_one <= 400 / PROBE_EVERY as usize * PROBE_STEPS as usize + PROBE_STEPS as usize,
             "{on_one}"
         );
         // Contended cores: a two-thread step waits on its partner at every barrier.
         run(&mut tuner, 2 * PROBE_EVERY as usize, 0.010, 0.500);
-        assert_eq!(tuner.preferred(), 1);
+        assert_eq!(tuner.preferred(1), 1);
         let on_one = run(&mut tuner, 200, 0.010, 0.500);
         assert!(on_one >= 200 - 4 * PROBE_STEPS as usize, "{on_one}");
         // The load goes away again: noticed at the next trial, at most MAX_PROBE_EVERY steps on.
@@ -298,14 +312,56 @@ mod tests {
             0.010,
             0.006,
         );
-        assert_eq!(tuner.preferred(), 2);
+        assert_eq!(tuner.preferred(1), 2);
+    }
+
+    #[test]
+    fn single_steps_on_one_thread_are_not_compared_with_batched_steps_on_two() {
+        let mut tuner = ThreadTuner::new(std::ptr::null_mut(), 2);
+        // Free cores, as SmolLM2 measured: a step of one token costs 11 ms on two threads and
+        // 17 ms on one; a step of four tokens 27 ms on two and 43 ms on one. Clients come and go, so the step size
+        // changes all the time; two threads must stay preferred at both sizes.
+        let mut on_one = 0;
+        for step in 0..2000usize {
+            let tokens = if (step / 37) % 2 == 0 { 1 } else { 4 };
+            let threads = tuner.before_decode(tokens);
+            on_one += usize::from(threads == 1);
+            let seconds = match (tokens, threads) {
+                (1, 1) => 0.017,
+                (1, _) => 0.011,
+                (_, 1) => 0.043,
+                _ => 0.027,
+            };
+            tuner.after_decode(tokens, threads, seconds);
+        }
+        assert_eq!((tuner.preferred(1), tuner.preferred(4)), (2, 2));
+        assert!(on_one <= 60, "{on_one} of 2000 steps on one thread");
+    }
+
+    #[test]
+    fn one_delayed_step_does_not_move_generation_to_one_thread() {
+        let mut tuner = ThreadTuner::new(std::ptr::null_mut(), 2);
+        let mut on_one = 0;
+        for step in 0..1000usize {
+            let threads = tuner.before_decode(1);
+            on_one += usize::from(threads == 1);
+            // Every 50th two-thread step waits 100 ms for a descheduled partner.
+            let seconds = match threads {
+                1 => 0.017,
+                _ if step % 50 == 49 => 0.100,
+                _ => 0.011,
+            };
+            tuner.after_decode(1, threads, seconds);
+        }
+        assert_eq!(tuner.preferred(1), 2);
+        assert!(on_one <= 30, "{on_one} of 1000 steps on one thread");
     }
 
     #[test]
     fn prompt_batches_and_single_thread_pools_always_use_every_thread() {
         let mut tuner = ThreadTuner::new(std::ptr::null_mut(), 2);
         run(&mut tuner, 100, 0.001, 1.0);
-        assert_eq!(tuner.preferred(), 1);
+        assert_eq!(tuner.preferred(1), 1);
         assert_eq!(tuner.before_decode(SMALL_BATCH + 1), 2);
         let mut single = ThreadTuner::new(std::ptr::null_mut(), 1);
         assert_eq!(run(&mut single, 100, 0.001, 1.0), 100);
