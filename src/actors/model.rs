@@ -530,6 +530,10 @@ fn step(context: &mut Context<'_>, live: &mut [Option<Live>], cache: &mut kv::Sl
     if plan.is_empty() {
         return;
     }
+    // Each sequence has its own KV stream, and llama.cpp puts sequences in one compute only
+    // while their ids rise one by one through the batch: in slot order, a prompt joining
+    // sequences that generate is one compute with them, not one more.
+    plan.sort_by_key(|(index, _, _)| *index);
     let step_started = Instant::now();
     let generating = plan.iter().any(|(_, from, _)| from.is_none());
     let prompting = plan.iter().any(|(_, from, _)| from.is_some());
