@@ -19,8 +19,7 @@
 //! `cargo bench --bench contexts` (smollm2:135m from the store). Env: LLAMAY_BENCH_ROUNDS
 //! (default 2; the best round of each side is kept), LLAMAY_BENCH_THREADS (daemon threads).
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use reqwest::blocking::Client;
@@ -30,40 +29,13 @@ const MODEL: &str = "smollm2:135m";
 const CONTINUATIONS: usize = 8;
 const CONTINUATION_TOKENS: u32 = 32;
 
-struct Process(Child);
+#[path = "../tests/support/process.rs"]
+mod process;
 
-impl Process {
-    /// SIGTERM and a wait: the daemon shuts down as a user stops it, its store flushed.
-    fn stop(mut self) {
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM) };
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(30) {
-            if self.0.try_wait().ok().flatten().is_some() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use process::{free_port, wait_for_health, Process};
 
 fn env_number(name: &str) -> Option<usize> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
 }
 
 fn start_daemon() -> (Process, String) {
@@ -91,19 +63,10 @@ fn start_daemon() -> (Process, String) {
     }
     let daemon = Process(command.spawn().expect("serve"));
     let base = format!("http://127.0.0.1:{port}");
-    let client = Client::new();
-    let start = Instant::now();
-    while !client
-        .get(format!("{base}/health"))
-        .send()
-        .is_ok_and(|r| r.status().is_success())
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "the daemon did not start"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    assert!(
+        wait_for_health(&base, Duration::from_secs(120)),
+        "the daemon did not start"
+    );
     (daemon, base)
 }
 
@@ -357,7 +320,9 @@ fn main() {
     let snapshots: Result<Vec<String>, String> = snapshots.into_iter().collect();
     let restore = snapshots.and_then(|snapshots| {
         eprintln!("restarting the daemon; then snapshot restore against prefill");
-        daemon.stop();
+        if !daemon.terminate(Duration::from_secs(30)) {
+            eprintln!("the daemon did not stop within 30 s of SIGTERM: killed");
+        }
         let (_daemon, base) = start_daemon();
         generate(&client, &base, "Hello", None, 1);
         snapshots.iter().enumerate().try_fold(

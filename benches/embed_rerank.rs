@@ -8,7 +8,7 @@
 //! the one benches/peer/build-llama-server.sh caches), BENCH_THREADS (default 1).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use llamay::store::{ModelName, Store};
@@ -19,24 +19,15 @@ const JUDGE: &str = "smollm2:135m";
 const SENTENCES: usize = 256;
 const DOCUMENTS: usize = 100;
 
+#[path = "../tests/support/process.rs"]
+mod process;
+
+use process::{free_port, wait_for_health, Process};
+
 /// A server process on a loopback port, killed on drop.
 struct Server {
-    child: Child,
+    _process: Process,
     url: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 fn start(binary: &Path, args: &[String]) -> Result<Server, String> {
@@ -53,25 +44,13 @@ fn start(binary: &Path, args: &[String]) -> Result<Server, String> {
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| format!("{}: {e}", binary.display()))?;
-    let server = Server {
-        child,
-        url: format!("http://127.0.0.1:{port}"),
-    };
-    let client = reqwest::blocking::Client::new();
-    for _ in 0..600 {
-        if client
-            .get(format!("{}/health", server.url))
-            .send()
-            .is_ok_and(|r| r.status().is_success())
-        {
-            return Ok(server);
-        }
-        std::thread::sleep(Duration::from_millis(200));
+    let url = format!("http://127.0.0.1:{port}");
+    let server = Server { _process: Process(child), url };
+    if wait_for_health(&server.url, Duration::from_secs(120)) {
+        Ok(server)
+    } else {
+        Err(format!("{} did not answer /health within 120 s", binary.display()))
     }
-    Err(format!(
-        "{} did not answer /health within 120 s",
-        binary.display()
-    ))
 }
 
 fn llama_server() -> Option<PathBuf> {

@@ -143,9 +143,12 @@ fn through_llamay(handle: &LlamaModelHandle, tokens: u32) -> Measure {
     panic!("generation ended without a completion");
 }
 
+#[path = "../tests/support/process.rs"]
+mod process;
+
 /// A llama-server process on a loopback port, killed on drop.
 struct PeerServer {
-    child: std::process::Child,
+    _process: process::Process,
     url: String,
 }
 
@@ -164,7 +167,7 @@ impl PeerServer {
     }
 
     fn start(binary: &std::path::Path, model: &std::path::Path, threads: i32) -> Result<Self, String> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|e| e.to_string())?.port();
+        let port = process::free_port();
         let child = std::process::Command::new(binary)
             .args(["-m", &model.display().to_string(), "--host", "127.0.0.1", "--port", &port.to_string()])
             .args(["-t", &threads.to_string(), "-tb", &threads.to_string(), "-c", "1024", "-np", "1", "--no-webui"])
@@ -173,15 +176,12 @@ impl PeerServer {
             .stderr(std::process::Stdio::null())
             .spawn()
             .map_err(|e| format!("{}: {e}", binary.display()))?;
-        let server = PeerServer { child, url: format!("http://127.0.0.1:{port}") };
-        let client = reqwest::blocking::Client::new();
-        for _ in 0..600 {
-            if client.get(format!("{}/health", server.url)).send().is_ok_and(|r| r.status().is_success()) {
-                return Ok(server);
-            }
-            std::thread::sleep(Duration::from_millis(200));
+        let server = PeerServer { _process: process::Process(child), url: format!("http://127.0.0.1:{port}") };
+        if process::wait_for_health(&server.url, Duration::from_secs(120)) {
+            Ok(server)
+        } else {
+            Err("llama-server did not answer /health within 120 s".into())
         }
-        Err("llama-server did not answer /health within 120 s".into())
     }
 
     /// One greedy `/completion` of `tokens` tokens (EOS ignored), timed by llama-server itself.
@@ -207,12 +207,6 @@ impl PeerServer {
     }
 }
 
-impl Drop for PeerServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn main() {
     if std::env::args().any(|a| a == "--list") {

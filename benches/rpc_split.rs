@@ -8,39 +8,19 @@
 //! `cargo bench --bench rpc_split` (smollm2:135m from the store: run scripts/setup first).
 //! Env: LLAMAY_BENCH_TOKENS (default 64), LLAMAY_BENCH_ROUNDS (default 3).
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 const MODEL: &str = "smollm2:135m";
 const PROMPT: &str = "Write a short story about a lighthouse keeper who finds a message in a bottle.";
 
-struct Process(Child);
+#[path = "../tests/support/process.rs"]
+mod process;
 
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use process::{free_port, wait_for_health, wait_for_port, Process};
 
 fn env_number(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
-}
-
-fn wait_until(limit: Duration, mut ready: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if ready() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    false
 }
 
 fn llamay() -> Command {
@@ -54,7 +34,7 @@ fn start_worker() -> (Process, String) {
     let port = free_port();
     let endpoint = format!("127.0.0.1:{port}");
     let worker = Process(llamay().args(["rpc-worker", "-addr", &endpoint, "-t", "1"]).spawn().expect("rpc-worker"));
-    assert!(wait_until(Duration::from_secs(30), || std::net::TcpStream::connect(&endpoint).is_ok()), "worker {endpoint}");
+    assert!(wait_for_port(port, Duration::from_secs(30)), "worker {endpoint}");
     (worker, endpoint)
 }
 
@@ -67,14 +47,7 @@ fn start_daemon(rpc: Option<&str>) -> (Process, String) {
     }
     let daemon = Process(command.spawn().expect("serve"));
     let base = format!("http://127.0.0.1:{base_port}");
-    let client = reqwest::blocking::Client::new();
-    assert!(
-        wait_until(Duration::from_secs(120), || client
-            .get(format!("{base}/health"))
-            .send()
-            .is_ok_and(|r| r.status().is_success())),
-        "daemon {rpc:?} did not start"
-    );
+    assert!(wait_for_health(&base, Duration::from_secs(120)), "daemon {rpc:?} did not start");
     (daemon, base)
 }
 

@@ -9,9 +9,8 @@
 //! the default store by path, so the tests never hold the shared store. Every wait is bounded;
 //! every process is stopped on drop.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -19,40 +18,24 @@ use serde_json::{json, Value};
 /// The name `serve -m <dir>/smollm2.gguf` serves the file under.
 const MODEL: &str = "smollm2";
 
+#[path = "support/process.rs"]
+mod process;
+
+use process::{free_port, wait_for_health, Process};
+
 struct Daemon {
-    child: Child,
+    process: Process,
     base: String,
 }
 
 impl Daemon {
     /// Stops the daemon as a service manager would (SIGTERM) and waits for it.
-    fn stop(mut self) {
-        // SAFETY: plain kill(2) on our own child's pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(60) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("the daemon did not stop within 60 s of SIGTERM");
+    fn stop(self) {
+        assert!(
+            self.process.terminate(Duration::from_secs(60)),
+            "the daemon did not stop within 60 s of SIGTERM"
+        );
     }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
 }
 
 /// SmolLM2's file, linked (or copied) into `dir` as `smollm2.gguf`.
@@ -95,22 +78,14 @@ fn start(home: &Path, model: &Path, extra: &[&str]) -> Daemon {
         .spawn()
         .expect("start serve");
     let daemon = Daemon {
-        child,
+        process: Process(child),
         base: format!("http://127.0.0.1:{port}"),
     };
-    let client = reqwest::blocking::Client::new();
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(120) {
-        let health = client
-            .get(format!("{}/health", daemon.base))
-            .timeout(Duration::from_secs(2))
-            .send();
-        if health.is_ok_and(|r| r.status().is_success()) {
-            return daemon;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    panic!("serve did not answer /health within 120 s");
+    assert!(
+        wait_for_health(&daemon.base, Duration::from_secs(120)),
+        "serve did not answer /health within 120 s"
+    );
+    daemon
 }
 
 fn call(method: reqwest::Method, url: String, body: Option<Value>) -> (u16, Value) {

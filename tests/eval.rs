@@ -288,24 +288,14 @@ fn bad_input_is_named_before_the_model_loads() {
     assert!(!out.exists(), "nothing was written for bad input");
 }
 
-struct Daemon(std::process::Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+#[path = "support/process.rs"]
+mod process;
 
 #[test]
 fn with_a_daemon_running_eval_uses_its_contexts_and_leaves_none_behind() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port();
+    let port = process::free_port();
     let addr = format!("127.0.0.1:{port}");
-    let _daemon = Daemon(
+    let _daemon = process::Process(
         llamay()
             .args([
                 "serve",
@@ -327,19 +317,11 @@ fn with_a_daemon_running_eval_uses_its_contexts_and_leaves_none_behind() {
             .expect("serve"),
     );
     let base = format!("http://{addr}");
+    assert!(
+        process::wait_for_health(&base, Duration::from_secs(120)),
+        "the daemon did not start"
+    );
     let client = reqwest::blocking::Client::new();
-    let started = Instant::now();
-    while !client
-        .get(format!("{base}/health"))
-        .send()
-        .is_ok_and(|r| r.status().is_success())
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "the daemon did not start"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
     let dir = tempfile::tempdir().expect("temp dir");
     let items = dir.path().join("items.jsonl");
     let lines: Vec<String> = ["horse", "frog", "bat", "trout"]

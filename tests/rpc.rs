@@ -8,29 +8,15 @@
 //! bounded; every process is killed on drop.
 
 use std::io::{BufRead, BufReader, Read};
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 const MODEL: &str = "smollm2:135m";
 
-/// A child process killed when the test lets go of it, pass or fail.
-struct Process(Child);
+#[path = "support/process.rs"]
+mod process;
 
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
+use process::{free_port, wait_for_health, wait_for_port, Process};
 
 fn llamay() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_llamay"));
@@ -39,18 +25,6 @@ fn llamay() -> Command {
         .env_remove("LLAMAY_CONFIG")
         .env_remove("LLAMAY_RPC");
     command
-}
-
-/// Waits until something accepts TCP connections on `port`, for at most `limit`.
-fn wait_for_port(port: u16, limit: Duration) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    false
 }
 
 fn start_worker() -> (Process, u16) {
@@ -113,21 +87,11 @@ fn start_daemon_with(rpc: Option<&str>, extra: &[&str]) -> (Process, String) {
         .expect("start serve");
     let daemon = Process(child);
     let base = format!("http://127.0.0.1:{port}");
-    let client = reqwest::blocking::Client::new();
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(120) {
-        if let Ok(response) = client
-            .get(format!("{base}/health"))
-            .timeout(Duration::from_secs(2))
-            .send()
-        {
-            if response.status().is_success() {
-                return (daemon, base);
-            }
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    panic!("serve {rpc:?} did not answer /health within 120 s");
+    assert!(
+        wait_for_health(&base, Duration::from_secs(120)),
+        "serve {rpc:?} did not answer /health within 120 s"
+    );
+    (daemon, base)
 }
 
 /// A greedy chat request with `extra` fields merged into its body: its status and body.
