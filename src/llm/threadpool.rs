@@ -143,7 +143,7 @@ impl ThreadTuner {
 
     /// Threads for the next decode of `tokens` tokens; sets them on the context.
     pub fn before_decode(&mut self, tokens: usize) -> i32 {
-        let threads = if self.max == 1 || tokens > SMALL_BATCH {
+        let threads = if self.max == 1 || tokens == 0 || tokens > SMALL_BATCH {
             self.max
         } else {
             self.choose(tokens)
@@ -363,6 +363,8 @@ mod tests {
         run(&mut tuner, 100, 0.001, 1.0);
         assert_eq!(tuner.preferred(1), 1);
         assert_eq!(tuner.before_decode(SMALL_BATCH + 1), 2);
+        assert_eq!(tuner.before_decode(0), 2);
+        tuner.after_decode(0, 2, 1.0);
         let mut single = ThreadTuner::new(std::ptr::null_mut(), 1);
         assert_eq!(run(&mut single, 100, 0.001, 1.0), 100);
         assert_eq!(single.before_decode(1), 1);
