@@ -19,7 +19,7 @@
 //! `cargo bench --bench contexts` (smollm2:135m from the store). Env: LLAMAY_BENCH_ROUNDS
 //! (default 2; the best round of each side is kept), LLAMAY_BENCH_THREADS (daemon threads).
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use reqwest::blocking::Client;
@@ -40,11 +40,7 @@ fn env_number(name: &str) -> Option<usize> {
 
 fn start_daemon() -> (Process, String) {
     let port = free_port();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_llamay"));
-    command
-        .env("RUST_LOG", "warn")
-        .env_remove("LLAMAY_CONFIG")
-        .env_remove("LLAMAY_RPC");
+    let mut command = process::llamay_command();
     command.stdout(Stdio::null()).stderr(Stdio::null());
     // 8 forks plus the prefix's own context, 2048 tokens each.
     command.args([

@@ -24,8 +24,7 @@ fn env_number(name: &str, default: usize) -> usize {
 }
 
 fn llamay() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_llamay"));
-    command.env("RUST_LOG", "warn").env_remove("LLAMAY_CONFIG").env_remove("LLAMAY_RPC");
+    let mut command = process::llamay_command();
     command.stdout(Stdio::null()).stderr(Stdio::null());
     command
 }

@@ -8,7 +8,7 @@
 //! bounded; every process is killed on drop.
 
 use std::io::{BufRead, BufReader, Read};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 const MODEL: &str = "smollm2:135m";
@@ -16,16 +16,7 @@ const MODEL: &str = "smollm2:135m";
 #[path = "support/process.rs"]
 mod process;
 
-use process::{free_port, wait_for_health, wait_for_port, Process};
-
-fn llamay() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_llamay"));
-    command
-        .env("RUST_LOG", "warn")
-        .env_remove("LLAMAY_CONFIG")
-        .env_remove("LLAMAY_RPC");
-    command
-}
+use process::{free_port, llamay_command as llamay, wait_for_health, wait_for_port, Process};
 
 fn start_worker() -> (Process, u16) {
     start_worker_with(free_port(), &[])

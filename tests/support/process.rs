@@ -3,13 +3,14 @@
 //! and bounded waits for a port to listen or `/health` to answer. Included by `#[path]` from
 //! each test or bench that starts a process, so none carries its own copy.
 //!
-//! Key items: [`Process`], [`free_port`], [`wait_for_port`], [`wait_for_health`].
+//! Key items: [`Process`], [`llamay_command`], [`free_port`], [`wait_for_port`],
+//! [`wait_for_health`].
 //! Cost: a poll every 100-200 ms while waiting.
 
 #![allow(dead_code)]
 
 use std::net::{TcpListener, TcpStream};
-use std::process::Child;
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 /// A child process killed (and reaped) on drop.
@@ -37,6 +38,17 @@ impl Drop for Process {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// The llamay binary under test, logging warnings only, with no config file or rpc workers
+/// taken from the environment that runs the tests.
+pub fn llamay_command() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_llamay"));
+    command
+        .env("RUST_LOG", "warn")
+        .env_remove("LLAMAY_CONFIG")
+        .env_remove("LLAMAY_RPC");
+    command
 }
 
 /// A loopback port nothing listens on right now.
