@@ -1,11 +1,13 @@
 //! Reranking: how relevant each document is to a query, by one of two scorers.
 //!
-//! - [`ScorerKind::Relevance`]: any chat model as a judge, the recipe Qwen3-Reranker uses. Each
-//!   (query, document) pair is rendered with the model's chat template under a fixed judging
-//!   instruction whose answer can only be "yes" or "no"; the score is the probability of "yes"
-//!   against "no" at the first answer token (`sigmoid(logit yes - logit no)`, each side summed
-//!   over its spellings). A [`RelevanceScorer`] is a thread owning its own small llama.cpp
-//!   context on the chat model's weights (shared, not loaded again), started on first use.
+//! - [`ScorerKind::Relevance`]: any chat model, by query likelihood (unsupervised passage
+//!   reranking, Sachan et al. 2022): each document is framed as a passage the model is asked to
+//!   write a question about, and the score is how likely the model finds the query as that
+//!   question (the geometric mean of its tokens' probabilities, in (0, 1]). It asks nothing a
+//!   small model cannot do: on testdata/embeddings/retrieval.json SmolLM2-135M ranks the
+//!   answer first for every query, where asking it to judge "yes" or "no" ranked below chance.
+//!   A [`RelevanceScorer`] is a thread owning its own small llama.cpp context on the chat
+//!   model's weights (shared, not loaded again), started on first use.
 //! - [`ScorerKind::Cosine`]: an embedding model as a bi-encoder, the cosine of the query's
 //!   vector to each document's.
 //!
@@ -14,7 +16,8 @@
 //!
 //! Key types: [`Reranker`], [`ScorerKind`], [`RelevanceScorer`], [`Scores`].
 //! Cost: Relevance: one forward pass per ~[`SCORER_BATCH`] tokens of prompts (no sampling, no
-//! KV kept between requests), a KV cache of [`SCORER_SEQUENCES`] x [`SCORER_CONTEXT`] tokens.
+//! KV kept between requests), a log-softmax over the vocabulary per query token and document,
+//! a KV cache of [`SCORER_SEQUENCES`] x [`SCORER_CONTEXT`] tokens.
 //! Cosine: one embedding request of 1 + documents inputs.
 
 use std::sync::mpsc as std_mpsc;
@@ -24,25 +27,16 @@ use tokio::sync::oneshot;
 
 use super::embed::{EmbedInput, EmbeddingService};
 use crate::error::{CoreError, ErrorCode};
-use crate::llm::template::TemplateMessage;
 use crate::llm::{BatchEntry, ContextParams, Model};
 
-/// Tokens of one judged (query, document) prompt, template included; a longer document is cut.
+/// Tokens of one scored (document, query) prompt; a longer document is cut.
 pub const SCORER_CONTEXT: u32 = 1024;
-/// Pairs judged in one forward pass at most.
+/// Pairs scored in one forward pass at most.
 pub const SCORER_SEQUENCES: u32 = 4;
 /// Tokens one forward pass carries at most (all its pairs together).
 pub const SCORER_BATCH: u32 = 1024;
 /// Requests waiting for the scorer thread before new ones are refused as overloaded.
 const SCORER_QUEUE_CAPACITY: usize = 64;
-
-/// The judging instruction (Qwen3-Reranker's, verbatim in spirit: answer only yes or no).
-const JUDGE_SYSTEM: &str = "Judge whether the Document meets the requirements based on the Query and the Instruct provided. Note that the answer can only be \"yes\" or \"no\".";
-const JUDGE_INSTRUCT: &str =
-    "Given a web search query, retrieve relevant passages that answer the query";
-/// Spellings of each answer whose first token counts for it.
-const YES: [&str; 3] = ["yes", "Yes", " yes"];
-const NO: [&str; 3] = ["no", "No", " no"];
 
 /// Which scorer a model gets, printed at start-up and in `/v1/stats`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,7 +48,7 @@ pub enum ScorerKind {
 impl ScorerKind {
     pub fn as_str(self) -> &'static str {
         match self {
-            ScorerKind::Relevance => "relevance (chat model judges yes/no)",
+            ScorerKind::Relevance => "relevance (chat model: query likelihood after each document)",
             ScorerKind::Cosine => "cosine (bi-encoder embeddings)",
         }
     }
@@ -142,14 +136,14 @@ struct Job {
     reply: oneshot::Sender<Result<Scores, CoreError>>,
 }
 
-/// A handle on a chat model's judging thread.
+/// A handle on a chat model's scoring thread.
 #[derive(Clone)]
 pub struct RelevanceScorer {
     sender: std_mpsc::SyncSender<Job>,
 }
 
 impl RelevanceScorer {
-    /// Starts the judging thread with its own context on `model`, with the chat model's
+    /// Starts the scoring thread with its own context on `model`, with the chat model's
     /// threads, KV type and attention settings; returns once the context exists.
     pub fn start(name: &str, model: Arc<Model>, chat: &ContextParams) -> Result<Self, CoreError> {
         let params = ContextParams {
@@ -163,7 +157,7 @@ impl RelevanceScorer {
         let owned_name = name.to_string();
         std::thread::Builder::new()
             .name(format!("rerank {name}"))
-            .spawn(move || judge_loop(&owned_name, &model, &params, jobs, ready_sender))
+            .spawn(move || scorer_loop(&owned_name, &model, &params, jobs, ready_sender))
             .map_err(|e| CoreError::internal(format!("cannot start the rerank thread: {e}")))?;
         ready
             .recv()
@@ -194,18 +188,7 @@ impl RelevanceScorer {
     }
 }
 
-/// The first token of each spelling, without duplicates.
-fn answer_tokens(model: &Model, spellings: &[&str]) -> Vec<u32> {
-    let mut tokens: Vec<u32> = spellings
-        .iter()
-        .filter_map(|s| model.tokenize(s, false, false).ok()?.first().copied())
-        .collect();
-    tokens.sort_unstable();
-    tokens.dedup();
-    tokens
-}
-
-fn judge_loop(
+fn scorer_loop(
     name: &str,
     model: &Model,
     params: &ContextParams,
@@ -222,17 +205,7 @@ fn judge_loop(
             return;
         }
     };
-    let judge = Judge {
-        model,
-        yes: answer_tokens(model, &YES),
-        no: answer_tokens(model, &NO),
-    };
-    if judge.yes.is_empty() || judge.no.is_empty() {
-        let _ = ready.send(Err(CoreError::bad_request(format!(
-            "model {name} cannot rerank: its vocabulary has no token for \"yes\" or \"no\""
-        ))));
-        return;
-    }
+    let scorer = QueryLikelihood { model };
     if ready.send(Ok(())).is_err() {
         return;
     }
@@ -240,71 +213,70 @@ fn judge_loop(
         if job.reply.is_closed() {
             continue;
         }
-        let result = judge
+        let result = scorer
             .prompts(&job.query, &job.documents)
-            .and_then(|prompts| judge.score_all(&mut context, &prompts));
+            .and_then(|prompts| scorer.score_all(&mut context, &prompts));
         let _ = job.reply.send(result);
     }
 }
 
-struct Judge<'m> {
+struct QueryLikelihood<'m> {
     model: &'m Model,
-    yes: Vec<u32>,
-    no: Vec<u32>,
 }
 
-impl Judge<'_> {
-    fn render(&self, query: &str, document: &str) -> Result<Vec<u32>, CoreError> {
-        let user =
-            format!("<Instruct>: {JUDGE_INSTRUCT}\n<Query>: {query}\n<Document>: {document}");
-        let messages = [
-            TemplateMessage::new("system", JUDGE_SYSTEM),
-            TemplateMessage::new("user", user),
-        ];
-        self.model.tokenize_chat(&messages, None).map_err(|e| {
-            CoreError::bad_request(format!("the judging prompt would not render: {e}"))
-        })
+/// One document's scoring prompt: the passage frame then the query, and where the query starts.
+struct Scored {
+    tokens: Vec<u32>,
+    query_start: usize,
+}
+
+impl QueryLikelihood<'_> {
+    fn tokenize(&self, text: &str, add_bos: bool, what: &str) -> Result<Vec<u32>, CoreError> {
+        self.model
+            .tokenize(text, add_bos, false)
+            .map_err(|e| CoreError::bad_request(format!("{what} would not tokenize: {e}")))
     }
 
-    /// One token prompt per document; a document too long for the judging context is cut to fit.
-    fn prompts(&self, query: &str, documents: &[String]) -> Result<Vec<Vec<u32>>, CoreError> {
-        let frame = self.render(query, "")?.len();
-        if frame >= SCORER_CONTEXT as usize - 8 {
+    /// One prompt per document: the passage, an instruction to ask about it, then the query.
+    /// A document too long for the scoring context is cut to fit.
+    fn prompts(&self, query: &str, documents: &[String]) -> Result<Vec<Scored>, CoreError> {
+        let query_tokens = self.tokenize(&format!(" {}", query.trim()), false, "the query")?;
+        let frame = self.tokenize(&passage_prompt(""), true, "the scoring prompt")?.len();
+        if query_tokens.is_empty() || frame + query_tokens.len() + 8 >= SCORER_CONTEXT as usize {
             return Err(CoreError::bad_request(format!(
-                "the query is {frame} tokens with the judging prompt, over the {SCORER_CONTEXT} a reranked pair may take"
+                "the query is {} tokens, with the scoring prompt over the {SCORER_CONTEXT} a reranked pair may take, or empty",
+                query_tokens.len()
             ))
             .with_param("query"));
         }
-        let room = SCORER_CONTEXT as usize - frame - 4;
+        let room = SCORER_CONTEXT as usize - frame - query_tokens.len() - 4;
         documents
             .iter()
             .map(|document| {
-                let prompt = self.render(query, document)?;
-                if prompt.len() <= SCORER_CONTEXT as usize {
-                    return Ok(prompt);
+                let mut passage = self.tokenize(&passage_prompt(document), true, "a document")?;
+                if passage.len() + query_tokens.len() > SCORER_CONTEXT as usize {
+                    let tokens = self.tokenize(document, false, "a document")?;
+                    let vocabulary = self.model.vocabulary();
+                    let cut: Vec<u8> = tokens
+                        .iter()
+                        .take(room)
+                        .flat_map(|t| vocabulary.piece(*t).to_vec())
+                        .collect();
+                    passage = self.tokenize(&passage_prompt(&String::from_utf8_lossy(&cut)), true, "a document")?;
+                    passage.truncate(SCORER_CONTEXT as usize - query_tokens.len());
                 }
-                let tokens = self.model.tokenize(document, false, false).map_err(|e| {
-                    CoreError::bad_request(format!("a document would not tokenize: {e}"))
-                        .with_param("documents")
-                })?;
-                let vocabulary = self.model.vocabulary();
-                let cut: Vec<u8> = tokens
-                    .iter()
-                    .take(room)
-                    .flat_map(|t| vocabulary.piece(*t).to_vec())
-                    .collect();
-                let prompt = self.render(query, &String::from_utf8_lossy(&cut))?;
-                Ok(prompt.into_iter().take(SCORER_CONTEXT as usize).collect())
+                let query_start = passage.len();
+                passage.extend_from_slice(&query_tokens);
+                Ok(Scored { tokens: passage, query_start })
             })
-            .collect()
+            .collect::<Result<Vec<_>, CoreError>>()
+            .map_err(|e| e.with_param("documents"))
     }
 
     /// Decodes prompts packed into as few passes as the batch allows; each pass starts empty.
-    fn score_all(
-        &self,
-        context: &mut crate::llm::Context<'_>,
-        prompts: &[Vec<u32>],
-    ) -> Result<Scores, CoreError> {
+    /// A document's score is the geometric mean of the probabilities of the query's tokens
+    /// after it: in (0, 1], higher when the document makes the query likelier.
+    fn score_all(&self, context: &mut crate::llm::Context<'_>, prompts: &[Scored]) -> Result<Scores, CoreError> {
         let mut scores = Vec::with_capacity(prompts.len());
         let mut start = 0;
         while start < prompts.len() {
@@ -312,57 +284,65 @@ impl Judge<'_> {
             let mut tokens = 0;
             while end < prompts.len()
                 && end - start < SCORER_SEQUENCES as usize
-                && tokens + prompts[end].len() <= SCORER_BATCH as usize
+                && tokens + prompts[end].tokens.len() <= SCORER_BATCH as usize
             {
-                tokens += prompts[end].len();
+                tokens += prompts[end].tokens.len();
                 end += 1;
             }
             let pass = &prompts[start..end];
             let mut entries = Vec::with_capacity(pass.len());
             for (index, prompt) in pass.iter().enumerate() {
-                let seq = context.seq(index).ok_or_else(|| {
-                    CoreError::internal("the rerank context has too few sequences")
-                })?;
+                let seq = context
+                    .seq(index)
+                    .ok_or_else(|| CoreError::internal("the rerank context has too few sequences"))?;
                 context.clear(seq);
+                // The last token's logits would predict past the query: not decoded.
                 entries.push(BatchEntry {
                     seq,
-                    tokens: prompt,
+                    tokens: &prompt.tokens[..prompt.tokens.len() - 1],
                     first_pos: 0,
-                    want_logits: true,
+                    want_logits: false,
                 });
             }
+            let from: Vec<usize> = pass.iter().map(|prompt| prompt.query_start - 1).collect();
             let rows = context
-                .decode(&entries)
+                .decode_scoring(&entries, &from)
                 .map_err(|e| CoreError::internal(format!("reranking failed: {e}")))?;
-            for row in rows {
-                let row = row.ok_or_else(|| CoreError::internal("reranking gave no logits"))?;
-                scores.push(sigmoid(self.yes_margin(context.logits(row))));
+            for (prompt, rows) in pass.iter().zip(rows) {
+                let query = &prompt.tokens[prompt.query_start..];
+                if rows.len() != query.len() {
+                    return Err(CoreError::internal("reranking gave too few logits"));
+                }
+                let log_likelihood: f64 = rows
+                    .iter()
+                    .zip(query)
+                    .map(|(row, token)| log_probability(context.logits(*row), *token))
+                    .sum();
+                scores.push((log_likelihood / query.len() as f64).exp() as f32);
             }
             start = end;
         }
         Ok(Scores {
             scores,
-            prompt_tokens: prompts.iter().map(Vec::len).sum(),
+            prompt_tokens: prompts.iter().map(|prompt| prompt.tokens.len()).sum(),
         })
-    }
-
-    /// log P(yes) - log P(no) at the first answer token (sigmoid of it is P(yes | yes or no)).
-    fn yes_margin(&self, logits: &[f32]) -> f32 {
-        let log_sum = |tokens: &[u32]| {
-            let values: Vec<f64> = tokens
-                .iter()
-                .filter_map(|t| logits.get(*t as usize))
-                .map(|v| *v as f64)
-                .collect();
-            let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            max + values.iter().map(|v| (v - max).exp()).sum::<f64>().ln()
-        };
-        (log_sum(&self.yes) - log_sum(&self.no)) as f32
     }
 }
 
-fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
+/// The frame a document is scored in (the prompt of unsupervised passage reranking, Sachan et
+/// al. 2022): the query is then read as the question the passage prompts.
+fn passage_prompt(document: &str) -> String {
+    format!("Passage: {document}\nPlease write a question based on this passage.\nQuestion:")
+}
+
+/// log P(token) under `logits` (log-softmax at one entry).
+fn log_probability(logits: &[f32], token: u32) -> f64 {
+    let Some(&chosen) = logits.get(token as usize) else {
+        return f64::NEG_INFINITY;
+    };
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let sum: f64 = logits.iter().map(|l| (*l as f64 - max).exp()).sum();
+    chosen as f64 - max - sum.ln()
 }
 
 #[cfg(test)]

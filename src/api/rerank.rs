@@ -1,7 +1,7 @@
 //! `POST /rerank` and `POST /v1/rerank`, in the shape llama-server, Jina and Cohere share:
 //! `model`, `query`, `documents` (strings or `{"text": ...}`), `top_n`, `return_documents` ->
 //! `{"results": [{"index", "relevance_score", "document"?}], "model", "usage"}`, most relevant
-//! first. The model's scorer (a chat model judging, or an encoder's cosine) is the actors'
+//! first. The model's scorer (a chat model's query likelihood, or an encoder's cosine) is the actors'
 //! business; errors are in the OpenAI shape.
 //!
 //! Key items: [`configure`], [`RerankRequest`], [`rank`]. Costs: one sort of the scores.

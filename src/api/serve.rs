@@ -331,7 +331,7 @@ pub fn human_bytes(bytes: u64) -> String {
 }
 
 /// Loads `-embed` and `-rerank` at start-up (as `-m` is), refusing a chat model for `-embed`,
-/// and starts the reranker so a model that cannot judge fails now rather than at the first
+/// and starts the reranker so a model that cannot score fails now rather than at the first
 /// request. Returns the lines that say which model serves which route and how it scores.
 async fn preload_embed_and_rerank(
     config: &Config,

@@ -62,7 +62,7 @@ pub struct ServeArgs {
     /// An embedding model (store name or GGUF path) for /v1/embeddings and /api/embed.
     #[arg(long = "embed")]
     pub embed: Option<String>,
-    /// A model (store name or GGUF path) for /rerank: a chat model judges, an encoder compares.
+    /// A model (store name or GGUF path) for /rerank: a chat model scores query likelihood, an encoder compares.
     #[arg(long = "rerank")]
     pub rerank: Option<String>,
 }

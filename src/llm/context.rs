@@ -184,9 +184,30 @@ impl<'m> Context<'m> {
 
     /// Decodes all entries in one llama.cpp call. Returns, per entry, the row of its logits.
     pub fn decode(&mut self, entries: &[BatchEntry<'_>]) -> Result<Vec<Option<LogitsRow>>, LlmError> {
+        let rows = self.decode_rows(entries, |_, entry, token| entry.want_logits && token + 1 == entry.tokens.len())?;
+        Ok(rows.into_iter().map(|rows| rows.last().copied()).collect())
+    }
+
+    /// Decodes all entries in one llama.cpp call with the logits of every token of entry `i`
+    /// from its token `from[i]` on (the logits after token `k` predict token `k + 1`), to score
+    /// how likely a text is rather than to sample. Returns, per entry, those rows in order.
+    pub fn decode_scoring(&mut self, entries: &[BatchEntry<'_>], from: &[usize]) -> Result<Vec<Vec<LogitsRow>>, LlmError> {
+        if from.len() != entries.len() {
+            return Err(LlmError::Decode(format!("{} entries but {} scoring offsets", entries.len(), from.len())));
+        }
+        self.decode_rows(entries, |at, _, token| token >= from[at])
+    }
+
+    /// One decode, with logits for token `t` of entry `e` when `wanted(e, &entries[e], t)`;
+    /// their rows per entry.
+    fn decode_rows(
+        &mut self,
+        entries: &[BatchEntry<'_>],
+        wanted: impl Fn(usize, &BatchEntry<'_>, usize) -> bool,
+    ) -> Result<Vec<Vec<LogitsRow>>, LlmError> {
         let total: usize = entries.iter().map(|e| e.tokens.len()).sum();
         if total == 0 {
-            return Ok(vec![None; entries.len()]);
+            return Ok(vec![Vec::new(); entries.len()]);
         }
         if total > self.batch_capacity() {
             return Err(LlmError::Decode(format!(
@@ -197,23 +218,26 @@ impl<'m> Context<'m> {
         self.batch.clear();
         let mut rows = Vec::with_capacity(entries.len());
         let mut row = 0i32;
-        for entry in entries {
+        for (at, entry) in entries.iter().enumerate() {
             if entry.seq.0 >= self.params.sequences {
                 return Err(LlmError::Decode(format!("sequence {} out of range", entry.seq.0)));
             }
-            let last = entry.tokens.len().saturating_sub(1);
+            let mut entry_rows = Vec::new();
             for (i, token) in entry.tokens.iter().enumerate() {
                 if *token as usize >= self.n_vocab {
                     return Err(LlmError::Decode(format!("token {token} is outside the vocabulary")));
                 }
-                let logits = entry.want_logits && i == last;
+                let logits = wanted(at, entry, i);
                 let pos = entry.first_pos as i32 + i as i32;
                 self.batch
                     .add(LlamaToken(*token as i32), pos, &[entry.seq.0 as i32], logits)
                     .map_err(|e| LlmError::Decode(e.to_string()))?;
+                if logits {
+                    entry_rows.push(LogitsRow(row));
+                }
                 row += 1;
             }
-            rows.push((entry.want_logits && !entry.tokens.is_empty()).then_some(LogitsRow(row - 1)));
+            rows.push(entry_rows);
         }
         let threads = self.threads.before_decode(total);
         let started = std::time::Instant::now();
