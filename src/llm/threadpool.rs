@@ -88,6 +88,9 @@ const PROBE_STEPS: u32 = 3;
 /// One thread is preferred only when it is this much faster: on a busy machine it wins by
 /// many times, and on a free one a few noisy steps must not make it look better.
 const ONE_THREAD_MARGIN: f64 = 1.25;
+/// A step this many times slower than usual on the preferred count brings the next trial
+/// forward (a quiet machine becoming busy, or the reverse, is noticed at once).
+const SLOWDOWN: f64 = 3.0;
 
 /// Chooses between one thread and all of the pool's for generation steps, by their measured
 /// time. On free cores all threads win; when other processes hold the cores, every ggml barrier
@@ -172,6 +175,11 @@ impl ThreadTuner {
         let slot = usize::from(threads == self.max);
         let preferred = self.preferred(tokens);
         let cost = &mut self.cost[tokens - 1];
+        // Several times the usual cost on the preferred count: the machine's load may have
+        // changed, which the next trial, due now, will tell.
+        if self.probing == 0 && threads == preferred && seconds > SLOWDOWN * cost[slot] {
+            self.since_probe = self.since_probe.max(self.probe_every);
+        }
         cost[slot] = if cost[slot].is_nan() {
             seconds
         } else {
@@ -217,9 +225,13 @@ impl ThreadTuner {
             }
         }
         self.since_probe += 1;
-        // The first trial at each step size comes early, so a busy machine is noticed within a
-        // few tokens.
-        let due = if self.cost[tokens - 1][0].is_nan() {
+        // The first trial at a step size comes early, so a busy machine is noticed within a few
+        // tokens; unless a smaller step already showed all threads winning on their own: a
+        // bigger step has more work between barriers, so they win there too.
+        let shown_by_smaller = self.cost[..tokens - 1]
+            .iter()
+            .any(|[one, all]| *one >= *all * ONE_THREAD_MARGIN);
+        let due = if self.cost[tokens - 1][0].is_nan() && !shown_by_smaller {
             FIRST_PROBE
         } else {
             self.probe_every
@@ -335,7 +347,17 @@ mod tests {
             tuner.after_decode(tokens, threads, seconds);
         }
         assert_eq!((tuner.preferred(1), tuner.preferred(4)), (2, 2));
-        assert!(on_one <= 60, "{on_one} of 2000 steps on one thread");
+        assert!(on_one <= 45, "{on_one} of 2000 steps on one thread");
+    }
+
+    #[test]
+    fn load_arriving_after_a_long_quiet_run_is_noticed_within_a_few_steps() {
+        let mut tuner = ThreadTuner::new(std::ptr::null_mut(), 2);
+        run(&mut tuner, 5000, 0.017, 0.011);
+        assert_eq!(tuner.preferred(1), 2);
+        // Trials are now MAX_PROBE_EVERY steps apart; a two-thread step suddenly costs 0.5 s.
+        run(&mut tuner, 12, 0.017, 0.500);
+        assert_eq!(tuner.preferred(1), 1);
     }
 
     #[test]
@@ -353,8 +375,9 @@ mod tests {
             };
             tuner.after_decode(1, threads, seconds);
         }
+        // Each delayed step brings one trial forward (its steps on one thread), nothing more.
         assert_eq!(tuner.preferred(1), 2);
-        assert!(on_one <= 30, "{on_one} of 1000 steps on one thread");
+        assert!(on_one <= 20 * PROBE_STEPS as usize, "{on_one} of 1000 steps on one thread");
     }
 
     #[test]
