@@ -3,7 +3,8 @@
 //!
 //! Key types: [`SequenceSampler`], [`Step`], [`StopStrings`].
 //! Each step costs one pass over the logits row (see `llm::sampling`), plus a constraint check
-//! of the chosen token; a full token mask is computed only when that token is rejected.
+//! of the chosen token; when it is refused, a few more checks of the next best-ranked tokens,
+//! and a full token mask only when none of those is allowed.
 
 use std::sync::Arc;
 
@@ -30,8 +31,8 @@ impl TokenConstraint for ConstraintAdapter<'_> {
         self.0.is_allowed(token)
     }
 
-    fn for_each_allowed(&mut self, visit: &mut dyn FnMut(u32)) {
-        self.0.compute_mask().iter_set().for_each(visit);
+    fn allowed_words(&mut self) -> &[u64] {
+        self.0.compute_mask().words()
     }
 }
 

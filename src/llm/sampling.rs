@@ -3,12 +3,16 @@
 //!
 //! Key types: [`SamplingConfig`], [`Sampler`], [`TokenConstraint`].
 //! The constraint is consulted lazily: the unconstrained choice is made first and kept if the
-//! constraint allows it; only when it is rejected are the allowed tokens gathered and the choice
-//! redrawn among them. For greedy decoding this is exact; for random sampling it draws from the
-//! constrained distribution too (P(t) = p(t) / P(allowed)), which is why llama.cpp does the same.
+//! constraint allows it. When it is refused, the best-ranked tokens of the row are checked one
+//! by one (16 for greedy, 4 x top-k for sampling), which settles most steps without the full set
+//! of allowed tokens, whose first computation for a state walks the whole token trie; only when
+//! they do not settle it is the full set asked for, as a bitset applied to the row in bulk.
+//! Both are exact: greedy takes the highest allowed logit (the lowest id of equals), sampling
+//! draws from the constrained distribution (P(t) = p(t) / P(allowed), as llama.cpp does).
 //! Cost: one pass over the vocabulary per token (a vectorised argmax, or a one-pass bounded top-k
-//! that never materialises the whole vocabulary), plus a pass over the allowed tokens when the
-//! first choice is rejected. Only `top_k = 0` with a temperature sorts the whole vocabulary.
+//! that never materialises the whole vocabulary); a refused choice adds one more such pass and a
+//! few constraint checks, and a pass over the allowed bitset when those do not settle it. Only
+//! `top_k = 0` with a temperature sorts the whole vocabulary.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -48,9 +52,18 @@ impl Default for SamplingConfig {
 pub trait TokenConstraint {
     /// Whether `token` may be sampled now. Called on the sampler's first choice.
     fn allows(&mut self, token: u32) -> bool;
-    /// Calls `visit` with every token that may be sampled now.
-    fn for_each_allowed(&mut self, visit: &mut dyn FnMut(u32));
+    /// Every token that may be sampled now, as bits: token `t` is bit `t % 64` of word `t / 64`;
+    /// tokens past the last word are not allowed.
+    fn allowed_words(&mut self) -> &[u64];
 }
+
+/// How many of the best-ranked tokens a refused greedy choice is retried with before the full
+/// set of allowed tokens is computed: enough for the usual refusal (the model wants prose or a
+/// fence where the grammar wants a brace), few enough that a step whose allowed tokens are all
+/// far down the ranking loses little.
+const GREEDY_RETRIES: usize = 16;
+/// For top-k sampling: how many best-ranked tokens per wanted candidate are checked.
+const SAMPLED_RETRIES_PER_CANDIDATE: usize = 4;
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum SampleError {
@@ -68,14 +81,21 @@ pub struct Sampler {
     recent: std::collections::VecDeque<u32>,
     /// Reused between steps so sampling allocates nothing in the steady state.
     candidates: Vec<(u32, f32)>,
-    allowed: Vec<u32>,
+    ranked: Vec<(u32, f32)>,
     penalized_row: Vec<f32>,
 }
 
 impl Sampler {
     pub fn new(config: SamplingConfig) -> Self {
         let rng = StdRng::seed_from_u64(config.seed);
-        Self { config, rng, recent: Default::default(), candidates: Vec::new(), allowed: Vec::new(), penalized_row: Vec::new() }
+        Self {
+            config,
+            rng,
+            recent: Default::default(),
+            candidates: Vec::new(),
+            ranked: Vec::new(),
+            penalized_row: Vec::new(),
+        }
     }
 
     pub fn config(&self) -> &SamplingConfig {
@@ -135,19 +155,66 @@ impl Sampler {
         if constraint.allows(first) {
             return Ok(first);
         }
-        let mut allowed = std::mem::take(&mut self.allowed);
-        allowed.clear();
-        constraint.for_each_allowed(&mut |token| {
-            if (token as usize) < logits.len() {
-                allowed.push(token);
-            }
-        });
-        let result = if allowed.is_empty() {
-            Err(SampleError::NothingAllowed)
-        } else {
-            self.choose(logits, Some(&allowed))
+        if let Some(settled) = self.retry_best_ranked(logits, first, constraint) {
+            return settled;
+        }
+        let words = constraint.allowed_words();
+        if self.config.temperature <= 0.0 {
+            return argmax_allowed(logits, words);
+        }
+        let mut candidates = std::mem::take(&mut self.candidates);
+        candidates.clear();
+        candidates.extend(set_bits(words, logits.len()).map(|token| (token, logits[token as usize])));
+        let result = self.draw(&mut candidates);
+        self.candidates = candidates;
+        result
+    }
+
+    /// After `refused`: the best-ranked tokens of the row, checked one by one. `None` when they
+    /// do not settle the step (the full set of allowed tokens is needed then).
+    ///
+    /// Exact because the ranking (higher logit first, lower id first among equals) is total
+    /// and every token left out ranks below every token checked: for greedy the first allowed
+    /// one is the argmax over the allowed tokens; for top-k the first k allowed ones are the k
+    /// best allowed, the set `draw` would keep from all of them (which of equal logits at the
+    /// k-th place is kept may differ). With `top_k = 0` every allowed token is a candidate, so
+    /// nothing short of the full set settles it.
+    fn retry_best_ranked(
+        &mut self,
+        logits: &[f32],
+        refused: u32,
+        constraint: &mut dyn TokenConstraint,
+    ) -> Option<Result<u32, SampleError>> {
+        let greedy = self.config.temperature <= 0.0;
+        let (wanted, retries) = match (greedy, self.config.top_k) {
+            (true, _) => (1, GREEDY_RETRIES),
+            (false, 0) => return None,
+            (false, k) => (k, k.saturating_mul(SAMPLED_RETRIES_PER_CANDIDATE)),
         };
-        self.allowed = allowed;
+        let mut ranked = std::mem::take(&mut self.ranked);
+        // Greedy may pick an infinite logit; `draw` drops non-finite ones, so sampling skips them.
+        let complete = best_ranked(logits, retries, greedy, &mut ranked);
+        let mut candidates = std::mem::take(&mut self.candidates);
+        candidates.clear();
+        for &(token, logit) in ranked.iter() {
+            if token != refused && constraint.allows(token) {
+                candidates.push((token, logit));
+                if candidates.len() == wanted {
+                    break;
+                }
+            }
+        }
+        let result = if candidates.len() < wanted && !complete {
+            None
+        } else if candidates.is_empty() {
+            Some(Err(SampleError::NothingAllowed))
+        } else if greedy {
+            Some(Ok(candidates[0].0))
+        } else {
+            Some(self.draw(&mut candidates))
+        };
+        self.ranked = ranked;
+        self.candidates = candidates;
         result
     }
 
@@ -264,17 +331,111 @@ fn argmax(logits: &[f32], only: Option<&[u32]>) -> Result<u32, SampleError> {
     best.map(|(t, _)| t).ok_or(SampleError::NothingAllowed)
 }
 
+/// Higher logit first, then lower token id (NaN is never ranked).
+fn rank(a: &(u32, f32), b: &(u32, f32)) -> std::cmp::Ordering {
+    b.1.partial_cmp(&a.1).unwrap_or(std::cmp::Ordering::Equal).then(a.0.cmp(&b.0))
+}
+
+/// The `n` best-ranked tokens of `logits` (see [`rank`]), sorted, into `out`; NaN never, and
+/// infinite logits only with `keep_infinite`. Returns whether `out` holds every such token.
+/// One pass: a block of 64 logits whose maximum cannot beat the n-th best so far is skipped
+/// whole (a vectorised max), otherwise its tokens enter a buffer cut back to n when it reaches
+/// 2n; a logit equal to the cut's last one comes later in id order, so it ranks below it.
+fn best_ranked(logits: &[f32], n: usize, keep_infinite: bool, out: &mut Vec<(u32, f32)>) -> bool {
+    out.clear();
+    let n = n.max(1);
+    let limit = 2 * n.max(32);
+    let mut floor = f32::NEG_INFINITY;
+    let mut cut = false;
+    for (block_index, block) in logits.chunks(64).enumerate() {
+        let block_max = block.iter().fold(f32::NEG_INFINITY, |best, logit| best.max(*logit));
+        if cut && block_max <= floor {
+            continue;
+        }
+        let base = block_index * 64;
+        for (offset, &logit) in block.iter().enumerate() {
+            if logit.is_nan() || (cut && logit <= floor) || (!keep_infinite && logit.is_infinite()) {
+                continue;
+            }
+            out.push(((base + offset) as u32, logit));
+            if out.len() == limit {
+                out.select_nth_unstable_by(n - 1, rank);
+                out.truncate(n);
+                floor = out[n - 1].1;
+                cut = true;
+            }
+        }
+    }
+    if out.len() > n {
+        out.select_nth_unstable_by(n - 1, rank);
+        out.truncate(n);
+        cut = true;
+    }
+    out.sort_unstable_by(rank);
+    !cut
+}
+
+/// The tokens set in `words` that index into a row of `row_len` logits, in id order.
+fn set_bits(words: &[u64], row_len: usize) -> impl Iterator<Item = u32> + '_ {
+    words.iter().enumerate().flat_map(move |(index, &word)| {
+        let mut rest = word;
+        std::iter::from_fn(move || {
+            if rest == 0 {
+                return None;
+            }
+            let bit = rest.trailing_zeros();
+            rest &= rest - 1;
+            Some(index as u32 * 64 + bit)
+        })
+        .take_while(move |token| (*token as usize) < row_len)
+    })
+}
+
+/// The highest logit among the tokens set in `words`, as [`argmax`] over them: NaN never wins,
+/// the lowest id of equals does. A block of 64 allowed tokens is reduced with a vectorised max.
+fn argmax_allowed(logits: &[f32], words: &[u64]) -> Result<u32, SampleError> {
+    let mut best: Option<(u32, f32)> = None;
+    for (block_index, (block, &word)) in logits.chunks(64).zip(words).enumerate() {
+        if word == 0 {
+            continue;
+        }
+        let base = block_index * 64;
+        if word == u64::MAX && block.len() == 64 {
+            let max = block.iter().fold(f32::NEG_INFINITY, |best, logit| best.max(*logit));
+            if best.is_some_and(|(_, b)| max <= b) {
+                continue;
+            }
+            // None when the whole block is NaN.
+            if let Some(offset) = block.iter().position(|logit| *logit == max) {
+                best = Some(((base + offset) as u32, max));
+            }
+            continue;
+        }
+        let mut rest = word;
+        while rest != 0 {
+            let bit = rest.trailing_zeros() as usize;
+            rest &= rest - 1;
+            let Some(&logit) = block.get(bit) else { break };
+            if !logit.is_nan() && best.is_none_or(|(_, b)| logit > b) {
+                best = Some(((base + bit) as u32, logit));
+            }
+        }
+    }
+    best.map(|(t, _)| t).ok_or(SampleError::NothingAllowed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The even tokens below 10.
     struct OnlyEven;
     impl TokenConstraint for OnlyEven {
         fn allows(&mut self, token: u32) -> bool {
-            token % 2 == 0
+            token < 10 && token % 2 == 0
         }
-        fn for_each_allowed(&mut self, visit: &mut dyn FnMut(u32)) {
-            (0..10).filter(|t| t % 2 == 0).for_each(visit);
+        fn allowed_words(&mut self) -> &[u64] {
+            &[0b01_0101_0101]
         }
     }
 
@@ -366,10 +527,152 @@ mod tests {
             fn allows(&mut self, _: u32) -> bool {
                 false
             }
-            fn for_each_allowed(&mut self, _: &mut dyn FnMut(u32)) {}
+            fn allowed_words(&mut self) -> &[u64] {
+                &[]
+            }
         }
         let mut sampler = Sampler::new(greedy());
         assert_eq!(sampler.sample(&[1.0, 2.0], Some(&mut Nothing)), Err(SampleError::NothingAllowed));
         assert_eq!(sampler.sample(&[], None), Err(SampleError::EmptyLogits));
+    }
+
+    /// A constraint over an explicit bitset.
+    struct Bits(Vec<u64>);
+    impl TokenConstraint for Bits {
+        fn allows(&mut self, token: u32) -> bool {
+            self.0.get(token as usize / 64).is_some_and(|word| (word >> (token % 64)) & 1 == 1)
+        }
+        fn allowed_words(&mut self) -> &[u64] {
+            &self.0
+        }
+    }
+
+    struct Lcg(u64);
+    impl Lcg {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            self.0 >> 33
+        }
+        fn unit(&mut self) -> f64 {
+            self.next() as f64 / (1u64 << 31) as f64
+        }
+    }
+
+    /// A row with many equal logits, NaN, infinities and both zeros, and `density` of its
+    /// tokens allowed (each allowed block of 64 sometimes whole, to reach the dense path).
+    fn tied_case(random: &mut Lcg, vocab: usize, density: f64) -> (Vec<f32>, Bits) {
+        let logits = (0..vocab)
+            .map(|_| match random.next() % 40 {
+                0 => f32::NAN,
+                1 => f32::INFINITY,
+                2 => f32::NEG_INFINITY,
+                3 => -0.0,
+                r => (r % 9) as f32 - 4.0,
+            })
+            .collect();
+        let mut words = vec![0u64; vocab.div_ceil(64)];
+        for (index, word) in words.iter_mut().enumerate() {
+            if random.unit() < density * density {
+                *word = u64::MAX;
+                continue;
+            }
+            for bit in 0..64 {
+                if index * 64 + bit < vocab && random.unit() < density {
+                    *word |= 1 << bit;
+                }
+            }
+        }
+        (logits, Bits(words))
+    }
+
+    /// The definition: the highest non-NaN logit among the allowed tokens, the lowest id first.
+    fn argmax_by_definition(logits: &[f32], allowed: &mut Bits) -> Result<u32, SampleError> {
+        let mut best: Option<(u32, f32)> = None;
+        for (token, logit) in logits.iter().enumerate() {
+            let token = token as u32;
+            if allowed.allows(token) && !logit.is_nan() && best.is_none_or(|(_, b)| *logit > b) {
+                best = Some((token, *logit));
+            }
+        }
+        best.map(|(t, _)| t).ok_or(SampleError::NothingAllowed)
+    }
+
+    #[test]
+    fn constrained_greedy_is_the_argmax_over_the_allowed_tokens() {
+        let mut random = Lcg(99);
+        for vocab in [1, 5, 63, 64, 65, 200, 1000, 5000] {
+            for density in [0.0, 0.0005, 0.01, 0.2, 0.9, 1.0] {
+                for _ in 0..40 {
+                    let (logits, mut allowed) = tied_case(&mut random, vocab, density);
+                    let expected = argmax_by_definition(&logits, &mut allowed);
+                    let words = allowed.0.clone();
+                    assert_eq!(argmax_allowed(&logits, &words), expected, "bitset pass, {vocab} tokens");
+                    let mut sampler = Sampler::new(greedy());
+                    assert_eq!(sampler.sample(&logits, Some(&mut allowed)), expected, "{vocab} tokens, {density}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn constrained_top_k_sampling_draws_what_a_draw_over_all_allowed_tokens_draws() {
+        let mut random = Lcg(7);
+        for vocab in [50, 3000] {
+            for density in [0.002, 0.05, 0.5, 1.0] {
+                for (top_k, top_p, min_p) in [(1, 1.0, 0.0), (5, 0.9, 0.0), (40, 0.95, 0.05), (0, 0.9, 0.0)] {
+                    // Distinct logits: which of equal logits at the k-th place is kept is the
+                    // one thing the two ways may choose differently.
+                    let mut logits: Vec<f32> = (0..vocab).map(|i| i as f32 * 0.003 - 4.0).collect();
+                    for i in (1..vocab).rev() {
+                        logits.swap(i, random.next() as usize % (i + 1));
+                    }
+                    let (_, mut allowed) = tied_case(&mut random, vocab, density);
+                    let seed = random.next();
+                    let config = SamplingConfig { temperature: 0.8, top_k, top_p, min_p, seed, ..Default::default() };
+                    let mut fast = Sampler::new(config.clone());
+                    let mut reference = Sampler::new(config);
+                    let allowed_tokens: Vec<u32> = (0..vocab as u32).filter(|t| allowed.allows(*t)).collect();
+                    for draw in 0..20 {
+                        let expected = match reference.choose(&logits, None) {
+                            Ok(first) if allowed.allows(first) => Ok(first),
+                            Ok(_) if allowed_tokens.is_empty() => Err(SampleError::NothingAllowed),
+                            Ok(_) => reference.choose(&logits, Some(&allowed_tokens)),
+                            Err(error) => Err(error),
+                        };
+                        assert_eq!(
+                            fast.sample(&logits, Some(&mut allowed)),
+                            expected,
+                            "{vocab} tokens, density {density}, top-k {top_k}, draw {draw}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn best_ranked_keeps_the_n_best_by_logit_then_id() {
+        let mut random = Lcg(3);
+        for vocab in [10, 64, 500, 20_000] {
+            let (logits, _) = tied_case(&mut random, vocab, 0.0);
+            for keep_infinite in [true, false] {
+                let mut reference: Vec<(u32, f32)> = logits
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, l)| !l.is_nan() && (keep_infinite || l.is_finite()))
+                    .map(|(i, l)| (i as u32, *l))
+                    .collect();
+                reference.sort_by(rank);
+                for n in [1, 16, 40, 160, 30_000] {
+                    let mut fast = Vec::new();
+                    let complete = best_ranked(&logits, n, keep_infinite, &mut fast);
+                    assert_eq!(complete, reference.len() <= n, "{vocab} tokens, n = {n}");
+                    let expected = &reference[..n.min(reference.len())];
+                    // Compare bit patterns: -0.0 and 0.0 are equal logits but distinct values.
+                    let bits = |list: &[(u32, f32)]| list.iter().map(|(t, l)| (*t, l.to_bits())).collect::<Vec<_>>();
+                    assert_eq!(bits(&fast), bits(expected), "{vocab} tokens, n = {n}");
+                }
+            }
+        }
     }
 }
