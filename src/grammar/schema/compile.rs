@@ -23,9 +23,9 @@ use super::keywords::{child_location, display_location, resolve_reference};
 use super::merge::{Additional, Merged, ObjectPart, TypeSet};
 pub use super::part::Part;
 use super::numbers::{number_rule, NumberSpec};
-use super::regex::{pattern_rule, LengthBounds};
+use super::regex::{pattern_rule, LengthBounds, PatternRefusal};
 use super::SchemaError;
-use crate::grammar::ir::{complement_char_ranges, literal_symbols, RuleId, Symbol};
+use crate::grammar::ir::{complement_char_ranges, literal_symbols, ByteSet, RuleId, Symbol};
 
 pub const MAX_ALTERNATIVES: usize = 256;
 pub const MAX_PROPERTIES: usize = 64;
@@ -62,11 +62,23 @@ pub(crate) struct Compiler<'a> {
     pub formats: FormatMode,
     pub sink: RuleSink,
     memo: HashMap<Vec<String>, Option<RuleId>>,
+    /// Lowered numbers and patterns by what they constrain: real schemas repeat the same
+    /// bounds and patterns on many properties, and each copy would otherwise cost its own
+    /// digit automaton or pattern DFA (and its rules).
+    numbers: HashMap<NumberSpec, Option<RuleId>>,
+    patterns: HashMap<(String, u64, Option<u64>), Option<RuleId>>,
 }
 
 impl<'a> Compiler<'a> {
     pub fn new(root: &'a Value) -> Self {
-        Compiler { root, formats: FormatMode::Ignore, sink: RuleSink::new(), memo: HashMap::new() }
+        Compiler {
+            root,
+            formats: FormatMode::Ignore,
+            sink: RuleSink::new(),
+            memo: HashMap::new(),
+            numbers: HashMap::new(),
+            patterns: HashMap::new(),
+        }
     }
 
     /// Expands `$ref` and `allOf`, and finds the first `anyOf`/`oneOf` to split.
@@ -316,21 +328,32 @@ impl<'a> Compiler<'a> {
             ));
         }
         if let Some((pattern, location)) = &format {
-            let body = pattern_rule(&mut self.sink, pattern, LengthBounds { min, max })
-                .map_err(|refusal| SchemaError::new("format", location, refusal.0))?;
-            return Ok(body.map(|body| self.sink.add("format-string", vec![vec![byte(b'"'), Symbol::Rule(body)]])));
+            return self
+                .pattern_string(pattern, LengthBounds { min, max })
+                .map_err(|refusal| SchemaError::new("format", location, refusal.0));
         }
         if let Some((pattern, location)) = &merged.pattern {
-            let body = pattern_rule(&mut self.sink, pattern, LengthBounds { min, max })
-                .map_err(|refusal| SchemaError::new("pattern", location, refusal.0))?;
-            return Ok(body.map(|body| self.sink.add("pattern-string", vec![vec![byte(b'"'), Symbol::Rule(body)]])));
+            return self
+                .pattern_string(pattern, LengthBounds { min, max })
+                .map_err(|refusal| SchemaError::new("pattern", location, refusal.0));
         }
         if min == 0 && max.is_none() {
             return Ok(Some(self.sink.any_string()));
         }
-        let ch = self.sink.string_char();
-        let body = self.sink.bounded_list_sep("string-chars", vec![Symbol::Rule(ch)], vec![], min, max);
-        Ok(Some(self.sink.add("bounded-string", vec![vec![byte(b'"'), Symbol::Rule(body), byte(b'"')]])))
+        Ok(Some(self.sink.bounded_string(min, max)))
+    }
+
+    /// A quoted string whose value matches `pattern` within `lengths`, once per distinct
+    /// pattern and bounds.
+    fn pattern_string(&mut self, pattern: &str, lengths: LengthBounds) -> Result<Option<RuleId>, PatternRefusal> {
+        let key = (pattern.to_string(), lengths.min, lengths.max);
+        if let Some(found) = self.patterns.get(&key) {
+            return Ok(*found);
+        }
+        let body = pattern_rule(&mut self.sink, pattern, lengths)?;
+        let rule = body.map(|body| self.sink.add("pattern-string", vec![vec![byte(b'"'), Symbol::Rule(body)]]));
+        self.patterns.insert(key, rule);
+        Ok(rule)
     }
 
     fn lower_number(&mut self, merged: &Merged<'a>) -> Result<Option<RuleId>, SchemaError> {
@@ -341,10 +364,15 @@ impl<'a> Compiler<'a> {
             step: merged.step.whole,
             fraction_digits: merged.step.fraction_digits,
         };
-        number_rule(&mut self.sink, &spec).map_err(|too_complex| {
+        if let Some(found) = self.numbers.get(&spec) {
+            return Ok(*found);
+        }
+        let rule = number_rule(&mut self.sink, &spec).map_err(|too_complex| {
             let location = merged.step.location.clone().or_else(|| merged.bound_location.clone()).unwrap_or_else(|| "".into());
             SchemaError::new(too_complex.keyword, &location, format!("which cannot be enforced here: {}", too_complex.message))
-        })
+        })?;
+        self.numbers.insert(spec, rule);
+        Ok(rule)
     }
 
     /// The parts constraining property `name`, or `None` when some part forbids it. In each
@@ -523,20 +551,38 @@ impl<'a> Compiler<'a> {
         }
         let tail = self.sink.canonical_tail();
         let ids: Vec<RuleId> = (0..nodes.len()).map(|_| self.sink.builder.declare("other-key")).collect();
+        // Printable ASCII other than `"` and `\`: the characters written as one plain byte.
+        let mut plain_ascii = ByteSet::range(0x20, 0x7F);
+        plain_ascii.remove(b'"');
+        plain_ascii.remove(b'\\');
         for (index, node) in nodes.iter().enumerate() {
             let mut alternatives = Vec::new();
             if !node.terminal {
                 alternatives.push(vec![byte(b'"')]);
             }
-            let taken: Vec<(char, char)> = node.children.keys().map(|c| (*c, *c)).collect();
             for (c, child) in &node.children {
                 let mut sequence = canonical_char_alternatives(&[(*c, *c)]).into_iter().next().unwrap_or_default();
                 sequence.push(Symbol::Rule(ids[*child]));
                 alternatives.push(sequence);
             }
-            for mut sequence in canonical_char_alternatives(&complement_char_ranges(&taken)) {
-                sequence.push(Symbol::Rule(tail));
-                alternatives.push(sequence);
+            let all_plain_ascii = node.children.keys().all(|c| c.is_ascii() && plain_ascii.contains(*c as u8));
+            if all_plain_ascii {
+                // Leaving the names: a plain ASCII byte no child starts with, or any other
+                // character (shared by every such node).
+                let mut leave = plain_ascii;
+                for c in node.children.keys() {
+                    leave.remove(*c as u8);
+                }
+                if !leave.is_empty() {
+                    alternatives.push(vec![Symbol::Bytes(leave), Symbol::Rule(tail)]);
+                }
+                alternatives.push(vec![Symbol::Rule(self.sink.escaped_or_wide_tail())]);
+            } else {
+                let taken: Vec<(char, char)> = node.children.keys().map(|c| (*c, *c)).collect();
+                for mut sequence in canonical_char_alternatives(&complement_char_ranges(&taken)) {
+                    sequence.push(Symbol::Rule(tail));
+                    alternatives.push(sequence);
+                }
             }
             self.sink.builder.define(ids[index], alternatives);
         }
