@@ -57,7 +57,7 @@ impl ChainRanks {
         // A member: `"" | body next` (in either order) with a non-nullable body and a next
         // rule other than itself (that is a loop, not a count); returns the index of the body
         // alternative and the next rule.
-        let member_shape = |rule: usize| -> Option<(usize, u32)> {
+        let shape_of = |rule: usize| -> Option<(usize, u32)> {
             let alternatives = &grammar.rules.get(rule)?.alternatives;
             if alternatives.len() != 2 {
                 return None;
@@ -82,6 +82,10 @@ impl ChainRanks {
             });
             (!items.is_empty() && consumes).then_some((body, next.0))
         };
+        // Computed once per rule: the walk below asks for each rule's shape several times.
+        let shapes: Vec<Option<(usize, u32)>> = (0..grammar.rules.len()).map(shape_of).collect();
+        let member_shape =
+            |rule: usize| -> Option<(usize, u32)> { shapes.get(rule).copied().flatten() };
         let same_body = |a: usize, b: usize| -> bool {
             match (member_shape(a), member_shape(b)) {
                 (Some((ia, _)), Some((ib, _))) => {
