@@ -102,24 +102,29 @@ impl ChainRanks {
         let mut rank = vec![0u32; rule_count];
         let mut lowest = vec![NONE; rule_count];
         let mut body = vec![0u8; rule_count];
+        // Members of the walk in progress: a flag per rule, as a search of the path would make
+        // a chain walked from its top (the order pruning leaves) quadratic in its length.
+        let mut on_path = vec![false; rule_count];
         for start in 0..rule_count {
             if rank[start] != 0 || member_shape(start).is_none() {
                 continue;
             }
             let mut path = vec![start];
+            on_path[start] = true;
             let mut at = start;
             loop {
                 let Some((_, next)) = member_shape(at) else {
                     break;
                 };
                 let next = next as usize;
-                if next == at || path.contains(&next) || !same_body(at, next) {
+                if next == at || on_path.get(next).copied().unwrap_or(true) || !same_body(at, next) {
                     break;
                 }
                 if rank[next] != 0 {
                     break;
                 }
                 path.push(next);
+                on_path[next] = true;
                 at = next;
             }
             // `at` ends the walk: its successor is not a continuing member (or is ranked).
@@ -131,6 +136,7 @@ impl ChainRanks {
                 _ => (0, at as u32),
             };
             for &member in path.iter().rev() {
+                on_path[member] = false;
                 base_rank += 1;
                 rank[member] = base_rank;
                 lowest[member] = base_lowest;
