@@ -67,6 +67,11 @@ pub(crate) struct Compiler<'a> {
     /// digit automaton or pattern DFA (and its rules).
     numbers: HashMap<NumberSpec, Option<RuleId>>,
     patterns: HashMap<(String, u64, Option<u64>), Option<RuleId>>,
+    /// Key automata by declared names and patterns, and their lowered rules by the value each
+    /// matched set takes: objects of one shape (`inputs`, `outputs`... under one pattern) are
+    /// read by one automaton, built once.
+    key_automata: HashMap<(Vec<String>, Vec<String>), Rc<KeyAutomaton>>,
+    keyed_pairs: HashMap<(Vec<String>, Vec<String>, Vec<(u64, Option<RuleId>)>), RuleId>,
 }
 
 impl<'a> Compiler<'a> {
@@ -78,6 +83,8 @@ impl<'a> Compiler<'a> {
             memo: HashMap::new(),
             numbers: HashMap::new(),
             patterns: HashMap::new(),
+            key_automata: HashMap::new(),
+            keyed_pairs: HashMap::new(),
         }
     }
 
@@ -489,9 +496,21 @@ impl<'a> Compiler<'a> {
     /// per object part, the schemas of its matched patterns, or its `additionalProperties`
     /// when none of its patterns matched.
     fn pattern_keyed_pair(&mut self, merged: &Merged<'a>, patterns: &ObjectPatterns<'a>, declared: &[&str]) -> Result<Option<RuleId>, SchemaError> {
-        let all: Vec<&KeyPattern> = patterns.entries.iter().map(|(_, pattern, _)| pattern).collect();
-        let automaton = KeyAutomaton::build(declared, &all)
-            .map_err(|refusal| SchemaError::new("patternProperties", &patterns.location, refusal.0))?;
+        let shape = (
+            declared.iter().map(|name| name.to_string()).collect::<Vec<_>>(),
+            merged.objects.iter().flat_map(|o| o.patterns.iter().map(|(pattern, _)| pattern.to_string())).collect::<Vec<_>>(),
+        );
+        let automaton = match self.key_automata.get(&shape) {
+            Some(automaton) => automaton.clone(),
+            None => {
+                let all: Vec<&KeyPattern> = patterns.entries.iter().map(|(_, pattern, _)| pattern).collect();
+                let automaton = KeyAutomaton::build(declared, &all)
+                    .map_err(|refusal| SchemaError::new("patternProperties", &patterns.location, refusal.0))?;
+                let automaton = Rc::new(automaton);
+                self.key_automata.insert(shape.clone(), automaton.clone());
+                automaton
+            }
+        };
         let mut values: HashMap<u64, Option<RuleId>> = HashMap::new();
         for set in automaton.ending_sets() {
             let mut parts = Vec::new();
@@ -519,7 +538,15 @@ impl<'a> Compiler<'a> {
         if values.values().all(Option::is_none) {
             return Ok(None);
         }
-        Ok(Some(automaton.lower(&mut self.sink.builder, &values)))
+        let mut by_set: Vec<(u64, Option<RuleId>)> = values.iter().map(|(set, value)| (*set, *value)).collect();
+        by_set.sort_unstable();
+        let key = (shape.0, shape.1, by_set);
+        if let Some(found) = self.keyed_pairs.get(&key) {
+            return Ok(Some(*found));
+        }
+        let pair = automaton.lower(&mut self.sink.builder, &values);
+        self.keyed_pairs.insert(key, pair);
+        Ok(Some(pair))
     }
 
     /// A quoted key (canonical encoding) equal to none of `names`: a trie of the names whose
