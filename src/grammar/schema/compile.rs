@@ -8,8 +8,9 @@
 //! set of parts they contain, which is what makes recursive `$ref`s finite: the second visit
 //! finds the rule the first one declared.
 //!
-//! Key type: [`Compiler`]. Cost: one rule set per distinct conjunction; alternatives capped
-//! at [`MAX_ALTERNATIVES`], rules at [`MAX_SCHEMA_RULES`].
+//! Key type: [`Compiler`]. Cost: one rule set per distinct conjunction, and one per distinct
+//! number spec, pattern with length bounds, and key automaton, however often a schema repeats
+//! them; alternatives capped at [`MAX_ALTERNATIVES`], rules at [`MAX_SCHEMA_RULES`].
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::rc::Rc;

@@ -3,7 +3,8 @@
 //! with known text), numbers, bounded lists, and literal values for `enum`/`const`.
 //!
 //! Key type: [`RuleSink`], a [`GrammarBuilder`] plus the lazily built shared rules, so a
-//! schema with fifty string properties has one string rule, not fifty.
+//! schema with fifty string properties has one string rule, not fifty, and fifty strings of
+//! `maxLength: 255` one chain of 255 rules.
 //! Cost: each shared rule is built once per grammar; lists cost one rule per optional element.
 
 use std::collections::HashMap;
