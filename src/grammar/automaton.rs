@@ -184,8 +184,15 @@ impl CompiledGrammar {
         let chain_ranks = ChainRanks::of(&grammar);
         let added_rules = add_loop_rules(&mut grammar, &chain_ranks);
         let rule_count = grammar.rules.len();
-        let mut symbols = Vec::new();
-        let mut alt_starts = Vec::new();
+        let symbol_total: usize = grammar
+            .rules
+            .iter()
+            .flat_map(|r| &r.alternatives)
+            .map(|a| a.len() + 1)
+            .sum();
+        let alternative_total: usize = grammar.rules.iter().map(|r| r.alternatives.len()).sum();
+        let mut symbols = Vec::with_capacity(symbol_total.min(limits.max_symbols + 1));
+        let mut alt_starts = Vec::with_capacity(alternative_total);
         let mut alt_ranges = Vec::with_capacity(rule_count);
         for rule in &grammar.rules {
             let first_alt = alt_starts.len() as u32;
@@ -668,30 +675,34 @@ impl StackSet {
 }
 
 /// Splits the 256 byte values into classes that every terminal of the grammar treats alike.
+/// Distinct sets are found by sorting (a grammar repeats a few dozen sets over many thousand
+/// symbols); each then refines the partition with a table lookup per byte.
 fn byte_classes(symbols: &[FlatSymbol]) -> ([u8; 256], Vec<u8>) {
-    let mut sets: HashSet<ByteSet> = symbols
+    let mut sets: Vec<[u64; 4]> = symbols
         .iter()
-        .filter_map(|s| {
-            if let FlatSymbol::Bytes(set) = s {
-                Some(*set)
-            } else {
-                None
-            }
+        .filter_map(|s| match s {
+            FlatSymbol::Bytes(set) => Some(set.0),
+            _ => None,
         })
         .collect();
-    sets.insert(whitespace_set());
+    sets.push(whitespace_set().0);
+    sets.sort_unstable();
+    sets.dedup();
     let mut class_of = [0u16; 256];
     let mut class_count = 1u16;
+    // Per (old class, inside the set): the new class, or u16::MAX when not yet numbered.
+    let mut renumber = [u16::MAX; 512];
     for set in sets {
-        let mut renumber: HashMap<(u16, bool), u16> = HashMap::new();
+        let set = ByteSet(set);
+        renumber[..2 * class_count as usize].fill(u16::MAX);
         let mut next = 0u16;
         for byte in 0..=255u8 {
-            let key = (class_of[byte as usize], set.contains(byte));
-            let id = *renumber.entry(key).or_insert_with(|| {
+            let key = 2 * class_of[byte as usize] as usize + set.contains(byte) as usize;
+            if renumber[key] == u16::MAX {
+                renumber[key] = next;
                 next += 1;
-                next - 1
-            });
-            class_of[byte as usize] = id;
+            }
+            class_of[byte as usize] = renumber[key];
         }
         class_count = next;
     }

@@ -57,7 +57,7 @@ impl ChainRanks {
         // A member: `"" | body next` (in either order) with a non-nullable body and a next
         // rule other than itself (that is a loop, not a count); returns the index of the body
         // alternative and the next rule.
-        let member_shape = |rule: usize| -> Option<(usize, u32)> {
+        let shape_of = |rule: usize| -> Option<(usize, u32)> {
             let alternatives = &grammar.rules.get(rule)?.alternatives;
             if alternatives.len() != 2 {
                 return None;
@@ -82,6 +82,10 @@ impl ChainRanks {
             });
             (!items.is_empty() && consumes).then_some((body, next.0))
         };
+        // Computed once per rule: the walk below asks for each rule's shape several times.
+        let shapes: Vec<Option<(usize, u32)>> = (0..grammar.rules.len()).map(shape_of).collect();
+        let member_shape =
+            |rule: usize| -> Option<(usize, u32)> { shapes.get(rule).copied().flatten() };
         let same_body = |a: usize, b: usize| -> bool {
             match (member_shape(a), member_shape(b)) {
                 (Some((ia, _)), Some((ib, _))) => {
@@ -98,24 +102,29 @@ impl ChainRanks {
         let mut rank = vec![0u32; rule_count];
         let mut lowest = vec![NONE; rule_count];
         let mut body = vec![0u8; rule_count];
+        // Members of the walk in progress: a flag per rule, as a search of the path would make
+        // a chain walked from its top (the order pruning leaves) quadratic in its length.
+        let mut on_path = vec![false; rule_count];
         for start in 0..rule_count {
             if rank[start] != 0 || member_shape(start).is_none() {
                 continue;
             }
             let mut path = vec![start];
+            on_path[start] = true;
             let mut at = start;
             loop {
                 let Some((_, next)) = member_shape(at) else {
                     break;
                 };
                 let next = next as usize;
-                if next == at || path.contains(&next) || !same_body(at, next) {
+                if next == at || on_path.get(next).copied().unwrap_or(true) || !same_body(at, next) {
                     break;
                 }
                 if rank[next] != 0 {
                     break;
                 }
                 path.push(next);
+                on_path[next] = true;
                 at = next;
             }
             // `at` ends the walk: its successor is not a continuing member (or is ranked).
@@ -127,6 +136,7 @@ impl ChainRanks {
                 _ => (0, at as u32),
             };
             for &member in path.iter().rev() {
+                on_path[member] = false;
                 base_rank += 1;
                 rank[member] = base_rank;
                 lowest[member] = base_lowest;

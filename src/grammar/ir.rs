@@ -46,6 +46,10 @@ impl ByteSet {
         self.0[(byte >> 6) as usize] |= 1u64 << (byte & 63);
     }
 
+    pub fn remove(&mut self, byte: u8) {
+        self.0[(byte >> 6) as usize] &= !(1u64 << (byte & 63));
+    }
+
     pub fn insert_range(&mut self, lo: u8, hi: u8) {
         for byte in lo..=hi {
             self.insert(byte);

@@ -8,8 +8,9 @@
 //! set of parts they contain, which is what makes recursive `$ref`s finite: the second visit
 //! finds the rule the first one declared.
 //!
-//! Key type: [`Compiler`]. Cost: one rule set per distinct conjunction; alternatives capped
-//! at [`MAX_ALTERNATIVES`], rules at [`MAX_SCHEMA_RULES`].
+//! Key type: [`Compiler`]. Cost: one rule set per distinct conjunction, and one per distinct
+//! number spec, pattern with length bounds, and key automaton, however often a schema repeats
+//! them; alternatives capped at [`MAX_ALTERNATIVES`], rules at [`MAX_SCHEMA_RULES`].
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::rc::Rc;
@@ -23,9 +24,9 @@ use super::keywords::{child_location, display_location, resolve_reference};
 use super::merge::{Additional, Merged, ObjectPart, TypeSet};
 pub use super::part::Part;
 use super::numbers::{number_rule, NumberSpec};
-use super::regex::{pattern_rule, LengthBounds};
+use super::regex::{pattern_rule, LengthBounds, PatternRefusal};
 use super::SchemaError;
-use crate::grammar::ir::{complement_char_ranges, literal_symbols, RuleId, Symbol};
+use crate::grammar::ir::{complement_char_ranges, literal_symbols, ByteSet, RuleId, Symbol};
 
 pub const MAX_ALTERNATIVES: usize = 256;
 pub const MAX_PROPERTIES: usize = 64;
@@ -62,11 +63,30 @@ pub(crate) struct Compiler<'a> {
     pub formats: FormatMode,
     pub sink: RuleSink,
     memo: HashMap<Vec<String>, Option<RuleId>>,
+    /// Lowered numbers and patterns by what they constrain: real schemas repeat the same
+    /// bounds and patterns on many properties, and each copy would otherwise cost its own
+    /// digit automaton or pattern DFA (and its rules).
+    numbers: HashMap<NumberSpec, Option<RuleId>>,
+    patterns: HashMap<(String, u64, Option<u64>), Option<RuleId>>,
+    /// Key automata by declared names and patterns, and their lowered rules by the value each
+    /// matched set takes: objects of one shape (`inputs`, `outputs`... under one pattern) are
+    /// read by one automaton, built once.
+    key_automata: HashMap<(Vec<String>, Vec<String>), Rc<KeyAutomaton>>,
+    keyed_pairs: HashMap<(Vec<String>, Vec<String>, Vec<(u64, Option<RuleId>)>), RuleId>,
 }
 
 impl<'a> Compiler<'a> {
     pub fn new(root: &'a Value) -> Self {
-        Compiler { root, formats: FormatMode::Ignore, sink: RuleSink::new(), memo: HashMap::new() }
+        Compiler {
+            root,
+            formats: FormatMode::Ignore,
+            sink: RuleSink::new(),
+            memo: HashMap::new(),
+            numbers: HashMap::new(),
+            patterns: HashMap::new(),
+            key_automata: HashMap::new(),
+            keyed_pairs: HashMap::new(),
+        }
     }
 
     /// Expands `$ref` and `allOf`, and finds the first `anyOf`/`oneOf` to split.
@@ -316,21 +336,32 @@ impl<'a> Compiler<'a> {
             ));
         }
         if let Some((pattern, location)) = &format {
-            let body = pattern_rule(&mut self.sink, pattern, LengthBounds { min, max })
-                .map_err(|refusal| SchemaError::new("format", location, refusal.0))?;
-            return Ok(body.map(|body| self.sink.add("format-string", vec![vec![byte(b'"'), Symbol::Rule(body)]])));
+            return self
+                .pattern_string(pattern, LengthBounds { min, max })
+                .map_err(|refusal| SchemaError::new("format", location, refusal.0));
         }
         if let Some((pattern, location)) = &merged.pattern {
-            let body = pattern_rule(&mut self.sink, pattern, LengthBounds { min, max })
-                .map_err(|refusal| SchemaError::new("pattern", location, refusal.0))?;
-            return Ok(body.map(|body| self.sink.add("pattern-string", vec![vec![byte(b'"'), Symbol::Rule(body)]])));
+            return self
+                .pattern_string(pattern, LengthBounds { min, max })
+                .map_err(|refusal| SchemaError::new("pattern", location, refusal.0));
         }
         if min == 0 && max.is_none() {
             return Ok(Some(self.sink.any_string()));
         }
-        let ch = self.sink.string_char();
-        let body = self.sink.bounded_list_sep("string-chars", vec![Symbol::Rule(ch)], vec![], min, max);
-        Ok(Some(self.sink.add("bounded-string", vec![vec![byte(b'"'), Symbol::Rule(body), byte(b'"')]])))
+        Ok(Some(self.sink.bounded_string(min, max)))
+    }
+
+    /// A quoted string whose value matches `pattern` within `lengths`, once per distinct
+    /// pattern and bounds.
+    fn pattern_string(&mut self, pattern: &str, lengths: LengthBounds) -> Result<Option<RuleId>, PatternRefusal> {
+        let key = (pattern.to_string(), lengths.min, lengths.max);
+        if let Some(found) = self.patterns.get(&key) {
+            return Ok(*found);
+        }
+        let body = pattern_rule(&mut self.sink, pattern, lengths)?;
+        let rule = body.map(|body| self.sink.add("pattern-string", vec![vec![byte(b'"'), Symbol::Rule(body)]]));
+        self.patterns.insert(key, rule);
+        Ok(rule)
     }
 
     fn lower_number(&mut self, merged: &Merged<'a>) -> Result<Option<RuleId>, SchemaError> {
@@ -341,10 +372,15 @@ impl<'a> Compiler<'a> {
             step: merged.step.whole,
             fraction_digits: merged.step.fraction_digits,
         };
-        number_rule(&mut self.sink, &spec).map_err(|too_complex| {
+        if let Some(found) = self.numbers.get(&spec) {
+            return Ok(*found);
+        }
+        let rule = number_rule(&mut self.sink, &spec).map_err(|too_complex| {
             let location = merged.step.location.clone().or_else(|| merged.bound_location.clone()).unwrap_or_else(|| "".into());
             SchemaError::new(too_complex.keyword, &location, format!("which cannot be enforced here: {}", too_complex.message))
-        })
+        })?;
+        self.numbers.insert(spec, rule);
+        Ok(rule)
     }
 
     /// The parts constraining property `name`, or `None` when some part forbids it. In each
@@ -461,9 +497,21 @@ impl<'a> Compiler<'a> {
     /// per object part, the schemas of its matched patterns, or its `additionalProperties`
     /// when none of its patterns matched.
     fn pattern_keyed_pair(&mut self, merged: &Merged<'a>, patterns: &ObjectPatterns<'a>, declared: &[&str]) -> Result<Option<RuleId>, SchemaError> {
-        let all: Vec<&KeyPattern> = patterns.entries.iter().map(|(_, pattern, _)| pattern).collect();
-        let automaton = KeyAutomaton::build(declared, &all)
-            .map_err(|refusal| SchemaError::new("patternProperties", &patterns.location, refusal.0))?;
+        let shape = (
+            declared.iter().map(|name| name.to_string()).collect::<Vec<_>>(),
+            merged.objects.iter().flat_map(|o| o.patterns.iter().map(|(pattern, _)| pattern.to_string())).collect::<Vec<_>>(),
+        );
+        let automaton = match self.key_automata.get(&shape) {
+            Some(automaton) => automaton.clone(),
+            None => {
+                let all: Vec<&KeyPattern> = patterns.entries.iter().map(|(_, pattern, _)| pattern).collect();
+                let automaton = KeyAutomaton::build(declared, &all)
+                    .map_err(|refusal| SchemaError::new("patternProperties", &patterns.location, refusal.0))?;
+                let automaton = Rc::new(automaton);
+                self.key_automata.insert(shape.clone(), automaton.clone());
+                automaton
+            }
+        };
         let mut values: HashMap<u64, Option<RuleId>> = HashMap::new();
         for set in automaton.ending_sets() {
             let mut parts = Vec::new();
@@ -491,7 +539,15 @@ impl<'a> Compiler<'a> {
         if values.values().all(Option::is_none) {
             return Ok(None);
         }
-        Ok(Some(automaton.lower(&mut self.sink.builder, &values)))
+        let mut by_set: Vec<(u64, Option<RuleId>)> = values.iter().map(|(set, value)| (*set, *value)).collect();
+        by_set.sort_unstable();
+        let key = (shape.0, shape.1, by_set);
+        if let Some(found) = self.keyed_pairs.get(&key) {
+            return Ok(Some(*found));
+        }
+        let pair = automaton.lower(&mut self.sink.builder, &values);
+        self.keyed_pairs.insert(key, pair);
+        Ok(Some(pair))
     }
 
     /// A quoted key (canonical encoding) equal to none of `names`: a trie of the names whose
@@ -523,20 +579,38 @@ impl<'a> Compiler<'a> {
         }
         let tail = self.sink.canonical_tail();
         let ids: Vec<RuleId> = (0..nodes.len()).map(|_| self.sink.builder.declare("other-key")).collect();
+        // Printable ASCII other than `"` and `\`: the characters written as one plain byte.
+        let mut plain_ascii = ByteSet::range(0x20, 0x7F);
+        plain_ascii.remove(b'"');
+        plain_ascii.remove(b'\\');
         for (index, node) in nodes.iter().enumerate() {
             let mut alternatives = Vec::new();
             if !node.terminal {
                 alternatives.push(vec![byte(b'"')]);
             }
-            let taken: Vec<(char, char)> = node.children.keys().map(|c| (*c, *c)).collect();
             for (c, child) in &node.children {
                 let mut sequence = canonical_char_alternatives(&[(*c, *c)]).into_iter().next().unwrap_or_default();
                 sequence.push(Symbol::Rule(ids[*child]));
                 alternatives.push(sequence);
             }
-            for mut sequence in canonical_char_alternatives(&complement_char_ranges(&taken)) {
-                sequence.push(Symbol::Rule(tail));
-                alternatives.push(sequence);
+            let all_plain_ascii = node.children.keys().all(|c| c.is_ascii() && plain_ascii.contains(*c as u8));
+            if all_plain_ascii {
+                // Leaving the names: a plain ASCII byte no child starts with, or any other
+                // character (shared by every such node).
+                let mut leave = plain_ascii;
+                for c in node.children.keys() {
+                    leave.remove(*c as u8);
+                }
+                if !leave.is_empty() {
+                    alternatives.push(vec![Symbol::Bytes(leave), Symbol::Rule(tail)]);
+                }
+                alternatives.push(vec![Symbol::Rule(self.sink.escaped_or_wide_tail())]);
+            } else {
+                let taken: Vec<(char, char)> = node.children.keys().map(|c| (*c, *c)).collect();
+                for mut sequence in canonical_char_alternatives(&complement_char_ranges(&taken)) {
+                    sequence.push(Symbol::Rule(tail));
+                    alternatives.push(sequence);
+                }
             }
             self.sink.builder.define(ids[index], alternatives);
         }

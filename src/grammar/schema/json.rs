@@ -3,7 +3,8 @@
 //! with known text), numbers, bounded lists, and literal values for `enum`/`const`.
 //!
 //! Key type: [`RuleSink`], a [`GrammarBuilder`] plus the lazily built shared rules, so a
-//! schema with fifty string properties has one string rule, not fifty.
+//! schema with fifty string properties has one string rule, not fifty, and fifty strings of
+//! `maxLength: 255` one chain of 255 rules.
 //! Cost: each shared rule is built once per grammar; lists cost one rule per optional element.
 
 use std::collections::HashMap;
@@ -37,6 +38,9 @@ pub(crate) struct RuleSink {
     string_char: Option<RuleId>,
     canonical_char: Option<RuleId>,
     canonical_tail: Option<RuleId>,
+    escaped_or_wide_tail: Option<RuleId>,
+    bounded_strings: HashMap<(u64, Option<u64>), RuleId>,
+    escape_sets: HashMap<Vec<u8>, RuleId>,
     any_number: Option<RuleId>,
     any_integer: Option<RuleId>,
     literal_cache: HashMap<String, RuleId>,
@@ -51,6 +55,9 @@ impl RuleSink {
             string_char: None,
             canonical_char: None,
             canonical_tail: None,
+            escaped_or_wide_tail: None,
+            bounded_strings: HashMap::new(),
+            escape_sets: HashMap::new(),
             any_number: None,
             any_integer: None,
             literal_cache: HashMap::new(),
@@ -183,6 +190,59 @@ impl RuleSink {
         self.builder.define(tail, vec![vec![byte(b'"')], vec![Symbol::Rule(ch), Symbol::Rule(tail)]]);
         self.canonical_tail = Some(tail);
         tail
+    }
+
+    /// One character that is not printable ASCII (an escaped one or one of two or more UTF-8
+    /// bytes), in canonical encoding, then [`RuleSink::canonical_tail`]: how a key leaves a
+    /// trie of names at any node whose children are all printable ASCII, shared by all of them
+    /// so that each node adds one byte set, not the ~300 symbols of every other character.
+    pub fn escaped_or_wide_tail(&mut self) -> RuleId {
+        if let Some(id) = self.escaped_or_wide_tail {
+            return id;
+        }
+        let tail = self.canonical_tail();
+        let ranges = [('\0', '\u{1F}'), ('"', '"'), ('\\', '\\'), ('\u{80}', char::MAX)];
+        let alternatives = canonical_char_alternatives(&ranges)
+            .into_iter()
+            .map(|mut sequence| {
+                sequence.push(Symbol::Rule(tail));
+                sequence
+            })
+            .collect();
+        let id = self.add("key-escaped-or-wide-tail", alternatives);
+        self.escaped_or_wide_tail = Some(id);
+        id
+    }
+
+    /// One of the ASCII characters `bytes` in its canonical escape (see [`canonical_escape`];
+    /// characters written plainly are skipped), one rule per distinct set.
+    pub fn canonical_escapes_of(&mut self, bytes: &[u8]) -> RuleId {
+        if let Some(id) = self.escape_sets.get(bytes) {
+            return *id;
+        }
+        let alternatives = bytes
+            .iter()
+            .filter(|b| b.is_ascii())
+            .filter_map(|b| canonical_escape(*b as char))
+            .map(|escape| literal_symbols(escape.as_bytes()))
+            .collect();
+        let id = self.add("escaped-char", alternatives);
+        self.escape_sets.insert(bytes.to_vec(), id);
+        id
+    }
+
+    /// A quoted string of `min..=max` characters (any escapes), one rule per distinct bounds:
+    /// schemas repeat `maxLength: 255` on many properties, and each copy would otherwise
+    /// cost a chain of `max` rules.
+    pub fn bounded_string(&mut self, min: u64, max: Option<u64>) -> RuleId {
+        if let Some(id) = self.bounded_strings.get(&(min, max)) {
+            return *id;
+        }
+        let ch = self.string_char();
+        let body = self.bounded_list_sep("string-chars", vec![Symbol::Rule(ch)], vec![], min, max);
+        let id = self.add("bounded-string", vec![vec![byte(b'"'), Symbol::Rule(body), byte(b'"')]]);
+        self.bounded_strings.insert((min, max), id);
+        id
     }
 
     /// Any JSON number whose parts fit the `ANY_NUMBER_*` digit bounds.

@@ -158,19 +158,23 @@ pub fn review_schema_with(schema: &Value, formats: FormatMode) -> SchemaReport {
 
 /// Drops alternatives that can never finish (a dead end would let a sampler walk into a state
 /// with no way out) and rules the root cannot reach. `None` when the root itself is dead.
-fn prune(grammar: Grammar) -> Option<Grammar> {
+/// Rules are moved, not copied: on large schemas this pass touches every symbol.
+fn prune(mut grammar: Grammar) -> Option<Grammar> {
     let count = grammar.rules.len();
     let productive = crate::grammar::ir::rules_satisfying(&grammar, |symbol| match symbol {
         Symbol::Bytes(set) => !set.is_empty(),
         _ => true,
     });
-    let symbol_ok = |symbol: &Symbol, productive: &[bool]| match symbol {
+    let symbol_ok = |symbol: &Symbol| match symbol {
         Symbol::Bytes(set) => !set.is_empty(),
         Symbol::Rule(id) => productive.get(id.index()).copied().unwrap_or(false),
         Symbol::Whitespace => true,
     };
     if !productive.get(grammar.root.index()).copied().unwrap_or(false) {
         return None;
+    }
+    for rule in &mut grammar.rules {
+        rule.alternatives.retain(|alternative| alternative.iter().all(symbol_ok));
     }
     let mut new_index: Vec<Option<u32>> = vec![None; count];
     let mut order = vec![grammar.root.index()];
@@ -179,38 +183,26 @@ fn prune(grammar: Grammar) -> Option<Grammar> {
     while cursor < order.len() {
         let rule = &grammar.rules[order[cursor]];
         cursor += 1;
-        for alternative in &rule.alternatives {
-            if !alternative.iter().all(|s| symbol_ok(s, &productive)) {
-                continue;
-            }
-            for symbol in alternative {
-                if let Symbol::Rule(id) = symbol {
-                    if new_index[id.index()].is_none() {
-                        new_index[id.index()] = Some(order.len() as u32);
-                        order.push(id.index());
-                    }
+        for symbol in rule.alternatives.iter().flatten() {
+            if let Symbol::Rule(id) = symbol {
+                if new_index[id.index()].is_none() {
+                    new_index[id.index()] = Some(order.len() as u32);
+                    order.push(id.index());
                 }
             }
         }
     }
+    let mut old_rules: Vec<Option<crate::grammar::ir::Rule>> = grammar.rules.into_iter().map(Some).collect();
     let rules = order
         .iter()
-        .map(|&old| {
-            let rule = &grammar.rules[old];
-            let alternatives = rule
-                .alternatives
-                .iter()
-                .filter(|alt| alt.iter().all(|s| symbol_ok(s, &productive)))
-                .map(|alt| {
-                    alt.iter()
-                        .map(|s| match s {
-                            Symbol::Rule(id) => Symbol::Rule(RuleId(new_index[id.index()].unwrap_or(0))),
-                            other => *other,
-                        })
-                        .collect()
-                })
-                .collect();
-            crate::grammar::ir::Rule { name: rule.name.clone(), alternatives }
+        .filter_map(|&old| old_rules[old].take())
+        .map(|mut rule| {
+            for symbol in rule.alternatives.iter_mut().flatten() {
+                if let Symbol::Rule(id) = symbol {
+                    *id = RuleId(new_index[id.index()].unwrap_or(0));
+                }
+            }
+            rule
         })
         .collect();
     Some(Grammar { rules, root: RuleId(0), whitespace_budget: grammar.whitespace_budget })

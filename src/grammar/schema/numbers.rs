@@ -27,7 +27,7 @@ pub const MAX_NUMBER_RULES: usize = 20_000;
 
 /// An exact decimal: sign, integer digits without leading zeros (`[0]` for zero) and fraction
 /// digits without trailing zeros.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Decimal {
     pub negative: bool,
     pub int: Vec<u8>,
@@ -114,7 +114,7 @@ impl Decimal {
     }
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Bound {
     pub value: Decimal,
     pub exclusive: bool,
@@ -122,7 +122,7 @@ pub struct Bound {
 
 /// What a number must satisfy. `step` is a whole step (integers only); `fraction_digits`
 /// caps the digits after the point (a power-of-ten step, or 0 for integers).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct NumberSpec {
     pub integer: bool,
     pub lower: Option<Bound>,

@@ -320,6 +320,14 @@ impl Lowering<'_> {
                 if !group.plain.is_empty() {
                     alternatives.push(vec![Symbol::Bytes(group.plain), Symbol::Rule(target)]);
                 }
+                if group.escaped.len() > 1 {
+                    // Most states of a pattern with `.` or a negated class read every control
+                    // character, each written as an escape of up to six bytes: one shared
+                    // rule for the set keeps each state a few symbols long.
+                    let escapes = sink.canonical_escapes_of(&group.escaped);
+                    alternatives.push(vec![Symbol::Rule(escapes), Symbol::Rule(target)]);
+                    continue;
+                }
                 for b in &group.escaped {
                     if let Some(escape) = &self.table.escapes[*b as usize] {
                         let mut sequence = escape.clone();

@@ -651,3 +651,58 @@ fn formats_are_enforced_only_on_request() {
     .map(|e| e.keyword);
     assert_eq!(error.as_deref(), Some("format"));
 }
+
+#[test]
+fn extra_keys_leave_the_declared_names_by_any_character() {
+    // Nodes whose children are plain ASCII leave by a byte set and a shared rule for escaped
+    // and multi-byte characters; a node with a non-ASCII or escaped child lists every other
+    // character itself. Both must accept exactly the keys that are not declared names.
+    let grammar = schema(json!({
+        "type": "object",
+        "properties": {"name": {"type": "integer"}, "n\u{e9}": {"type": "integer"}, "q\"": {"type": "integer"}},
+        "additionalProperties": {"type": "boolean"}
+    }));
+    assert_accepts(
+        &grammar,
+        &[
+            r#"{"name":1,"nam":true}"#,
+            r#"{"namex":true}"#,
+            r#"{"n\u00e9":true}"#.replace("\\u00e9", "\u{e8}").as_str(),
+            "{\"n\u{e9}x\":false}",
+            "{\"na\u{1F600}\":true}",
+            r#"{"na\n":true}"#,
+            r#"{"na\"":true}"#,
+            r#"{"q\\":true}"#,
+            r#"{"q":true}"#,
+            r#"{"":true}"#,
+        ],
+    );
+    assert_rejects(
+        &grammar,
+        &[r#"{"name":true}"#, "{\"n\u{e9}\":true}", r#"{"q\"":true}"#, r#"{"nam":1}"#, r#"{"n\u0061me":true}"#],
+    );
+}
+
+#[test]
+fn shared_bounded_strings_numbers_and_patterns_keep_each_use_exact() {
+    // The same bounds, spec or pattern on several properties compile to one rule each.
+    let grammar = schema(json!({
+        "type": "object",
+        "properties": {
+            "a": {"type": "string", "maxLength": 3}, "b": {"type": "string", "maxLength": 3},
+            "c": {"type": "integer", "minimum": 1, "maximum": 12}, "d": {"type": "integer", "minimum": 1, "maximum": 12},
+            "e": {"type": "string", "pattern": "^.x"}, "f": {"type": "string", "pattern": "^.x"}
+        },
+        "required": ["a", "b", "c", "d", "e", "f"]
+    }));
+    assert_accepts(&grammar, &[r#"{"a":"abc","b":"","c":1,"d":12,"e":"\tx","f":"\u0007xy"}"#]);
+    assert_rejects(
+        &grammar,
+        &[
+            r#"{"a":"abcd","b":"","c":1,"d":12,"e":"ax","f":"ax"}"#,
+            r#"{"a":"abc","b":"abcd","c":1,"d":12,"e":"ax","f":"ax"}"#,
+            r#"{"a":"","b":"","c":1,"d":13,"e":"ax","f":"ax"}"#,
+            r#"{"a":"","b":"","c":1,"d":12,"e":"ax","f":"\u0007y"}"#,
+        ],
+    );
+}
