@@ -572,4 +572,47 @@ mod tests {
         assert_eq!(trie.subtree_max_chars, vec![3, 2, 1, 1]);
         assert_eq!(trie.max_chars, 3);
     }
+
+    #[test]
+    fn loop_tables_split_tokens_at_their_exit_and_after_a_lead() {
+        let texts: Vec<&[u8]> = vec![
+            b"a", b"b", b"ab", b"ba", b"aa", b"bb", b"aba", b"bab", b"a\"", b"\"", b"\"ab",
+            b"\"a\",", b"\"b", b"\"ba", b"\"aa", b"\"bb", b"\"\n", b"\"aba", b"\"bab", b"\"abb",
+            b"\"bba", b"ab",
+        ];
+        let id = |text: &[u8]| texts.iter().position(|t| *t == text).unwrap_or(usize::MAX) as u32;
+        let vocab: Vec<Vec<u8>> = texts.iter().map(|t| t.to_vec()).collect();
+        let trie = TokenTrie::new(&vocab, &[]);
+        let letters = ByteSet::single(b'a').union(&ByteSet::single(b'b'));
+        // Most tokens leave a loop on letters: no tables.
+        assert!(trie.loop_exits(&letters, None).is_none());
+        let after_quote = trie.loop_exits(&letters, Some(b'"')).expect("few exits");
+        let mut within: Vec<u32> = after_quote.within.iter_set().collect();
+        within.sort_unstable();
+        let mut expected: Vec<u32> = [
+            &b"\""[..], b"\"ab", b"\"b", b"\"ba", b"\"aa", b"\"bb", b"\"aba", b"\"bab", b"\"abb",
+            b"\"bba",
+        ]
+        .iter()
+        .map(|t| id(t))
+        .collect();
+        expected.sort_unstable();
+        assert_eq!(within, expected);
+        let exits: Vec<(u8, u16, Vec<u32>)> = after_quote
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.byte, n.depth, after_quote.tokens_at(i).to_vec()))
+            .collect();
+        assert_eq!(
+            exits,
+            vec![
+                (b'\n', 1, vec![id(b"\"\n")]),
+                (b'"', 1, vec![]),
+                (b',', 2, vec![id(b"\"a\",")]),
+            ]
+        );
+        // A lead that starts a character of several bytes is refused.
+        assert!(trie.loop_exits(&letters, Some(0xC3)).is_none());
+    }
 }
