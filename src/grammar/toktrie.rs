@@ -349,6 +349,12 @@ impl TokenTrie {
         let first = self.first_token.get(index).copied().unwrap_or(0) as usize;
         let last = self.first_token.get(end).copied().unwrap_or(0) as usize;
         let most_exits = (last - first) / EXIT_SHARE;
+        // Every token under a node whose byte is not in the set has an exit: counting those
+        // of the first two levels is cheap and turns most sets that would not pay away
+        // before any work (bytes above ASCII sort last, so the walk would find them last).
+        if self.exits_at_least(index, end, loop_bytes) > most_exits {
+            return None;
+        }
         while index < end {
             let Some(node) = self.nodes.get(index) else {
                 break;
@@ -451,6 +457,36 @@ impl TokenTrie {
         let mask = Arc::new(mask);
         known.insert(*bytes, mask.clone());
         mask
+    }
+
+    /// How many tokens under the nodes `start..end` (siblings and their subtrees) have a
+    /// byte outside `loop_bytes` among the nodes' own bytes or their children's: a lower
+    /// bound on the exits there, counted from subtree token ranges alone.
+    fn exits_at_least(&self, start: usize, end: usize, loop_bytes: &ByteSet) -> usize {
+        let tokens_under = |index: usize, subtree_end: usize| {
+            let first = self.first_token.get(index).copied().unwrap_or(0) as usize;
+            let last = self.first_token.get(subtree_end).copied().unwrap_or(0) as usize;
+            last - first
+        };
+        let mut count = 0;
+        let mut index = start;
+        while let Some(node) = self.nodes.get(index).filter(|_| index < end) {
+            let subtree_end = node.subtree_end as usize;
+            if !loop_bytes.contains(node.byte) {
+                count += tokens_under(index, subtree_end);
+            } else {
+                let mut child = index + 1;
+                while let Some(below) = self.nodes.get(child).filter(|_| child < subtree_end) {
+                    let child_end = below.subtree_end as usize;
+                    if !loop_bytes.contains(below.byte) {
+                        count += tokens_under(child, child_end);
+                    }
+                    child = child_end;
+                }
+            }
+            index = subtree_end;
+        }
+        count
     }
 
     /// Puts `token` (read from byte `offset`) in `within` or, with its exit, in `exits`.
