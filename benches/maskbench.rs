@@ -16,7 +16,9 @@
 //! would also count other processes' turns). Instances are tokenized greedily (longest match over the vocabulary's bytes), not with
 //! the model's own tokenizer, so token boundaries approximate a real run's. One thread.
 //! `--per-schema` also prints, per schema and vocabulary, the slowest llamay and llguidance
-//! mask and the matcher's counters (states, clears, overflows), to find what makes a mask slow.
+//! mask and the matcher's counters (states, clears, overflows), to find what makes a mask slow,
+//! and each llamay mask slower than `--slow-us N` microseconds (default 5000) with the text
+//! written before it.
 //! `testdata/maskbench-shapes` holds one schema per shape that made single masks slow
 //! (bounded strings in a closed object of many optional properties, an anyOf of objects, a
 //! `$ref` cycle, open objects with extra keys, `patternProperties` keys): run it with
@@ -162,9 +164,12 @@ fn main() {
     let mut directories = Vec::new();
     let mut limit = usize::MAX;
     let mut per_schema = false;
+    let mut slow_mask_micros = 5_000.0;
     while let Some(arg) = args.next() {
         if arg == "--per-schema" {
             per_schema = true;
+        } else if arg == "--slow-us" {
+            slow_mask_micros = args.next().and_then(|n| n.parse().ok()).unwrap_or(slow_mask_micros);
         } else if arg == "--limit" {
             limit = args.next().and_then(|n| n.parse().ok()).unwrap_or(usize::MAX);
         } else if !arg.starts_with("--") {
@@ -249,11 +254,20 @@ fn main() {
         match llamay::actors::model::load_vocabulary(&path) {
             Ok(vocabulary) => {
                 let (tokens, eog) = (vocabulary.pieces(), vocabulary.end_of_generation());
-                bench_vocab(&path, tokens, eog, &cases, &compiled, ours_compile, per_schema);
+                let report = Report { per_schema, slow_mask_micros };
+                bench_vocab(&path, tokens, eog, &cases, &compiled, ours_compile, &report);
             }
             Err(error) => eprintln!("{error}"),
         }
     }
+}
+
+/// What `--per-schema` prints: per schema its slowest masks and counters, and every mask
+/// slower than `slow_mask_micros` (`--slow-us`, default 5000) with the text before it.
+#[derive(Clone, Copy)]
+struct Report {
+    per_schema: bool,
+    slow_mask_micros: f64,
 }
 
 fn bench_vocab(
@@ -263,8 +277,9 @@ fn bench_vocab(
     cases: &[Case],
     compiled: &[Compiled],
     ours_compile: Option<[f64; 4]>,
-    per_schema: bool,
+    report: &Report,
 ) {
+    let Report { per_schema, slow_mask_micros } = *report;
     println!("\nvocabulary {path}: {} tokens (instances tokenized greedily, longest match; each instance starts from a freshly compiled grammar)", tokens.len());
     let trie = Arc::new(TokenTrie::new(tokens, eog));
     let info = TokRxInfo::new(tokens.len() as u32, eog.first().copied().unwrap_or(0));
@@ -302,7 +317,7 @@ fn bench_vocab(
                 let allowed = matcher.compute_mask().is_set(token);
                 ours_masks.push_since(started);
                 let micros = started.elapsed_micros();
-                if per_schema && micros > 5_000.0 {
+                if per_schema && micros > slow_mask_micros {
                     let tail = String::from_utf8_lossy(&written[written.len().saturating_sub(40)..]).into_owned();
                     println!(
                         "    slow mask {micros:>9.0} us: {} new states, {} clears, after ...{tail:?}",
@@ -356,11 +371,14 @@ fn bench_vocab(
         }
         if per_schema {
             let worst = |times: &[f64]| times.iter().copied().fold(0.0f64, f64::max);
+            let total = |times: &[f64]| times.iter().sum::<f64>();
             println!(
-                "  schema {:<48} max llamay {:>9.0} us, llguidance {:>9.0} us · {counters}",
+                "  schema {:<48} max llamay {:>9.0} us, llguidance {:>9.0} us · total {:>9.0} us, {:>9.0} us · {counters}",
                 case.name,
                 worst(&ours_masks.0[ours_before..]),
-                worst(&llg_masks.0[theirs_before..])
+                worst(&llg_masks.0[theirs_before..]),
+                total(&ours_masks.0[ours_before..]),
+                total(&llg_masks.0[theirs_before..])
             );
         }
     }

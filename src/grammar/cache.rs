@@ -99,6 +99,8 @@ pub(crate) struct StateTable {
     grammar: Weak<CompiledGrammar>,
     byte_class: [u8; 256],
     classes: usize,
+    /// One byte of each class, by class.
+    class_bytes: Vec<u8>,
     configs: Vec<Box<[u32]>>,
     ids: HashMap<Box<[u32]>, u32, BuildHasherDefault<WordHasher>>,
     transitions: Vec<u32>,
@@ -134,10 +136,18 @@ impl StateTable {
         // Room for every state a caller keeps across a clear, each as large as allowed.
         let word_budget = (capacity.saturating_mul(1024))
             .max((min_capacity + 1).saturating_mul(grammar.limits().max_state_words));
+        let byte_class = *grammar.byte_class();
+        let mut class_bytes = vec![0u8; classes];
+        for byte in (0..=255u8).rev() {
+            if let Some(slot) = class_bytes.get_mut(byte_class[byte as usize] as usize) {
+                *slot = byte;
+            }
+        }
         let mut table = StateTable {
             grammar: Arc::downgrade(grammar),
-            byte_class: *grammar.byte_class(),
+            byte_class,
             classes,
+            class_bytes,
             configs: Vec::new(),
             ids: HashMap::default(),
             transitions: Vec::new(),
@@ -328,7 +338,7 @@ impl StateTable {
 
     /// The state most ASCII bytes (weighted by how many tokens hold them) lead to from
     /// `state`, if any byte leads anywhere alive.
-    fn heaviest_target(&mut self, state: u32, weights: &[u32; 256]) -> Option<Option<u32>> {
+    pub(crate) fn heaviest_target(&mut self, state: u32, weights: &[u32; 256]) -> Option<Option<u32>> {
         let mut totals: Vec<(u32, u64)> = Vec::new();
         for byte in 1..0x80u8 {
             match self.next(state, byte) {
@@ -509,8 +519,22 @@ impl StateTable {
         self.can_continue.push(config_can_continue(&config));
         self.skip_sets.push(None);
         self.mask_states.push(UNKNOWN);
-        self.transitions
-            .extend(std::iter::repeat_n(UNKNOWN, self.classes));
+        // Classes no stack can read are dead from the start: a fresh state's walk then steps
+        // only the few classes that lead somewhere, not every class of the grammar.
+        let readable = match self.lent.as_deref() {
+            Some(grammar) => grammar.allowed_bytes(&config),
+            None => match self.grammar.upgrade() {
+                Some(grammar) => grammar.allowed_bytes(&config),
+                None => ByteSet::ALL,
+            },
+        };
+        self.transitions.extend(self.class_bytes.iter().map(|&byte| {
+            if readable.contains(byte) {
+                UNKNOWN
+            } else {
+                DEAD
+            }
+        }));
         if !config.is_empty() {
             self.ids.insert(config.clone(), id);
         }

@@ -63,6 +63,8 @@ pub struct Matcher {
     last_mask: Option<Arc<TokenMask>>,
     /// One state per trie depth during a walk; kept to reuse the allocation.
     depth_states: Vec<u32>,
+    /// One state per exit-trie depth during a walk of a loop's exits (see `lexer.rs`).
+    exit_states: Vec<u32>,
     /// Per trie depth during a walk: the bytes whose subtrees may be skipped, and the UTF-8
     /// continuation bytes still owed.
     depth_skips: Vec<SkipSet>,
@@ -95,6 +97,7 @@ impl Matcher {
             can_continue: false,
             last_mask: None,
             depth_states,
+            exit_states: Vec::new(),
             depth_skips: Vec::new(),
             depth_pending: Vec::new(),
             depth_ends: Vec::new(),
@@ -158,6 +161,12 @@ impl Matcher {
     pub fn compute_mask(&mut self) -> &TokenMask {
         let started = Instant::now();
         let mask = self.with_caches(|matcher, caches| {
+            // The exact mask of this very state, once worked out: a position inside a string
+            // or between list items comes back many times.
+            let own = caches.masks.get(matcher.state);
+            if let Some(mask) = own.and_then(|slot| caches.masks.mask(slot)) {
+                return mask.clone();
+            }
             // Masks are computed and cached for the state that behaves like this one for any
             // token within the vocabulary's horizon (a count far from its bound, a whitespace
             // budget far from spent), so positions inside a long bounded string share one.
@@ -193,7 +202,7 @@ impl Matcher {
                     matcher.stats.masks_computed += 1;
                     let (mask, root) = match matcher.mask_via_loops(caches, root) {
                         Some(computed) => computed,
-                        None => matcher.walk_trie(caches, root),
+                        None => matcher.mask_of(caches, root),
                     };
                     let mask = Arc::new(mask);
                     caches.masks.insert(root, mask.clone());
@@ -203,17 +212,25 @@ impl Matcher {
             if !normalized || matcher.trie.long_tokens.is_empty() {
                 return mask;
             }
-            // Tokens longer than the horizon may behave otherwise: each is checked itself.
-            let mut exact = (*mask).clone();
+            // Tokens longer than the horizon may behave otherwise: each is checked itself, and
+            // the mask copied only when one does.
+            let mut exact: Option<TokenMask> = None;
             let trie = matcher.trie.clone();
             for &token in &trie.long_tokens {
-                if matcher.state_after(caches, token).is_some() {
-                    exact.set(token);
-                } else {
-                    exact.unset(token);
+                let allowed = matcher.state_after(caches, token).is_some();
+                if allowed != mask.is_set(token) {
+                    let exact = exact.get_or_insert_with(|| (*mask).clone());
+                    if allowed {
+                        exact.set(token);
+                    } else {
+                        exact.unset(token);
+                    }
                 }
             }
-            Arc::new(exact)
+            let exact = exact.map_or(mask, Arc::new);
+            // Under this state's own id (current after any clear on the way).
+            caches.masks.insert(matcher.state, exact.clone());
+            exact
         });
         self.add_time(started);
         self.last_mask.insert(mask)
@@ -408,6 +425,16 @@ impl Matcher {
                 self.clear_tables(caches, &mut depth_states[0..depth]);
                 continue;
             }
+            if depth == 1 && node.subtree_end as usize - index >= skip_set_min_nodes {
+                // A big subtree into a loop (a string's opening quote): the vocabulary's
+                // tables for it, instead of walking it.
+                if let Some(exits) = self.lead_exits(caches, next, node.byte) {
+                    mask.union_with(&exits.within);
+                    self.walk_exits(caches, next, &exits, &mut mask, &mut depth_states[0..1]);
+                    index = node.subtree_end as usize;
+                    continue;
+                }
+            }
             let parent_pending = depth_pending[depth - 1];
             depth_alive[depth - 1] = depth_alive[depth - 1].saturating_add(1);
             alive_total += 1;
@@ -517,7 +544,7 @@ impl Matcher {
         let unbound_mask = match cached {
             Some(mask) => mask,
             None => {
-                let (mask, unbound_state) = self.walk_trie(caches, unbound_state);
+                let (mask, unbound_state) = self.mask_of(caches, unbound_state);
                 let mask = Arc::new(mask);
                 caches.masks.insert(unbound_state, mask.clone());
                 mask
@@ -630,6 +657,9 @@ fn is_subset(bytes: &ByteSet, of: &ByteSet) -> bool {
         | (bytes.0[3] & !of.0[3])
         == 0
 }
+
+#[path = "lexer_walks.rs"]
+mod lexer_walks;
 
 #[cfg(test)]
 #[path = "matcher_tests.rs"]

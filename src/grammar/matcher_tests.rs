@@ -142,6 +142,7 @@ fn check_walks(
     check_walks_on(name, grammar, vocabulary, eog, seeds, steps);
 }
 
+/// Returns the vocabulary's trie, for tests that look at what the walks built in it.
 fn check_walks_on(
     name: &str,
     grammar: Arc<CompiledGrammar>,
@@ -149,7 +150,7 @@ fn check_walks_on(
     eog: &[u32],
     seeds: u64,
     steps: usize,
-) {
+) -> Arc<TokenTrie> {
     let trie = Arc::new(TokenTrie::new(vocabulary, eog));
     for seed in 0..seeds {
         let mut rng = TestRng::new(seed + 1);
@@ -187,6 +188,7 @@ fn check_walks_on(
         }
         assert!(matcher.stats().steps > 0);
     }
+    trie
 }
 
 #[test]
@@ -543,4 +545,59 @@ fn character_budgets_count_characters_not_bytes() {
         4,
         4,
     );
+}
+
+/// Inside a string body, an extra key or any other loop, masks come from the vocabulary's
+/// loop tables (the tokens within the loop, and a walk of the others' exits): a vocabulary of
+/// mostly plain text, so that the tables pay and are built, and grammars whose strings close
+/// into more structure, hold escapes, and are keys with their own value schemas.
+#[test]
+fn masks_from_loop_tables_are_exact() {
+    let (mut vocabulary, eog) = synthetic_vocabulary(29, 700);
+    let mut rng = TestRng::new(3);
+    let plain = [
+        "hello", " the", "\u{e9}", "\u{3053}", "ab", "x", "e", "1", " ", "-", "\u{1F600}", "Nf",
+    ];
+    // Plain text, a tenth of it opening a string, so that the tables of the tokens after
+    // an opening quote pay too.
+    for count in 0..2500 {
+        let mut token = if count % 10 == 0 { b"\"".to_vec() } else { Vec::new() };
+        for _ in 0..1 + rng.below(3) {
+            token.extend_from_slice(plain[rng.below(plain.len())].as_bytes());
+        }
+        vocabulary.push(token);
+    }
+    let source = std::fs::read(format!("{CORPUS}/json.gbnf")).unwrap_or_default();
+    let grammar =
+        Arc::new(compile_gbnf(&source, &Limits::default()).unwrap_or_else(|e| panic!("{e}")));
+    let trie = check_walks_on("json", grammar.clone(), &vocabulary, &eog, 3, 40);
+    // A value's start, where a big subtree opens a string: single bytes are tokens 0..=255.
+    let mut matcher = Matcher::new(grammar, trie.clone());
+    for byte in *b"{\"a\":" {
+        matcher.compute_mask();
+        matcher.commit(u32::from(byte)).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let mask = matcher.compute_mask().clone();
+    for token in 0..vocabulary.len() as u32 {
+        let expected = allowed_by_definition(&matcher, &vocabulary, &eog, token);
+        assert_eq!(mask.is_set(token), expected, "value start: token {token}");
+    }
+    assert!(trie.loop_tables_built() > 0, "no loop tables were built");
+    for schema in [
+        serde_json::json!({"type": "object", "properties": {
+            "a": {"type": "string"},
+            "b": {"type": "array", "items": {"type": "string"}}},
+            "additionalProperties": {"type": ["string", "null"]}}),
+        serde_json::json!({"type": "object", "properties": {"name": {"type": "string"}},
+            "patternProperties": {"^x-[a-z]+$": {"type": "integer"}, "^l": {"type": "string"}},
+            "additionalProperties": false}),
+        serde_json::json!({"type": "array", "items": {"type": "string", "pattern": "^[a-z ]+$"}}),
+    ] {
+        let ir = crate::grammar::schema::compile_schema(&schema)
+            .unwrap_or_else(|e| panic!("{schema}: {e}"));
+        let grammar = Arc::new(
+            CompiledGrammar::new(ir, &Limits::default()).unwrap_or_else(|e| panic!("{e}")),
+        );
+        check_walks_on(&schema.to_string(), grammar, &vocabulary, &eog, 3, 40);
+    }
 }

@@ -14,6 +14,7 @@ pub(crate) mod counters;
 pub mod error;
 pub mod gbnf;
 pub mod ir;
+pub(crate) mod lexer;
 pub mod limits;
 pub mod mask;
 pub mod matcher;

@@ -23,6 +23,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::ir::ByteSet;
+use super::lexer::{whole_characters_within, LexemeTables, LoopExits, EXIT_SHARE};
 use super::mask::TokenMask;
 
 pub(crate) const NO_TOKEN: u32 = u32::MAX;
@@ -84,6 +85,11 @@ pub struct TokenTrie {
     pub(crate) counter_floor: u32,
     /// Per byte set, once asked for: see [`TokenTrie::tokens_within`].
     within: WithinMasks,
+    /// Per byte set, once asked for: see [`TokenTrie::loop_exits`].
+    lexemes: LexemeTables,
+    /// The printable ASCII byte in the most tokens: a state that does not come back to
+    /// itself on it is not worth asking whether it loops.
+    pub(crate) loop_probe: u8,
 }
 
 /// Most tokens left beyond a vocabulary's horizon (each checked on its own when a mask is
@@ -267,6 +273,9 @@ impl TokenTrie {
                 longer * COUNTER_FLOOR_SHARE <= by_length_counts
             })
             .unwrap_or(MAX_TOKEN_BYTES as u32);
+        let loop_probe = (0x21..0x7Fu8)
+            .max_by_key(|b| byte_weights[*b as usize])
+            .unwrap_or(b'e');
         let by_length_bytes: Vec<u16> =
             by_length.iter().map(|id| token_bytes[*id as usize].len() as u16).collect();
         TokenTrie {
@@ -291,7 +300,103 @@ impl TokenTrie {
             bytes,
             max_depth,
             within: WithinMasks::default(),
+            lexemes: LexemeTables::default(),
+            loop_probe,
         }
+    }
+
+    /// The tables of a state that loops on `loop_bytes` (see `lexer.rs`): the tokens made
+    /// only of its characters, and the rest by where they leave the loop; with a `lead` byte
+    /// (ASCII), those of the tokens that start with it, read after it. Built once per byte set
+    /// and vocabulary and shared by every grammar; `None` when many tokens leave the loop.
+    pub(crate) fn loop_exits(
+        &self,
+        loop_bytes: &ByteSet,
+        lead: Option<u8>,
+    ) -> Option<Arc<LoopExits>> {
+        if lead.is_some_and(|byte| !byte.is_ascii()) {
+            return None;
+        }
+        self.lexemes
+            .get_or_build(loop_bytes, lead, || self.split_for_loop(loop_bytes, lead))
+    }
+
+    /// Splits the tokens (after `lead`, if given) into those made only of whole characters of
+    /// `loop_bytes` and the others with their exits, by a walk of the trie: a subtree made
+    /// only of those bytes (and of valid UTF-8) is taken whole, one whose own byte is not
+    /// among them holds only exits, and only the paths in between are followed. `None` past
+    /// a [`EXIT_SHARE`]th of the tokens with exits.
+    fn split_for_loop(&self, loop_bytes: &ByteSet, lead: Option<u8>) -> Option<LoopExits> {
+        let mut within = TokenMask::new(self.vocab_size());
+        let mut exits: Vec<(&[u8], u32)> = Vec::new();
+        let (mut index, end, offset) = match lead {
+            None => (0, self.nodes.len(), 0),
+            Some(lead) => {
+                let mut at = 0usize;
+                loop {
+                    let node = self.nodes.get(at)?;
+                    if node.byte == lead {
+                        // The lead alone leaves nothing to read: within.
+                        if node.token != NO_TOKEN {
+                            within.set(node.token);
+                        }
+                        break (at + 1, node.subtree_end as usize, 1);
+                    }
+                    at = node.subtree_end as usize;
+                }
+            }
+        };
+        let first = self.first_token.get(index).copied().unwrap_or(0) as usize;
+        let last = self.first_token.get(end).copied().unwrap_or(0) as usize;
+        let most_exits = (last - first) / EXIT_SHARE;
+        // Every token under a node whose byte is not in the set has an exit: counting those
+        // of the first two levels is cheap and turns most sets that would not pay away
+        // before any work (bytes above ASCII sort last, so the walk would find them last).
+        if self.exits_at_least(index, end, loop_bytes) > most_exits {
+            return None;
+        }
+        while index < end {
+            let Some(node) = self.nodes.get(index) else {
+                break;
+            };
+            let subtree_end = node.subtree_end as usize;
+            let tokens = || {
+                let first = self.first_token.get(index).copied().unwrap_or(0) as usize;
+                let last = self.first_token.get(subtree_end).copied().unwrap_or(0) as usize;
+                self.preorder_tokens.get(first..last).unwrap_or_default()
+            };
+            // The mark of an invalid token is never in a loop's bytes.
+            let inside = self.subtree_bytes.get(index).is_some_and(|subtree| {
+                (0..4).all(|word| subtree.0[word] & !loop_bytes.0[word] == 0)
+            });
+            if inside {
+                within.set_all(tokens());
+                index = subtree_end;
+            } else if !loop_bytes.contains(node.byte) {
+                for &token in tokens() {
+                    self.split_token(token, offset, loop_bytes, &mut within, &mut exits);
+                }
+                if exits.len() > most_exits {
+                    return None;
+                }
+                index = subtree_end;
+            } else {
+                if node.token != NO_TOKEN {
+                    self.split_token(node.token, offset, loop_bytes, &mut within, &mut exits);
+                }
+                index += 1;
+            }
+        }
+        for &(token, _) in &self.duplicates {
+            let bytes = self.token_bytes(token).unwrap_or_default();
+            if lead.is_none_or(|lead| bytes.first() == Some(&lead)) {
+                self.split_token(token, offset, loop_bytes, &mut within, &mut exits);
+            }
+        }
+        if exits.len() > most_exits {
+            return None;
+        }
+        Some(LoopExits::new(within, exits))
     }
 
     /// The trie's tokens (not duplicates) that are valid UTF-8 made only of `bytes`: those a
@@ -352,6 +457,61 @@ impl TokenTrie {
         let mask = Arc::new(mask);
         known.insert(*bytes, mask.clone());
         mask
+    }
+
+    /// How many tokens under the nodes `start..end` (siblings and their subtrees) have a
+    /// byte outside `loop_bytes` among the nodes' own bytes or their children's: a lower
+    /// bound on the exits there, counted from subtree token ranges alone.
+    fn exits_at_least(&self, start: usize, end: usize, loop_bytes: &ByteSet) -> usize {
+        let tokens_under = |index: usize, subtree_end: usize| {
+            let first = self.first_token.get(index).copied().unwrap_or(0) as usize;
+            let last = self.first_token.get(subtree_end).copied().unwrap_or(0) as usize;
+            last - first
+        };
+        let mut count = 0;
+        let mut index = start;
+        while let Some(node) = self.nodes.get(index).filter(|_| index < end) {
+            let subtree_end = node.subtree_end as usize;
+            if !loop_bytes.contains(node.byte) {
+                count += tokens_under(index, subtree_end);
+            } else {
+                let mut child = index + 1;
+                while let Some(below) = self.nodes.get(child).filter(|_| child < subtree_end) {
+                    let child_end = below.subtree_end as usize;
+                    if !loop_bytes.contains(below.byte) {
+                        count += tokens_under(child, child_end);
+                    }
+                    child = child_end;
+                }
+            }
+            index = subtree_end;
+        }
+        count
+    }
+
+    /// Puts `token` (read from byte `offset`) in `within` or, with its exit, in `exits`.
+    fn split_token<'t>(
+        &'t self,
+        token: u32,
+        offset: usize,
+        loop_bytes: &ByteSet,
+        within: &mut TokenMask,
+        exits: &mut Vec<(&'t [u8], u32)>,
+    ) {
+        let bytes = self.token_bytes(token).unwrap_or_default();
+        let rest = bytes.get(offset..).unwrap_or_default();
+        let inside = whole_characters_within(rest, loop_bytes);
+        if inside == rest.len() {
+            within.set(token);
+        } else {
+            exits.push((&rest[inside..], token));
+        }
+    }
+
+    /// How many byte sets have loop tables built (not counting sets found not worth them).
+    #[cfg(test)]
+    pub(crate) fn loop_tables_built(&self) -> usize {
+        self.lexemes.built()
     }
 
     pub fn vocab_size(&self) -> usize {
@@ -447,5 +607,48 @@ mod tests {
         assert_eq!(trie.first_token, vec![0, 1, 2, 3, 4]);
         assert_eq!(trie.subtree_max_chars, vec![3, 2, 1, 1]);
         assert_eq!(trie.max_chars, 3);
+    }
+
+    #[test]
+    fn loop_tables_split_tokens_at_their_exit_and_after_a_lead() {
+        let texts: Vec<&[u8]> = vec![
+            b"a", b"b", b"ab", b"ba", b"aa", b"bb", b"aba", b"bab", b"a\"", b"\"", b"\"ab",
+            b"\"a\",", b"\"b", b"\"ba", b"\"aa", b"\"bb", b"\"\n", b"\"aba", b"\"bab", b"\"abb",
+            b"\"bba", b"ab",
+        ];
+        let id = |text: &[u8]| texts.iter().position(|t| *t == text).unwrap_or(usize::MAX) as u32;
+        let vocab: Vec<Vec<u8>> = texts.iter().map(|t| t.to_vec()).collect();
+        let trie = TokenTrie::new(&vocab, &[]);
+        let letters = ByteSet::single(b'a').union(&ByteSet::single(b'b'));
+        // Most tokens leave a loop on letters: no tables.
+        assert!(trie.loop_exits(&letters, None).is_none());
+        let after_quote = trie.loop_exits(&letters, Some(b'"')).expect("few exits");
+        let mut within: Vec<u32> = after_quote.within.iter_set().collect();
+        within.sort_unstable();
+        let mut expected: Vec<u32> = [
+            &b"\""[..], b"\"ab", b"\"b", b"\"ba", b"\"aa", b"\"bb", b"\"aba", b"\"bab", b"\"abb",
+            b"\"bba",
+        ]
+        .iter()
+        .map(|t| id(t))
+        .collect();
+        expected.sort_unstable();
+        assert_eq!(within, expected);
+        let exits: Vec<(u8, u16, Vec<u32>)> = after_quote
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.byte, n.depth, after_quote.tokens_at(i).to_vec()))
+            .collect();
+        assert_eq!(
+            exits,
+            vec![
+                (b'\n', 1, vec![id(b"\"\n")]),
+                (b'"', 1, vec![]),
+                (b',', 2, vec![id(b"\"a\",")]),
+            ]
+        );
+        // A lead that starts a character of several bytes is refused.
+        assert!(trie.loop_exits(&letters, Some(0xC3)).is_none());
     }
 }

@@ -95,15 +95,16 @@ impl KeyAutomaton {
             }
             terminal[at] = true;
         }
-        type Key = (u32, Vec<StateID>);
-        let start: Key = (0, patterns.iter().map(|p| p.start).collect());
+        // (trie node, pattern states, UTF-8 continuation bytes still owed).
+        type Key = (u32, Vec<StateID>, u8);
+        let start: Key = (0, patterns.iter().map(|p| p.start).collect(), 0);
         let mut index: HashMap<Key, usize> = HashMap::new();
         let mut order: Vec<Key> = vec![start.clone()];
         index.insert(start, 0);
         let mut states = Vec::new();
         let mut cursor = 0;
         while cursor < order.len() {
-            let (node, dfa_states) = order[cursor].clone();
+            let (node, dfa_states, pending) = order[cursor].clone();
             cursor += 1;
             let is_name = node != OFF_TRIE && terminal[node as usize];
             let mut matched = 0u64;
@@ -129,7 +130,7 @@ impl KeyAutomaton {
                     OFF_TRIE => OFF_TRIE,
                     _ => children[node as usize].get(&b).copied().unwrap_or(OFF_TRIE),
                 };
-                let key = (next_node, next_states);
+                let key = (next_node, next_states, pending_after(pending, b));
                 let target = match index.get(&key) {
                     Some(target) => *target,
                     None => {
@@ -157,12 +158,15 @@ impl KeyAutomaton {
                     entry.1.insert(b);
                 }
             }
+            // A key ends only between characters.
             states.push(KeyState {
-                ends: (!is_name).then_some(matched),
+                ends: (!is_name && pending == 0).then_some(matched),
                 transitions,
             });
         }
-        Ok(KeyAutomaton { states })
+        Ok(KeyAutomaton {
+            states: minimize(states),
+        })
     }
 
     /// The distinct sets of matched patterns with which an extra key can end.
@@ -216,5 +220,128 @@ impl KeyAutomaton {
             "pattern-key-pair",
             vec![vec![byte(b'"'), Symbol::Rule(ids[0])]],
         )
+    }
+}
+
+/// UTF-8 continuation bytes still owed after `byte`, when `pending` were owed before it.
+fn pending_after(pending: u8, byte: u8) -> u8 {
+    match byte {
+        0x80..=0xBF => pending.saturating_sub(1),
+        0xC0..=0xDF => 1,
+        0xE0..=0xEF => 2,
+        0xF0..=0xFF => 3,
+        _ => 0,
+    }
+}
+
+/// The states merged where they cannot be told apart (same ending, and transitions on the
+/// same bytes to states that cannot be told apart), by refining a partition until it holds;
+/// the start state stays first. The pattern DFAs are not minimal, so a key that has matched
+/// a pattern would otherwise reach an equal but distinct state after each multi-byte
+/// character, and its loop, one state in truth, would look like several to the matcher.
+fn minimize(states: Vec<KeyState>) -> Vec<KeyState> {
+    let bytes_of = |(_, plain, escaped): &(usize, ByteSet, Vec<u8>)| {
+        escaped
+            .iter()
+            .fold(*plain, |set, b| set.union(&ByteSet::single(*b)))
+    };
+    let mut endings: HashMap<Option<u64>, usize> = HashMap::new();
+    let mut block: Vec<usize> = states
+        .iter()
+        .map(|state| {
+            let next = endings.len();
+            *endings.entry(state.ends).or_insert(next)
+        })
+        .collect();
+    let mut count = endings.len();
+    loop {
+        let mut ids: HashMap<(usize, Vec<(usize, ByteSet)>), usize> = HashMap::new();
+        let refined: Vec<usize> = states
+            .iter()
+            .enumerate()
+            .map(|(index, state)| {
+                let mut signature: Vec<(usize, ByteSet)> = Vec::new();
+                for transition in &state.transitions {
+                    let target = block[transition.0];
+                    let bytes = bytes_of(transition);
+                    match signature.iter_mut().find(|(b, _)| *b == target) {
+                        Some((_, set)) => *set = set.union(&bytes),
+                        None => signature.push((target, bytes)),
+                    }
+                }
+                signature.sort_unstable_by_key(|(target, set)| (*target, set.0));
+                let next = ids.len();
+                *ids.entry((block[index], signature)).or_insert(next)
+            })
+            .collect();
+        block = refined;
+        if ids.len() == count {
+            break;
+        }
+        count = ids.len();
+    }
+    // Blocks numbered by their first state, so the start state's block is 0.
+    let mut renumbered: Vec<Option<usize>> = vec![None; count];
+    let mut representatives: Vec<usize> = Vec::new();
+    for (index, &b) in block.iter().enumerate() {
+        if renumbered[b].is_none() {
+            renumbered[b] = Some(representatives.len());
+            representatives.push(index);
+        }
+    }
+    let new_id = |state: usize| renumbered[block[state]].unwrap_or(0);
+    representatives
+        .iter()
+        .map(|&representative| {
+            let state = &states[representative];
+            let mut transitions: Vec<(usize, ByteSet, Vec<u8>)> = Vec::new();
+            for (target, plain, escaped) in &state.transitions {
+                let target = new_id(*target);
+                match transitions.iter_mut().find(|(t, _, _)| *t == target) {
+                    Some((_, merged_plain, merged_escaped)) => {
+                        *merged_plain = merged_plain.union(plain);
+                        merged_escaped.extend_from_slice(escaped);
+                    }
+                    None => transitions.push((target, *plain, escaped.clone())),
+                }
+            }
+            KeyState {
+                ends: state.ends,
+                transitions,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_matched_pattern_loops_on_one_state_and_keys_end_between_characters() {
+        let x = KeyPattern::new("^x-[a-z]+$").expect("pattern");
+        let label = KeyPattern::new("^label_").expect("pattern");
+        let automaton = KeyAutomaton::build(&["name"], &[&x, &label]).expect("automaton");
+        let after = |text: &[u8]| {
+            text.iter().try_fold(0usize, |state, &b| {
+                automaton.states[state]
+                    .transitions
+                    .iter()
+                    .find(|(_, plain, escaped)| plain.contains(b) || escaped.contains(&b))
+                    .map(|t| t.0)
+            })
+        };
+        let matched = after(b"label_").expect("a key");
+        for text in ["label_t", "label_team", "label_t\u{e9}", "label_\u{4e16}x"] {
+            assert_eq!(after(text.as_bytes()), Some(matched), "{text}");
+        }
+        assert_eq!(automaton.states[matched].ends, Some(0b10));
+        let ends = |text: &[u8]| after(text).map(|state| automaton.states[state].ends);
+        assert_eq!(ends(b"x-ab"), Some(Some(0b01)));
+        assert_eq!(ends(b"name"), Some(None));
+        assert_eq!(ends(b"other"), Some(Some(0)));
+        // Inside a character a key cannot end.
+        assert_eq!(ends(&[b'a', 0xC3]), Some(None));
+        assert_eq!(ends(&[b'l', 0xE4, 0xB8]), Some(None));
     }
 }

@@ -1,0 +1,253 @@
+//! Lexeme loops on a vocabulary: the token tables that make a mask from inside a string body
+//! (or any state that loops on a set of characters) a lookup plus a small walk, shared by
+//! every grammar on that vocabulary.
+//!
+//! A state that reads every character made of a byte set `S` and comes back to itself (the
+//! body of a JSON string, an extra object key, free text) allows every token made only of
+//! whole characters of `S`, whatever the grammar around it. Every other token splits into
+//! the longest prefix of whole `S` characters, which leads back to the same state, and the
+//! rest, its *exit*, which starts at the first character that leaves the loop (a closing
+//! quote, an escape, a control character, a partial character). Tokens with the same exit
+//! behave alike, so the exits form a small trie of their own: a mask from a looping state is
+//! the set of tokens within `S` (computed once per vocabulary and set) plus a walk of the
+//! exit trie, where a walk of the whole token trie would visit every prefix of every token
+//! that holds a quote or a newline.
+//!
+//! Key types: [`LoopExits`] (per byte set and vocabulary), [`LexemeTables`] (the bounded
+//! cache of them, kept by the vocabulary's `TokenTrie`). Cost: building one is a pass over
+//! the vocabulary plus sorting its exits; it is built only when exits are few (at most a
+//! quarter of the vocabulary), so a walk of it visits a small part of what a trie walk would.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::ir::ByteSet;
+use super::mask::TokenMask;
+
+/// Most byte sets whose tables a vocabulary keeps (cleared whole past this).
+const LOOP_EXITS_MAX: usize = 16;
+
+/// A loop's tables are built only when at most one token in this many has an exit: with
+/// more, a trie walk with skip sets visits little more than the exit trie would, and sorting
+/// the exits costs more than the walks save.
+pub(crate) const EXIT_SHARE: usize = 4;
+
+/// One node of the exit trie, in depth-first preorder like the token trie's nodes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ExitNode {
+    /// Index one past the last node of this node's subtree.
+    pub(crate) subtree_end: u32,
+    pub(crate) byte: u8,
+    /// 1 for the first byte of an exit.
+    pub(crate) depth: u16,
+}
+
+/// The tokens of a vocabulary seen from a state that loops on a byte set.
+pub(crate) struct LoopExits {
+    /// Tokens (duplicates included) made only of whole valid UTF-8 characters of the set.
+    pub(crate) within: TokenMask,
+    /// The distinct exits as a flat trie.
+    pub(crate) nodes: Vec<ExitNode>,
+    /// Per node and one past the end: where the tokens whose exit ends at that node start in
+    /// `tokens`.
+    token_starts: Vec<u32>,
+    tokens: Vec<u32>,
+    /// The longest exit, in bytes.
+    pub(crate) max_depth: usize,
+}
+
+impl LoopExits {
+    /// The tokens whose exit is the path to node `index`.
+    #[inline]
+    pub(crate) fn tokens_at(&self, index: usize) -> &[u32] {
+        let start = self.token_starts.get(index).copied().unwrap_or(0) as usize;
+        let end = self.token_starts.get(index + 1).copied().unwrap_or(0) as usize;
+        self.tokens.get(start..end).unwrap_or_default()
+    }
+
+    /// The tables from the tokens within the loop (`within`) and every other token with its
+    /// exit.
+    pub(crate) fn new(within: TokenMask, mut exits: Vec<(&[u8], u32)>) -> LoopExits {
+        exits.sort_unstable();
+        let mut nodes: Vec<ExitNode> = Vec::with_capacity(exits.len() * 2);
+        let mut token_starts: Vec<u32> = Vec::with_capacity(exits.len() * 2 + 1);
+        let mut tokens: Vec<u32> = Vec::with_capacity(exits.len());
+        // Open nodes along the current path; path[d] is at depth d + 1.
+        let mut path: Vec<usize> = Vec::new();
+        let mut previous: &[u8] = &[];
+        let mut max_depth = 0;
+        for &(exit, token) in &exits {
+            let shared = previous
+                .iter()
+                .zip(exit)
+                .take_while(|(a, b)| a == b)
+                .count();
+            // The same exit as the previous token: the node is open at the end of the path.
+            if shared == exit.len() && shared == previous.len() {
+                tokens.push(token);
+                continue;
+            }
+            while path.len() > shared {
+                if let Some(closed) = path.pop() {
+                    nodes[closed].subtree_end = nodes.len() as u32;
+                }
+            }
+            for (offset, &byte) in exit.iter().enumerate().skip(shared) {
+                path.push(nodes.len());
+                token_starts.push(tokens.len() as u32);
+                nodes.push(ExitNode {
+                    subtree_end: 0,
+                    byte,
+                    depth: offset as u16 + 1,
+                });
+            }
+            // Sorted order puts an exit before those it is a prefix of, so the tokens of a
+            // node come before those of every node after it in preorder.
+            tokens.push(token);
+            max_depth = max_depth.max(exit.len());
+            previous = exit;
+        }
+        let end = nodes.len() as u32;
+        for open in path {
+            nodes[open].subtree_end = end;
+        }
+        token_starts.push(tokens.len() as u32);
+        LoopExits {
+            within,
+            nodes,
+            token_starts,
+            tokens,
+            max_depth,
+        }
+    }
+}
+
+/// How many leading bytes of `bytes` are whole valid UTF-8 characters made only of `set`.
+pub(crate) fn whole_characters_within(bytes: &[u8], set: &ByteSet) -> usize {
+    let mut at = 0;
+    while let Some(&lead) = bytes.get(at) {
+        let width = match lead {
+            0x00..=0x7F if set.contains(lead) => {
+                at += 1;
+                continue;
+            }
+            0x00..=0x7F => return at,
+            0xC2..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF4 => 4,
+            _ => return at,
+        };
+        let Some(character) = bytes.get(at..at + width) else {
+            return at;
+        };
+        if std::str::from_utf8(character).is_err() || !character.iter().all(|b| set.contains(*b)) {
+            return at;
+        }
+        at += width;
+    }
+    at
+}
+
+/// The [`LoopExits`] of the byte sets asked for on one vocabulary, and the sets found not
+/// worth them; bounded.
+#[derive(Default)]
+pub(crate) struct LexemeTables(Mutex<HashMap<(ByteSet, Option<u8>), Option<Arc<LoopExits>>>>);
+
+impl std::fmt::Debug for LexemeTables {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LexemeTables")
+    }
+}
+
+impl LexemeTables {
+    /// The tables of `loop_bytes` (for the tokens after `lead`, if given), made by `build`
+    /// on first use; `None`, remembered, when `build` found them not worth having.
+    pub(crate) fn get_or_build(
+        &self,
+        loop_bytes: &ByteSet,
+        lead: Option<u8>,
+        build: impl FnOnce() -> Option<LoopExits>,
+    ) -> Option<Arc<LoopExits>> {
+        let mut known = match self.0.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let key = (*loop_bytes, lead);
+        if let Some(entry) = known.get(&key) {
+            return entry.clone();
+        }
+        let built = build().map(Arc::new);
+        if known.len() >= LOOP_EXITS_MAX {
+            known.clear();
+        }
+        known.insert(key, built.clone());
+        built
+    }
+}
+
+#[cfg(test)]
+impl LexemeTables {
+    pub(crate) fn built(&self) -> usize {
+        match self.0.lock() {
+            Ok(known) => known.values().filter(|entry| entry.is_some()).count(),
+            Err(_) => 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set_of(bytes: &[u8]) -> ByteSet {
+        bytes
+            .iter()
+            .fold(ByteSet::EMPTY, |s, b| s.union(&ByteSet::single(*b)))
+    }
+
+    #[test]
+    fn splits_at_the_first_character_outside_the_set() {
+        let mut letters = set_of(b"ab ");
+        // é is C3 A9: both bytes in the set make it a whole character within.
+        letters.insert(0xC3);
+        letters.insert(0xA9);
+        assert_eq!(whole_characters_within(b"ab a", &letters), 4);
+        assert_eq!(whole_characters_within(b"ab\"x", &letters), 2);
+        assert_eq!(whole_characters_within("a\u{e9}b".as_bytes(), &letters), 4);
+        // A partial character is an exit even when its bytes are in the set.
+        assert_eq!(whole_characters_within(&[b'a', 0xC3], &letters), 1);
+        // è (C3 A8): its second byte is outside.
+        assert_eq!(whole_characters_within("a\u{e8}".as_bytes(), &letters), 1);
+    }
+
+    #[test]
+    fn exits_form_a_trie_holding_every_token_once() {
+        let mut within = TokenMask::new(8);
+        within.set(0);
+        let exits: Vec<(&[u8], u32)> = vec![
+            (b"\",", 5),
+            (b"\"", 3),
+            (b"\n", 7),
+            (b"\",", 2),
+            (b"\"", 1),
+            (b"\",", 4),
+        ];
+        let exits = LoopExits::new(within, exits);
+        let shape: Vec<(u8, u16, u32, Vec<u32>)> = exits
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.byte, n.depth, n.subtree_end, exits.tokens_at(i).to_vec()))
+            .collect();
+        assert_eq!(
+            shape,
+            vec![
+                (b'\n', 1, 1, vec![7]),
+                (b'"', 1, 3, vec![1, 3]),
+                (b',', 2, 3, vec![2, 4, 5]),
+            ]
+        );
+        assert_eq!(exits.max_depth, 2);
+        assert_eq!(exits.within.iter_set().collect::<Vec<_>>(), vec![0]);
+    }
+}

@@ -1,0 +1,278 @@
+//! The mask walks that use the vocabulary's lexeme tables (`lexer.rs`), as more methods of
+//! [`Matcher`]: from a state inside a loop (a string body, an extra key), the tokens within
+//! the loop and a walk of the others' exits; from a state beside one (the start of a key,
+//! a pattern just matched), the loop state's mask corrected where the two states differ;
+//! and, inside a trie walk, a string's opening quote through the tables of the tokens that
+//! start with it.
+//!
+//! Cost: a state's loop is worked out once (a transition per byte class, a few hundred for
+//! UTF-8); a mask from a loop costs a copy of the within-mask plus the exits that stay alive;
+//! one beside a loop, the trie nodes on which the two states still differ.
+
+use std::sync::Arc;
+
+use super::super::cache::{SharedCaches, DEAD, FULL};
+use super::super::ir::ByteSet;
+use super::super::lexer::LoopExits;
+use super::super::mask::TokenMask;
+use super::super::toktrie::NO_TOKEN;
+use super::{Matcher, CHAIN_MAX};
+
+impl Matcher {
+    /// The mask of `root`, computed: from the vocabulary's tables of the loop `root` is in,
+    /// or else by a walk of the trie. Returns the mask and `root`'s id after any table clear.
+    pub(super) fn mask_of(&mut self, caches: &mut SharedCaches, root: u32) -> (TokenMask, u32) {
+        if let Some(computed) = self.mask_from_loop_exits(caches, root) {
+            return computed;
+        }
+        if let Some(computed) = self.mask_beside_loop(caches, root) {
+            return computed;
+        }
+        self.walk_trie(caches, root)
+    }
+
+    /// The mask of `root` when it comes back to itself on every character of a byte set
+    /// whose vocabulary tables are worth having (see `lexer.rs`): the tokens made only of
+    /// those characters, plus a walk of the other tokens' exits from `root` (each token's
+    /// prefix of those characters leads back to `root`). `None` when `root` does not loop or
+    /// the table would not pay. Returns the mask and `root`'s id after any table clear.
+    fn mask_from_loop_exits(
+        &mut self,
+        caches: &mut SharedCaches,
+        root: u32,
+    ) -> Option<(TokenMask, u32)> {
+        let trie = self.trie.clone();
+        let loop_bytes = self.loop_bytes(caches, root)?;
+        let exits = trie.loop_exits(&loop_bytes, None)?;
+        let mut mask = exits.within.clone();
+        let root = self.walk_exits(caches, root, &exits, &mut mask, &mut []);
+        self.set_end_of_generation(caches, root, &mut mask);
+        Some((mask, root))
+    }
+
+    /// The bytes `state` comes back to itself on, character by character, when it does so
+    /// on every character of them (its skip set has no character limit); worked out once per
+    /// state, and only for a state that comes back to itself on the vocabulary's most common
+    /// printable byte.
+    fn loop_bytes(&mut self, caches: &mut SharedCaches, state: u32) -> Option<ByteSet> {
+        let set = match caches.table.known_skip_set(state) {
+            Some(set) => *set,
+            None => {
+                let trie = self.trie.clone();
+                if caches.table.next(state, trie.loop_probe) != state {
+                    return None;
+                }
+                caches.table.skip_set(
+                    state,
+                    &trie.byte_weights,
+                    trie.many_non_ascii,
+                    trie.max_chars.min(CHAIN_MAX),
+                )?
+            }
+        };
+        (set.capacity == u32::MAX).then_some(set.bytes)
+    }
+
+    /// The vocabulary's tables for the tokens that start with `lead` and lead into `state`,
+    /// when `state` loops on characters `lead` is not one of (the opening quote of a string).
+    pub(super) fn lead_exits(
+        &mut self,
+        caches: &mut SharedCaches,
+        state: u32,
+        lead: u8,
+    ) -> Option<Arc<LoopExits>> {
+        let loop_bytes = self.loop_bytes(caches, state)?;
+        if loop_bytes.contains(lead) {
+            return None;
+        }
+        self.trie.loop_exits(&loop_bytes, Some(lead))
+    }
+
+    /// Sets in `mask` every token whose exit from the loop of `root` keeps the automaton
+    /// alive from `root`: a walk of the exit trie. `outer` holds states of an enclosing walk,
+    /// kept (and renumbered) across a table clear. Returns `root`'s id after any clear.
+    pub(super) fn walk_exits(
+        &mut self,
+        caches: &mut SharedCaches,
+        root: u32,
+        exits: &LoopExits,
+        mask: &mut TokenMask,
+        outer: &mut [u32],
+    ) -> u32 {
+        let nodes = &exits.nodes[..];
+        let mut exit_states = std::mem::take(&mut self.exit_states);
+        exit_states.resize(exit_states.len().max(exits.max_depth + 1), DEAD);
+        exit_states[0] = root;
+        let mut index = 0usize;
+        while let Some(node) = nodes.get(index) {
+            let depth = node.depth as usize;
+            let next = caches.table.next(exit_states[depth - 1], node.byte);
+            if next == DEAD {
+                index = node.subtree_end as usize;
+                continue;
+            }
+            if next == FULL {
+                let mut live: Vec<u32> = outer.to_vec();
+                live.extend_from_slice(&exit_states[0..depth]);
+                self.clear_tables(caches, &mut live);
+                outer.copy_from_slice(&live[..outer.len()]);
+                exit_states[0..depth].copy_from_slice(&live[outer.len()..]);
+                continue;
+            }
+            exit_states[depth] = next;
+            mask.set_all(exits.tokens_at(index));
+            index += 1;
+        }
+        let root = exit_states[0];
+        self.exit_states = exit_states;
+        root
+    }
+
+    /// The mask of `root` from that of the loop state most of its bytes lead to, when that
+    /// loop's mask comes from the vocabulary's tables: a walk of the trie from both states
+    /// at once that stops wherever they meet, clearing the subtrees only the loop allows and
+    /// walking those only `root` does. `None` when no such loop is beside `root`.
+    fn mask_beside_loop(
+        &mut self,
+        caches: &mut SharedCaches,
+        root: u32,
+    ) -> Option<(TokenMask, u32)> {
+        let trie = self.trie.clone();
+        let reference = caches.table.heaviest_target(root, &trie.byte_weights)??;
+        if reference == root || reference == DEAD {
+            return None;
+        }
+        // Most of the tokens the loop allows must start the same way from `root`, or
+        // clearing the rest would cost more than walking.
+        let (mut shared, mut loop_only) = (0u64, 0u64);
+        for byte in 1..0x80u8 {
+            let weight = u64::from(trie.byte_weights[byte as usize]) + 1;
+            match (
+                caches.table.next(root, byte),
+                caches.table.next(reference, byte),
+            ) {
+                (FULL, _) | (_, FULL) => return None,
+                (_, DEAD) => {}
+                (ours, _) if ours == reference => shared += weight,
+                (DEAD, _) => loop_only += weight,
+                _ => {}
+            }
+        }
+        if loop_only >= shared {
+            return None;
+        }
+        let cached = caches
+            .masks
+            .get(reference)
+            .and_then(|slot| caches.masks.mask(slot))
+            .cloned();
+        let (reference_mask, reference) = match cached {
+            Some(mask) => (mask, reference),
+            None => {
+                let mut live = [root];
+                let (mask, reference) = self.loop_mask_keeping(caches, reference, &mut live)?;
+                let mask = Arc::new(mask);
+                caches.masks.insert(reference, mask.clone());
+                return Some(self.walk_beside(caches, live[0], reference, &mask));
+            }
+        };
+        Some(self.walk_beside(caches, root, reference, &reference_mask))
+    }
+
+    /// [`Matcher::mask_from_loop_exits`] for a state other than the walk's root, keeping the
+    /// states in `live` across a table clear.
+    fn loop_mask_keeping(
+        &mut self,
+        caches: &mut SharedCaches,
+        state: u32,
+        live: &mut [u32],
+    ) -> Option<(TokenMask, u32)> {
+        let loop_bytes = self.loop_bytes(caches, state)?;
+        let exits = self.trie.loop_exits(&loop_bytes, None)?;
+        let mut mask = exits.within.clone();
+        let state = self.walk_exits(caches, state, &exits, &mut mask, live);
+        self.set_end_of_generation(caches, state, &mut mask);
+        Some((mask, state))
+    }
+
+    /// The mask of `root` as `reference_mask` (that of `reference`) corrected where the two
+    /// states part: the trie is walked from both, a subtree is left as it is where they meet
+    /// (or both die), cleared where only `root` dies, and walked where `root` lives on.
+    /// Returns the mask and `root`'s id after any table clear.
+    fn walk_beside(
+        &mut self,
+        caches: &mut SharedCaches,
+        root: u32,
+        reference: u32,
+        reference_mask: &TokenMask,
+    ) -> (TokenMask, u32) {
+        let trie = self.trie.clone();
+        let nodes = &trie.nodes[..];
+        let mut mask = reference_mask.clone();
+        let depth_count = trie.max_depth() + 1;
+        let mut ours = std::mem::take(&mut self.depth_states);
+        ours.resize(depth_count, DEAD);
+        let mut theirs = std::mem::take(&mut self.exit_states);
+        theirs.resize(theirs.len().max(depth_count), DEAD);
+        ours[0] = root;
+        theirs[0] = reference;
+        let mut index = 0usize;
+        while let Some(node) = nodes.get(index) {
+            let depth = node.depth as usize;
+            let mine = caches.table.next(ours[depth - 1], node.byte);
+            let other = caches.table.next(theirs[depth - 1], node.byte);
+            if mine == FULL || other == FULL {
+                let mut live: Vec<u32> = ours[0..depth].to_vec();
+                live.extend_from_slice(&theirs[0..depth]);
+                self.clear_tables(caches, &mut live);
+                ours[0..depth].copy_from_slice(&live[..depth]);
+                theirs[0..depth].copy_from_slice(&live[depth..]);
+                continue;
+            }
+            let subtree_end = node.subtree_end as usize;
+            if mine == other {
+                index = subtree_end;
+                continue;
+            }
+            if mine == DEAD {
+                let first = trie.first_token.get(index).copied().unwrap_or(0) as usize;
+                let last = trie.first_token.get(subtree_end).copied().unwrap_or(0) as usize;
+                for &token in trie.preorder_tokens.get(first..last).unwrap_or_default() {
+                    mask.unset(token);
+                }
+                index = subtree_end;
+                continue;
+            }
+            ours[depth] = mine;
+            theirs[depth] = other;
+            if node.token != NO_TOKEN {
+                mask.set(node.token);
+            }
+            index += 1;
+        }
+        for &(token, same_as) in &trie.duplicates {
+            if mask.is_set(same_as) {
+                mask.set(token);
+            } else {
+                mask.unset(token);
+            }
+        }
+        let root = ours[0];
+        self.set_end_of_generation(caches, root, &mut mask);
+        self.depth_states = ours;
+        self.exit_states = theirs;
+        (mask, root)
+    }
+
+    /// End-of-generation tokens in `mask` exactly when `state` accepts.
+    fn set_end_of_generation(&self, caches: &SharedCaches, state: u32, mask: &mut TokenMask) {
+        let accepting = caches.table.is_accepting(state);
+        for &token in self.trie.eog_tokens() {
+            if accepting {
+                mask.set(token);
+            } else {
+                mask.unset(token);
+            }
+        }
+    }
+}
