@@ -53,15 +53,6 @@ fn start(binary: &Path, args: &[String]) -> Result<Server, String> {
     }
 }
 
-fn llama_server() -> Option<PathBuf> {
-    if let Ok(path) = std::env::var("LLAMA_SERVER") {
-        return Some(path.into());
-    }
-    let home = std::env::var("HOME").ok()?;
-    let path = Path::new(&home).join(".cache/llamay-peer/build-0.3.36/bin/llama-server");
-    path.is_file().then_some(path)
-}
-
 fn post(url: &str, body: &Value) -> Value {
     let response = reqwest::blocking::Client::new()
         .post(url)
@@ -140,7 +131,7 @@ fn main() {
     let ours = start(&llamay, &args).expect("llamay starts");
     let (our_batched, our_single) = embed_rates(&ours.url, ENCODER, &texts);
 
-    let anchor = llama_server().and_then(|binary| {
+    let anchor = process::llama_server_binary().and_then(|binary| {
         let args: Vec<String> = [
             "-m",
             &encoder_file.display().to_string(),

@@ -153,35 +153,9 @@ struct PeerServer {
 }
 
 impl PeerServer {
-    /// The binary from `LLAMA_SERVER`, else the one the peer bench's build script caches.
-    fn binary() -> Option<std::path::PathBuf> {
-        if let Ok(path) = std::env::var("LLAMA_SERVER") {
-            return Some(path.into());
-        }
-        let cache = std::env::var("LLAMA_SERVER_CACHE")
-            .map(std::path::PathBuf::from)
-            .or_else(|_| std::env::var("HOME").map(|home| std::path::Path::new(&home).join(".cache/llamay-peer")))
-            .ok()?;
-        let path = cache.join("build-0.3.36/bin/llama-server");
-        path.is_file().then_some(path)
-    }
-
     fn start(binary: &std::path::Path, model: &std::path::Path, threads: i32) -> Result<Self, String> {
-        let port = process::free_port();
-        let child = std::process::Command::new(binary)
-            .args(["-m", &model.display().to_string(), "--host", "127.0.0.1", "--port", &port.to_string()])
-            .args(["-t", &threads.to_string(), "-tb", &threads.to_string(), "-c", "1024", "-np", "1", "--no-webui"])
-            .args(["-fa", "on", "-ctk", "f16", "-ctv", "f16"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .map_err(|e| format!("{}: {e}", binary.display()))?;
-        let server = PeerServer { _process: process::Process(child), url: format!("http://127.0.0.1:{port}") };
-        if process::wait_for_health(&server.url, Duration::from_secs(120)) {
-            Ok(server)
-        } else {
-            Err("llama-server did not answer /health within 120 s".into())
-        }
+        let (process, url) = process::start_llama_server(binary, model, threads)?;
+        Ok(PeerServer { _process: process, url })
     }
 
     /// One greedy `/completion` of `tokens` tokens (EOS ignored), timed by llama-server itself.
@@ -217,7 +191,7 @@ fn main() {
     let rounds = env_number("LLAMAY_BENCH_ROUNDS", 3);
     let store = Store::open(&Store::default_home()).expect("model store (run scripts/setup)");
     println!("inference: {threads} threads, {tokens} generated tokens, best of {rounds} rounds, greedy");
-    let peer = PeerServer::binary();
+    let peer = process::llama_server_binary();
     match &peer {
         Some(path) => println!("llama-server: {} (its /completion timings, same prompt and threads)", path.display()),
         None => println!(

@@ -204,47 +204,19 @@ fn until_budget(budget: u32, mut once: impl FnMut() -> Result<Run, String>) -> R
     Ok(total)
 }
 
+#[path = "../tests/support/process.rs"]
+mod process;
+
 /// A llama-server process on a loopback port, killed on drop.
 struct PeerServer {
-    child: std::process::Child,
+    process: process::Process,
     url: String,
 }
 
 impl PeerServer {
-    fn binary() -> Option<std::path::PathBuf> {
-        match std::env::var("LLAMA_SERVER") {
-            Ok(path) if path == "none" => return None,
-            Ok(path) => return Some(path.into()),
-            Err(_) => {}
-        }
-        let cache = std::env::var("LLAMA_SERVER_CACHE")
-            .map(std::path::PathBuf::from)
-            .or_else(|_| std::env::var("HOME").map(|home| std::path::Path::new(&home).join(".cache/llamay-peer")))
-            .ok()?;
-        let path = cache.join("build-0.3.36/bin/llama-server");
-        path.is_file().then_some(path)
-    }
-
     fn start(binary: &std::path::Path, model: &std::path::Path, threads: i32) -> Result<Self, String> {
-        let port =
-            std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|e| e.to_string())?.port();
-        let child = std::process::Command::new(binary)
-            .args(["-m", &model.display().to_string(), "--host", "127.0.0.1", "--port", &port.to_string()])
-            .args(["-t", &threads.to_string(), "-tb", &threads.to_string(), "-c", "1024", "-np", "1", "--no-webui"])
-            .args(["-fa", "on", "-ctk", "f16", "-ctv", "f16"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .map_err(|e| format!("{}: {e}", binary.display()))?;
-        let server = PeerServer { child, url: format!("http://127.0.0.1:{port}") };
-        let client = reqwest::blocking::Client::new();
-        for _ in 0..600 {
-            if client.get(format!("{}/health", server.url)).send().is_ok_and(|r| r.status().is_success()) {
-                return Ok(server);
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        Err("llama-server did not answer /health within 120 s".into())
+        let (process, url) = process::start_llama_server(binary, model, threads)?;
+        Ok(PeerServer { process, url })
     }
 
     /// The same request, greedy, timed by llama-server itself (wall) and by its CPU time.
@@ -259,7 +231,7 @@ impl PeerServer {
             }
             Shape::AnyJson => body["json_schema"] = serde_json::json!({}),
         }
-        let cpu_before = process_cpu_time(self.child.id());
+        let cpu_before = process_cpu_time(self.process.0.id());
         let reply: serde_json::Value = reqwest::blocking::Client::new()
             .post(format!("{}/completion", self.url))
             .json(&body)
@@ -267,7 +239,7 @@ impl PeerServer {
             .send()
             .and_then(|r| r.json())
             .map_err(|e| e.to_string())?;
-        let cpu = process_cpu_time(self.child.id()).saturating_sub(cpu_before);
+        let cpu = process_cpu_time(self.process.0.id()).saturating_sub(cpu_before);
         let timings = &reply["timings"];
         let generated = timings["predicted_n"].as_f64().ok_or_else(|| format!("no timings in {reply}"))?;
         let millis = timings["predicted_ms"].as_f64().unwrap_or(0.0);
@@ -280,13 +252,6 @@ impl PeerServer {
             mask_line: None,
             finish: finish.to_string(),
         })
-    }
-}
-
-impl Drop for PeerServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -350,7 +315,7 @@ fn main() {
     let rounds = env_number("LLAMAY_BENCH_ROUNDS", 5).max(1);
     let models = std::env::var("LLAMAY_BENCH_MODELS").unwrap_or_else(|_| "smollm2:135m,gemma3:270m".into());
     let store = Store::open(&Store::default_home()).expect("model store (run scripts/setup)");
-    let peer = PeerServer::binary();
+    let peer = process::llama_server_binary();
     println!(
         "structured decode: {threads} thread(s), greedy, {tokens} tokens per measurement, {rounds} interleaved rounds; \
          tok/s in CPU time of the engine's process; ratio = constrained / unconstrained tok/s: best = of the best \

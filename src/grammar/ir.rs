@@ -289,3 +289,15 @@ pub fn rules_satisfying(grammar: &Grammar, terminal_holds: impl Fn(&Symbol) -> b
     }
     marked
 }
+
+/// UTF-8 continuation bytes still owed after `byte`, when `pending` were owed before it.
+#[inline]
+pub(crate) fn utf8_pending_after(pending: u8, byte: u8) -> u8 {
+    match byte {
+        0x80..=0xBF => pending.saturating_sub(1),
+        0xC0..=0xDF => 1,
+        0xE0..=0xEF => 2,
+        0xF0..=0xFF => 3,
+        _ => 0,
+    }
+}

@@ -17,7 +17,7 @@ use super::automaton::CompiledGrammar;
 use super::check::describe_expected;
 use super::cache::{CacheRegistry, SharedCaches, SkipSet, DEAD, FULL};
 use super::error::GrammarError;
-use super::ir::ByteSet;
+use super::ir::{utf8_pending_after, ByteSet};
 use super::mask::TokenMask;
 use super::stats::MaskStats;
 use super::toktrie::{TokenTrie, NO_TOKEN};
@@ -251,7 +251,7 @@ impl Matcher {
             Some(next) => {
                 self.state = next;
                 for &byte in self.trie.token_bytes(token).unwrap_or_default() {
-                    self.pending_continuations = pending_after(self.pending_continuations, byte);
+                    self.pending_continuations = utf8_pending_after(self.pending_continuations, byte);
                 }
                 self.stats.steps += 1;
                 if !self.computed_this_step {
@@ -469,7 +469,7 @@ impl Matcher {
                     }
                 }
             }
-            let pending = pending_after(parent_pending, node.byte);
+            let pending = utf8_pending_after(parent_pending, node.byte);
             depth_pending[depth] = pending;
             let parent_skips = depth_skips[depth - 1];
             depth_skips[depth] = if pending == 0 {
@@ -637,17 +637,6 @@ impl Matcher {
     }
 }
 
-/// UTF-8 continuation bytes still owed after `byte`, when `pending` were owed before it.
-#[inline]
-fn pending_after(pending: u8, byte: u8) -> u8 {
-    match byte {
-        0x80..=0xBF => pending.saturating_sub(1),
-        0xC0..=0xDF => 1,
-        0xE0..=0xEF => 2,
-        0xF0..=0xFF => 3,
-        _ => 0,
-    }
-}
 
 #[inline]
 fn is_subset(bytes: &ByteSet, of: &ByteSet) -> bool {

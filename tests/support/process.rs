@@ -3,14 +3,15 @@
 //! and bounded waits for a port to listen or `/health` to answer. Included by `#[path]` from
 //! each test or bench that starts a process, so none carries its own copy.
 //!
-//! Key items: [`Process`], [`llamay_command`], [`free_port`], [`wait_for_port`],
-//! [`wait_for_health`].
+//! Key items: [`Process`], [`llamay_command`], [`llama_server_binary`],
+//! [`start_llama_server`], [`free_port`], [`wait_for_port`], [`wait_for_health`].
 //! Cost: a poll every 100-200 ms while waiting.
 
 #![allow(dead_code)]
 
 use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// A child process killed (and reaped) on drop.
@@ -49,6 +50,45 @@ pub fn llamay_command() -> Command {
         .env_remove("LLAMAY_CONFIG")
         .env_remove("LLAMAY_RPC");
     command
+}
+
+/// The llama-server binary benches compare against: `LLAMA_SERVER` (`none`: no anchor), else
+/// the one `benches/peer/build-llama-server.sh` caches (in `LLAMA_SERVER_CACHE`, by default
+/// `~/.cache/llamay-peer`), if it was built.
+pub fn llama_server_binary() -> Option<PathBuf> {
+    match std::env::var("LLAMA_SERVER") {
+        Ok(path) if path == "none" => return None,
+        Ok(path) => return Some(path.into()),
+        Err(_) => {}
+    }
+    let cache = std::env::var("LLAMA_SERVER_CACHE")
+        .map(PathBuf::from)
+        .or_else(|_| std::env::var("HOME").map(|home| Path::new(&home).join(".cache/llamay-peer")))
+        .ok()?;
+    let path = cache.join("build-0.3.36/bin/llama-server");
+    path.is_file().then_some(path)
+}
+
+/// llama-server on `model` with one slot of 1,024 tokens, `threads` threads, flash attention
+/// and an f16 KV cache (llamay's defaults), on a free loopback port; its process and base URL
+/// once `/health` answers.
+pub fn start_llama_server(binary: &Path, model: &Path, threads: i32) -> Result<(Process, String), String> {
+    let port = free_port();
+    let child = Command::new(binary)
+        .args(["-m", &model.display().to_string(), "--host", "127.0.0.1", "--port", &port.to_string()])
+        .args(["-t", &threads.to_string(), "-tb", &threads.to_string(), "-c", "1024", "-np", "1", "--no-webui"])
+        .args(["-fa", "on", "-ctk", "f16", "-ctv", "f16"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("{}: {e}", binary.display()))?;
+    let process = Process(child);
+    let url = format!("http://127.0.0.1:{port}");
+    if wait_for_health(&url, Duration::from_secs(120)) {
+        Ok((process, url))
+    } else {
+        Err("llama-server did not answer /health within 120 s".into())
+    }
 }
 
 /// A loopback port nothing listens on right now.

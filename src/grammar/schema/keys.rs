@@ -20,7 +20,7 @@ use regex_automata::util::primitives::StateID;
 
 use super::json::{byte, canonical_escape};
 use super::regex::{search_dfa, PatternRefusal};
-use crate::grammar::ir::{literal_symbols, ByteSet, RuleId, Symbol};
+use crate::grammar::ir::{literal_symbols, utf8_pending_after, ByteSet, RuleId, Symbol};
 
 /// Most product states one object's keys may need.
 pub const MAX_KEY_STATES: usize = 4096;
@@ -130,7 +130,7 @@ impl KeyAutomaton {
                     OFF_TRIE => OFF_TRIE,
                     _ => children[node as usize].get(&b).copied().unwrap_or(OFF_TRIE),
                 };
-                let key = (next_node, next_states, pending_after(pending, b));
+                let key = (next_node, next_states, utf8_pending_after(pending, b));
                 let target = match index.get(&key) {
                     Some(target) => *target,
                     None => {
@@ -223,16 +223,6 @@ impl KeyAutomaton {
     }
 }
 
-/// UTF-8 continuation bytes still owed after `byte`, when `pending` were owed before it.
-fn pending_after(pending: u8, byte: u8) -> u8 {
-    match byte {
-        0x80..=0xBF => pending.saturating_sub(1),
-        0xC0..=0xDF => 1,
-        0xE0..=0xEF => 2,
-        0xF0..=0xFF => 3,
-        _ => 0,
-    }
-}
 
 /// The states merged where they cannot be told apart (same ending, and transitions on the
 /// same bytes to states that cannot be told apart), by refining a partition until it holds;
