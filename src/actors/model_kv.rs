@@ -6,7 +6,8 @@
 //! Also how a request's prompt continues a context ([`LlamaModelHandle::prepare_in_context`]).
 //!
 //! Key type: [`SlotKeeper`]. Cost per admission: one prefix comparison per slot, then one
-//! sequence truncate or copy (no tensor copies: cells are shared in the unified KV cache).
+//! sequence truncate, or a copy of the source sequence's cells into the slot's own KV stream
+//! (tens of KiB per position; see `Context::copy_prefix`).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Weak};
