@@ -55,58 +55,10 @@ struct Compiled {
     accepted: Vec<String>,
 }
 
-/// A point in this thread's CPU time: on a shared machine wall time also counts the turns of
-/// other processes, which land on either engine at random and make single masks look slow.
-#[derive(Clone, Copy)]
-struct CpuInstant(f64);
+#[path = "support/cpu_timing.rs"]
+mod cpu_timing;
 
-impl CpuInstant {
-    fn now() -> Self {
-        let mut spec = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // SAFETY: `spec` is a valid, writable timespec for the duration of the call.
-        let status = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut spec) };
-        if status != 0 {
-            return CpuInstant(0.0);
-        }
-        CpuInstant(spec.tv_sec as f64 * 1e6 + spec.tv_nsec as f64 / 1e3)
-    }
-
-    fn elapsed_micros(&self) -> f64 {
-        (CpuInstant::now().0 - self.0).max(0.0)
-    }
-}
-
-#[derive(Default)]
-struct Timings(Vec<f64>);
-
-impl Timings {
-    fn push_since(&mut self, started: CpuInstant) {
-        self.0.push(started.elapsed_micros());
-    }
-
-    fn summary(&mut self) -> Option<[f64; 4]> {
-        if self.0.is_empty() {
-            return None;
-        }
-        self.0.sort_by(|a, b| a.total_cmp(b));
-        let n = self.0.len();
-        let avg = self.0.iter().sum::<f64>() / n as f64;
-        let at = |q: f64| self.0[((n as f64 * q) as usize).min(n - 1)];
-        Some([avg, at(0.5), at(0.99), self.0[n - 1]])
-    }
-}
-
-fn row(label: &str, timings: &mut Timings) -> Option<[f64; 4]> {
-    let summary = timings.summary();
-    match summary {
-        Some([avg, p50, p99, max]) => println!(
-            "  {label:<28} n={:<7} avg {avg:>9.1} us  p50 {p50:>9.1} us  p99 {p99:>9.1} us  max {max:>10.1} us",
-            timings.0.len()
-        ),
-        None => println!("  {label:<28} (none)"),
-    }
-    summary
-}
+use cpu_timing::{row, CpuInstant};
 
 fn load_cases(directories: &[PathBuf], limit: usize) -> Vec<Case> {
     let mut files: Vec<PathBuf> = Vec::new();
@@ -191,7 +143,7 @@ fn main() {
     let mut refused: BTreeMap<String, usize> = BTreeMap::new();
     let mut failed = Vec::new();
     let mut compiled = Vec::new();
-    let mut compile_times = Timings::default();
+    let mut compile_times = Vec::new();
     let (mut valid_accepted, mut valid_total, mut invalid_rejected, mut invalid_total) = (0, 0, 0, 0);
     let mut false_accepts = Vec::new();
     for (index, case) in cases.iter().enumerate() {
@@ -210,7 +162,7 @@ fn main() {
                 continue;
             }
         };
-        compile_times.push_since(started);
+        compile_times.push(started.elapsed_micros());
         let compile_micros = started.elapsed_micros();
         if per_schema && compile_micros > 5_000.0 {
             println!("  slow compile: {:>9.0} us {} ({} rules)", compile_micros, case.name, grammar.rule_names().len());
@@ -293,13 +245,13 @@ fn bench_vocab(
         }
     };
     factory.quiet();
-    let (mut ours_masks, mut llg_masks, mut llg_compile) = (Timings::default(), Timings::default(), Timings::default());
+    let (mut ours_masks, mut llg_masks, mut llg_compile) = (Vec::new(), Vec::new(), Vec::new());
     let (mut not_in_mask, mut llg_failed, mut llg_rejected) = (0usize, 0usize, 0usize);
     // Schemas by their slowest llamay mask, to point at what to optimise.
     let mut slowest: Vec<(f64, &str)> = Vec::new();
     for entry in compiled {
         let case = &cases[entry.case];
-        let (ours_before, theirs_before) = (ours_masks.0.len(), llg_masks.0.len());
+        let (ours_before, theirs_before) = (ours_masks.len(), llg_masks.len());
         let mut counters = String::new();
         for (instance_index, text) in entry.accepted.iter().enumerate() {
             let token_ids = env.tok_trie().greedy_tokenize(text.as_bytes());
@@ -315,7 +267,7 @@ fn bench_vocab(
                 let (states_before, clears_before) = (matcher.stats().states, matcher.stats().table_clears);
                 let started = CpuInstant::now();
                 let allowed = matcher.compute_mask().is_set(token);
-                ours_masks.push_since(started);
+                ours_masks.push(started.elapsed_micros());
                 let micros = started.elapsed_micros();
                 if per_schema && micros > slow_mask_micros {
                     let tail = String::from_utf8_lossy(&written[written.len().saturating_sub(40)..]).into_owned();
@@ -346,7 +298,7 @@ fn bench_vocab(
             let parser = factory.create_parser(TopLevelGrammar::from_json_schema(case.schema.clone()));
             let mut llg = llguidance::Matcher::new(parser);
             if instance_index == 0 {
-                llg_compile.push_since(started);
+                llg_compile.push(started.elapsed_micros());
             }
             if llg.is_error() {
                 llg_failed += 1;
@@ -355,7 +307,7 @@ fn bench_vocab(
             for &token in &token_ids {
                 let started = CpuInstant::now();
                 let mask = llg.compute_mask();
-                llg_masks.push_since(started);
+                llg_masks.push(started.elapsed_micros());
                 match mask {
                     Ok(mask) if mask.is_allowed(token) => {}
                     _ => {
@@ -375,10 +327,10 @@ fn bench_vocab(
             println!(
                 "  schema {:<48} max llamay {:>9.0} us, llguidance {:>9.0} us · total {:>9.0} us, {:>9.0} us · {counters}",
                 case.name,
-                worst(&ours_masks.0[ours_before..]),
-                worst(&llg_masks.0[theirs_before..]),
-                total(&ours_masks.0[ours_before..]),
-                total(&llg_masks.0[theirs_before..])
+                worst(&ours_masks[ours_before..]),
+                worst(&llg_masks[theirs_before..]),
+                total(&ours_masks[ours_before..]),
+                total(&llg_masks[theirs_before..])
             );
         }
     }

@@ -28,52 +28,10 @@ use llguidance::toktrie::{ApproximateTokEnv, TokRxInfo, TokTrie};
 use llguidance::ParserFactory;
 use serde_json::Value;
 
-/// A point in this thread's CPU time.
-#[derive(Clone, Copy)]
-struct CpuInstant(f64);
+#[path = "support/cpu_timing.rs"]
+mod cpu_timing;
 
-impl CpuInstant {
-    fn now() -> Self {
-        let mut spec = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `spec` is a valid, writable timespec for the duration of the call.
-        let status = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut spec) };
-        if status != 0 {
-            return CpuInstant(0.0);
-        }
-        CpuInstant(spec.tv_sec as f64 * 1e6 + spec.tv_nsec as f64 / 1e3)
-    }
-
-    fn elapsed_micros(&self) -> f64 {
-        (CpuInstant::now().0 - self.0).max(0.0)
-    }
-}
-
-/// avg, p50, p99, max of `times` (sorted in place), as `maskbench` computes them.
-fn summary(times: &mut [f64]) -> Option<[f64; 4]> {
-    if times.is_empty() {
-        return None;
-    }
-    times.sort_by(|a, b| a.total_cmp(b));
-    let n = times.len();
-    let avg = times.iter().sum::<f64>() / n as f64;
-    let at = |q: f64| times[((n as f64 * q) as usize).min(n - 1)];
-    Some([avg, at(0.5), at(0.99), times[n - 1]])
-}
-
-fn row(label: &str, times: &mut [f64]) -> Option<[f64; 4]> {
-    let result = summary(times);
-    match result {
-        Some([avg, p50, p99, max]) => println!(
-            "  {label:<28} n={:<7} avg {avg:>9.1} us  p50 {p50:>9.1} us  p99 {p99:>9.1} us  max {max:>10.1} us",
-            times.len()
-        ),
-        None => println!("  {label:<28} (none)"),
-    }
-    result
-}
+use cpu_timing::{row, CpuInstant};
 
 struct Case {
     name: String,
