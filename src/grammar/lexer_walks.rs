@@ -250,13 +250,7 @@ impl Matcher {
             }
             index += 1;
         }
-        for &(token, same_as) in &trie.duplicates {
-            if mask.is_set(same_as) {
-                mask.set(token);
-            } else {
-                mask.unset(token);
-            }
-        }
+        trie.mirror_duplicates(&mut mask);
         let root = ours[0];
         self.set_end_of_generation(caches, root, &mut mask);
         self.depth_states = ours;

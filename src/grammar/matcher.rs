@@ -498,11 +498,7 @@ impl Matcher {
             }
             index += 1;
         }
-        for &(token, same_as) in &trie.duplicates {
-            if mask.is_set(same_as) {
-                mask.set(token);
-            }
-        }
+        trie.mirror_duplicates(&mut mask);
         if caches.table.is_accepting(self.state) {
             for &token in trie.eog_tokens() {
                 mask.set(token);

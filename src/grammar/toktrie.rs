@@ -514,6 +514,18 @@ impl TokenTrie {
         self.lexemes.built()
     }
 
+    /// Gives every token with the same bytes as another the other's bit in `mask`: a walk of
+    /// the trie decides only the token its node carries.
+    pub(crate) fn mirror_duplicates(&self, mask: &mut TokenMask) {
+        for &(token, same_as) in &self.duplicates {
+            if mask.is_set(same_as) {
+                mask.set(token);
+            } else {
+                mask.unset(token);
+            }
+        }
+    }
+
     pub fn vocab_size(&self) -> usize {
         self.is_eog.len()
     }
