@@ -230,7 +230,9 @@ impl Sampler {
             Some(tokens) => candidates.extend(tokens.iter().map(|t| (*t, logits[*t as usize]))),
             // With a top-k, gather only the k best in one pass instead of the whole vocabulary
             // (262,144 pairs for Gemma 3), which `draw` would then cut to k anyway.
-            None if top_k > 0 && top_k < logits.len() => top_k_of(logits, top_k, &mut candidates),
+            None if top_k > 0 && top_k < logits.len() => {
+                best_ranked(logits, top_k, false, &mut candidates);
+            }
             None => candidates.extend(logits.iter().enumerate().map(|(i, l)| (i as u32, *l))),
         }
         let chosen = self.draw(&mut candidates);
@@ -284,28 +286,6 @@ impl Sampler {
             }
         }
         Ok(candidates[candidates.len() - 1].0)
-    }
-}
-
-/// The `k` highest finite logits of `logits` (unordered) into `out`, in one pass: a value enters
-/// the buffer only when it beats the k-th best seen so far, and the buffer is cut back to k
-/// whenever it reaches 2k, so the pass costs one comparison per token and a few selections.
-fn top_k_of(logits: &[f32], k: usize, out: &mut Vec<(u32, f32)>) {
-    let limit = 2 * k.max(32);
-    let mut threshold = f32::NEG_INFINITY;
-    for (index, logit) in logits.iter().enumerate() {
-        if *logit > threshold && logit.is_finite() {
-            out.push((index as u32, *logit));
-            if out.len() == limit {
-                out.select_nth_unstable_by(k - 1, |a, b| b.1.total_cmp(&a.1));
-                out.truncate(k);
-                threshold = out[k - 1].1;
-            }
-        }
-    }
-    if out.len() > k {
-        out.select_nth_unstable_by(k - 1, |a, b| b.1.total_cmp(&a.1));
-        out.truncate(k);
     }
 }
 
@@ -500,7 +480,7 @@ mod tests {
         logits[1234] = f32::NEG_INFINITY;
         for k in [1, 5, 40, 100] {
             let mut fast = Vec::new();
-            top_k_of(&logits, k, &mut fast);
+            best_ranked(&logits, k, false, &mut fast);
             let mut reference: Vec<(u32, f32)> =
                 logits.iter().enumerate().filter(|(_, l)| l.is_finite()).map(|(i, l)| (i as u32, *l)).collect();
             // Ties (the pseudo-random row has a few) are ordered by token id on both sides.
