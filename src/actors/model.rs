@@ -3,12 +3,12 @@
 //! others generate joins at the next step; a finished or cancelled one leaves and frees its slot.
 //!
 //! Key types: [`LlamaModelHandle`] (the [`LoadedModel`] the supervisor holds), [`WorkerSettings`],
-//! [`StoreLoader`] (the real [`ModelLoader`]: store name -> file -> loaded model).
+//! [`StoreLoader`] (the real [`ModelLoader`](super::messages::ModelLoader): store name -> file
+//! -> loaded model; in `model_locate.rs` with the other ways of finding and loading a model).
 //! Cost: one thread and one KV cache per loaded model; each step is one `llama_decode` call of
 //! (live sequences + prompt chunk) tokens, plus one sampling pass per generating sequence.
 
-use std::collections::{HashMap, VecDeque};
-use std::path::{Path, PathBuf};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc as std_mpsc, Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
@@ -17,14 +17,13 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 use super::contexts::{ContextMode, ContextRecord, ContextUse};
-use super::messages::{CancelToken, Generation, LoadedModel, ModelLoader, SavedState};
+use super::messages::{CancelToken, Generation, LoadedModel, SavedState};
 use super::prefix::SlotCache;
 use super::sampler::{SequenceSampler, Step};
 use crate::core::{
     Completion, ConstraintKind, CoreError, FinishReason, ModelInfo, ModelTotals, PromptInput, Role, StreamEvent,
     Timings, ToolSpec, Usage, ValidGenerateRequest,
 };
-use crate::core::ModelName;
 use crate::grammar::{CompiledGrammar, Limits};
 use crate::grammar::matcher::Matcher;
 use crate::grammar::toktrie::TokenTrie;
@@ -725,134 +724,6 @@ fn finish(mut job: Job, reason: FinishReason, text: String, timings: Timings, pr
 #[path = "model_kv.rs"]
 mod kv;
 
-/// Loads models by name, never by path: from the store, or from the GGUF files the operator
-/// registered under names at start-up (`serve -m PATH`). A name is all a request can give, so
-/// no request can make the daemon open a file of its choosing.
-pub struct StoreLoader {
-    store: Arc<crate::store::Store>,
-    settings: WorkerSettings,
-    files: HashMap<ModelName, PathBuf>,
-}
-
-impl StoreLoader {
-    pub fn new(store: Arc<crate::store::Store>, settings: WorkerSettings) -> Self {
-        Self { store, settings, files: HashMap::new() }
-    }
-
-    /// Serves the file at `path` under `name`, ahead of a store model of the same name.
-    pub fn with_file(mut self, name: ModelName, path: PathBuf) -> Self {
-        self.files.insert(name, path);
-        self
-    }
-
-    /// The file a name loads and its facts, without loading it.
-    pub fn locate(&self, name: &str) -> Result<(PathBuf, ModelInfo), CoreError> {
-        let name = ModelName::parse(name)?;
-        match self.files.get(&name) {
-            Some(path) => locate_file(path, &name.to_string()),
-            None => locate_stored(&name, &self.store),
-        }
-    }
-
-    pub fn settings(&self) -> &WorkerSettings {
-        &self.settings
-    }
-}
-
-/// Resolves `reference` (a store name, or a path to a GGUF file) to a file and its facts.
-/// A store is needed only for names. For the command line only: the daemon resolves names
-/// alone ([`StoreLoader`]).
-pub fn locate_model(reference: &str, store: Option<&crate::store::Store>) -> Result<(PathBuf, ModelInfo), CoreError> {
-    match crate::store::ModelRef::parse(reference).map_err(|e| CoreError::bad_request(e.to_string()))? {
-        crate::store::ModelRef::Path(path) => locate_file(&path, &path.display().to_string()),
-        crate::store::ModelRef::Name(name) => {
-            let store = store.ok_or_else(|| CoreError::internal("no model store is open"))?;
-            locate_stored(&name, store)
-        }
-    }
-}
-
-/// A GGUF file's facts, reported under `name`.
-fn locate_file(path: &Path, name: &str) -> Result<(PathBuf, ModelInfo), CoreError> {
-    let facts = crate::gguf::read_gguf_facts(path).map_err(|e| CoreError::bad_request(e.to_string()))?;
-    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-    Ok((path.to_path_buf(), info_from_facts(name, &facts, size, String::new())))
-}
-
-/// The store's blob for `name` and its facts.
-fn locate_stored(name: &ModelName, store: &crate::store::Store) -> Result<(PathBuf, ModelInfo), CoreError> {
-    let manifest = store.resolve(name).map_err(|_| CoreError::model_not_found(&name.to_string()))?;
-    let path = store.blob_path(&manifest);
-    Ok((path, info_from_facts(&name.to_string(), &manifest.facts, manifest.size, manifest.digest.clone())))
-}
-
-/// The vocabulary named by `reference`: a `.json` file written by `Vocabulary::to_json`, or a
-/// model (store name or GGUF path) loaded to read it. Benchmarks take either, so they can run
-/// on the store's models or on a saved vocabulary without a model.
-pub fn load_vocabulary(reference: &str) -> Result<crate::llm::Vocabulary, String> {
-    if reference.ends_with(".json") {
-        let text = std::fs::read_to_string(reference).map_err(|e| format!("{reference}: {e}"))?;
-        let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{reference}: {e}"))?;
-        return crate::llm::Vocabulary::from_json(&value)
-            .ok_or_else(|| format!("{reference}: not a {{\"tokens\": [...], \"eog\": [...]}} vocabulary"));
-    }
-    let store = crate::store::Store::open(&crate::store::Store::default_home()).map_err(|e| e.to_string())?;
-    let (path, _) = locate_model(reference, Some(&store)).map_err(|e| e.to_string())?;
-    let model = Model::load(&path).map_err(|e| e.to_string())?;
-    Ok(model.vocabulary().as_ref().clone())
-}
-
-/// `LLAMAY_VOCAB_JSON` (comma-separated vocabulary files or model names), by default the two
-/// models scripts/setup installs.
-pub fn benchmark_vocabularies() -> Vec<String> {
-    std::env::var("LLAMAY_VOCAB_JSON")
-        .unwrap_or_else(|_| "smollm2:135m,gemma3:270m".into())
-        .split(',')
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-        .collect()
-}
-
-fn info_from_facts(name: &str, facts: &crate::gguf::GgufFacts, size: u64, digest: String) -> ModelInfo {
-    ModelInfo {
-        name: name.to_string(),
-        architecture: facts.architecture.clone(),
-        parameter_count: facts.parameter_count,
-        quantization: facts.quantization.clone(),
-        context_length: 0,
-        trained_context_length: facts.context_length.unwrap_or(0) as u32,
-        size_bytes: size,
-        digest,
-        parallel: 0,
-    }
-}
-
-/// Loads the file at `path` and starts its worker.
-pub fn load_model(path: &Path, info: ModelInfo, settings: &WorkerSettings) -> Result<LlamaModelHandle, CoreError> {
-    let model = Model::load(path).map_err(|e| CoreError::bad_request(e.to_string()))?;
-    LlamaModelHandle::start(Arc::new(model), info, settings)
-}
-
-/// Loads the file at `path` and starts what it is made for: an embedding thread for an
-/// encoder (a pooling type in its GGUF), the generation worker for a chat model.
-pub fn load_any_model(path: &Path, info: ModelInfo, settings: &WorkerSettings) -> Result<Arc<dyn LoadedModel>, CoreError> {
-    let model = Model::load(path).map_err(|e| CoreError::bad_request(e.to_string()))?;
-    if model.is_embedding_model() {
-        // A pass attends over all its tokens at once (a mask keeps inputs apart), so its cost
-        // per token grows with its size: passes no larger than one whole input need be.
-        let params = crate::llm::embed::EmbedderParams {
-            threads: settings.context.threads,
-            batch_tokens: model.context_train().clamp(512, 2048),
-            ..crate::llm::embed::EmbedderParams::default()
-        };
-        return Ok(Arc::new(super::embed::EmbeddingModelHandle::start(Arc::new(model), info, params)?));
-    }
-    Ok(Arc::new(LlamaModelHandle::start(Arc::new(model), info, settings)?))
-}
-
-impl ModelLoader for StoreLoader {
-    fn load(&self, name: &str) -> Result<Arc<dyn LoadedModel>, CoreError> {
-        let (path, info) = self.locate(name)?;
-        load_any_model(&path, info, &self.settings)
-    }
-}
+#[path = "model_locate.rs"]
+mod locate;
+pub use locate::{benchmark_vocabularies, load_any_model, load_model, load_vocabulary, locate_model, StoreLoader};
