@@ -13,7 +13,6 @@
 //! counts; a scrape renders a few kilobytes.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -25,6 +24,9 @@ use actix_web::middleware::Next;
 use actix_web::web::{self, Bytes};
 use actix_web::HttpResponse;
 
+mod text_format;
+
+use self::text_format::{family, render_histogram, sample, Histogram};
 use super::AppState;
 use crate::actors::supervisor::{Snapshot, SupervisorStatus};
 use crate::core::{Completion, FinishReason};
@@ -42,35 +44,6 @@ const TTFT_BUCKETS: [f64; 12] = [
 ];
 /// Constraint kinds as the model worker labels them; anything else is booked as `other`.
 const CONSTRAINT_KINDS: [&str; 3] = ["json", "grammar", "tool"];
-
-/// A cumulative histogram with fixed upper bounds.
-#[derive(Debug, Clone)]
-struct Histogram {
-    bounds: &'static [f64],
-    /// Observations at or below each bound (not cumulative; summed when rendered).
-    counts: Vec<u64>,
-    sum: f64,
-    count: u64,
-}
-
-impl Histogram {
-    fn new(bounds: &'static [f64]) -> Self {
-        Histogram {
-            bounds,
-            counts: vec![0; bounds.len()],
-            sum: 0.0,
-            count: 0,
-        }
-    }
-
-    fn observe(&mut self, seconds: f64) {
-        if let Some(index) = self.bounds.iter().position(|bound| seconds <= *bound) {
-            self.counts[index] += 1;
-        }
-        self.sum += seconds;
-        self.count += 1;
-    }
-}
 
 /// Mask counters of one constraint kind, summed over the generations that used it.
 #[derive(Debug, Clone, Default)]
@@ -681,83 +654,6 @@ impl MessageBody for TimedBody {
     }
 }
 
-fn family(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-}
-
-fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: f64) {
-    out.push_str(name);
-    write_labels(out, labels, None);
-    let _ = writeln!(out, " {}", number(value));
-}
-
-fn write_labels(out: &mut String, labels: &[(&str, &str)], le: Option<&str>) {
-    if labels.is_empty() && le.is_none() {
-        return;
-    }
-    out.push('{');
-    let mut first = true;
-    for (key, value) in labels.iter().copied().chain(le.map(|le| ("le", le))) {
-        if !first {
-            out.push(',');
-        }
-        first = false;
-        let _ = write!(out, "{key}=\"{}\"", escape_label(value));
-    }
-    out.push('}');
-}
-
-fn render_histogram(out: &mut String, name: &str, labels: &[(&str, &str)], histogram: &Histogram) {
-    let mut cumulative = 0;
-    for (bound, count) in histogram.bounds.iter().zip(&histogram.counts) {
-        cumulative += count;
-        out.push_str(name);
-        out.push_str("_bucket");
-        write_labels(out, labels, Some(&number(*bound)));
-        let _ = writeln!(out, " {cumulative}");
-    }
-    out.push_str(name);
-    out.push_str("_bucket");
-    write_labels(out, labels, Some("+Inf"));
-    let _ = writeln!(out, " {}", histogram.count);
-    let _ = write!(out, "{name}_sum");
-    write_labels(out, labels, None);
-    let _ = writeln!(out, " {}", number(histogram.sum));
-    let _ = write!(out, "{name}_count");
-    write_labels(out, labels, None);
-    let _ = writeln!(out, " {}", histogram.count);
-}
-
-/// A sample value as the text format writes it.
-fn number(value: f64) -> String {
-    if value.is_nan() {
-        "NaN".into()
-    } else if value.is_infinite() {
-        if value > 0.0 {
-            "+Inf".into()
-        } else {
-            "-Inf".into()
-        }
-    } else {
-        format!("{value}")
-    }
-}
-
-/// Label values escape backslash, double quote and line feed.
-fn escape_label(value: &str) -> String {
-    let mut escaped = String::with_capacity(value.len());
-    for c in value.chars() {
-        match c {
-            '\\' => escaped.push_str("\\\\"),
-            '"' => escaped.push_str("\\\""),
-            '\n' => escaped.push_str("\\n"),
-            other => escaped.push(other),
-        }
-    }
-    escaped
-}
-
 /// Resident set size from `/proc/self/statm` (Linux); `None` elsewhere.
 fn resident_memory_bytes() -> Option<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
@@ -768,40 +664,6 @@ fn resident_memory_bytes() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn histogram_buckets_are_cumulative_and_end_in_inf() {
-        let mut histogram = Histogram::new(&TTFT_BUCKETS);
-        histogram.observe(0.02);
-        histogram.observe(0.3);
-        histogram.observe(1000.0);
-        let mut out = String::new();
-        render_histogram(&mut out, "x_seconds", &[("model", "a\"b")], &histogram);
-        assert!(
-            out.contains("x_seconds_bucket{model=\"a\\\"b\",le=\"0.01\"} 0\n"),
-            "{out}"
-        );
-        assert!(
-            out.contains("x_seconds_bucket{model=\"a\\\"b\",le=\"0.025\"} 1\n"),
-            "{out}"
-        );
-        assert!(
-            out.contains("x_seconds_bucket{model=\"a\\\"b\",le=\"0.5\"} 2\n"),
-            "{out}"
-        );
-        assert!(
-            out.contains("x_seconds_bucket{model=\"a\\\"b\",le=\"60\"} 2\n"),
-            "{out}"
-        );
-        assert!(
-            out.contains("x_seconds_bucket{model=\"a\\\"b\",le=\"+Inf\"} 3\n"),
-            "{out}"
-        );
-        assert!(
-            out.contains("x_seconds_count{model=\"a\\\"b\"} 3\n"),
-            "{out}"
-        );
-    }
 
     #[test]
     fn an_observer_dropped_unfinished_counts_a_cancelled_generation() {
