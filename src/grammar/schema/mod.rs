@@ -32,6 +32,7 @@ mod json;
 mod keys;
 mod keywords;
 mod merge;
+mod minimize;
 mod numbers;
 mod part;
 mod regex;
