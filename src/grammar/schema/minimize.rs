@@ -8,13 +8,19 @@
 //! its "matched" part is many states that all accept every rest, which minimization folds
 //! into one state looping on every character, the shape the lexer's loop tables serve.
 //!
-//! Key function: [`minimize`]. Cost: O(k n log n) for n states and k byte classes (bytes no
-//! state tells apart share a class), plus O(n k) to set up.
+//! Bounded numbers are built as a union of one digit automaton per length of the integer
+//! part; as rules, that union would keep one parse stack per length alive through every
+//! digit. [`SmallNfa`] turns such a union into the minimal DFA before it becomes rules.
+//!
+//! Key function: [`minimize`]; key type: [`SmallNfa`]. Cost: O(k n log n) for n states and k
+//! byte classes (bytes no state tells apart share a class), plus O(n k) to set up; the subset
+//! construction of a [`SmallNfa`] is capped by the caller's state limit.
 
 use std::collections::HashMap;
 use std::hash::Hash;
 
-use crate::grammar::ir::ByteSet;
+use super::json::RuleSink;
+use crate::grammar::ir::{ByteSet, RuleId, Symbol};
 
 /// Which class of equivalent states each state of an automaton belongs to.
 pub struct Partition {
@@ -232,6 +238,102 @@ impl Refinement {
             self.block_of[state as usize] = new_block;
         }
         Some(new_block)
+    }
+}
+
+/// A nondeterministic automaton over bytes, built node by node, lowered to the rules of its
+/// minimal DFA.
+#[derive(Default)]
+pub struct SmallNfa {
+    accepting: Vec<bool>,
+    edges: Vec<Vec<(u8, usize)>>,
+}
+
+/// The subset construction went past its state limit.
+pub struct TooManyStates;
+
+impl SmallNfa {
+    /// A new node with the given transitions.
+    pub fn node(&mut self, accepting: bool, edges: Vec<(u8, usize)>) -> usize {
+        self.accepting.push(accepting);
+        self.edges.push(edges);
+        self.accepting.len() - 1
+    }
+
+    /// Rules for the language read from any of `starts` (`None` when it is empty): the
+    /// subset construction, minimized; one rule per state, its alternatives the bytes to each
+    /// target, plus the empty one where the input may end.
+    pub fn lower(&self, sink: &mut RuleSink, starts: &[usize], name: &str, max_states: usize) -> Result<Option<RuleId>, TooManyStates> {
+        let mut start: Vec<usize> = starts.to_vec();
+        start.sort_unstable();
+        start.dedup();
+        let mut index: HashMap<Vec<usize>, usize> = HashMap::new();
+        index.insert(start.clone(), 0);
+        let mut sets = vec![start];
+        let mut accepting = Vec::new();
+        let mut transitions: Vec<Vec<(usize, ByteSet)>> = Vec::new();
+        let mut cursor = 0;
+        while cursor < sets.len() {
+            let mut by_byte: Vec<(u8, Vec<usize>)> = Vec::new();
+            for &node in &sets[cursor] {
+                for &(b, target) in &self.edges[node] {
+                    match by_byte.iter_mut().find(|(other, _)| *other == b) {
+                        Some((_, targets)) => targets.push(target),
+                        None => by_byte.push((b, vec![target])),
+                    }
+                }
+            }
+            accepting.push(sets[cursor].iter().any(|&node| self.accepting[node]));
+            let mut edges: Vec<(usize, ByteSet)> = Vec::new();
+            for (b, mut targets) in by_byte {
+                targets.sort_unstable();
+                targets.dedup();
+                let target = match index.get(&targets) {
+                    Some(&target) => target,
+                    None => {
+                        if sets.len() >= max_states {
+                            return Err(TooManyStates);
+                        }
+                        index.insert(targets.clone(), sets.len());
+                        sets.push(targets);
+                        sets.len() - 1
+                    }
+                };
+                match edges.iter_mut().find(|(other, _)| *other == target) {
+                    Some((_, set)) => set.insert(b),
+                    None => edges.push((target, ByteSet::single(b))),
+                }
+            }
+            transitions.push(edges);
+            cursor += 1;
+        }
+        let partition = minimize(&accepting, &false, &transitions);
+        if partition.class_of[0].is_none() {
+            return Ok(None);
+        }
+        let ids: Vec<RuleId> = (0..partition.classes).map(|_| sink.builder.declare(name)).collect();
+        let mut defined = vec![false; partition.classes];
+        for (state, class) in partition.class_of.iter().enumerate() {
+            let Some(class) = *class else { continue };
+            if std::mem::replace(&mut defined[class], true) {
+                continue;
+            }
+            let mut alternatives: Vec<Vec<Symbol>> = Vec::new();
+            if accepting[state] {
+                alternatives.push(vec![]);
+            }
+            let mut by_class: Vec<(usize, ByteSet)> = Vec::new();
+            for (target, bytes) in &transitions[state] {
+                let Some(target) = partition.class_of[*target] else { continue };
+                match by_class.iter_mut().find(|(other, _)| *other == target) {
+                    Some((_, set)) => *set = set.union(bytes),
+                    None => by_class.push((target, *bytes)),
+                }
+            }
+            alternatives.extend(by_class.into_iter().map(|(target, bytes)| vec![Symbol::Bytes(bytes), Symbol::Rule(ids[target])]));
+            sink.builder.define(ids[class], alternatives);
+        }
+        Ok(Some(ids[0]))
     }
 }
 

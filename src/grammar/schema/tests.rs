@@ -706,3 +706,48 @@ fn shared_bounded_strings_numbers_and_patterns_keep_each_use_exact() {
         ],
     );
 }
+
+/// The digit rules of a compiled number: each alternative is empty or one byte set then a
+/// rule, and no byte leads two ways from one rule (so a digit read leaves one parse stack).
+fn deterministic_digit_rules(grammar: &Grammar) -> usize {
+    use crate::grammar::ir::{ByteSet, Symbol};
+    let digit_rules: Vec<_> = grammar.rules.iter().filter(|rule| rule.name.ends_with("-digit")).collect();
+    for rule in &digit_rules {
+        let mut seen = ByteSet::EMPTY;
+        for alternative in &rule.alternatives {
+            match alternative.as_slice() {
+                [] => {}
+                [Symbol::Bytes(bytes), Symbol::Rule(_)] => {
+                    assert!(seen.intersect(bytes).is_empty(), "{} reads a byte two ways", rule.name);
+                    seen = seen.union(bytes);
+                }
+                other => panic!("{} has the alternative {other:?}", rule.name),
+            }
+        }
+    }
+    digit_rules.len()
+}
+
+#[test]
+fn bounded_numbers_are_one_minimal_digit_automaton() {
+    let compile = |value: Value| match compile_schema(&value) {
+        Ok(grammar) => grammar,
+        Err(error) => panic!("schema refused: {error}"),
+    };
+    // [0, 10^18): `0`, or up to 18 digits not starting with 0: the DFA's states are the
+    // start, `0`, and one per count of digits after the first.
+    let non_negative = compile(json!({"type": "integer", "minimum": 0}));
+    assert_eq!(deterministic_digit_rules(&non_negative), 19);
+    for value in [
+        json!({"type": "integer", "minimum": -15, "maximum": 1234}),
+        json!({"type": "integer", "multipleOf": 3, "minimum": 10, "maximum": 1000}),
+        json!({"type": "integer", "minimum": 1, "maximum": 64}),
+        json!({"type": "number", "minimum": -1.5, "exclusiveMaximum": 2.25}),
+        json!({"type": "number", "exclusiveMinimum": 0}),
+    ] {
+        assert!(deterministic_digit_rules(&compile(value.clone())) > 0, "{value}");
+    }
+    let small = schema(json!({"type": "integer", "minimum": 1, "maximum": 64}));
+    assert_accepts(&small, &["1", "9", "10", "19", "60", "64"]);
+    assert_rejects(&small, &["0", "65", "100", "01", "640"]);
+}
