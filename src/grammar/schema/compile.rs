@@ -25,6 +25,7 @@ use super::merge::{Additional, Merged, ObjectPart, TypeSet};
 pub use super::part::Part;
 use super::numbers::{number_rule, NumberSpec};
 use super::regex::{pattern_rule, LengthBounds, PatternRefusal};
+use super::union::{ObjectShape, ObjectUnions};
 use super::SchemaError;
 use crate::grammar::ir::{complement_char_ranges, literal_symbols, ByteSet, RuleId, Symbol};
 
@@ -73,6 +74,8 @@ pub(crate) struct Compiler<'a> {
     /// read by one automaton, built once.
     key_automata: HashMap<(Vec<String>, Vec<String>), Rc<KeyAutomaton>>,
     keyed_pairs: HashMap<(Vec<String>, Vec<String>, Vec<(u64, Option<RuleId>)>), RuleId>,
+    /// Closed objects lowered so far, so that a choice between them reads as one object.
+    unions: ObjectUnions,
 }
 
 impl<'a> Compiler<'a> {
@@ -86,6 +89,7 @@ impl<'a> Compiler<'a> {
             patterns: HashMap::new(),
             key_automata: HashMap::new(),
             keyed_pairs: HashMap::new(),
+            unions: ObjectUnions::default(),
         }
     }
 
@@ -241,6 +245,7 @@ impl<'a> Compiler<'a> {
                         }
                     }
                 }
+                let alternatives = self.unions.merge(&mut self.sink, alternatives);
                 if alternatives.is_empty() && strict {
                     return Err(SchemaError::new(keyword, &holder.location, "which cannot be satisfied: no alternative is consistent with the keywords beside it"));
                 }
@@ -438,6 +443,7 @@ impl<'a> Compiler<'a> {
         }
         let patterns = ObjectPatterns::new(&merged.objects)?;
         let mut properties: Vec<(&'a str, RuleId, bool)> = Vec::new();
+        let mut values: Vec<(String, RuleId, bool)> = Vec::new();
         for name in names {
             let required = merged.required.iter().any(|(r, _)| r == name);
             let rule = match Self::property_parts(&merged.objects, &patterns, name) {
@@ -451,13 +457,15 @@ impl<'a> Compiler<'a> {
                     pair.extend([Symbol::Whitespace, byte(b':'), Symbol::Whitespace, Symbol::Rule(rule)]);
                     let pair = self.sink.add(format!("property {name}"), vec![pair]);
                     properties.push((name, pair, required));
+                    values.push((name.to_string(), rule, required));
                 }
                 None if required => return Ok(None),
                 None => {}
             }
         }
         let extra = self.extra_pair(merged, &patterns)?;
-        let body = if properties.len() <= ANY_ORDER_MAX_PROPERTIES {
+        let any_order = properties.len() <= ANY_ORDER_MAX_PROPERTIES;
+        let body = if any_order {
             self.any_order_body(&properties, extra)
         } else {
             self.declared_order_body(&properties, extra)
@@ -466,7 +474,11 @@ impl<'a> Compiler<'a> {
         if properties.iter().all(|(_, _, required)| !required) {
             alternatives.push(vec![byte(b'{'), Symbol::Whitespace, byte(b'}')]);
         }
-        Ok(Some(self.sink.add("object", alternatives)))
+        let object = self.sink.add("object", alternatives);
+        if extra.is_none() {
+            self.unions.record(object, ObjectShape { properties: values, any_order });
+        }
+        Ok(Some(object))
     }
 
     /// A pair with a key that is none of the declared names, when extra keys are allowed.

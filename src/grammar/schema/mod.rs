@@ -36,6 +36,7 @@ mod minimize;
 mod numbers;
 mod part;
 mod regex;
+mod union;
 mod validate;
 
 #[cfg(test)]

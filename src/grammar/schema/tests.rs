@@ -751,3 +751,63 @@ fn bounded_numbers_are_one_minimal_digit_automaton() {
     assert_accepts(&small, &["1", "9", "10", "19", "60", "64"]);
     assert_rejects(&small, &["0", "65", "100", "01", "640"]);
 }
+
+#[test]
+fn any_of_closed_objects_reads_as_one_object_with_the_same_language() {
+    let merged = |value: &Value| match compile_schema(value) {
+        Ok(grammar) => grammar.rules.iter().filter(|rule| rule.name == "object-union").count(),
+        Err(error) => panic!("schema refused: {error}"),
+    };
+    let artifact_schema = json!({
+        "definitions": {"sync": {"type": "object", "additionalProperties": {"type": "string"}}},
+        "anyOf": [
+            {"properties": {"image": {"type": "string"}, "context": {"type": "string"}}, "required": ["image"], "additionalProperties": false},
+            {"properties": {"image": {"type": "string"}, "context": {"type": "string"}, "docker": {"type": "object", "properties": {"file": {"type": "string"}}, "additionalProperties": false}}, "additionalProperties": false},
+            {"properties": {"image": {"type": "string"}, "bazel": {"type": "integer"}}, "required": ["bazel"], "additionalProperties": false},
+            {"properties": {"image": {"type": "integer"}, "sync": {"$ref": "#/definitions/sync"}}, "additionalProperties": false},
+            {"type": "null"}
+        ]
+    });
+    assert_eq!(merged(&artifact_schema), 1);
+    let artifact = schema(artifact_schema);
+    assert_accepts(&artifact, &[
+        r#"{"image":"a"}"#,
+        r#"{"context":".","image":"a"}"#,
+        r#"{"image":"a","context":".","docker":{"file":"f"}}"#,
+        r#"{"docker":{}}"#,
+        r#"{}"#,
+        r#"{"bazel":1,"image":"x"}"#,
+        r#"{"image":3,"sync":{"a":"b"}}"#,
+        r#"{"sync":{}}"#,
+        r#"{ "image" : "a" , "context" : "." }"#,
+        "null",
+    ]);
+    assert_rejects(&artifact, &[
+        // Keys of two alternatives that no one alternative has.
+        r#"{"docker":{},"bazel":1}"#,
+        r#"{"context":".","bazel":1}"#,
+        r#"{"image":"a","sync":{}}"#,
+        // A value only another alternative allows for this key set.
+        r#"{"image":3,"context":"."}"#,
+        r#"{"bazel":1,"image":2}"#,
+        // The same key twice; a value of the wrong type; a key no alternative has.
+        r#"{"image":"a","image":"b"}"#,
+        r#"{"bazel":"1"}"#,
+        r#"{"other":1}"#,
+        "1",
+    ]);
+    // Many properties: declared order, each alternative its own positions.
+    let names = ["a", "b", "c", "d", "e", "f", "g"];
+    let object = |extra: &str, required: &str| {
+        let mut properties = serde_json::Map::new();
+        for name in names.iter().chain([&extra]) {
+            properties.insert(name.to_string(), json!({"type": "integer"}));
+        }
+        json!({"type": "object", "properties": properties, "required": [required], "additionalProperties": false})
+    };
+    let ordered_schema = json!({"oneOf": [object("x", "a"), object("y", "y")]});
+    assert_eq!(merged(&ordered_schema), 1);
+    let ordered = schema(ordered_schema);
+    assert_accepts(&ordered, &[r#"{"a":1,"c":2,"x":3}"#, r#"{"b":1,"y":2}"#, r#"{"a":1,"y":2}"#, r#"{"y":1}"#]);
+    assert_rejects(&ordered, &[r#"{"b":1,"x":2}"#, r#"{"c":1,"a":2}"#, r#"{"a":1,"x":2,"y":3}"#, r#"{}"#, r#"{"b":1}"#]);
+}
