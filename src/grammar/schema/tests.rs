@@ -364,6 +364,7 @@ mod walks {
         ("numbers.json", include_str!("../../../testdata/schemas/numbers.json")),
         ("tree.json", include_str!("../../../testdata/schemas/tree.json")),
         ("mixed.json", include_str!("../../../testdata/schemas/mixed.json")),
+        ("object_union.json", include_str!("../../../testdata/schemas/object_union.json")),
     ];
 
     /// Soft length: past it the walk prefers bytes that close things.
@@ -453,7 +454,7 @@ mod walks {
     proptest! {
         #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
         #[test]
-        fn walks_through_the_automaton_validate(choices in proptest::collection::vec(any::<u32>(), 64..256), which in 0usize..5) {
+        fn walks_through_the_automaton_validate(choices in proptest::collection::vec(any::<u32>(), 64..256), which in 0usize..FIXTURES.len()) {
             let (name, source) = FIXTURES[which];
             check_fixture(name, source, &choices)?;
         }
