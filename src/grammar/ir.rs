@@ -181,6 +181,11 @@ impl GrammarBuilder {
         self.rules.len()
     }
 
+    /// The alternatives of `id` as defined so far (none while only declared).
+    pub fn alternatives(&self, id: RuleId) -> &[Vec<Symbol>] {
+        self.rules.get(id.index()).map_or(&[], |rule| rule.alternatives.as_slice())
+    }
+
     pub fn finish(self, root: RuleId, whitespace_budget: u32) -> Grammar {
         Grammar { rules: self.rules, root, whitespace_budget }
     }

@@ -12,21 +12,22 @@
 //! number spec, pattern with length bounds, and key automaton, however often a schema repeats
 //! them; alternatives capped at [`MAX_ALTERNATIVES`], rules at [`MAX_SCHEMA_RULES`].
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 use serde_json::Value;
 
 use super::formats::{format_pattern, FormatMode};
 use super::keys::{KeyAutomaton, KeyPattern};
-use super::json::{byte, canonical_char_alternatives, canonical_json_string, RuleSink};
+use super::json::{byte, canonical_json_string, RuleSink};
 use super::keywords::{child_location, display_location, resolve_reference};
 use super::merge::{Additional, Merged, ObjectPart, TypeSet};
 pub use super::part::Part;
 use super::numbers::{number_rule, NumberSpec};
 use super::regex::{pattern_rule, LengthBounds, PatternRefusal};
+use super::union::{ObjectShape, ObjectUnions};
 use super::SchemaError;
-use crate::grammar::ir::{complement_char_ranges, literal_symbols, ByteSet, RuleId, Symbol};
+use crate::grammar::ir::{literal_symbols, RuleId, Symbol};
 
 pub const MAX_ALTERNATIVES: usize = 256;
 pub const MAX_PROPERTIES: usize = 64;
@@ -73,6 +74,8 @@ pub(crate) struct Compiler<'a> {
     /// read by one automaton, built once.
     key_automata: HashMap<(Vec<String>, Vec<String>), Rc<KeyAutomaton>>,
     keyed_pairs: HashMap<(Vec<String>, Vec<String>, Vec<(u64, Option<RuleId>)>), RuleId>,
+    /// Closed objects lowered so far, so that a choice between them reads as one object.
+    unions: ObjectUnions,
 }
 
 impl<'a> Compiler<'a> {
@@ -86,6 +89,7 @@ impl<'a> Compiler<'a> {
             patterns: HashMap::new(),
             key_automata: HashMap::new(),
             keyed_pairs: HashMap::new(),
+            unions: ObjectUnions::default(),
         }
     }
 
@@ -241,6 +245,7 @@ impl<'a> Compiler<'a> {
                         }
                     }
                 }
+                let alternatives = self.unions.merge(&mut self.sink, alternatives);
                 if alternatives.is_empty() && strict {
                     return Err(SchemaError::new(keyword, &holder.location, "which cannot be satisfied: no alternative is consistent with the keywords beside it"));
                 }
@@ -438,6 +443,7 @@ impl<'a> Compiler<'a> {
         }
         let patterns = ObjectPatterns::new(&merged.objects)?;
         let mut properties: Vec<(&'a str, RuleId, bool)> = Vec::new();
+        let mut values: Vec<(String, RuleId, bool)> = Vec::new();
         for name in names {
             let required = merged.required.iter().any(|(r, _)| r == name);
             let rule = match Self::property_parts(&merged.objects, &patterns, name) {
@@ -451,13 +457,15 @@ impl<'a> Compiler<'a> {
                     pair.extend([Symbol::Whitespace, byte(b':'), Symbol::Whitespace, Symbol::Rule(rule)]);
                     let pair = self.sink.add(format!("property {name}"), vec![pair]);
                     properties.push((name, pair, required));
+                    values.push((name.to_string(), rule, required));
                 }
                 None if required => return Ok(None),
                 None => {}
             }
         }
         let extra = self.extra_pair(merged, &patterns)?;
-        let body = if properties.len() <= ANY_ORDER_MAX_PROPERTIES {
+        let any_order = properties.len() <= ANY_ORDER_MAX_PROPERTIES;
+        let body = if any_order {
             self.any_order_body(&properties, extra)
         } else {
             self.declared_order_body(&properties, extra)
@@ -466,7 +474,11 @@ impl<'a> Compiler<'a> {
         if properties.iter().all(|(_, _, required)| !required) {
             alternatives.push(vec![byte(b'{'), Symbol::Whitespace, byte(b'}')]);
         }
-        Ok(Some(self.sink.add("object", alternatives)))
+        let object = self.sink.add("object", alternatives);
+        if extra.is_none() {
+            self.unions.record(object, ObjectShape { properties: values, any_order });
+        }
+        Ok(Some(object))
     }
 
     /// A pair with a key that is none of the declared names, when extra keys are allowed.
@@ -485,7 +497,7 @@ impl<'a> Compiler<'a> {
             }
         }
         let Some(value) = self.parts_rule(parts)? else { return Ok(None) };
-        let key = self.key_other_than(&declared);
+        let key = self.sink.key_other_than(&declared);
         Ok(Some(self.sink.add(
             "extra property",
             vec![vec![Symbol::Rule(key), Symbol::Whitespace, byte(b':'), Symbol::Whitespace, Symbol::Rule(value)]],
@@ -548,73 +560,6 @@ impl<'a> Compiler<'a> {
         let pair = automaton.lower(&mut self.sink.builder, &values);
         self.keyed_pairs.insert(key, pair);
         Ok(Some(pair))
-    }
-
-    /// A quoted key (canonical encoding) equal to none of `names`: a trie of the names whose
-    /// every node may leave the trie by a character none of its children starts with.
-    fn key_other_than(&mut self, names: &[&str]) -> RuleId {
-        if names.is_empty() {
-            return self.sink.any_string();
-        }
-        #[derive(Default)]
-        struct Node {
-            children: BTreeMap<char, usize>,
-            terminal: bool,
-        }
-        let mut nodes = vec![Node::default()];
-        for name in names {
-            let mut at = 0;
-            for c in name.chars() {
-                at = match nodes[at].children.get(&c) {
-                    Some(next) => *next,
-                    None => {
-                        nodes.push(Node::default());
-                        let next = nodes.len() - 1;
-                        nodes[at].children.insert(c, next);
-                        next
-                    }
-                };
-            }
-            nodes[at].terminal = true;
-        }
-        let tail = self.sink.canonical_tail();
-        let ids: Vec<RuleId> = (0..nodes.len()).map(|_| self.sink.builder.declare("other-key")).collect();
-        // Printable ASCII other than `"` and `\`: the characters written as one plain byte.
-        let mut plain_ascii = ByteSet::range(0x20, 0x7F);
-        plain_ascii.remove(b'"');
-        plain_ascii.remove(b'\\');
-        for (index, node) in nodes.iter().enumerate() {
-            let mut alternatives = Vec::new();
-            if !node.terminal {
-                alternatives.push(vec![byte(b'"')]);
-            }
-            for (c, child) in &node.children {
-                let mut sequence = canonical_char_alternatives(&[(*c, *c)]).into_iter().next().unwrap_or_default();
-                sequence.push(Symbol::Rule(ids[*child]));
-                alternatives.push(sequence);
-            }
-            let all_plain_ascii = node.children.keys().all(|c| c.is_ascii() && plain_ascii.contains(*c as u8));
-            if all_plain_ascii {
-                // Leaving the names: a plain ASCII byte no child starts with, or any other
-                // character (shared by every such node).
-                let mut leave = plain_ascii;
-                for c in node.children.keys() {
-                    leave.remove(*c as u8);
-                }
-                if !leave.is_empty() {
-                    alternatives.push(vec![Symbol::Bytes(leave), Symbol::Rule(tail)]);
-                }
-                alternatives.push(vec![Symbol::Rule(self.sink.escaped_or_wide_tail())]);
-            } else {
-                let taken: Vec<(char, char)> = node.children.keys().map(|c| (*c, *c)).collect();
-                for mut sequence in canonical_char_alternatives(&complement_char_ranges(&taken)) {
-                    sequence.push(Symbol::Rule(tail));
-                    alternatives.push(sequence);
-                }
-            }
-            self.sink.builder.define(ids[index], alternatives);
-        }
-        self.sink.add("other-key-quoted", vec![vec![byte(b'"'), Symbol::Rule(ids[0])]])
     }
 
     /// Properties in any order, each at most once: one rule per subset written so far.

@@ -7,12 +7,12 @@
 //! `maxLength: 255` one chain of 255 rules.
 //! Cost: each shared rule is built once per grammar; lists cost one rule per optional element.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde_json::Value;
 
 use crate::grammar::ir::{
-    char_ranges_to_alternatives, literal_symbols, ByteSet, GrammarBuilder, RuleId, Symbol,
+    char_ranges_to_alternatives, complement_char_ranges, literal_symbols, ByteSet, GrammarBuilder, RuleId, Symbol,
 };
 
 /// Structural whitespace allowed per document (the spec's budget).
@@ -212,6 +212,73 @@ impl RuleSink {
         let id = self.add("key-escaped-or-wide-tail", alternatives);
         self.escaped_or_wide_tail = Some(id);
         id
+    }
+
+    /// A quoted key (canonical encoding) equal to none of `names`: a trie of the names whose
+    /// every node may leave the trie by a character none of its children starts with.
+    pub fn key_other_than(&mut self, names: &[&str]) -> RuleId {
+        if names.is_empty() {
+            return self.any_string();
+        }
+        #[derive(Default)]
+        struct Node {
+            children: BTreeMap<char, usize>,
+            terminal: bool,
+        }
+        let mut nodes = vec![Node::default()];
+        for name in names {
+            let mut at = 0;
+            for c in name.chars() {
+                at = match nodes[at].children.get(&c) {
+                    Some(next) => *next,
+                    None => {
+                        nodes.push(Node::default());
+                        let next = nodes.len() - 1;
+                        nodes[at].children.insert(c, next);
+                        next
+                    }
+                };
+            }
+            nodes[at].terminal = true;
+        }
+        let tail = self.canonical_tail();
+        let ids: Vec<RuleId> = (0..nodes.len()).map(|_| self.builder.declare("other-key")).collect();
+        // Printable ASCII other than `"` and `\`: the characters written as one plain byte.
+        let mut plain_ascii = ByteSet::range(0x20, 0x7F);
+        plain_ascii.remove(b'"');
+        plain_ascii.remove(b'\\');
+        for (index, node) in nodes.iter().enumerate() {
+            let mut alternatives = Vec::new();
+            if !node.terminal {
+                alternatives.push(vec![byte(b'"')]);
+            }
+            for (c, child) in &node.children {
+                let mut sequence = canonical_char_alternatives(&[(*c, *c)]).into_iter().next().unwrap_or_default();
+                sequence.push(Symbol::Rule(ids[*child]));
+                alternatives.push(sequence);
+            }
+            let all_plain_ascii = node.children.keys().all(|c| c.is_ascii() && plain_ascii.contains(*c as u8));
+            if all_plain_ascii {
+                // Leaving the names: a plain ASCII byte no child starts with, or any other
+                // character (shared by every such node).
+                let mut leave = plain_ascii;
+                for c in node.children.keys() {
+                    leave.remove(*c as u8);
+                }
+                if !leave.is_empty() {
+                    alternatives.push(vec![Symbol::Bytes(leave), Symbol::Rule(tail)]);
+                }
+                alternatives.push(vec![Symbol::Rule(self.escaped_or_wide_tail())]);
+            } else {
+                let taken: Vec<(char, char)> = node.children.keys().map(|c| (*c, *c)).collect();
+                for mut sequence in canonical_char_alternatives(&complement_char_ranges(&taken)) {
+                    sequence.push(Symbol::Rule(tail));
+                    alternatives.push(sequence);
+                }
+            }
+            self.builder.define(ids[index], alternatives);
+        }
+        self.add("other-key-quoted", vec![vec![byte(b'"'), Symbol::Rule(ids[0])]])
     }
 
     /// One of the ASCII characters `bytes` in its canonical escape (see [`canonical_escape`];

@@ -225,82 +225,48 @@ impl KeyAutomaton {
 
 
 /// The states merged where they cannot be told apart (same ending, and transitions on the
-/// same bytes to states that cannot be told apart), by refining a partition until it holds;
-/// the start state stays first. The pattern DFAs are not minimal, so a key that has matched
-/// a pattern would otherwise reach an equal but distinct state after each multi-byte
-/// character, and its loop, one state in truth, would look like several to the matcher.
+/// same bytes to states that cannot be told apart); the start state stays first. The
+/// pattern DFAs are searches that keep tracking partial matches, so a key that has matched
+/// a pattern would otherwise reach an equal but distinct state after each character, and its
+/// loop, one state in truth, would look like several to the matcher.
 fn minimize(states: Vec<KeyState>) -> Vec<KeyState> {
-    let bytes_of = |(_, plain, escaped): &(usize, ByteSet, Vec<u8>)| {
-        escaped
-            .iter()
-            .fold(*plain, |set, b| set.union(&ByteSet::single(*b)))
-    };
-    let mut endings: HashMap<Option<u64>, usize> = HashMap::new();
-    let mut block: Vec<usize> = states
+    let labels: Vec<Option<u64>> = states.iter().map(|state| state.ends).collect();
+    let edges: Vec<Vec<(usize, ByteSet)>> = states
         .iter()
         .map(|state| {
-            let next = endings.len();
-            *endings.entry(state.ends).or_insert(next)
+            state
+                .transitions
+                .iter()
+                .map(|(target, plain, escaped)| (*target, escaped.iter().fold(*plain, |set, b| set.union(&ByteSet::single(*b)))))
+                .collect()
         })
         .collect();
-    let mut count = endings.len();
-    loop {
-        let mut ids: HashMap<(usize, Vec<(usize, ByteSet)>), usize> = HashMap::new();
-        let refined: Vec<usize> = states
-            .iter()
-            .enumerate()
-            .map(|(index, state)| {
-                let mut signature: Vec<(usize, ByteSet)> = Vec::new();
-                for transition in &state.transitions {
-                    let target = block[transition.0];
-                    let bytes = bytes_of(transition);
-                    match signature.iter_mut().find(|(b, _)| *b == target) {
-                        Some((_, set)) => *set = set.union(&bytes),
-                        None => signature.push((target, bytes)),
-                    }
-                }
-                signature.sort_unstable_by_key(|(target, set)| (*target, set.0));
-                let next = ids.len();
-                *ids.entry((block[index], signature)).or_insert(next)
-            })
-            .collect();
-        block = refined;
-        if ids.len() == count {
-            break;
+    let partition = super::minimize::minimize(&labels, &None, &edges);
+    let mut merged: Vec<Option<KeyState>> = (0..partition.classes).map(|_| None).collect();
+    for (state, class) in states.into_iter().zip(&partition.class_of) {
+        let Some(class) = class else { continue };
+        if merged[*class].is_some() {
+            continue;
         }
-        count = ids.len();
-    }
-    // Blocks numbered by their first state, so the start state's block is 0.
-    let mut renumbered: Vec<Option<usize>> = vec![None; count];
-    let mut representatives: Vec<usize> = Vec::new();
-    for (index, &b) in block.iter().enumerate() {
-        if renumbered[b].is_none() {
-            renumbered[b] = Some(representatives.len());
-            representatives.push(index);
-        }
-    }
-    let new_id = |state: usize| renumbered[block[state]].unwrap_or(0);
-    representatives
-        .iter()
-        .map(|&representative| {
-            let state = &states[representative];
-            let mut transitions: Vec<(usize, ByteSet, Vec<u8>)> = Vec::new();
-            for (target, plain, escaped) in &state.transitions {
-                let target = new_id(*target);
-                match transitions.iter_mut().find(|(t, _, _)| *t == target) {
-                    Some((_, merged_plain, merged_escaped)) => {
-                        *merged_plain = merged_plain.union(plain);
-                        merged_escaped.extend_from_slice(escaped);
-                    }
-                    None => transitions.push((target, *plain, escaped.clone())),
+        let mut transitions: Vec<(usize, ByteSet, Vec<u8>)> = Vec::new();
+        for (target, plain, escaped) in state.transitions {
+            let Some(target) = partition.class_of[target] else { continue };
+            match transitions.iter_mut().find(|(t, _, _)| *t == target) {
+                Some((_, merged_plain, merged_escaped)) => {
+                    *merged_plain = merged_plain.union(&plain);
+                    merged_escaped.extend_from_slice(&escaped);
                 }
+                None => transitions.push((target, plain, escaped)),
             }
-            KeyState {
-                ends: state.ends,
-                transitions,
-            }
-        })
-        .collect()
+        }
+        merged[*class] = Some(KeyState { ends: state.ends, transitions });
+    }
+    let minimal: Vec<KeyState> = merged.into_iter().flatten().collect();
+    if minimal.is_empty() {
+        // No key at all can end: one state with no way on.
+        return vec![KeyState { ends: None, transitions: Vec::new() }];
+    }
+    minimal
 }
 
 #[cfg(test)]

@@ -19,6 +19,9 @@
 //! - `pattern` with `minLength`/`maxLength` is intersected (DFA state x character count);
 //!   two different patterns on one value are refused. `\d`, `\w`, `\s` are ASCII, as in RE2.
 //! - `enum`/`const` objects of up to four members match in any key order.
+//! - An `anyOf`/`oneOf` between closed objects is read as one object that tracks which
+//!   alternatives are still possible (`union.rs`); pattern DFAs and bounded numbers are
+//!   lowered as minimal DFAs (`minimize.rs`), so the automaton keeps one parse stack there.
 //! - Recursive `$ref`s compile to recursive rules; how deep a document may nest is the
 //!   automaton's stack limit, not a count kept here.
 //! - Errors carry the location of the schema that holds the keyword.
@@ -32,13 +35,17 @@ mod json;
 mod keys;
 mod keywords;
 mod merge;
+mod minimize;
 mod numbers;
 mod part;
 mod regex;
+mod union;
 mod validate;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod shape_tests;
 
 use std::fmt;
 

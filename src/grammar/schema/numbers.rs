@@ -6,6 +6,8 @@
 //! [lo, hi]" costs about four states per digit. A step on integers adds the value modulo the
 //! step to the state. Non-integer bounds are compared exactly in decimal; to keep that exact
 //! for validators that compare as binary floats, such a number carries at most 15 digits.
+//! The automata of all lengths form one NFA whose minimal DFA becomes the rules: as a choice
+//! between lengths, every digit read would keep one parse stack per length still possible.
 //!
 //! Key type: [`NumberSpec`]. Cost: O(digits x 4 x step) rules, capped by [`MAX_NUMBER_RULES`].
 
@@ -14,6 +16,7 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use super::json::{byte, RuleSink};
+use super::minimize::SmallNfa;
 use crate::grammar::ir::{ByteSet, RuleId, Symbol};
 
 /// Integers are exact up to this many digits; bounds beyond it are clamped.
@@ -250,10 +253,13 @@ struct IntState {
     residue: u128,
 }
 
-/// Builds "integer magnitude in [lo, hi], a multiple of step" automata.
+/// Builds "integer magnitude in [lo, hi], a multiple of step" automata: one chain of digit
+/// states per length, joined into one NFA and lowered as its minimal DFA, so a digit read
+/// leaves one parse stack, not one per length still possible.
 struct DigitAutomaton {
     step: u128,
-    memo: HashMap<IntState, Option<RuleId>>,
+    memo: HashMap<IntState, Option<usize>>,
+    nfa: SmallNfa,
     low: Vec<u8>,
     high: Vec<u8>,
     built: usize,
@@ -261,7 +267,7 @@ struct DigitAutomaton {
 
 impl DigitAutomaton {
     fn new(step: u128) -> Self {
-        DigitAutomaton { step, memo: HashMap::new(), low: Vec::new(), high: Vec::new(), built: 0 }
+        DigitAutomaton { step, memo: HashMap::new(), nfa: SmallNfa::default(), low: Vec::new(), high: Vec::new(), built: 0 }
     }
 
     fn magnitudes(&mut self, sink: &mut RuleSink, lo: u128, hi: u128) -> Result<Option<RuleId>, NumberTooComplex> {
@@ -273,37 +279,39 @@ impl DigitAutomaton {
         if first_multiple > hi {
             return Ok(None);
         }
-        if (hi - first_multiple) / step < ENUMERATE_LIMIT {
-            let alternatives = (0..)
-                .map(|i| first_multiple + i * step)
-                .take_while(|v| *v <= hi)
-                .map(|v| v.to_string().bytes().map(byte).collect())
-                .collect();
-            return Ok(Some(sink.add("integer-values", alternatives)));
-        }
         self.memo.clear();
-        let mut alternatives = Vec::new();
-        let (lo_len, hi_len) = (digits_of(lo).len(), digits_of(hi).len());
-        for length in lo_len..=hi_len {
-            let band_low = if length == 1 { 0 } else { 10u128.pow(length as u32 - 1) };
-            let band_high = 10u128.pow(length as u32) - 1;
-            self.low = digits_of(lo.max(band_low));
-            self.high = digits_of(hi.min(band_high));
-            // States past both bounds depend only on the digits left and the residue, so
-            // they are shared across lengths; tight ones depend on this band's bounds.
-            self.memo.retain(|state, _| state.length == 0);
-            let start = IntState { length, position: 0, tight_low: true, tight_high: true, residue: 0 };
-            if let Some(rule) = self.state(sink, start)? {
-                alternatives.push(vec![Symbol::Rule(rule)]);
+        self.nfa = SmallNfa::default();
+        let mut starts = Vec::new();
+        if (hi - first_multiple) / step < ENUMERATE_LIMIT {
+            // Few values: each a chain of its digits.
+            for value in (0..).map(|i| first_multiple + i * step).take_while(|v| *v <= hi) {
+                let mut next = self.nfa.node(true, Vec::new());
+                for digit in value.to_string().bytes().rev() {
+                    next = self.nfa.node(false, vec![(digit, next)]);
+                }
+                starts.push(next);
+            }
+        } else {
+            let (lo_len, hi_len) = (digits_of(lo).len(), digits_of(hi).len());
+            for length in lo_len..=hi_len {
+                let band_low = if length == 1 { 0 } else { 10u128.pow(length as u32 - 1) };
+                let band_high = 10u128.pow(length as u32) - 1;
+                self.low = digits_of(lo.max(band_low));
+                self.high = digits_of(hi.min(band_high));
+                // States past both bounds depend only on the digits left and the residue, so
+                // they are shared across lengths; tight ones depend on this band's bounds.
+                self.memo.retain(|state, _| state.length == 0);
+                let start = IntState { length, position: 0, tight_low: true, tight_high: true, residue: 0 };
+                starts.extend(self.state(start)?);
             }
         }
-        if alternatives.is_empty() {
-            return Ok(None);
-        }
-        Ok(Some(sink.add("integer-magnitude", alternatives)))
+        self.nfa
+            .lower(sink, &starts, "integer-digit", MAX_NUMBER_RULES)
+            .map_err(|_| too_complex("multipleOf", format!("a step of {} over these bounds needs more than {MAX_NUMBER_RULES} states", self.step)))
     }
 
-    fn state(&mut self, sink: &mut RuleSink, state: IntState) -> Result<Option<RuleId>, NumberTooComplex> {
+    /// The NFA node of `state`; `None` when no digits from it reach an accepted value.
+    fn state(&mut self, state: IntState) -> Result<Option<usize>, NumberTooComplex> {
         let key = if state.tight_low || state.tight_high {
             state
         } else {
@@ -314,9 +322,9 @@ impl DigitAutomaton {
         }
         if state.position == state.length {
             let accepted = state.residue == 0;
-            let rule = accepted.then(|| sink.add("integer-end", vec![vec![]]));
-            self.memo.insert(key, rule);
-            return Ok(rule);
+            let node = accepted.then(|| self.nfa.node(true, Vec::new()));
+            self.memo.insert(key, node);
+            return Ok(node);
         }
         self.built += 1;
         if self.built > MAX_NUMBER_RULES {
@@ -328,7 +336,7 @@ impl DigitAutomaton {
         let position = state.position;
         let min_digit = if state.tight_low { self.low[position] } else { 0 };
         let max_digit = if state.tight_high { self.high[position] } else { 9 };
-        let mut transitions: Vec<(RuleId, ByteSet)> = Vec::new();
+        let mut edges = Vec::new();
         for digit in min_digit..=max_digit {
             let next = IntState {
                 length: state.length,
@@ -337,29 +345,14 @@ impl DigitAutomaton {
                 tight_high: state.tight_high && digit == self.high[position],
                 residue: (state.residue * 10 + digit as u128) % self.step,
             };
-            if let Some(rule) = self.state(sink, next)? {
-                add_transition(&mut transitions, rule, b'0' + digit);
+            if let Some(node) = self.state(next)? {
+                edges.push((b'0' + digit, node));
             }
         }
-        let rule = if transitions.is_empty() {
-            None
-        } else {
-            Some(sink.add("integer-digit", transitions_to_alternatives(transitions)))
-        };
-        self.memo.insert(key, rule);
-        Ok(rule)
+        let node = (!edges.is_empty()).then(|| self.nfa.node(false, edges));
+        self.memo.insert(key, node);
+        Ok(node)
     }
-}
-
-fn add_transition(transitions: &mut Vec<(RuleId, ByteSet)>, target: RuleId, b: u8) {
-    match transitions.iter_mut().find(|(t, _)| *t == target) {
-        Some((_, set)) => set.insert(b),
-        None => transitions.push((target, ByteSet::single(b))),
-    }
-}
-
-fn transitions_to_alternatives(transitions: Vec<(RuleId, ByteSet)>) -> Vec<Vec<Symbol>> {
-    transitions.into_iter().map(|(rule, set)| vec![Symbol::Bytes(set), Symbol::Rule(rule)]).collect()
 }
 
 /// A magnitude bound for the decimal automaton: digits plus exclusivity.
@@ -380,7 +373,8 @@ struct DecimalAutomaton {
     low: MagnitudeBound,
     high: Option<MagnitudeBound>,
     fraction_cap: usize,
-    memo: HashMap<DecimalState, Option<RuleId>>,
+    memo: HashMap<DecimalState, Option<usize>>,
+    nfa: SmallNfa,
     low_digits: Vec<u8>,
     high_digits: Vec<u8>,
 }
@@ -455,10 +449,11 @@ impl DecimalAutomaton {
             high,
             fraction_cap,
             memo: HashMap::new(),
+            nfa: SmallNfa::default(),
             low_digits: Vec::new(),
             high_digits: Vec::new(),
         };
-        let mut alternatives = Vec::new();
+        let mut starts = Vec::new();
         for length in automaton.low.int.len()..=top_length {
             let is_low_band = length == automaton.low.int.len();
             let is_high_band = automaton.high.as_ref().is_some_and(|h| h.int.len() == length);
@@ -469,40 +464,37 @@ impl DecimalAutomaton {
             };
             automaton.memo.clear();
             let start = DecimalState::Int { length, position: 0, tight_low: is_low_band, tight_high: is_high_band };
-            if let Some(rule) = automaton.state(sink, start)? {
-                alternatives.push(vec![Symbol::Rule(rule)]);
-            }
+            starts.extend(automaton.state(start)?);
         }
-        if alternatives.is_empty() {
-            return Ok(None);
-        }
-        Ok(Some(sink.add("decimal-magnitude", alternatives)))
+        automaton
+            .nfa
+            .lower(sink, &starts, "decimal-digit", MAX_NUMBER_RULES)
+            .map_err(|_| too_complex("minimum", "the bounds need too many states"))
     }
 
-    fn state(&mut self, sink: &mut RuleSink, state: DecimalState) -> Result<Option<RuleId>, NumberTooComplex> {
+    /// The NFA node of `state`; `None` when no digits from it reach an accepted value.
+    fn state(&mut self, state: DecimalState) -> Result<Option<usize>, NumberTooComplex> {
         if let Some(found) = self.memo.get(&state) {
             return Ok(*found);
         }
         if self.memo.len() > MAX_NUMBER_RULES {
             return Err(too_complex("minimum", "the bounds need too many states"));
         }
-        let mut alternatives: Vec<Vec<Symbol>> = Vec::new();
+        let mut accepting = false;
+        let mut edges: Vec<(u8, usize)> = Vec::new();
         match state {
             DecimalState::Int { length, position, tight_low, tight_high } if position == length => {
                 let cap = self.fraction_cap.min(MAX_DECIMAL_DIGITS.saturating_sub(length));
                 let bare = DecimalState::Frac { cap, position: 0, tight_low, tight_high, after_point: false };
-                if self.may_stop(bare) {
-                    alternatives.push(vec![]);
-                }
+                accepting = self.may_stop(bare);
                 let point = DecimalState::Frac { cap, position: 0, tight_low, tight_high, after_point: true };
-                if let Some(rule) = self.state(sink, point)? {
-                    alternatives.push(vec![byte(b'.'), Symbol::Rule(rule)]);
+                if let Some(node) = self.state(point)? {
+                    edges.push((b'.', node));
                 }
             }
             DecimalState::Int { length, position, tight_low, tight_high } => {
                 let min_digit = if tight_low { self.low_digits[position] } else { u8::from(position == 0 && length > 1) };
                 let max_digit = if tight_high { self.high_digits[position] } else { 9 };
-                let mut transitions = Vec::new();
                 for digit in min_digit..=max_digit {
                     let next = DecimalState::Int {
                         length,
@@ -510,23 +502,19 @@ impl DecimalAutomaton {
                         tight_low: tight_low && digit == self.low_digits[position],
                         tight_high: tight_high && digit == self.high_digits[position],
                     };
-                    if let Some(rule) = self.state(sink, next)? {
-                        add_transition(&mut transitions, rule, b'0' + digit);
+                    if let Some(node) = self.state(next)? {
+                        edges.push((b'0' + digit, node));
                     }
                 }
-                alternatives = transitions_to_alternatives(transitions);
             }
             DecimalState::Frac { cap, position, tight_low, tight_high, after_point } => {
-                if !after_point && self.may_stop(state) {
-                    alternatives.push(vec![]);
-                }
+                accepting = !after_point && self.may_stop(state);
                 if position < cap {
                     let low_digit = if tight_low { self.low.frac.get(position).copied().unwrap_or(0) } else { 0 };
                     let high_digit = match (&self.high, tight_high) {
                         (Some(h), true) => h.frac.get(position).copied().unwrap_or(0),
                         _ => 9,
                     };
-                    let mut transitions = Vec::new();
                     for digit in low_digit..=high_digit {
                         let next = DecimalState::Frac {
                             cap,
@@ -535,17 +523,16 @@ impl DecimalAutomaton {
                             tight_high: tight_high && digit == high_digit,
                             after_point: false,
                         };
-                        if let Some(rule) = self.state(sink, next)? {
-                            add_transition(&mut transitions, rule, b'0' + digit);
+                        if let Some(node) = self.state(next)? {
+                            edges.push((b'0' + digit, node));
                         }
                     }
-                    alternatives.extend(transitions_to_alternatives(transitions));
                 }
             }
         }
-        let rule = (!alternatives.is_empty()).then(|| sink.add("decimal-digit", alternatives));
-        self.memo.insert(state, rule);
-        Ok(rule)
+        let node = (accepting || !edges.is_empty()).then(|| self.nfa.node(accepting, edges));
+        self.memo.insert(state, node);
+        Ok(node)
     }
 
     /// Whether the number may end here: the digits so far, padded with zeros, are in range.

@@ -277,8 +277,53 @@ impl TransitionTable {
             }
             states.push((accepting, groups));
         }
-        Ok(TransitionTable { states, escapes })
+        Ok(TransitionTable { states: minimal(states), escapes })
     }
+}
+
+/// The states merged where they cannot be told apart, the start state first. A search DFA
+/// (`.*(?:p).*`) keeps tracking partial matches of `p` after a match, so all its states past
+/// a match accept every rest yet are distinct: merged, they become one state looping on
+/// every character, and a string past its match costs the matcher one state, not dozens.
+/// Merging keeps each state's count of characters right, since whether a byte starts a
+/// character depends on the byte alone.
+fn minimal(states: Vec<(bool, Vec<TransitionGroup>)>) -> Vec<(bool, Vec<TransitionGroup>)> {
+    let labels: Vec<bool> = states.iter().map(|(accepting, _)| *accepting).collect();
+    let edges: Vec<Vec<(usize, ByteSet)>> = states
+        .iter()
+        .map(|(_, groups)| {
+            groups
+                .iter()
+                .map(|group| (group.target, group.escaped.iter().fold(group.plain, |set, b| set.union(&ByteSet::single(*b)))))
+                .collect()
+        })
+        .collect();
+    let partition = super::minimize::minimize(&labels, &false, &edges);
+    let mut merged: Vec<Option<(bool, Vec<TransitionGroup>)>> = (0..partition.classes).map(|_| None).collect();
+    for ((accepting, groups), class) in states.into_iter().zip(&partition.class_of) {
+        let Some(class) = class else { continue };
+        if merged[*class].is_some() {
+            continue;
+        }
+        let mut regrouped: Vec<TransitionGroup> = Vec::new();
+        for group in groups {
+            let Some(target) = partition.class_of[group.target] else { continue };
+            match regrouped.iter_mut().find(|g| g.target == target && g.starts_char == group.starts_char) {
+                Some(existing) => {
+                    existing.plain = existing.plain.union(&group.plain);
+                    existing.escaped.extend_from_slice(&group.escaped);
+                }
+                None => regrouped.push(TransitionGroup { target, ..group }),
+            }
+        }
+        merged[*class] = Some((accepting, regrouped));
+    }
+    let minimal: Vec<_> = merged.into_iter().flatten().collect();
+    if minimal.is_empty() {
+        // No string matches: one state that neither ends nor reads on.
+        return vec![(false, Vec::new())];
+    }
+    minimal
 }
 
 struct Lowering<'a> {
@@ -352,5 +397,47 @@ impl Lowering<'_> {
                 id
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state_after(table: &TransitionTable, text: &[u8]) -> Option<usize> {
+        text.iter().try_fold(0usize, |state, &b| {
+            table.states[state]
+                .1
+                .iter()
+                .find(|group| group.plain.contains(b) || group.escaped.contains(&b))
+                .map(|group| group.target)
+        })
+    }
+
+    #[test]
+    fn a_search_past_its_match_is_one_state_looping_on_every_character() {
+        let (dfa, start) = search_dfa(r"(\d\d):([0-5][0-9])").expect("pattern");
+        let table = TransitionTable::build(&dfa, start).expect("table");
+        let matched = state_after(&table, b"12:34").expect("a state");
+        assert!(table.states[matched].0, "a match may end the string");
+        for rest in ["x", "1", "12:3", "\u{e9}", "\u{4e16}\"", "\n", "\u{1f600}9"] {
+            let text = [b"12:34".as_slice(), rest.as_bytes()].concat();
+            assert_eq!(state_after(&table, &text), Some(matched), "{rest:?}");
+        }
+        // Before the match, partial matches are still told apart, and ending there is refused.
+        let partial = state_after(&table, b"12:3").expect("a state");
+        assert_ne!(partial, matched);
+        assert!(!table.states[partial].0);
+        assert_eq!(state_after(&table, b"x12:3"), Some(partial));
+    }
+
+    #[test]
+    fn an_anchored_pattern_drops_the_states_that_cannot_match() {
+        let (dfa, start) = anchored_dfa("(?:ab|ac)d").expect("pattern");
+        let table = TransitionTable::build(&dfa, start).expect("table");
+        // start, a, a[bc], a[bc]d: `ab` and `ac` lead to one state.
+        assert_eq!(table.states.len(), 4);
+        assert_eq!(state_after(&table, b"ab"), state_after(&table, b"ac"));
+        assert_eq!(state_after(&table, b"ad"), None);
     }
 }

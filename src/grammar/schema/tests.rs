@@ -15,7 +15,7 @@ fn compiled(grammar: Grammar) -> CompiledGrammar {
     }
 }
 
-fn schema(schema: Value) -> CompiledGrammar {
+pub(super) fn schema(schema: Value) -> CompiledGrammar {
     match compile_schema(&schema) {
         Ok(grammar) => compiled(grammar),
         Err(error) => panic!("schema refused: {error}"),
@@ -26,13 +26,13 @@ fn accepts(grammar: &CompiledGrammar, text: &str) -> bool {
     check_input(grammar, text.as_bytes()) == CheckOutcome::Match
 }
 
-fn assert_accepts(grammar: &CompiledGrammar, docs: &[&str]) {
+pub(super) fn assert_accepts(grammar: &CompiledGrammar, docs: &[&str]) {
     for doc in docs {
         assert_eq!(check_input(grammar, doc.as_bytes()), CheckOutcome::Match, "should accept {doc}");
     }
 }
 
-fn assert_rejects(grammar: &CompiledGrammar, docs: &[&str]) {
+pub(super) fn assert_rejects(grammar: &CompiledGrammar, docs: &[&str]) {
     for doc in docs {
         assert!(!accepts(grammar, doc), "should reject {doc}");
     }
@@ -364,6 +364,7 @@ mod walks {
         ("numbers.json", include_str!("../../../testdata/schemas/numbers.json")),
         ("tree.json", include_str!("../../../testdata/schemas/tree.json")),
         ("mixed.json", include_str!("../../../testdata/schemas/mixed.json")),
+        ("object_union.json", include_str!("../../../testdata/schemas/object_union.json")),
     ];
 
     /// Soft length: past it the walk prefers bytes that close things.
@@ -453,7 +454,7 @@ mod walks {
     proptest! {
         #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
         #[test]
-        fn walks_through_the_automaton_validate(choices in proptest::collection::vec(any::<u32>(), 64..256), which in 0usize..5) {
+        fn walks_through_the_automaton_validate(choices in proptest::collection::vec(any::<u32>(), 64..256), which in 0usize..FIXTURES.len()) {
             let (name, source) = FIXTURES[which];
             check_fixture(name, source, &choices)?;
         }
@@ -706,3 +707,4 @@ fn shared_bounded_strings_numbers_and_patterns_keep_each_use_exact() {
         ],
     );
 }
+
