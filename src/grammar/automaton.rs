@@ -8,8 +8,9 @@
 //! how much of the document's whitespace budget it has used. Calls in tail position push no
 //! return frame, so `item ::= x item | ""` runs in constant stack.
 //!
-//! Configurations are encoded canonically as one `Vec<u32>` so that `cache.rs` can intern them
-//! as state ids and fill a (state, byte class) table lazily. Bytes that no terminal of the
+//! Configurations are encoded canonically as one `Vec<u32>`, with a hash (child module
+//! `stacks`), so that `cache.rs` can intern them as state ids and fill a (state, byte class)
+//! table lazily. Bytes that no terminal of the
 //! grammar tells apart share a byte class, which keeps table rows short.
 //!
 //! The byte-free expansion of each grammar position (which rules it enters, where it can
@@ -21,7 +22,7 @@
 //! left-recursion check; a byte step costs about a microsecond per live stack; the matcher
 //! caches steps in its transition table.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::any::Any;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
@@ -30,6 +31,11 @@ use super::toktrie::TokenTrie;
 use super::error::{GrammarError, Location};
 use super::ir::{rules_satisfying, ByteSet, Grammar, Symbol};
 use super::limits::Limits;
+
+mod stacks;
+
+use stacks::{decode, StackSet};
+pub(crate) use stacks::{config_can_continue, config_hash, config_is_accepting, StepStacks, WordHasher};
 
 /// The bytes `Symbol::Whitespace` consumes.
 pub(crate) const WHITESPACE_BYTES: [u8; 4] = [b' ', b'\t', b'\n', b'\r'];
@@ -405,20 +411,21 @@ impl CompiledGrammar {
         out: &mut StepStacks,
     ) -> Result<(), StepOverflow> {
         let is_whitespace = WHITESPACE_BYTES.contains(&byte);
-        out.frames.clear();
-        out.stacks.clear();
+        out.clear();
         for (ws_used, frames) in decode(config) {
             let Some((&top, below)) = frames.split_last() else {
                 continue;
             };
             match self.symbols[top as usize] {
                 FlatSymbol::Bytes(set) if set.contains(byte) => {
+                    out.hash_prefixes(below);
                     self.continue_at(below, top + 1, ws_used, out)?
                 }
                 FlatSymbol::Whitespace if is_whitespace && ws_used < self.whitespace_budget => {
+                    out.hash_prefixes(below);
                     let used = ws_used + 1;
                     if used < self.whitespace_budget {
-                        out.push(&[frames], used);
+                        out.push_on_prefix(below, &[top], used);
                     }
                     self.continue_at(below, top + 1, used, out)?;
                 }
@@ -428,31 +435,14 @@ impl CompiledGrammar {
                 return Err(StepOverflow::TooManyStacks);
             }
         }
-        // Canonical order; of stacks equal but for whitespace used, the thriftiest stays.
-        let frames = &out.frames;
-        let stacks = &mut out.stacks;
-        let frames_of = |&(start, len, _): &(u32, u32, u32)| {
-            frames
-                .get(start as usize..(start + len) as usize)
-                .unwrap_or_default()
-        };
-        stacks.sort_unstable_by(|a, b| frames_of(a).cmp(frames_of(b)).then(a.2.cmp(&b.2)));
-        stacks.dedup_by(|later, earlier| frames_of(later) == frames_of(earlier));
-        if stacks.len() > self.limits.max_stacks {
+        out.order();
+        if out.len() > self.limits.max_stacks {
             return Err(StepOverflow::TooManyStacks);
         }
-        let size: usize = stacks.iter().map(|&(_, len, _)| len as usize + 2).sum();
-        if size > self.limits.max_state_words {
+        if out.encoded_words() > self.limits.max_state_words {
             return Err(StepOverflow::StateTooLarge);
         }
-        let encoded = &mut out.encoded;
-        encoded.clear();
-        encoded.reserve(size);
-        for stack in stacks.iter() {
-            encoded.push(stack.1);
-            encoded.push(stack.2);
-            encoded.extend_from_slice(frames_of(stack));
-        }
+        out.encode();
         Ok(())
     }
 
@@ -479,7 +469,7 @@ impl CompiledGrammar {
                 if depth + relative.len() > self.limits.max_stack_depth {
                     return Err(StepOverflow::StackDepth);
                 }
-                out.push(&[&below[..depth], relative], ws_used);
+                out.push_on_prefix(&below[..depth], relative, ws_used);
                 if out.len() > self.limits.max_stacks.saturating_mul(4) {
                     return Err(StepOverflow::TooManyStacks);
                 }
@@ -537,15 +527,18 @@ impl CompiledGrammar {
             return None;
         }
         let mut changed = false;
-        let mut stacks = StackSet::default();
+        let mut stacks = StepStacks::default();
+        let mut mapped = Vec::new();
         for (ws_used, frames) in decode(config) {
-            let mapped: Vec<u32> = frames
-                .iter()
-                .map(|&position| self.counters.map_position(position, horizon))
-                .collect();
+            mapped.clear();
+            mapped.extend(
+                frames
+                    .iter()
+                    .map(|&position| self.counters.map_position(position, horizon)),
+            );
             let ws = ws_used.max(floor);
             changed |= ws != ws_used || mapped[..] != frames[..];
-            stacks.insert(ws, mapped);
+            stacks.push(&mapped, ws);
         }
         changed.then(|| stacks.into_encoded())
     }
@@ -560,19 +553,20 @@ impl CompiledGrammar {
             return None;
         }
         let mut fewest = u32::MAX;
-        let mut stacks = StackSet::default();
+        let mut stacks = StepStacks::default();
+        let mut mapped = Vec::new();
         for (ws_used, frames) in decode(config) {
-            let mapped: Vec<u32> = frames
-                .iter()
-                .map(|&position| match self.counters.unbound_position(position, min_rank) {
+            mapped.clear();
+            mapped.extend(frames.iter().map(|&position| {
+                match self.counters.unbound_position(position, min_rank) {
                     Some((unbound, rank)) => {
                         fewest = fewest.min(rank);
                         unbound
                     }
                     None => position,
-                })
-                .collect();
-            stacks.insert(ws_used, mapped);
+                }
+            }));
+            stacks.push(&mapped, ws_used);
         }
         (fewest != u32::MAX).then(|| (stacks.into_encoded(), fewest))
     }
@@ -591,86 +585,6 @@ impl CompiledGrammar {
             }
         }
         allowed
-    }
-}
-
-/// The stacks a byte step reaches, before sorting: frames back to back, and per stack its
-/// (start, frame count, whitespace used).
-#[derive(Default)]
-pub(crate) struct StepStacks {
-    frames: Vec<u32>,
-    stacks: Vec<(u32, u32, u32)>,
-    /// The configuration the step reached.
-    pub(crate) encoded: Vec<u32>,
-}
-
-impl StepStacks {
-    /// Adds the stack made of `parts` (bottom first).
-    fn push(&mut self, parts: &[&[u32]], ws_used: u32) {
-        let start = self.frames.len() as u32;
-        for part in parts {
-            self.frames.extend_from_slice(part);
-        }
-        let len = self.frames.len() as u32 - start;
-        self.stacks.push((start, len, ws_used));
-    }
-
-    fn len(&self) -> usize {
-        self.stacks.len()
-    }
-}
-
-/// Iterates the stacks of an encoded configuration as (whitespace used, frames bottom..top).
-/// Encoding: for each stack, `[frame count, whitespace used, frames...]`, stacks sorted.
-pub(crate) fn decode(config: &[u32]) -> impl Iterator<Item = (u32, &[u32])> {
-    let mut rest = config;
-    std::iter::from_fn(move || {
-        let (&len, tail) = rest.split_first()?;
-        let (&ws_used, tail) = tail.split_first()?;
-        let len = (len as usize).min(tail.len());
-        let (frames, tail) = tail.split_at(len);
-        rest = tail;
-        Some((ws_used, frames))
-    })
-}
-
-/// True when some stack of `config` has matched the whole root rule.
-pub(crate) fn config_is_accepting(config: &[u32]) -> bool {
-    decode(config).any(|(_, frames)| frames.is_empty())
-}
-
-/// True when some stack of `config` can still read a byte.
-pub(crate) fn config_can_continue(config: &[u32]) -> bool {
-    decode(config).any(|(_, frames)| !frames.is_empty())
-}
-
-/// The stacks of one configuration under construction; a stack that differs from another only
-/// by using more whitespace is dropped, since the thriftier one allows everything it allows.
-#[derive(Default)]
-struct StackSet {
-    stacks: HashMap<Vec<u32>, u32>,
-}
-
-impl StackSet {
-    fn insert(&mut self, ws_used: u32, frames: Vec<u32>) {
-        let entry = self.stacks.entry(frames).or_insert(ws_used);
-        *entry = (*entry).min(ws_used);
-    }
-
-    fn len(&self) -> usize {
-        self.stacks.len()
-    }
-
-    fn into_encoded(self) -> Vec<u32> {
-        let mut stacks: Vec<(Vec<u32>, u32)> = self.stacks.into_iter().collect();
-        stacks.sort_unstable();
-        let mut encoded = Vec::with_capacity(stacks.iter().map(|(f, _)| f.len() + 2).sum());
-        for (frames, ws_used) in stacks {
-            encoded.push(frames.len() as u32);
-            encoded.push(ws_used);
-            encoded.extend_from_slice(&frames);
-        }
-        encoded
     }
 }
 

@@ -284,3 +284,54 @@ fn ambiguity_past_the_stack_limit_is_rejected_not_a_hang() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn one_set_of_stacks_encodes_alike_whatever_order_it_came_in() {
+    let stacks: [(&[u32], u32); 6] = [
+        (&[4, 9, 2], 1),
+        (&[], 0),
+        (&[4, 9], 3),
+        (&[4, 9, 2], 0),
+        (&[7], 2),
+        (&[4, 9], 3),
+    ];
+    let encode = |order: &[usize]| {
+        let mut gathered = StepStacks::default();
+        for &index in order {
+            let (frames, ws_used) = stacks[index];
+            gathered.push(frames, ws_used);
+        }
+        gathered.order();
+        gathered.encode();
+        (gathered.encoded.clone(), gathered.hash)
+    };
+    let (encoded, hash) = encode(&[0, 1, 2, 3, 4, 5]);
+    for order in [[5, 4, 3, 2, 1, 0], [3, 1, 5, 0, 4, 2], [2, 0, 4, 1, 5, 3]] {
+        assert_eq!(encode(&order), (encoded.clone(), hash), "{order:?}");
+    }
+    assert_eq!(config_hash(&encoded), hash);
+    let mut decoded: Vec<(u32, Vec<u32>)> = decode(&encoded).map(|(w, f)| (w, f.to_vec())).collect();
+    decoded.sort();
+    // Of the two stacks [4, 9, 2], the one that used less whitespace stays.
+    assert_eq!(
+        decoded,
+        vec![(0, vec![]), (0, vec![4, 9, 2]), (2, vec![7]), (3, vec![4, 9])]
+    );
+}
+
+#[test]
+fn stacks_built_on_a_hashed_prefix_hash_as_if_pushed_whole() {
+    let mut on_prefix = StepStacks::default();
+    on_prefix.hash_prefixes(&[3, 8, 5]);
+    on_prefix.push_on_prefix(&[3, 8], &[6, 1], 2);
+    on_prefix.push_on_prefix(&[], &[9], 0);
+    let mut whole = StepStacks::default();
+    whole.push(&[9], 0);
+    whole.push(&[3, 8, 6, 1], 2);
+    for gathered in [&mut on_prefix, &mut whole] {
+        gathered.order();
+        gathered.encode();
+    }
+    assert_eq!(on_prefix.encoded, whole.encoded);
+    assert_eq!(on_prefix.hash, whole.hash);
+}

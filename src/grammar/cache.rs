@@ -11,15 +11,19 @@
 //! Both have a bound (`Limits::transition_states`, `Limits::mask_cache`). A full table is
 //! cleared, keeping only the states the caller still holds, and the clear is counted; it
 //! never grows past its bound. Clearing the state table also drops the masks, whose keys
-//! were state ids. Cost: a state costs its encoded configuration twice (vector and index)
-//! plus 4 bytes per byte class; a mask costs vocabulary/8 bytes.
+//! were state ids. States are interned by the hash a byte step computes for its configuration
+//! (`automaton/stacks.rs`), so a step's result is not hashed again. Cost: a state costs its
+//! encoded configuration, ~24 bytes of index and 4 bytes per byte class; a mask costs
+//! vocabulary/8 bytes.
 
 use std::any::Any;
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use super::automaton::{config_can_continue, config_is_accepting, CompiledGrammar, StepStacks};
+use super::automaton::{
+    config_can_continue, config_hash, config_is_accepting, CompiledGrammar, StepStacks, WordHasher,
+};
 use super::ir::ByteSet;
 use super::toktrie::TokenTrie;
 
@@ -42,52 +46,6 @@ impl SkipSet {
 }
 use super::mask::TokenMask;
 
-/// A multiply-rotate hash over 8-byte words (configurations are long: SipHash dominated
-/// interning). Keys come from compiled grammars, and the table is bounded, so collisions
-/// cost at most a bounded number of comparisons.
-#[derive(Default, Clone, Copy)]
-pub(crate) struct WordHasher(u64);
-
-impl WordHasher {
-    #[inline]
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-impl Hasher for WordHasher {
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for chunk in &mut chunks {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(chunk);
-            self.add(u64::from_le_bytes(word));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut word = [0u8; 8];
-            word[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(word));
-        }
-    }
-
-    #[inline]
-    fn write_u32(&mut self, value: u32) {
-        self.add(u64::from(value));
-    }
-
-    #[inline]
-    fn write_usize(&mut self, value: usize) {
-        self.add(value as u64);
-    }
-
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
 /// The state id of the dead configuration (no stack alive); every table has it.
 pub(crate) const DEAD: u32 = 0;
 const UNKNOWN: u32 = u32::MAX;
@@ -102,7 +60,12 @@ pub(crate) struct StateTable {
     /// One byte of each class, by class.
     class_bytes: Vec<u8>,
     configs: Vec<Box<[u32]>>,
-    ids: HashMap<Box<[u32]>, u32, BuildHasherDefault<WordHasher>>,
+    /// Per state, its configuration's hash (see `automaton/stacks.rs`).
+    hashes: Vec<u64>,
+    /// By configuration hash, the state interned last with it; per state, the state interned
+    /// before it with the same hash ([`DEAD`] ends the chain: it is never interned).
+    ids: HashMap<u64, u32, BuildHasherDefault<WordHasher>>,
+    same_hash: Vec<u32>,
     transitions: Vec<u32>,
     accepting: Vec<bool>,
     can_continue: Vec<bool>,
@@ -149,7 +112,9 @@ impl StateTable {
             classes,
             class_bytes,
             configs: Vec::new(),
+            hashes: Vec::new(),
             ids: HashMap::default(),
+            same_hash: Vec::new(),
             transitions: Vec::new(),
             accepting: Vec::new(),
             can_continue: Vec::new(),
@@ -164,18 +129,19 @@ impl StateTable {
             clears: 0,
             overflows: 0,
         };
-        table.push_state(Box::new([]));
+        table.push_state(Box::new([]), config_hash(&[]));
         table
     }
 
     /// The state of `config` (a configuration of this table's grammar), interned; clears the
     /// table (keeping `live`) when it is full. DEAD for the empty configuration.
     pub(crate) fn adopt(&mut self, config: &[u32], live: &mut [u32]) -> u32 {
-        match self.intern(config.into()) {
+        let hash = config_hash(config);
+        match self.intern(config, hash) {
             Some(id) => id,
             None => {
                 self.clear_keeping(live);
-                self.intern(config.into()).unwrap_or(DEAD)
+                self.intern(config, hash).unwrap_or(DEAD)
             }
         }
     }
@@ -483,15 +449,12 @@ impl StateTable {
                 DEAD
             }
             Ok(()) => {
-                // Looked up before copying: most steps reach a known state.
-                let next = &self.step_buffer.encoded;
-                match self.ids.get(&next[..]) {
-                    Some(&id) => id,
-                    None if next.is_empty() => DEAD,
-                    None => match self.intern(next[..].into()) {
-                        Some(id) => id,
-                        None => return FULL,
-                    },
+                let next = std::mem::take(&mut self.step_buffer.encoded);
+                let interned = self.intern(&next, self.step_buffer.hash);
+                self.step_buffer.encoded = next;
+                match interned {
+                    Some(id) => id,
+                    None => return FULL,
                 }
             }
         };
@@ -499,20 +462,34 @@ impl StateTable {
         target
     }
 
-    fn intern(&mut self, config: Box<[u32]>) -> Option<u32> {
+    /// The state of `config`, whose hash is `hash`, if interned.
+    fn find(&self, config: &[u32], hash: u64) -> Option<u32> {
+        let mut id = *self.ids.get(&hash)?;
+        while id != DEAD {
+            if self.config(id) == config {
+                return Some(id);
+            }
+            id = self.same_hash.get(id as usize).copied().unwrap_or(DEAD);
+        }
+        None
+    }
+
+    /// The state of `config` (hashed to `hash`), interned now if new; `None` when full.
+    /// Looks up before copying: most steps reach a known state.
+    fn intern(&mut self, config: &[u32], hash: u64) -> Option<u32> {
         if config.is_empty() {
             return Some(DEAD);
         }
-        if let Some(&id) = self.ids.get(&config) {
+        if let Some(id) = self.find(config, hash) {
             return Some(id);
         }
         if self.configs.len() >= self.capacity || self.words + config.len() > self.word_budget {
             return None;
         }
-        Some(self.push_state(config))
+        Some(self.push_state(config.into(), hash))
     }
 
-    fn push_state(&mut self, config: Box<[u32]>) -> u32 {
+    fn push_state(&mut self, config: Box<[u32]>, hash: u64) -> u32 {
         let id = self.configs.len() as u32;
         self.words += config.len();
         self.accepting.push(config_is_accepting(&config));
@@ -535,9 +512,13 @@ impl StateTable {
                 DEAD
             }
         }));
-        if !config.is_empty() {
-            self.ids.insert(config.clone(), id);
-        }
+        let previous = if config.is_empty() {
+            DEAD
+        } else {
+            self.ids.insert(hash, id).unwrap_or(DEAD)
+        };
+        self.same_hash.push(previous);
+        self.hashes.push(hash);
         self.configs.push(config);
         self.peak = self.peak.max(self.configs.len());
         id
@@ -546,7 +527,9 @@ impl StateTable {
     /// Empties the table except for the states in `live`, whose ids are rewritten in place.
     pub(crate) fn clear_keeping(&mut self, live: &mut [u32]) {
         let old = std::mem::take(&mut self.configs);
+        let old_hashes = std::mem::take(&mut self.hashes);
         self.ids.clear();
+        self.same_hash.clear();
         self.transitions.clear();
         self.accepting.clear();
         self.can_continue.clear();
@@ -554,13 +537,14 @@ impl StateTable {
         self.mask_states.clear();
         self.words = 0;
         self.clears += 1;
-        self.push_state(Box::new([]));
+        self.push_state(Box::new([]), config_hash(&[]));
         for state in live.iter_mut() {
             let config = old.get(*state as usize).cloned().unwrap_or_default();
-            *state = match self.ids.get(&config) {
-                Some(&id) => id,
+            let hash = old_hashes.get(*state as usize).copied().unwrap_or_default();
+            *state = match self.find(&config, hash) {
+                Some(id) => id,
                 None if config.is_empty() => DEAD,
-                None => self.push_state(config),
+                None => self.push_state(config, hash),
             };
         }
     }
