@@ -335,3 +335,37 @@ fn stacks_built_on_a_hashed_prefix_hash_as_if_pushed_whole() {
     assert_eq!(on_prefix.encoded, whole.encoded);
     assert_eq!(on_prefix.hash, whole.hash);
 }
+
+#[test]
+fn many_stacks_dealt_into_buckets_keep_one_canonical_order() {
+    // Enough stacks to be dealt into buckets, sharing bottoms, with duplicates that differ
+    // only in whitespace used.
+    let stacks: Vec<(Vec<u32>, u32)> = (0..120u32)
+        .map(|i| (vec![1, 2, 3, i % 45, i % 7], i % 3))
+        .collect();
+    let encode = |order: &mut dyn Iterator<Item = usize>| {
+        let mut gathered = StepStacks::default();
+        for index in order {
+            let (frames, ws_used) = &stacks[index];
+            gathered.push(frames, *ws_used);
+        }
+        gathered.order();
+        gathered.encode();
+        (gathered.encoded.clone(), gathered.hash)
+    };
+    let (encoded, hash) = encode(&mut (0..stacks.len()));
+    assert_eq!(encode(&mut (0..stacks.len()).rev()), (encoded.clone(), hash));
+    assert_eq!(encode(&mut (0..stacks.len()).map(|i| i * 7 % 120)), (encoded.clone(), hash));
+    let mut expected: Vec<(Vec<u32>, u32)> = Vec::new();
+    for (frames, ws_used) in &stacks {
+        match expected.iter_mut().find(|(f, _)| f == frames) {
+            Some((_, least)) => *least = (*least).min(*ws_used),
+            None => expected.push((frames.clone(), *ws_used)),
+        }
+    }
+    expected.sort();
+    let mut decoded: Vec<(Vec<u32>, u32)> =
+        decode(&encoded).map(|(w, f)| (f.to_vec(), w)).collect();
+    decoded.sort();
+    assert_eq!(decoded, expected);
+}

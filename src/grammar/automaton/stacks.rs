@@ -14,8 +14,8 @@
 //!
 //! Key types: [`StepStacks`], [`StackSet`], [`WordHasher`]; [`decode`] and [`config_hash`] read
 //! an encoding back. Cost: gathering a stack copies its frames and hashes those above a prefix
-//! whose hash is known; ordering compares hashes, so it costs about as much as sorting
-//! integers; encoding is one pass.
+//! whose hash is known; ordering deals the stacks into buckets by hash, about a pass over
+//! them; encoding is one pass.
 
 use std::collections::HashMap;
 use std::hash::Hasher;
@@ -87,8 +87,12 @@ fn hash_frames(prefix: u64, frames: &[u32]) -> u64 {
     hasher.finish()
 }
 
+/// Up to this many stacks are ordered by one comparison sort, more are dealt into buckets
+/// first (see [`StepStacks::order`]).
+const FEW_STACKS: usize = 16;
+
 /// One stack gathered by [`StepStacks`]: where its frames are, and what orders it.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 struct GatheredStack {
     hash: u64,
     start: u32,
@@ -104,6 +108,9 @@ pub(crate) struct StepStacks {
     stacks: Vec<GatheredStack>,
     /// `prefix_hashes[d]`: the hash of the lowest `d` frames of the stack being stepped.
     prefix_hashes: Vec<u64>,
+    /// Scratch of [`StepStacks::order`]: the stacks dealt into buckets, and where each ends.
+    dealt: Vec<GatheredStack>,
+    bucket_ends: Vec<u32>,
     /// The configuration reached, encoded canonically (after [`StepStacks::encode`]).
     pub(crate) encoded: Vec<u32>,
     /// Its hash (see [`config_hash`]).
@@ -166,8 +173,12 @@ impl StepStacks {
             .unwrap_or_default()
     }
 
-    /// Puts the stacks in canonical order and drops duplicates, keeping of stacks equal but
-    /// for whitespace used the thriftiest.
+    /// Puts the stacks in canonical order (by hash, then frames, then whitespace used) and
+    /// drops duplicates, keeping of stacks equal but for whitespace used the thriftiest.
+    ///
+    /// Hashes are spread evenly, so the stacks are first dealt into about one bucket per
+    /// stack by the top bits of their hash; sorting within buckets then costs little, where
+    /// a comparison sort of the whole would cost log n comparisons per stack.
     pub(crate) fn order(&mut self) {
         let frames = &self.frames;
         let frames_of = |stack: &GatheredStack| {
@@ -175,12 +186,49 @@ impl StepStacks {
                 .get(stack.start as usize..(stack.start + stack.len) as usize)
                 .unwrap_or_default()
         };
-        self.stacks.sort_unstable_by(|a, b| {
+        let canonical = |a: &GatheredStack, b: &GatheredStack| {
             a.hash
                 .cmp(&b.hash)
                 .then_with(|| frames_of(a).cmp(frames_of(b)))
                 .then(a.ws_used.cmp(&b.ws_used))
-        });
+        };
+        let count = self.stacks.len();
+        if count <= FEW_STACKS {
+            self.stacks.sort_unstable_by(canonical);
+        } else {
+            let bits = count.next_power_of_two().trailing_zeros();
+            let bucket_of = |stack: &GatheredStack| (stack.hash >> (64 - bits)) as usize;
+            // `bucket_ends[b]` counts the stacks of bucket `b`, then (summed) is where the
+            // bucket starts, then (advanced by each stack dealt) where it ends.
+            let bucket_ends = &mut self.bucket_ends;
+            bucket_ends.clear();
+            bucket_ends.resize(1 << bits, 0);
+            for stack in &self.stacks {
+                bucket_ends[bucket_of(stack)] += 1;
+            }
+            let mut start = 0;
+            for slot in bucket_ends.iter_mut() {
+                let size = *slot;
+                *slot = start;
+                start += size;
+            }
+            self.dealt.clear();
+            self.dealt.resize(count, GatheredStack::default());
+            for stack in &self.stacks {
+                let slot = &mut bucket_ends[bucket_of(stack)];
+                self.dealt[*slot as usize] = *stack;
+                *slot += 1;
+            }
+            let mut start = 0;
+            for &end in bucket_ends.iter() {
+                let bucket = &mut self.dealt[start..end as usize];
+                if bucket.len() > 1 {
+                    bucket.sort_unstable_by(canonical);
+                }
+                start = end as usize;
+            }
+            std::mem::swap(&mut self.stacks, &mut self.dealt);
+        }
         self.stacks.dedup_by(|later, earlier| {
             later.hash == earlier.hash && frames_of(later) == frames_of(earlier)
         });
