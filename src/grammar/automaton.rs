@@ -23,6 +23,7 @@
 //! caches steps in its transition table.
 
 use std::collections::HashSet;
+use std::hash::BuildHasherDefault;
 use std::any::Any;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
@@ -334,7 +335,8 @@ impl CompiledGrammar {
         out: &mut StackSet,
     ) -> Result<(), StepOverflow> {
         let mut steps = 0usize;
-        let mut seen: HashSet<(u32, Vec<u32>)> = HashSet::new();
+        // Keyed by frames the grammar made, so the cheap word hash will do (see WordHasher).
+        let mut seen: HashSet<(u32, Vec<u32>), BuildHasherDefault<WordHasher>> = HashSet::default();
         while let Some((ws_used, mut frames)) = work.pop() {
             if !seen.insert((ws_used, frames.clone())) {
                 continue;

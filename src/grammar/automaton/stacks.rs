@@ -18,7 +18,7 @@
 //! them; encoding is one pass.
 
 use std::collections::HashMap;
-use std::hash::Hasher;
+use std::hash::{BuildHasherDefault, Hasher};
 
 /// A multiply-rotate hash over 8-byte words (configurations are long: SipHash dominated
 /// interning). Keys come from compiled grammars, and the state table is bounded, so collisions
@@ -302,7 +302,7 @@ pub(crate) fn config_can_continue(config: &[u32]) -> bool {
 /// dropped, since the thriftier one allows everything it allows.
 #[derive(Default)]
 pub(super) struct StackSet {
-    pub(super) stacks: HashMap<Vec<u32>, u32>,
+    pub(super) stacks: HashMap<Vec<u32>, u32, BuildHasherDefault<WordHasher>>,
 }
 
 impl StackSet {
