@@ -291,6 +291,18 @@ impl CompiledGrammar {
         &self.initial
     }
 
+    /// How many whitespace bytes a whole document may hold.
+    pub(crate) fn whitespace_budget(&self) -> u32 {
+        self.whitespace_budget
+    }
+
+    /// The whitespace bytes every stack of `config` may still read: the budget less the most
+    /// any of its stacks has used.
+    pub(crate) fn whitespace_left(&self, config: &[u32]) -> u32 {
+        let most_used = decode(config).map(|(ws_used, _)| ws_used).max().unwrap_or(0);
+        self.whitespace_budget.saturating_sub(most_used)
+    }
+
     #[inline]
     pub(crate) fn byte_class(&self) -> &[u8; 256] {
         &self.byte_class
@@ -632,6 +644,17 @@ pub(crate) fn decode(config: &[u32]) -> impl Iterator<Item = (u32, &[u32])> {
         rest = tail;
         Some((ws_used, frames))
     })
+}
+
+/// True when `after` is `before` with one more whitespace byte used by every stack and
+/// nothing else changed: reading that byte only spent budget.
+pub(crate) fn is_whitespace_shift(before: &[u32], after: &[u32]) -> bool {
+    before.len() == after.len()
+        && decode(before)
+            .zip(decode(after))
+            .all(|((used, frames), (used_after, frames_after))| {
+                used.checked_add(1) == Some(used_after) && frames == frames_after
+            })
 }
 
 /// True when some stack of `config` has matched the whole root rule.
