@@ -105,7 +105,7 @@ impl Matcher {
         let mut index = 0usize;
         while let Some(node) = nodes.get(index) {
             let depth = node.depth as usize;
-            let longest = u32::from(node.longest);
+            let longest = || u32::from(node.longest);
             let next = self.step_path(caches, &mut path, depth, node.byte, longest);
             if next == DEAD {
                 index = node.subtree_end as usize;

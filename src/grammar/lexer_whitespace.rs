@@ -79,31 +79,31 @@ fn whitespace_slot(byte: u8) -> Option<usize> {
 
 impl Matcher {
     /// Steps the walk in `path` by the trie node at `depth` reading `byte`, whose subtree's
-    /// longest token has `longest` bytes: records the state (and offset) at `depth` and
+    /// longest token has `longest()` bytes: records the state (and offset) at `depth` and
     /// returns the state, or [`DEAD`], or [`FULL`] (clear the table and step again).
-    #[inline]
+    #[inline(always)]
     pub(super) fn step_path(
         &mut self,
         caches: &mut SharedCaches,
         path: &mut RunPath,
         depth: usize,
         byte: u8,
-        longest: u32,
+        longest: impl FnOnce() -> u32,
     ) -> u32 {
         let parent = path.states[depth - 1];
         let offset = path.offsets[depth - 1];
-        let (next, offset) = if offset == 0 && whitespace_slot(byte).is_none() {
+        // Every whitespace byte is at most a space: the walks' common case is one compare.
+        let (next, offset) = if offset == 0 && byte > b' ' {
             (caches.table.next(parent, byte), 0)
         } else {
             // Bytes from this one to the end of the longest token below.
-            let remaining = (longest + 1).saturating_sub(depth as u32);
-            let run_start = depth - offset as usize;
-            let run = &path.bytes[run_start..depth];
+            let remaining = (longest() + 1).saturating_sub(depth as u32);
+            path.bytes[depth] = byte;
+            let run = &path.bytes[depth - offset as usize..depth];
             self.step_run(caches, parent, offset, byte, run, remaining)
         };
         path.states[depth] = next;
         path.offsets[depth] = offset;
-        path.bytes[depth] = byte;
         next
     }
 
@@ -111,6 +111,7 @@ impl Matcher {
     /// it (`run`), where `remaining` bytes are left to read from `byte` on: inside a run the
     /// offset grows; after it, the run state itself steps when `remaining` bytes cannot spend
     /// the budget it has left past the run, and else the run's real state is made first.
+    #[inline(never)]
     fn step_run(
         &mut self,
         caches: &mut SharedCaches,
@@ -123,10 +124,9 @@ impl Matcher {
         if self.grammar.whitespace_budget() == 0 {
             return (caches.table.next(state, byte), 0);
         }
-        let left = self.whitespace_left(caches, state);
         if let Some(slot) = whitespace_slot(byte) {
             // The state and offset stay exact while no stack can spend its last byte.
-            if offset + 1 < left {
+            if offset + 1 < self.whitespace_left(caches, state) {
                 match self.reads_as_shift(caches, state, slot) {
                     None => return (FULL, 0),
                     Some(true) => return (state, offset + 1),
@@ -134,7 +134,7 @@ impl Matcher {
                 }
             }
         }
-        if offset == 0 || left.saturating_sub(offset) > remaining {
+        if offset == 0 || self.whitespace_left(caches, state).saturating_sub(offset) > remaining {
             return (caches.table.next(state, byte), 0);
         }
         let mut real = state;

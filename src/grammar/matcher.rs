@@ -422,7 +422,7 @@ impl Matcher {
             }
             let parent = path.states[depth - 1];
             let parent_in_run = path.offsets[depth - 1] > 0;
-            let longest = u32::from(subtree_max_len.get(index).copied().unwrap_or(u16::MAX));
+            let longest = || u32::from(subtree_max_len.get(index).copied().unwrap_or(u16::MAX));
             let next = self.step_path(caches, &mut path, depth, node.byte, longest);
             if next == DEAD {
                 index = node.subtree_end as usize;
@@ -620,7 +620,7 @@ impl Matcher {
                 continue;
             }
             let depth = node.depth as usize;
-            let next = self.step_path(caches, &mut path, depth, node.byte, longest);
+            let next = self.step_path(caches, &mut path, depth, node.byte, || longest);
             if next == DEAD {
                 index = node.subtree_end as usize;
                 continue;
