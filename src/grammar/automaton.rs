@@ -36,7 +36,9 @@ use super::limits::Limits;
 mod stacks;
 
 use stacks::{decode, StackSet};
-pub(crate) use stacks::{config_can_continue, config_hash, config_is_accepting, StepStacks, WordHasher};
+pub(crate) use stacks::{
+    config_can_continue, config_hash, config_is_accepting, is_whitespace_shift, StepStacks, WordHasher,
+};
 
 /// The bytes `Symbol::Whitespace` consumes.
 pub(crate) const WHITESPACE_BYTES: [u8; 4] = [b' ', b'\t', b'\n', b'\r'];
@@ -296,6 +298,18 @@ impl CompiledGrammar {
 
     pub(crate) fn initial_config(&self) -> &[u32] {
         &self.initial
+    }
+
+    /// How many whitespace bytes a whole document may hold.
+    pub(crate) fn whitespace_budget(&self) -> u32 {
+        self.whitespace_budget
+    }
+
+    /// The whitespace bytes every stack of `config` may still read: the budget less the most
+    /// any of its stacks has used.
+    pub(crate) fn whitespace_left(&self, config: &[u32]) -> u32 {
+        let most_used = decode(config).map(|(ws_used, _)| ws_used).max().unwrap_or(0);
+        self.whitespace_budget.saturating_sub(most_used)
     }
 
     #[inline]

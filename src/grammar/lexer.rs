@@ -40,6 +40,8 @@ pub(crate) struct ExitNode {
     pub(crate) byte: u8,
     /// 1 for the first byte of an exit.
     pub(crate) depth: u16,
+    /// The longest exit through this node, in bytes.
+    pub(crate) longest: u16,
 }
 
 /// The tokens of a vocabulary seen from a state that loops on a byte set.
@@ -99,7 +101,11 @@ impl LoopExits {
                     subtree_end: 0,
                     byte,
                     depth: offset as u16 + 1,
+                    longest: 0,
                 });
+            }
+            for &open in &path {
+                nodes[open].longest = nodes[open].longest.max(exit.len() as u16);
             }
             // Sorted order puts an exit before those it is a prefix of, so the tokens of a
             // node come before those of every node after it in preorder.
@@ -233,18 +239,18 @@ mod tests {
             (b"\",", 4),
         ];
         let exits = LoopExits::new(within, exits);
-        let shape: Vec<(u8, u16, u32, Vec<u32>)> = exits
+        let shape: Vec<(u8, u16, u16, u32, Vec<u32>)> = exits
             .nodes
             .iter()
             .enumerate()
-            .map(|(i, n)| (n.byte, n.depth, n.subtree_end, exits.tokens_at(i).to_vec()))
+            .map(|(i, n)| (n.byte, n.depth, n.longest, n.subtree_end, exits.tokens_at(i).to_vec()))
             .collect();
         assert_eq!(
             shape,
             vec![
-                (b'\n', 1, 1, vec![7]),
-                (b'"', 1, 3, vec![1, 3]),
-                (b',', 2, 3, vec![2, 4, 5]),
+                (b'\n', 1, 1, 1, vec![7]),
+                (b'"', 1, 2, 3, vec![1, 3]),
+                (b',', 2, 2, 3, vec![2, 4, 5]),
             ]
         );
         assert_eq!(exits.max_depth, 2);

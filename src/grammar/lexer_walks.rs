@@ -100,31 +100,30 @@ impl Matcher {
         outer: &mut [u32],
     ) -> u32 {
         let nodes = &exits.nodes[..];
-        let mut exit_states = std::mem::take(&mut self.exit_states);
-        exit_states.resize(exit_states.len().max(exits.max_depth + 1), DEAD);
-        exit_states[0] = root;
+        let mut path = std::mem::take(&mut self.exit_path);
+        path.start(exits.max_depth + 1, root);
         let mut index = 0usize;
         while let Some(node) = nodes.get(index) {
             let depth = node.depth as usize;
-            let next = caches.table.next(exit_states[depth - 1], node.byte);
+            let longest = || u32::from(node.longest);
+            let next = self.step_path(caches, &mut path, depth, node.byte, longest);
             if next == DEAD {
                 index = node.subtree_end as usize;
                 continue;
             }
             if next == FULL {
                 let mut live: Vec<u32> = outer.to_vec();
-                live.extend_from_slice(&exit_states[0..depth]);
+                live.extend_from_slice(&path.states[0..depth]);
                 self.clear_tables(caches, &mut live);
                 outer.copy_from_slice(&live[..outer.len()]);
-                exit_states[0..depth].copy_from_slice(&live[outer.len()..]);
+                path.states[0..depth].copy_from_slice(&live[outer.len()..]);
                 continue;
             }
-            exit_states[depth] = next;
             mask.set_all(exits.tokens_at(index));
             index += 1;
         }
-        let root = exit_states[0];
-        self.exit_states = exit_states;
+        let root = path.states[0];
+        self.exit_path = path;
         root
     }
 
@@ -210,12 +209,11 @@ impl Matcher {
         let nodes = &trie.nodes[..];
         let mut mask = reference_mask.clone();
         let depth_count = trie.max_depth() + 1;
-        let mut ours = std::mem::take(&mut self.depth_states);
-        ours.resize(depth_count, DEAD);
-        let mut theirs = std::mem::take(&mut self.exit_states);
-        theirs.resize(theirs.len().max(depth_count), DEAD);
-        ours[0] = root;
-        theirs[0] = reference;
+        let mut our_path = std::mem::take(&mut self.depth_path);
+        our_path.start(depth_count, root);
+        let mut their_path = std::mem::take(&mut self.exit_path);
+        their_path.start(depth_count, reference);
+        let (ours, theirs) = (&mut our_path.states, &mut their_path.states);
         let mut index = 0usize;
         while let Some(node) = nodes.get(index) {
             let depth = node.depth as usize;
@@ -253,8 +251,8 @@ impl Matcher {
         trie.mirror_duplicates(&mut mask);
         let root = ours[0];
         self.set_end_of_generation(caches, root, &mut mask);
-        self.depth_states = ours;
-        self.exit_states = theirs;
+        self.depth_path = our_path;
+        self.exit_path = their_path;
         (mask, root)
     }
 

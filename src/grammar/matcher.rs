@@ -61,10 +61,13 @@ pub struct Matcher {
     can_continue: bool,
     /// The mask last returned by [`Matcher::compute_mask`].
     last_mask: Option<Arc<TokenMask>>,
-    /// One state per trie depth during a walk; kept to reuse the allocation.
-    depth_states: Vec<u32>,
-    /// One state per exit-trie depth during a walk of a loop's exits (see `lexer.rs`).
-    exit_states: Vec<u32>,
+    /// One state (and whitespace run offset) per trie depth during a walk; kept to reuse the
+    /// allocation.
+    depth_path: RunPath,
+    /// The same per exit-trie depth during a walk of a loop's exits (see `lexer.rs`).
+    exit_path: RunPath,
+    /// Which states read whitespace only by spending budget (see `lexer_whitespace.rs`).
+    run_states: RunStates,
     /// Per trie depth during a walk: the bytes whose subtrees may be skipped, and the UTF-8
     /// continuation bytes still owed.
     depth_skips: Vec<SkipSet>,
@@ -84,7 +87,6 @@ impl Matcher {
     pub fn new(grammar: Arc<CompiledGrammar>, trie: Arc<TokenTrie>) -> Self {
         let shared = CacheRegistry::caches_for(&grammar, &trie);
         let config: Box<[u32]> = grammar.initial_config().into();
-        let depth_states = vec![DEAD; trie.max_depth() + 1];
         let mut matcher = Matcher {
             grammar,
             trie,
@@ -96,8 +98,9 @@ impl Matcher {
             accepting: false,
             can_continue: false,
             last_mask: None,
-            depth_states,
-            exit_states: Vec::new(),
+            depth_path: RunPath::default(),
+            exit_path: RunPath::default(),
+            run_states: RunStates::default(),
             depth_skips: Vec::new(),
             depth_pending: Vec::new(),
             depth_ends: Vec::new(),
@@ -353,9 +356,10 @@ impl Matcher {
         let trie = self.trie.clone();
         let nodes = &trie.nodes[..];
         let subtree_bytes = &trie.subtree_bytes[..];
+        let subtree_max_len = &trie.subtree_max_len[..];
         let depth_count = trie.max_depth() + 1;
-        let mut depth_states = std::mem::take(&mut self.depth_states);
-        depth_states.resize(depth_count, DEAD);
+        let mut path = std::mem::take(&mut self.depth_path);
+        path.start(depth_count, root);
         // depth_skips[d]: bytes and a character budget such that a subtree below the node at
         // depth d made of valid UTF-8 tokens of those bytes, within the budget, is allowed.
         let mut depth_skips = std::mem::take(&mut self.depth_skips);
@@ -375,7 +379,6 @@ impl Matcher {
         depth_alive[0] = 0;
         let mut alive_total = 0usize;
         let skip_set_min_nodes = (nodes.len() / 16).clamp(64, SKIP_SET_MIN_NODES);
-        depth_states[0] = root;
         depth_pending[0] = self.pending_continuations;
         depth_skips[0] = match self.pending_continuations {
             0 => caches
@@ -395,6 +398,9 @@ impl Matcher {
             (TokenMask::new(trie.vocab_size()), ByteSet::EMPTY)
         };
         depth_within[0] = depth_skips[0].capacity == u32::MAX;
+        // The table epoch of the last clear made to learn a skip set, and whether they fit.
+        let mut cleared_for_skip_set = None;
+        let mut skip_sets_fit = true;
         let mut index = 0usize;
         while let Some(node) = nodes.get(index) {
             let depth = node.depth as usize;
@@ -414,23 +420,28 @@ impl Matcher {
                 index = end;
                 continue;
             }
-            let parent = depth_states[depth - 1];
-            let next = caches.table.next(parent, node.byte);
+            let parent = path.states[depth - 1];
+            let parent_in_run = path.offsets[depth - 1] > 0;
+            let longest = || u32::from(subtree_max_len.get(index).copied().unwrap_or(u16::MAX));
+            let next = self.step_path(caches, &mut path, depth, node.byte, longest);
             if next == DEAD {
                 index = node.subtree_end as usize;
                 continue;
             }
             if next == FULL {
                 // Keep the states of the path being walked; the current state stays first.
-                self.clear_tables(caches, &mut depth_states[0..depth]);
+                self.clear_tables(caches, &mut path.states[0..depth]);
                 continue;
             }
-            if depth == 1 && node.subtree_end as usize - index >= skip_set_min_nodes {
+            // Inside a whitespace run the state stands for another one (see
+            // `lexer_whitespace.rs`): its skip sets and loop tables do not apply.
+            let in_run = path.offsets[depth] > 0;
+            if depth == 1 && !in_run && node.subtree_end as usize - index >= skip_set_min_nodes {
                 // A big subtree into a loop (a string's opening quote): the vocabulary's
                 // tables for it, instead of walking it.
                 if let Some(exits) = self.lead_exits(caches, next, node.byte) {
                     mask.union_with(&exits.within);
-                    self.walk_exits(caches, next, &exits, &mut mask, &mut depth_states[0..1]);
+                    self.walk_exits(caches, next, &exits, &mut mask, &mut path.states[0..1]);
                     index = node.subtree_end as usize;
                     continue;
                 }
@@ -440,6 +451,8 @@ impl Matcher {
             alive_total += 1;
             let left_under_parent = depth_ends[depth - 1] as usize - index;
             if parent_pending == 0
+                && skip_sets_fit
+                && !parent_in_run
                 && (depth_alive[depth - 1] >= SKIP_SET_MIN_ALIVE
                     || (depth == 1 && alive_total >= ROOT_MIN_ALIVE))
                 && left_under_parent >= skip_set_min_nodes
@@ -452,12 +465,26 @@ impl Matcher {
                 // its big subtrees can be allowed without a walk. That costs a transition per
                 // byte class per chain state, so only where much of the trie is left below.
                 let weights = &trie.byte_weights;
-                if let Some(set) = caches.table.skip_set(
+                let learned = caches.table.skip_set(
                     parent,
                     weights,
                     trie.many_non_ascii,
                     trie.max_chars.min(CHAIN_MAX),
-                ) {
+                );
+                if learned.is_none() {
+                    // The table filled up on the way. Left full, every later child of this
+                    // state would work the set out again and fail the same way (a long
+                    // bounded string: hundreds of milliseconds); so the table is cleared now,
+                    // unless it was just cleared for this and the set does not fit at all.
+                    if cleared_for_skip_set == Some(caches.table.epoch()) {
+                        skip_sets_fit = false;
+                    } else {
+                        self.clear_tables(caches, &mut path.states[0..depth]);
+                        cleared_for_skip_set = Some(caches.table.epoch());
+                        continue;
+                    }
+                }
+                if let Some(set) = learned {
                     depth_skips[depth - 1] = set;
                     if depth == 1 && set.capacity == u32::MAX && !depth_within[0] {
                         // The walk's own state loops after all: its tokens made only of the
@@ -472,7 +499,9 @@ impl Matcher {
             let pending = utf8_pending_after(parent_pending, node.byte);
             depth_pending[depth] = pending;
             let parent_skips = depth_skips[depth - 1];
-            depth_skips[depth] = if pending == 0 {
+            depth_skips[depth] = if in_run {
+                NO_SKIP
+            } else if pending == 0 {
                 caches
                     .table
                     .known_skip_set(next)
@@ -489,7 +518,6 @@ impl Matcher {
             } else {
                 NO_SKIP
             };
-            depth_states[depth] = next;
             depth_within[depth] = depth_within[depth - 1] && within_bytes.contains(node.byte);
             depth_ends[depth] = node.subtree_end;
             depth_alive[depth] = 0;
@@ -504,8 +532,8 @@ impl Matcher {
                 mask.set(token);
             }
         }
-        let root = depth_states[0];
-        self.depth_states = depth_states;
+        let root = path.states[0];
+        self.depth_path = path;
         self.depth_skips = depth_skips;
         self.depth_pending = depth_pending;
         self.depth_ends = depth_ends;
@@ -582,27 +610,25 @@ impl Matcher {
     ) -> u32 {
         let trie = self.trie.clone();
         let nodes = &trie.nodes[..];
-        let mut depth_states = std::mem::take(&mut self.depth_states);
-        depth_states.resize(trie.max_depth() + 1, DEAD);
-        depth_states[0] = root;
+        let mut path = std::mem::take(&mut self.depth_path);
+        path.start(trie.max_depth() + 1, root);
         let mut index = 0usize;
         while let Some(node) = nodes.get(index) {
-            let longest = trie.subtree_max_len.get(index).copied().unwrap_or(0);
-            if u32::from(longest) < min_len {
+            let longest = u32::from(trie.subtree_max_len.get(index).copied().unwrap_or(0));
+            if longest < min_len {
                 index = node.subtree_end as usize;
                 continue;
             }
             let depth = node.depth as usize;
-            let next = caches.table.next(depth_states[depth - 1], node.byte);
+            let next = self.step_path(caches, &mut path, depth, node.byte, || longest);
             if next == DEAD {
                 index = node.subtree_end as usize;
                 continue;
             }
             if next == FULL {
-                self.clear_tables(caches, &mut depth_states[0..depth]);
+                self.clear_tables(caches, &mut path.states[0..depth]);
                 continue;
             }
-            depth_states[depth] = next;
             if node.token != NO_TOKEN && depth as u32 >= min_len {
                 mask.set(node.token);
             }
@@ -614,8 +640,8 @@ impl Matcher {
                 mask.set(token);
             }
         }
-        let root = depth_states[0];
-        self.depth_states = depth_states;
+        let root = path.states[0];
+        self.depth_path = path;
         root
     }
 
@@ -645,6 +671,11 @@ fn is_subset(bytes: &ByteSet, of: &ByteSet) -> bool {
 
 #[path = "lexer_walks.rs"]
 mod lexer_walks;
+
+#[path = "lexer_whitespace.rs"]
+mod lexer_whitespace;
+
+use lexer_whitespace::{RunPath, RunStates};
 
 #[cfg(test)]
 #[path = "matcher_tests.rs"]

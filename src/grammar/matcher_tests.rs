@@ -601,3 +601,109 @@ fn masks_from_loop_tables_are_exact() {
         check_walks_on(&schema.to_string(), grammar, &vocabulary, &eog, 3, 40);
     }
 }
+
+/// A vocabulary heavy in whitespace runs, as real ones are: indentation of every length,
+/// mixed newlines, tabs and spaces, and runs that open or close structure after them.
+fn whitespace_vocabulary(seed: u64) -> (Vec<Vec<u8>>, Vec<u32>) {
+    let (mut vocabulary, eog) = synthetic_vocabulary(seed, 500);
+    let mut rng = TestRng::new(seed);
+    let after = ["", "\"", "}", "]", "{", "[", ",", ":", "1", "\"a", "\": ", ",\n", "\"a\":"];
+    for length in 1..=40 {
+        let spaces = " ".repeat(length);
+        vocabulary.push(spaces.clone().into_bytes());
+        vocabulary.push(format!("\n{spaces}").into_bytes());
+        vocabulary.push(format!(",\n{spaces}\"").into_bytes());
+        let mut mixed = Vec::new();
+        for _ in 0..length {
+            mixed.push(b" \n\t\r"[rng.below(4)]);
+        }
+        mixed.extend_from_slice(after[rng.below(after.len())].as_bytes());
+        vocabulary.push(mixed);
+    }
+    (vocabulary, eog)
+}
+
+/// Commits `tokens` one by one, checking the whole mask against the definition before each.
+fn check_sequence(name: &str, matcher: &mut Matcher, vocabulary: &[Vec<u8>], eog: &[u32], tokens: &[&[u8]]) {
+    for (step, text) in tokens.iter().enumerate() {
+        let mask = matcher.compute_mask().clone();
+        for token in 0..vocabulary.len() as u32 {
+            let expected = allowed_by_definition(matcher, vocabulary, eog, token);
+            assert_eq!(mask.is_set(token), expected, "{name} step {step}: token {token} {:?}",
+                String::from_utf8_lossy(&vocabulary[token as usize]));
+        }
+        let token = vocabulary.iter().position(|t| t == text).unwrap_or_else(|| panic!("{text:?}"));
+        matcher.commit(token as u32).unwrap_or_else(|e| panic!("{name} step {step}: {e}"));
+    }
+}
+
+/// Mask walks read whitespace runs as one state plus an offset (`lexer_whitespace.rs`): the
+/// masks stay exact along walks that spend the budget (so runs cross its end mid-token), with
+/// runs mixing newlines, tabs and spaces, in tables so small that they clear mid-run.
+#[test]
+fn masks_are_exact_through_whitespace_runs() {
+    let (vocabulary, eog) = whitespace_vocabulary(31);
+    let tiny = Limits { transition_states: 8, mask_cache: 2, ..Limits::default() };
+    for schema in [
+        serde_json::json!({"type": "object", "properties": {
+            "a": {"type": "array", "items": {"type": "integer"}},
+            "b": {"type": "object", "additionalProperties": {"type": "string"}}}}),
+        serde_json::json!({"type": "array", "items": {"type": "object",
+            "properties": {"a": {"type": "integer"}}, "required": ["a"]}}),
+    ] {
+        for limits in [Limits::default(), tiny.clone()] {
+            let ir = crate::grammar::schema::compile_schema(&schema)
+                .unwrap_or_else(|e| panic!("{schema}: {e}"));
+            let grammar = Arc::new(CompiledGrammar::new(ir, &limits).unwrap_or_else(|e| panic!("{e}")));
+            check_walks_on(&schema.to_string(), grammar, &vocabulary, &eog, 4, 30);
+        }
+    }
+    // The budget (64 bytes) runs out inside a run: 20 + 40 spaces leave 4.
+    let ir = crate::grammar::schema::compile_schema(&serde_json::json!({"type": "array"}))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let grammar = Arc::new(CompiledGrammar::new(ir, &Limits::default()).unwrap_or_else(|e| panic!("{e}")));
+    let trie = Arc::new(TokenTrie::new(&vocabulary, &eog));
+    let mut matcher = Matcher::new(grammar, trie);
+    let (twenty, forty) = (" ".repeat(20), " ".repeat(40));
+    let sequence: [&[u8]; 6] = [b"[", twenty.as_bytes(), b"1", forty.as_bytes(), b",", b"   "];
+    check_sequence("budget", &mut matcher, &vocabulary, &eog, &sequence);
+    matcher.compute_mask();
+    assert!(matcher.is_allowed(vocabulary.iter().position(|t| t == b"1").unwrap_or(0) as u32));
+    let five = vocabulary.iter().position(|t| t == b"     ").unwrap_or(0) as u32;
+    assert!(!matcher.is_allowed(five), "a run past the budget");
+}
+
+/// A grammar whose document may end in whitespace, with a small budget: a run can end the
+/// document, reach the budget exactly, or pass it.
+#[test]
+fn a_whitespace_run_can_end_the_document() {
+    use crate::grammar::ir::{literal_symbols, GrammarBuilder, Symbol};
+    let mut vocabulary: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+    for text in ["[ ", "1 ", "]  ", "] \n ", " ]\n", " \t", "  1", "\n\n", "   ", "    ", "]\n\n\n\n\n\n"] {
+        vocabulary.push(text.as_bytes().to_vec());
+    }
+    vocabulary.push(Vec::new());
+    let eog = vec![vocabulary.len() as u32 - 1];
+    for budget in [0, 1, 2, 3, 6, 9] {
+        let mut builder = GrammarBuilder::new();
+        let root = builder.declare("root");
+        let mut document = literal_symbols(b"[");
+        document.extend([Symbol::Whitespace, Symbol::Whitespace]);
+        document.extend(literal_symbols(b"1"));
+        document.push(Symbol::Whitespace);
+        document.extend(literal_symbols(b"]"));
+        document.push(Symbol::Whitespace);
+        builder.define(root, vec![document]);
+        let grammar = Arc::new(
+            CompiledGrammar::new(builder.finish(root, budget), &Limits::default())
+                .unwrap_or_else(|e| panic!("{e}")),
+        );
+        let trie = check_walks_on(&format!("budget {budget}"), grammar.clone(), &vocabulary, &eog, 6, 8);
+        if budget == 6 {
+            let mut matcher = Matcher::new(grammar, trie);
+            let sequence: [&[u8]; 4] = [b"[ ", b"1 ", b"] \n ", b" "];
+            check_sequence("end", &mut matcher, &vocabulary, &eog, &sequence);
+            assert!(matcher.is_accepting());
+        }
+    }
+}

@@ -287,6 +287,21 @@ pub(crate) fn decode(config: &[u32]) -> impl Iterator<Item = (u32, &[u32])> {
     })
 }
 
+/// True when `after` is `before` with one more whitespace byte used by every stack and
+/// nothing else changed: reading that byte only spent budget. The stacks are compared as sets,
+/// since the canonical order follows their hashes, which cover whitespace used.
+pub(crate) fn is_whitespace_shift(before: &[u32], after: &[u32]) -> bool {
+    if before.len() != after.len() {
+        return false;
+    }
+    let mut expected: Vec<(&[u32], Option<u32>)> =
+        decode(before).map(|(used, frames)| (frames, used.checked_add(1))).collect();
+    let mut found: Vec<(&[u32], Option<u32>)> = decode(after).map(|(used, frames)| (frames, Some(used))).collect();
+    expected.sort_unstable();
+    found.sort_unstable();
+    expected == found
+}
+
 /// True when some stack of `config` has matched the whole root rule.
 pub(crate) fn config_is_accepting(config: &[u32]) -> bool {
     decode(config).any(|(_, frames)| frames.is_empty())

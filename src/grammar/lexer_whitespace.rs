@@ -1,0 +1,190 @@
+//! Whitespace runs in the mask walks, as more methods of [`Matcher`]. JSON whitespace
+//! (`Symbol::Whitespace`) draws on one budget per document, so a whitespace byte leads to a
+//! configuration that differs from the one before only in the budget its stacks have used. A
+//! walk stepping byte by byte through a vocabulary's indentation tokens (runs of spaces,
+//! newlines and tabs of every length) would make and intern a state per run length, and per
+//! run length again for every byte after the run, and fill the tables with them.
+//!
+//! Instead a walk reads a run as one state plus an offset. From a *run state*, one where
+//! reading a whitespace byte only spends budget (every stack is on whitespace or is where
+//! whitespace may end), each byte of the run only advances the offset; the state and offset
+//! stand exactly for the run's real state while no stack can run out of budget on the next
+//! byte. The byte that ends the run steps the run state itself when every token below is too
+//! short to tell the two apart (the budget left after the run outlasts it), so a quote after
+//! four spaces and after eight lead to the same state; only where a token could run the
+//! budget out is the run's real state made, by stepping its bytes.
+//!
+//! Key types: [`RunPath`] (a walk's states, offsets and bytes per depth), [`RunStates`] (per
+//! matcher: which states are run states, and their budgets left). Cost: a state is
+//! classified once per whitespace byte (a table step and a comparison of two
+//! configurations); a byte inside a run costs two array lookups.
+
+use super::super::automaton::{is_whitespace_shift, WHITESPACE_BYTES};
+use super::super::cache::{SharedCaches, DEAD, FULL};
+use super::Matcher;
+
+/// A state's budget left before it was worked out.
+const LEFT_UNKNOWN: u32 = u32::MAX;
+
+/// Where a walk stands at each depth: the state, and the whitespace bytes read past it (the
+/// walk's real state is that state after them, see the module docs), with the byte read at
+/// each depth so that a run's real state can be made from its bytes.
+#[derive(Default)]
+pub(super) struct RunPath {
+    pub(super) states: Vec<u32>,
+    pub(super) offsets: Vec<u32>,
+    bytes: Vec<u8>,
+}
+
+impl RunPath {
+    /// Room for `depths` depths, starting from `root` with nothing read past it.
+    pub(super) fn start(&mut self, depths: usize, root: u32) {
+        let depths = depths.max(1);
+        if self.states.len() < depths {
+            self.states.resize(depths, DEAD);
+            self.offsets.resize(depths, 0);
+            self.bytes.resize(depths, 0);
+        }
+        self.states[0] = root;
+        self.offsets[0] = 0;
+    }
+}
+
+/// What a matcher learned about states as whitespace runs, by state id; forgotten when the
+/// table's ids change.
+#[derive(Default)]
+pub(super) struct RunStates {
+    epoch: u64,
+    /// Per state: its budget left, or [`LEFT_UNKNOWN`].
+    left: Vec<u32>,
+    /// Per state: bit `i` once it is known whether `WHITESPACE_BYTES[i]` only spends budget
+    /// from it, bit `4 + i` when it does.
+    shifts: Vec<u8>,
+}
+
+impl RunStates {
+    fn sync(&mut self, epoch: u64) {
+        if self.epoch != epoch {
+            self.epoch = epoch;
+            self.left.clear();
+            self.shifts.clear();
+        }
+    }
+}
+
+#[inline]
+fn whitespace_slot(byte: u8) -> Option<usize> {
+    WHITESPACE_BYTES.iter().position(|&w| w == byte)
+}
+
+impl Matcher {
+    /// Steps the walk in `path` by the trie node at `depth` reading `byte`, whose subtree's
+    /// longest token has `longest()` bytes: records the state (and offset) at `depth` and
+    /// returns the state, or [`DEAD`], or [`FULL`] (clear the table and step again).
+    #[inline(always)]
+    pub(super) fn step_path(
+        &mut self,
+        caches: &mut SharedCaches,
+        path: &mut RunPath,
+        depth: usize,
+        byte: u8,
+        longest: impl FnOnce() -> u32,
+    ) -> u32 {
+        let parent = path.states[depth - 1];
+        let offset = path.offsets[depth - 1];
+        // Every whitespace byte is at most a space: the walks' common case is one compare.
+        let (next, offset) = if offset == 0 && byte > b' ' {
+            (caches.table.next(parent, byte), 0)
+        } else {
+            // Bytes from this one to the end of the longest token below.
+            let remaining = (longest() + 1).saturating_sub(depth as u32);
+            path.bytes[depth] = byte;
+            let run = &path.bytes[depth - offset as usize..depth];
+            self.step_run(caches, parent, offset, byte, run, remaining)
+        };
+        path.states[depth] = next;
+        path.offsets[depth] = offset;
+        next
+    }
+
+    /// The (state, offset) after `byte` from `state` with `offset` whitespace bytes read past
+    /// it (`run`), where `remaining` bytes are left to read from `byte` on: inside a run the
+    /// offset grows; after it, the run state itself steps when `remaining` bytes cannot spend
+    /// the budget it has left past the run, and else the run's real state is made first.
+    #[inline(never)]
+    fn step_run(
+        &mut self,
+        caches: &mut SharedCaches,
+        state: u32,
+        offset: u32,
+        byte: u8,
+        run: &[u8],
+        remaining: u32,
+    ) -> (u32, u32) {
+        if self.grammar.whitespace_budget() == 0 {
+            return (caches.table.next(state, byte), 0);
+        }
+        if let Some(slot) = whitespace_slot(byte) {
+            // The state and offset stay exact while no stack can spend its last byte.
+            if offset + 1 < self.whitespace_left(caches, state) {
+                match self.reads_as_shift(caches, state, slot) {
+                    None => return (FULL, 0),
+                    Some(true) => return (state, offset + 1),
+                    Some(false) => {}
+                }
+            }
+        }
+        if offset == 0 || self.whitespace_left(caches, state).saturating_sub(offset) > remaining {
+            return (caches.table.next(state, byte), 0);
+        }
+        let mut real = state;
+        for &run_byte in run {
+            real = caches.table.next(real, run_byte);
+            if real == FULL || real == DEAD {
+                return (real, 0);
+            }
+        }
+        (caches.table.next(real, byte), 0)
+    }
+
+    /// The whitespace bytes `state` has left (see `CompiledGrammar::whitespace_left`).
+    fn whitespace_left(&mut self, caches: &SharedCaches, state: u32) -> u32 {
+        let runs = &mut self.run_states;
+        runs.sync(caches.table.epoch());
+        let index = state as usize;
+        if let Some(&left) = runs.left.get(index) {
+            if left != LEFT_UNKNOWN {
+                return left;
+            }
+        }
+        let left = self.grammar.whitespace_left(caches.table.config(state));
+        if runs.left.len() <= index {
+            runs.left.resize(index + 1, LEFT_UNKNOWN);
+        }
+        runs.left[index] = left;
+        left
+    }
+
+    /// Whether reading `WHITESPACE_BYTES[slot]` from `state` only spends budget; `None` when
+    /// the table is full.
+    fn reads_as_shift(&mut self, caches: &mut SharedCaches, state: u32, slot: usize) -> Option<bool> {
+        self.run_states.sync(caches.table.epoch());
+        let index = state as usize;
+        let known = self.run_states.shifts.get(index).copied().unwrap_or(0);
+        if known & (1 << slot) != 0 {
+            return Some(known & (16 << slot) != 0);
+        }
+        let next = caches.table.next(state, WHITESPACE_BYTES[slot]);
+        if next == FULL {
+            return None;
+        }
+        let shifts = next != DEAD
+            && is_whitespace_shift(caches.table.config(state), caches.table.config(next));
+        let runs = &mut self.run_states;
+        if runs.shifts.len() <= index {
+            runs.shifts.resize(index + 1, 0);
+        }
+        runs.shifts[index] |= (1 << slot) | (u8::from(shifts) << (4 + slot));
+        Some(shifts)
+    }
+}
