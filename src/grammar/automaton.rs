@@ -10,8 +10,8 @@
 //!
 //! Configurations are encoded canonically as one `Vec<u32>`, with a hash (child module
 //! `stacks`), so that `cache.rs` can intern them as state ids and fill a (state, byte class)
-//! table lazily. Bytes that no terminal of the
-//! grammar tells apart share a byte class, which keeps table rows short.
+//! table lazily. Bytes that no terminal of the grammar tells apart share a byte class, which
+//! keeps table rows short.
 //!
 //! The byte-free expansion of each grammar position (which rules it enters, where it can
 //! return) is computed the first time a step needs it and kept in the compiled grammar, so a
