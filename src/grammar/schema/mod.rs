@@ -99,6 +99,17 @@ pub fn any_json() -> Grammar {
     sink.builder.finish(root, WHITESPACE_BUDGET)
 }
 
+/// Whether the JSON number `value` is a whole multiple of `step`, in exact decimal arithmetic,
+/// as the grammar decides `multipleOf` (binary floating point calls 2.22 no multiple of 0.01).
+/// False when either is not a finite number or they are too long to compare.
+pub fn is_decimal_multiple(value: &Value, step: f64) -> bool {
+    let step = serde_json::Number::from_f64(step).map(Value::Number);
+    match (numbers::Decimal::from_json(value), step.as_ref().and_then(numbers::Decimal::from_json)) {
+        (Some(value), Some(step)) => value.is_multiple_of(&step).unwrap_or(false),
+        _ => false,
+    }
+}
+
 /// Compiles `schema` to a grammar of the documents it allows, or says which keyword, where,
 /// cannot be enforced.
 pub fn compile_schema(schema: &Value) -> Result<Grammar, SchemaError> {

@@ -76,6 +76,21 @@ impl Decimal {
         Some(Decimal { negative: negative && !is_zero, int, frac })
     }
 
+    /// Whether this is a whole multiple of `step`; `None` when `step` is zero or the two,
+    /// written over their common scale, do not fit 128 bits.
+    pub fn is_multiple_of(&self, step: &Decimal) -> Option<bool> {
+        let scale = self.frac.len().max(step.frac.len());
+        let scaled = |d: &Decimal| -> Option<u128> {
+            d.int
+                .iter()
+                .chain(&d.frac)
+                .chain(std::iter::repeat_n(&0, scale - d.frac.len()))
+                .try_fold(0u128, |acc, digit| acc.checked_mul(10)?.checked_add(u128::from(*digit)))
+        };
+        let (value, step) = (scaled(self)?, scaled(step)?);
+        (step > 0).then(|| value % step == 0)
+    }
+
     pub fn is_integer(&self) -> bool {
         self.frac.is_empty()
     }

@@ -354,7 +354,6 @@ mod walks {
     use serde_json::Value;
 
     use super::super::compile_schema;
-    use super::super::numbers::Decimal;
     use crate::grammar::automaton::{config_is_accepting, CompiledGrammar};
     use crate::grammar::limits::Limits;
 
@@ -432,23 +431,7 @@ mod walks {
         let jsonschema::error::ValidationErrorKind::MultipleOf { multiple_of } = &error.kind else {
             return false;
         };
-        let (Some(value), Some(step)) = (
-            Decimal::parse(&error.instance.to_string()),
-            Decimal::parse(&format!("{multiple_of}")),
-        ) else {
-            return false;
-        };
-        let scale = value.frac.len().max(step.frac.len());
-        let as_integer = |d: &Decimal| -> Option<u128> {
-            let mut digits = d.int.clone();
-            digits.extend(d.frac.iter().copied());
-            digits.extend(std::iter::repeat_n(0, scale - d.frac.len()));
-            digits.iter().try_fold(0u128, |acc, digit| acc.checked_mul(10)?.checked_add(*digit as u128))
-        };
-        match (as_integer(&value), as_integer(&step)) {
-            (Some(v), Some(s)) if s > 0 => v % s == 0,
-            _ => false,
-        }
+        crate::grammar::schema::is_decimal_multiple(&error.instance, *multiple_of)
     }
 
     proptest! {
@@ -708,3 +691,15 @@ fn shared_bounded_strings_numbers_and_patterns_keep_each_use_exact() {
     );
 }
 
+
+#[test]
+fn multiples_are_decided_in_decimal() {
+    use crate::grammar::schema::is_decimal_multiple;
+    use serde_json::json;
+    assert!(is_decimal_multiple(&json!(2.22), 0.01), "2.22 / 0.01 is not whole in binary floating point");
+    assert!(is_decimal_multiple(&json!(-1.5), 0.5));
+    assert!(is_decimal_multiple(&json!(12), 3.0));
+    assert!(!is_decimal_multiple(&json!(2.225), 0.01));
+    assert!(!is_decimal_multiple(&json!(7), 0.0), "nothing is a multiple of zero");
+    assert!(!is_decimal_multiple(&json!("2.22"), 0.01), "a string is not a number");
+}
