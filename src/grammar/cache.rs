@@ -13,7 +13,7 @@
 //! never grows past its bound. Clearing the state table also drops the masks, whose keys
 //! were state ids. States are interned by the hash a byte step computes for its configuration
 //! (`automaton/stacks.rs`), so a step's result is not hashed again. Cost: a state costs its
-//! encoded configuration, ~24 bytes of index and 4 bytes per byte class; a mask costs
+//! encoded configuration, ~20 bytes of index and 4 bytes per byte class; a mask costs
 //! vocabulary/8 bytes.
 
 use std::any::Any;
@@ -60,8 +60,6 @@ pub(crate) struct StateTable {
     /// One byte of each class, by class.
     class_bytes: Vec<u8>,
     configs: Vec<Box<[u32]>>,
-    /// Per state, its configuration's hash (see `automaton/stacks.rs`).
-    hashes: Vec<u64>,
     /// By configuration hash, the state interned last with it; per state, the state interned
     /// before it with the same hash ([`DEAD`] ends the chain: it is never interned).
     ids: HashMap<u64, u32, BuildHasherDefault<WordHasher>>,
@@ -112,7 +110,6 @@ impl StateTable {
             classes,
             class_bytes,
             configs: Vec::new(),
-            hashes: Vec::new(),
             ids: HashMap::default(),
             same_hash: Vec::new(),
             transitions: Vec::new(),
@@ -518,7 +515,6 @@ impl StateTable {
             self.ids.insert(hash, id).unwrap_or(DEAD)
         };
         self.same_hash.push(previous);
-        self.hashes.push(hash);
         self.configs.push(config);
         self.peak = self.peak.max(self.configs.len());
         id
@@ -527,7 +523,6 @@ impl StateTable {
     /// Empties the table except for the states in `live`, whose ids are rewritten in place.
     pub(crate) fn clear_keeping(&mut self, live: &mut [u32]) {
         let old = std::mem::take(&mut self.configs);
-        let old_hashes = std::mem::take(&mut self.hashes);
         self.ids.clear();
         self.same_hash.clear();
         self.transitions.clear();
@@ -540,7 +535,7 @@ impl StateTable {
         self.push_state(Box::new([]), config_hash(&[]));
         for state in live.iter_mut() {
             let config = old.get(*state as usize).cloned().unwrap_or_default();
-            let hash = old_hashes.get(*state as usize).copied().unwrap_or_default();
+            let hash = config_hash(&config);
             *state = match self.find(&config, hash) {
                 Some(id) => id,
                 None if config.is_empty() => DEAD,

@@ -100,6 +100,13 @@ struct GatheredStack {
     ws_used: u32,
 }
 
+impl GatheredStack {
+    /// This stack's frames, among the frames gathered back to back.
+    fn frames_in<'a>(&self, frames: &'a [u32]) -> &'a [u32] {
+        frames.get(self.start as usize..(self.start + self.len) as usize).unwrap_or_default()
+    }
+}
+
 /// The stacks of a configuration under construction (a byte step's, or a rewritten
 /// configuration's): frames back to back, then the canonical encoding and its hash.
 #[derive(Default)]
@@ -167,11 +174,6 @@ impl StepStacks {
         });
     }
 
-    fn frames_of(&self, stack: &GatheredStack) -> &[u32] {
-        self.frames
-            .get(stack.start as usize..(stack.start + stack.len) as usize)
-            .unwrap_or_default()
-    }
 
     /// Puts the stacks in canonical order (by hash, then frames, then whitespace used) and
     /// drops duplicates, keeping of stacks equal but for whitespace used the thriftiest.
@@ -181,11 +183,7 @@ impl StepStacks {
     /// a comparison sort of the whole would cost log n comparisons per stack.
     pub(crate) fn order(&mut self) {
         let frames = &self.frames;
-        let frames_of = |stack: &GatheredStack| {
-            frames
-                .get(stack.start as usize..(stack.start + stack.len) as usize)
-                .unwrap_or_default()
-        };
+        let frames_of = |stack: &GatheredStack| stack.frames_in(frames);
         let canonical = |a: &GatheredStack, b: &GatheredStack| {
             a.hash
                 .cmp(&b.hash)
@@ -248,7 +246,7 @@ impl StepStacks {
         for stack in &self.stacks {
             encoded.push(stack.len);
             encoded.push(stack.ws_used);
-            encoded.extend_from_slice(self.frames_of(stack));
+            encoded.extend_from_slice(stack.frames_in(&self.frames));
             hasher.add(stack.hash);
             hasher.add(u64::from(stack.ws_used));
         }

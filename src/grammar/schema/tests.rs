@@ -691,7 +691,6 @@ fn shared_bounded_strings_numbers_and_patterns_keep_each_use_exact() {
     );
 }
 
-
 #[test]
 fn multiples_are_decided_in_decimal() {
     use crate::grammar::schema::is_decimal_multiple;
