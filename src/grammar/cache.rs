@@ -49,6 +49,8 @@ use super::mask::TokenMask;
 /// The state id of the dead configuration (no stack alive); every table has it.
 pub(crate) const DEAD: u32 = 0;
 const UNKNOWN: u32 = u32::MAX;
+/// States a fresh table's index is sized for.
+const INITIAL_IDS: usize = 1024;
 /// Returned by [`StateTable::next`] when the table is full; clear it and retry.
 pub(crate) const FULL: u32 = u32::MAX - 1;
 
@@ -59,7 +61,10 @@ pub(crate) struct StateTable {
     classes: usize,
     /// One byte of each class, by class.
     class_bytes: Vec<u8>,
-    configs: Vec<Box<[u32]>>,
+    /// Every state's encoded configuration, back to back (one allocation, not one per
+    /// state); state `s` holds `config_words[config_starts[s]..config_starts[s + 1]]`.
+    config_words: Vec<u32>,
+    config_starts: Vec<u32>,
     /// By configuration hash, the state interned last with it; per state, the state interned
     /// before it with the same hash ([`DEAD`] ends the chain: it is never interned).
     ids: HashMap<u64, u32, BuildHasherDefault<WordHasher>>,
@@ -78,8 +83,7 @@ pub(crate) struct StateTable {
     /// [`StateTable::lend`]).
     lent: Option<Arc<CompiledGrammar>>,
     capacity: usize,
-    /// Words of configurations held, and the most allowed before a clear.
-    words: usize,
+    /// The most words of configurations held before a clear.
     word_budget: usize,
     pub(crate) peak: usize,
     pub(crate) clears: u64,
@@ -109,8 +113,10 @@ impl StateTable {
             byte_class,
             classes,
             class_bytes,
-            configs: Vec::new(),
-            ids: HashMap::default(),
+            config_words: Vec::new(),
+            config_starts: vec![0],
+            // Sized for a table in use, so that interning rarely rehashes.
+            ids: HashMap::with_capacity_and_hasher(capacity.min(INITIAL_IDS), Default::default()),
             same_hash: Vec::new(),
             transitions: Vec::new(),
             accepting: Vec::new(),
@@ -120,13 +126,12 @@ impl StateTable {
             step_buffer: StepStacks::default(),
             lent: None,
             capacity,
-            words: 0,
             word_budget,
             peak: 0,
             clears: 0,
             overflows: 0,
         };
-        table.push_state(Box::new([]), config_hash(&[]));
+        table.push_state(&[], config_hash(&[]));
         table
     }
 
@@ -155,7 +160,7 @@ impl StateTable {
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.configs.len()
+        self.config_starts.len() - 1
     }
 
     pub(crate) fn capacity(&self) -> usize {
@@ -163,10 +168,7 @@ impl StateTable {
     }
 
     pub(crate) fn config(&self, state: u32) -> &[u32] {
-        self.configs
-            .get(state as usize)
-            .map(|c| &c[..])
-            .unwrap_or(&[])
+        config_in(&self.config_words, &self.config_starts, state)
     }
 
     #[inline]
@@ -426,11 +428,7 @@ impl StateTable {
 
     #[cold]
     fn fill(&mut self, index: usize, state: u32, byte: u8) -> u32 {
-        let config = self
-            .configs
-            .get(state as usize)
-            .map(|c| &c[..])
-            .unwrap_or(&[]);
+        let config = config_in(&self.config_words, &self.config_starts, state);
         // The grammar lent for this operation (an upgrade per step costs two atomic
         // operations, as much as a cheap step); a matcher holds it, so it is alive.
         let stepped = match self.lent.as_deref() {
@@ -480,15 +478,14 @@ impl StateTable {
         if let Some(id) = self.find(config, hash) {
             return Some(id);
         }
-        if self.configs.len() >= self.capacity || self.words + config.len() > self.word_budget {
+        if self.len() >= self.capacity || self.config_words.len() + config.len() > self.word_budget {
             return None;
         }
-        Some(self.push_state(config.into(), hash))
+        Some(self.push_state(config, hash))
     }
 
-    fn push_state(&mut self, config: Box<[u32]>, hash: u64) -> u32 {
-        let id = self.configs.len() as u32;
-        self.words += config.len();
+    fn push_state(&mut self, config: &[u32], hash: u64) -> u32 {
+        let id = self.len() as u32;
         self.accepting.push(config_is_accepting(&config));
         self.can_continue.push(config_can_continue(&config));
         self.skip_sets.push(None);
@@ -496,9 +493,9 @@ impl StateTable {
         // Classes no stack can read are dead from the start: a fresh state's walk then steps
         // only the few classes that lead somewhere, not every class of the grammar.
         let readable = match self.lent.as_deref() {
-            Some(grammar) => grammar.allowed_bytes(&config),
+            Some(grammar) => grammar.allowed_bytes(config),
             None => match self.grammar.upgrade() {
-                Some(grammar) => grammar.allowed_bytes(&config),
+                Some(grammar) => grammar.allowed_bytes(config),
                 None => ByteSet::ALL,
             },
         };
@@ -515,14 +512,16 @@ impl StateTable {
             self.ids.insert(hash, id).unwrap_or(DEAD)
         };
         self.same_hash.push(previous);
-        self.configs.push(config);
-        self.peak = self.peak.max(self.configs.len());
+        self.config_words.extend_from_slice(config);
+        self.config_starts.push(self.config_words.len() as u32);
+        self.peak = self.peak.max(self.len());
         id
     }
 
     /// Empties the table except for the states in `live`, whose ids are rewritten in place.
     pub(crate) fn clear_keeping(&mut self, live: &mut [u32]) {
-        let old = std::mem::take(&mut self.configs);
+        let old_words = std::mem::take(&mut self.config_words);
+        let old_starts = std::mem::replace(&mut self.config_starts, vec![0]);
         self.ids.clear();
         self.same_hash.clear();
         self.transitions.clear();
@@ -530,18 +529,26 @@ impl StateTable {
         self.can_continue.clear();
         self.skip_sets.clear();
         self.mask_states.clear();
-        self.words = 0;
         self.clears += 1;
-        self.push_state(Box::new([]), config_hash(&[]));
+        self.push_state(&[], config_hash(&[]));
         for state in live.iter_mut() {
-            let config = old.get(*state as usize).cloned().unwrap_or_default();
-            let hash = config_hash(&config);
-            *state = match self.find(&config, hash) {
+            let config = config_in(&old_words, &old_starts, *state);
+            let hash = config_hash(config);
+            *state = match self.find(config, hash) {
                 Some(id) => id,
                 None if config.is_empty() => DEAD,
                 None => self.push_state(config, hash),
             };
         }
+    }
+}
+
+/// State `state`'s configuration in a table's back-to-back words (empty for an unknown id).
+fn config_in<'a>(words: &'a [u32], starts: &[u32], state: u32) -> &'a [u32] {
+    let index = state as usize;
+    match (starts.get(index), starts.get(index + 1)) {
+        (Some(&start), Some(&end)) => words.get(start as usize..end as usize).unwrap_or_default(),
+        _ => &[],
     }
 }
 
