@@ -532,8 +532,8 @@ impl StateTable {
         }
         let most_states = self.configs.len()
             + (self.capacity / 4).min(self.capacity.saturating_sub(self.configs.len()) / 2);
-        let most_words =
-            self.words + (self.word_budget / 4).min(self.word_budget.saturating_sub(self.words) / 2);
+        let most_words = self.words
+            + (self.word_budget / 4).min(self.word_budget.saturating_sub(self.words) / 2);
         for &state in wanted {
             if self.configs.len() >= most_states {
                 break;
