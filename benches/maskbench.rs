@@ -23,6 +23,9 @@
 //! (bounded strings in a closed object of many optional properties, an anyOf of objects, a
 //! `$ref` cycle, open objects with extra keys, `patternProperties` keys): run it with
 //! `--per-schema` to see each one's slowest mask next to llguidance's.
+//! `--warm` compiles each schema once per vocabulary and runs all its instances on that
+//! grammar, as a server serving a schema again does: later instances start on the caches
+//! (states, masks) earlier ones left, so this measures what those caches keep.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -116,10 +119,13 @@ fn main() {
     let mut directories = Vec::new();
     let mut limit = usize::MAX;
     let mut per_schema = false;
+    let mut warm = false;
     let mut slow_mask_micros = 5_000.0;
     while let Some(arg) = args.next() {
         if arg == "--per-schema" {
             per_schema = true;
+        } else if arg == "--warm" {
+            warm = true;
         } else if arg == "--slow-us" {
             slow_mask_micros = args.next().and_then(|n| n.parse().ok()).unwrap_or(slow_mask_micros);
         } else if arg == "--limit" {
@@ -206,7 +212,7 @@ fn main() {
         match llamay::actors::model::load_vocabulary(&path) {
             Ok(vocabulary) => {
                 let (tokens, eog) = (vocabulary.pieces(), vocabulary.end_of_generation());
-                let report = Report { per_schema, slow_mask_micros };
+                let report = Report { per_schema, warm, slow_mask_micros };
                 bench_vocab(&path, tokens, eog, &cases, &compiled, ours_compile, &report);
             }
             Err(error) => eprintln!("{error}"),
@@ -219,6 +225,8 @@ fn main() {
 #[derive(Clone, Copy)]
 struct Report {
     per_schema: bool,
+    /// `--warm`: one grammar per schema and vocabulary for all its instances.
+    warm: bool,
     slow_mask_micros: f64,
 }
 
@@ -231,7 +239,7 @@ fn bench_vocab(
     ours_compile: Option<[f64; 4]>,
     report: &Report,
 ) {
-    let Report { per_schema, slow_mask_micros } = *report;
+    let Report { per_schema, warm, slow_mask_micros } = *report;
     println!("\nvocabulary {path}: {} tokens (instances tokenized greedily, longest match; each instance starts from a freshly compiled grammar)", tokens.len());
     let trie = Arc::new(TokenTrie::new(tokens, eog));
     let info = TokRxInfo::new(tokens.len() as u32, eog.first().copied().unwrap_or(0));
@@ -253,14 +261,20 @@ fn bench_vocab(
         let case = &cases[entry.case];
         let (ours_before, theirs_before) = (ours_masks.len(), llg_masks.len());
         let mut counters = String::new();
+        let mut shared: Option<Arc<CompiledGrammar>> = None;
         for (instance_index, text) in entry.accepted.iter().enumerate() {
             let token_ids = env.tok_trie().greedy_tokenize(text.as_bytes());
             // A fresh grammar per instance: matchers of one compiled grammar share their
-            // transition and mask caches, which would let later instances ride on earlier ones.
-            let fresh = compile_schema(&case.schema)
-                .ok()
-                .and_then(|ir| CompiledGrammar::new(ir, &Limits::default()).ok())
-                .map_or_else(|| entry.grammar.clone(), Arc::new);
+            // transition and mask caches, which would let later instances ride on earlier ones
+            // (with `--warm`, what is measured).
+            let fresh = match shared.as_ref().filter(|_| warm) {
+                Some(grammar) => grammar.clone(),
+                None => compile_schema(&case.schema)
+                    .ok()
+                    .and_then(|ir| CompiledGrammar::new(ir, &Limits::default()).ok())
+                    .map_or_else(|| entry.grammar.clone(), Arc::new),
+            };
+            shared = Some(fresh.clone());
             let mut matcher = Matcher::new(fresh, trie.clone());
             let mut written = Vec::new();
             for &token in &token_ids {

@@ -9,12 +9,14 @@
 //! through the grammar's [`CacheRegistry`]), so a schema served again starts warm.
 //!
 //! Both have a bound (`Limits::transition_states`, `Limits::mask_cache`). A full table is
-//! cleared, keeping only the states the caller still holds, and the clear is counted; it
-//! never grows past its bound. Clearing the state table also drops the masks, whose keys
-//! were state ids. States are interned by the hash a byte step computes for its configuration
-//! (`automaton/stacks.rs`), so a step's result is not hashed again. Cost: a state costs its
-//! encoded configuration, ~20 bytes of index and 4 bytes per byte class; a mask costs
-//! vocabulary/8 bytes.
+//! cleared, keeping the states the caller still holds and, within a quarter of the table, the
+//! states of the masks most recently used; the clear is counted, and the table never grows
+//! past its bound. Those masks stay cached under their states' new ids (with the states'
+//! skip sets and mask states); the other masks are dropped. States are interned by the hash
+//! a byte step computes for its configuration (`automaton/stacks.rs`), so a step's result is
+//! not hashed again. Cost: a state costs its encoded configuration, ~20 bytes of index and
+//! 4 bytes per byte class; a mask costs vocabulary/8 bytes; a clear re-interns each state it
+//! keeps (its transitions are learned again).
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -133,19 +135,6 @@ impl StateTable {
         };
         table.push_state(&[], config_hash(&[]));
         table
-    }
-
-    /// The state of `config` (a configuration of this table's grammar), interned; clears the
-    /// table (keeping `live`) when it is full. DEAD for the empty configuration.
-    pub(crate) fn adopt(&mut self, config: &[u32], live: &mut [u32]) -> u32 {
-        let hash = config_hash(config);
-        match self.intern(config, hash) {
-            Some(id) => id,
-            None => {
-                self.clear_keeping(live);
-                self.intern(config, hash).unwrap_or(DEAD)
-            }
-        }
     }
 
     /// Holds `grammar` (this table's own) strongly while a matcher operates, `None` after:
@@ -518,27 +507,88 @@ impl StateTable {
         id
     }
 
-    /// Empties the table except for the states in `live`, whose ids are rewritten in place.
-    pub(crate) fn clear_keeping(&mut self, live: &mut [u32]) {
+    /// Empties the table except for the states in `live`, whose ids are rewritten in place,
+    /// and as many of `wanted` (in order) as fit in a quarter of the table, and in at most
+    /// half of the room `live` leaves, in states and in words. A kept state keeps its skip
+    /// set, and its mask state where that is kept too. Returns the new id of each kept state.
+    pub(crate) fn clear_keeping(&mut self, live: &mut [u32], wanted: &[u32]) -> IdRemap {
         let old_words = std::mem::take(&mut self.config_words);
         let old_starts = std::mem::replace(&mut self.config_starts, vec![0]);
+        let old = (&old_words[..], &old_starts[..]);
+        let old_skip_sets = std::mem::take(&mut self.skip_sets);
+        let old_mask_states = std::mem::take(&mut self.mask_states);
         self.ids.clear();
         self.same_hash.clear();
         self.transitions.clear();
         self.accepting.clear();
         self.can_continue.clear();
-        self.skip_sets.clear();
-        self.mask_states.clear();
         self.clears += 1;
         self.push_state(&[], config_hash(&[]));
+        let mut remap = IdRemap(vec![UNKNOWN; old_starts.len().saturating_sub(1)]);
+        remap.set(DEAD, DEAD);
         for state in live.iter_mut() {
-            let config = config_in(&old_words, &old_starts, *state);
-            let hash = config_hash(config);
-            *state = match self.find(config, hash) {
-                Some(id) => id,
-                None if config.is_empty() => DEAD,
-                None => self.push_state(config, hash),
-            };
+            *state = self.keep(old, &mut remap, *state);
+        }
+        let most_states =
+            self.len() + (self.capacity / 4).min(self.capacity.saturating_sub(self.len()) / 2);
+        let words = self.config_words.len();
+        let most_words =
+            words + (self.word_budget / 4).min(self.word_budget.saturating_sub(words) / 2);
+        for &state in wanted {
+            if self.len() >= most_states {
+                break;
+            }
+            let words = config_in(old.0, old.1, state).len();
+            if remap.get(state).is_none()
+                && words > 0
+                && self.config_words.len() + words <= most_words
+            {
+                self.keep(old, &mut remap, state);
+            }
+        }
+        for (before, &after) in remap.0.iter().enumerate() {
+            if after == UNKNOWN || after == DEAD {
+                continue;
+            }
+            if let Some(&set) = old_skip_sets.get(before).and_then(|set| set.as_ref()) {
+                self.remember_skip_set(after, set);
+            }
+            let mask_state = old_mask_states.get(before).copied().unwrap_or(UNKNOWN);
+            if let Some(mask_state) = remap.get(mask_state) {
+                self.remember_mask_state(after, mask_state);
+            }
+        }
+        remap
+    }
+
+    /// Interns `state` of the table being cleared (its words and starts, `old`) again, once;
+    /// DEAD for an unknown id.
+    fn keep(&mut self, old: (&[u32], &[u32]), remap: &mut IdRemap, state: u32) -> u32 {
+        if let Some(kept) = remap.get(state) {
+            return kept;
+        }
+        let config = config_in(old.0, old.1, state);
+        if config.is_empty() {
+            return DEAD;
+        }
+        let kept = self.push_state(config, config_hash(config));
+        remap.set(state, kept);
+        kept
+    }
+}
+
+/// The new id of each state kept across a clear of a [`StateTable`], by its old id.
+pub(crate) struct IdRemap(Vec<u32>);
+
+impl IdRemap {
+    /// The new id of `old`, if that state was kept.
+    pub(crate) fn get(&self, old: u32) -> Option<u32> {
+        self.0.get(old as usize).copied().filter(|id| *id != UNKNOWN)
+    }
+
+    fn set(&mut self, old: u32, new: u32) {
+        if let Some(slot) = self.0.get_mut(old as usize) {
+            *slot = new;
         }
     }
 }
@@ -552,11 +602,15 @@ fn config_in<'a>(words: &'a [u32], starts: &[u32], state: u32) -> &'a [u32] {
     }
 }
 
-/// Allowed-token masks by state id, bounded; cleared whole when full or when the state table
-/// is cleared.
+/// Allowed-token masks by state id, bounded; cleared whole when full. Across a clear of the
+/// state table the masks of the states it kept are kept, under their new ids.
 pub(crate) struct MaskCache {
     index: HashMap<u32, usize>,
     masks: Vec<Arc<TokenMask>>,
+    /// Per slot: the state it was stored for, and when it was last stored or served.
+    states: Vec<u32>,
+    used: Vec<u64>,
+    tick: u64,
     capacity: usize,
     pub(crate) clears: u64,
 }
@@ -566,13 +620,22 @@ impl MaskCache {
         MaskCache {
             index: HashMap::new(),
             masks: Vec::new(),
+            states: Vec::new(),
+            used: Vec::new(),
+            tick: 0,
             capacity: capacity.max(1),
             clears: 0,
         }
     }
 
-    pub(crate) fn get(&self, state: u32) -> Option<usize> {
-        self.index.get(&state).copied()
+    /// The slot of the mask of `state`, if cached; marks it used.
+    pub(crate) fn get(&mut self, state: u32) -> Option<usize> {
+        let slot = self.index.get(&state).copied()?;
+        self.tick += 1;
+        if let Some(used) = self.used.get_mut(slot) {
+            *used = self.tick;
+        }
+        Some(slot)
     }
 
     pub(crate) fn mask(&self, slot: usize) -> Option<&Arc<TokenMask>> {
@@ -585,14 +648,48 @@ impl MaskCache {
             self.clear();
             self.clears += 1;
         }
+        self.tick += 1;
         self.masks.push(mask);
+        self.states.push(state);
+        self.used.push(self.tick);
         self.index.insert(state, self.masks.len() - 1);
     }
 
-    /// Drops every mask (state ids changed); not counted as a clear of this cache.
+    /// Drops every mask; not counted as a clear of this cache.
     pub(crate) fn clear(&mut self) {
         self.index.clear();
         self.masks.clear();
+        self.states.clear();
+        self.used.clear();
+    }
+
+    /// The states with a mask, the most recently used first.
+    fn states_by_recency(&self) -> Vec<u32> {
+        let mut held: Vec<(u64, u32)> = self
+            .index
+            .iter()
+            .map(|(&state, &slot)| (self.used.get(slot).copied().unwrap_or(0), state))
+            .collect();
+        held.sort_unstable_by(|a, b| b.cmp(a));
+        held.into_iter().map(|(_, state)| state).collect()
+    }
+
+    /// Keeps the masks of the states `remap` kept, under their new ids; drops the others.
+    fn renumber(&mut self, remap: &IdRemap) {
+        let masks = std::mem::take(&mut self.masks);
+        let states = std::mem::take(&mut self.states);
+        let used = std::mem::take(&mut self.used);
+        let index = std::mem::take(&mut self.index);
+        for (slot, ((mask, state), used)) in masks.into_iter().zip(states).zip(used).enumerate() {
+            // A slot whose state was stored again later is stale.
+            let current = index.get(&state) == Some(&slot);
+            if let Some(new) = remap.get(state).filter(|_| current) {
+                self.masks.push(mask);
+                self.states.push(new);
+                self.used.push(used);
+                self.index.insert(new, self.masks.len() - 1);
+            }
+        }
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -614,10 +711,27 @@ pub(crate) struct SharedCaches {
 }
 
 impl SharedCaches {
-    /// Clears the state table keeping `live`, and drops every mask (their keys were ids).
+    /// The state of `config` (a configuration of the table's grammar), interned; clears the
+    /// table (see [`SharedCaches::clear_keeping`]) when it is full. DEAD for the empty
+    /// configuration.
+    pub(crate) fn adopt(&mut self, config: &[u32], live: &mut [u32]) -> u32 {
+        let hash = config_hash(config);
+        match self.table.intern(config, hash) {
+            Some(id) => id,
+            None => {
+                self.clear_keeping(live);
+                self.table.intern(config, hash).unwrap_or(DEAD)
+            }
+        }
+    }
+
+    /// Clears the state table keeping `live` (ids rewritten in place) and the states of the
+    /// masks most recently used, as many as the table keeps; their masks are kept under
+    /// their new ids, the others dropped.
     pub(crate) fn clear_keeping(&mut self, live: &mut [u32]) {
-        self.table.clear_keeping(live);
-        self.masks.clear();
+        let wanted = self.masks.states_by_recency();
+        let remap = self.table.clear_keeping(live, &wanted);
+        self.masks.renumber(&remap);
     }
 
     /// Locks `shared`; a poisoned lock (a panic elsewhere mid-update) is started afresh.
@@ -628,7 +742,8 @@ impl SharedCaches {
                 shared.clear_poison();
                 let mut guard = poisoned.into_inner();
                 guard.table.lend(None);
-                guard.clear_keeping(&mut []);
+                guard.table.clear_keeping(&mut [], &[]);
+                guard.masks.clear();
                 guard
             }
         }

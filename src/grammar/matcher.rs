@@ -123,11 +123,7 @@ impl Matcher {
     /// Makes `self.state` an id of the shared table's current epoch.
     fn sync(&mut self, caches: &mut SharedCaches) {
         if self.epoch != caches.table.epoch() {
-            let before = caches.table.epoch();
-            self.state = caches.table.adopt(&self.config, &mut []);
-            if caches.table.epoch() != before {
-                caches.masks.clear();
-            }
+            self.state = caches.adopt(&self.config, &mut []);
             self.epoch = caches.table.epoch();
         }
     }
@@ -182,9 +178,8 @@ impl Matcher {
                         Some(config) => {
                             let mut live = [matcher.state];
                             let epoch = caches.table.epoch();
-                            let root = caches.table.adopt(&config, &mut live);
+                            let root = caches.adopt(&config, &mut live);
                             if caches.table.epoch() != epoch {
-                                caches.masks.clear();
                                 matcher.state = live[0];
                             }
                             // A state that would not fit even in a cleared table: the
@@ -333,8 +328,8 @@ impl Matcher {
         }
     }
 
-    /// Clears the transition table keeping the current state and `also_live`, and drops every
-    /// mask (their keys were state ids).
+    /// Clears the transition table keeping the current state and `also_live` (and the masks
+    /// it has room to keep, see [`SharedCaches::clear_keeping`]).
     fn clear_tables(&mut self, caches: &mut SharedCaches, also_live: &mut [u32]) {
         let mut live = Vec::with_capacity(also_live.len() + 1);
         live.push(self.state);
@@ -591,9 +586,8 @@ impl Matcher {
     fn adopt_config(&mut self, caches: &mut SharedCaches, config: &[u32]) -> u32 {
         let mut live = [self.state];
         let epoch = caches.table.epoch();
-        let id = caches.table.adopt(config, &mut live);
+        let id = caches.adopt(config, &mut live);
         if caches.table.epoch() != epoch {
-            caches.masks.clear();
             self.state = live[0];
         }
         id

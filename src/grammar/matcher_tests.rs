@@ -361,6 +361,52 @@ fn matchers_sharing_a_grammar_stay_exact_when_others_clear_the_tables() {
 }
 
 #[test]
+fn masks_survive_a_table_clear_under_the_new_ids() {
+    let (vocabulary, eog) = synthetic_vocabulary(19, 800);
+    let limits = Limits {
+        transition_states: 8,
+        mask_cache: 8,
+        ..Limits::default()
+    };
+    let source = std::fs::read(format!("{CORPUS}/json.gbnf")).unwrap_or_default();
+    let trie = Arc::new(TokenTrie::new(&vocabulary, &eog));
+    let walk = |matcher: &mut Matcher| {
+        for token in [b'{' as u32, b'"' as u32, b'k' as u32] {
+            matcher.compute_mask();
+            matcher.commit(token).unwrap_or_else(|e| panic!("{e}"));
+        }
+        matcher.compute_mask().clone()
+    };
+    let compile = || Arc::new(compile_gbnf(&source, &limits).unwrap_or_else(|e| panic!("{e}")));
+    let mut matcher = Matcher::new(compile(), trie.clone());
+    let before = walk(&mut matcher);
+    // The table is tiny: computing those masks already cleared it.
+    assert!(matcher.stats().table_clears > 0, "{:?}", matcher.stats());
+    let computed = matcher.stats().masks_computed;
+    let epoch = SharedCaches::lock(&matcher.shared).table.epoch();
+    matcher.with_caches(|matcher, caches| matcher.clear_tables(caches, &mut []));
+    {
+        let caches = SharedCaches::lock(&matcher.shared);
+        assert_ne!(caches.table.epoch(), epoch);
+        // The dead state, the current one, and at most a quarter of the table for masks.
+        assert!(caches.table.len() <= 2 + caches.table.capacity() / 4);
+        assert!(caches.masks.len() >= 1);
+    }
+    assert_eq!(*matcher.compute_mask(), before);
+    assert_eq!(matcher.stats().masks_computed, computed, "{:?}", matcher.stats());
+    // Identical to the mask computed afresh, here and in caches of its own.
+    matcher.forget_masks();
+    assert_eq!(*matcher.compute_mask(), before);
+    assert_eq!(matcher.stats().masks_computed, computed + 1);
+    let mut fresh = Matcher::new(compile(), trie);
+    assert_eq!(walk(&mut fresh), before);
+    for token in 0..vocabulary.len() as u32 {
+        let expected = allowed_by_definition(&matcher, &vocabulary, &eog, token);
+        assert_eq!(before.is_set(token), expected, "token {token}");
+    }
+}
+
+#[test]
 fn a_second_matcher_of_a_grammar_reuses_its_masks_and_counts_only_its_own_work() {
     let (vocabulary, eog) = synthetic_vocabulary(17, 700);
     let source = std::fs::read(format!("{CORPUS}/json.gbnf")).unwrap_or_default();
