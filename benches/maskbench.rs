@@ -240,7 +240,12 @@ fn bench_vocab(
     report: &Report,
 ) {
     let Report { per_schema, warm, slow_mask_micros } = *report;
-    println!("\nvocabulary {path}: {} tokens (instances tokenized greedily, longest match; each instance starts from a freshly compiled grammar)", tokens.len());
+    let start = if warm {
+        "llamay runs a schema's instances on one grammar (--warm), llguidance compiles per instance"
+    } else {
+        "each instance starts from a freshly compiled grammar"
+    };
+    println!("\nvocabulary {path}: {} tokens (instances tokenized greedily, longest match; {start})", tokens.len());
     let trie = Arc::new(TokenTrie::new(tokens, eog));
     let info = TokRxInfo::new(tokens.len() as u32, eog.first().copied().unwrap_or(0));
     let llg_trie = TokTrie::from(&info, tokens);
