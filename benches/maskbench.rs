@@ -25,7 +25,8 @@
 //! `--per-schema` to see each one's slowest mask next to llguidance's.
 //! `--warm` compiles each schema once per vocabulary and runs all its instances on that
 //! grammar, as a server serving a schema again does: later instances start on the caches
-//! (states, masks) earlier ones left, so this measures what those caches keep.
+//! (states, masks) earlier ones left, so this measures what those caches keep. llguidance
+//! still compiles per instance there: its ratio is then not a like-for-like comparison.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
