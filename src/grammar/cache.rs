@@ -101,8 +101,10 @@ impl StateTable {
         let classes = grammar.class_count();
         let capacity = grammar.limits().transition_states.max(min_capacity);
         // Room for every state a caller keeps across a clear, each as large as allowed.
+        // Offsets into the configuration buffer are u32: the budget stays within them.
         let word_budget = (capacity.saturating_mul(1024))
-            .max((min_capacity + 1).saturating_mul(grammar.limits().max_state_words));
+            .max((min_capacity + 1).saturating_mul(grammar.limits().max_state_words))
+            .min(u32::MAX as usize / 2);
         let byte_class = *grammar.byte_class();
         let mut class_bytes = vec![0u8; classes];
         for byte in (0..=255u8).rev() {
