@@ -609,8 +609,7 @@ fn config_in<'a>(words: &'a [u32], starts: &[u32], state: u32) -> &'a [u32] {
 pub(crate) struct MaskCache {
     index: HashMap<u32, usize>,
     masks: Vec<Arc<TokenMask>>,
-    /// Per slot: the state it was stored for, and when it was last stored or served.
-    states: Vec<u32>,
+    /// Per slot: when it was last stored or served.
     used: Vec<u64>,
     tick: u64,
     capacity: usize,
@@ -622,7 +621,6 @@ impl MaskCache {
         MaskCache {
             index: HashMap::new(),
             masks: Vec::new(),
-            states: Vec::new(),
             used: Vec::new(),
             tick: 0,
             capacity: capacity.max(1),
@@ -652,7 +650,6 @@ impl MaskCache {
         }
         self.tick += 1;
         self.masks.push(mask);
-        self.states.push(state);
         self.used.push(self.tick);
         self.index.insert(state, self.masks.len() - 1);
     }
@@ -661,7 +658,6 @@ impl MaskCache {
     pub(crate) fn clear(&mut self) {
         self.index.clear();
         self.masks.clear();
-        self.states.clear();
         self.used.clear();
     }
 
@@ -679,18 +675,15 @@ impl MaskCache {
     /// Keeps the masks of the states `remap` kept, under their new ids; drops the others.
     fn renumber(&mut self, remap: &IdRemap) {
         let masks = std::mem::take(&mut self.masks);
-        let states = std::mem::take(&mut self.states);
         let used = std::mem::take(&mut self.used);
-        let index = std::mem::take(&mut self.index);
-        for (slot, ((mask, state), used)) in masks.into_iter().zip(states).zip(used).enumerate() {
-            // A slot whose state was stored again later is stale.
-            let current = index.get(&state) == Some(&slot);
-            if let Some(new) = remap.get(state).filter(|_| current) {
-                self.masks.push(mask);
-                self.states.push(new);
-                self.used.push(used);
-                self.index.insert(new, self.masks.len() - 1);
-            }
+        // The index names each state's current slot; a slot stored over later is not in it.
+        for (state, slot) in std::mem::take(&mut self.index) {
+            let (Some(new), Some(mask)) = (remap.get(state), masks.get(slot)) else {
+                continue;
+            };
+            self.masks.push(mask.clone());
+            self.used.push(used.get(slot).copied().unwrap_or(0));
+            self.index.insert(new, self.masks.len() - 1);
         }
     }
 
