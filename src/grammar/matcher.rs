@@ -176,12 +176,7 @@ impl Matcher {
                     let config = caches.table.config(matcher.state);
                     let root = match matcher.grammar.normalize_for_horizon(config, horizon) {
                         Some(config) => {
-                            let mut live = [matcher.state];
-                            let epoch = caches.table.epoch();
-                            let root = caches.adopt(&config, &mut live);
-                            if caches.table.epoch() != epoch {
-                                matcher.state = live[0];
-                            }
+                            let root = matcher.adopt_config(caches, &config);
                             // A state that would not fit even in a cleared table: the
                             // mask comes from the current state itself.
                             if root == DEAD { matcher.state } else { root }
