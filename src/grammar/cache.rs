@@ -477,8 +477,8 @@ impl StateTable {
 
     fn push_state(&mut self, config: &[u32], hash: u64) -> u32 {
         let id = self.len() as u32;
-        self.accepting.push(config_is_accepting(&config));
-        self.can_continue.push(config_can_continue(&config));
+        self.accepting.push(config_is_accepting(config));
+        self.can_continue.push(config_can_continue(config));
         self.skip_sets.push(None);
         self.mask_states.push(UNKNOWN);
         // Classes no stack can read are dead from the start: a fresh state's walk then steps

@@ -174,7 +174,6 @@ impl StepStacks {
         });
     }
 
-
     /// Puts the stacks in canonical order (by hash, then frames, then whitespace used) and
     /// drops duplicates, keeping of stacks equal but for whitespace used the thriftiest.
     ///
