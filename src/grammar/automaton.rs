@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use super::counters::{add_loop_rules, ChainRanks, CounterChains};
 use super::toktrie::TokenTrie;
 use super::error::{GrammarError, Location};
-use super::ir::{rules_satisfying, ByteSet, Grammar, Symbol};
+use super::ir::{rules_satisfying, ByteSet, Grammar, Symbol, WHITESPACE_BYTES};
 use super::limits::Limits;
 
 mod stacks;
@@ -40,8 +40,6 @@ pub(crate) use stacks::{
     config_can_continue, config_hash, config_is_accepting, is_whitespace_shift, StepStacks, WordHasher,
 };
 
-/// The bytes `Symbol::Whitespace` consumes.
-pub(crate) const WHITESPACE_BYTES: [u8; 4] = [b' ', b'\t', b'\n', b'\r'];
 
 fn whitespace_set() -> ByteSet {
     let mut set = ByteSet::EMPTY;
@@ -310,6 +308,24 @@ impl CompiledGrammar {
     pub(crate) fn whitespace_left(&self, config: &[u32]) -> u32 {
         let most_used = decode(config).map(|(ws_used, _)| ws_used).max().unwrap_or(0);
         self.whitespace_budget.saturating_sub(most_used)
+    }
+
+    /// The whitespace bytes some stack of `config` may still read: the budget less the least
+    /// any of its stacks has used.
+    pub(crate) fn whitespace_left_most(&self, config: &[u32]) -> u32 {
+        let least_used = decode(config).map(|(ws_used, _)| ws_used).min().unwrap_or(0);
+        self.whitespace_budget.saturating_sub(least_used)
+    }
+
+    /// `config` with `bytes` more whitespace used by every stack: the configuration after a
+    /// run of that many whitespace bytes, each of which only spent budget (see
+    /// `is_whitespace_shift`), made at once instead of byte by byte.
+    pub(crate) fn spend_whitespace(&self, config: &[u32], bytes: u32) -> Vec<u32> {
+        let mut stacks = StepStacks::default();
+        for (ws_used, frames) in decode(config) {
+            stacks.push(frames, ws_used.saturating_add(bytes));
+        }
+        stacks.into_encoded()
     }
 
     #[inline]

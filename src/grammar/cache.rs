@@ -417,6 +417,21 @@ impl StateTable {
         }
     }
 
+    /// The state after a run of `bytes` whitespace bytes from `state`, each of which only
+    /// spends budget there (see `lexer_whitespace.rs`), interned directly rather than through
+    /// a new state per byte; [`FULL`] when it would not fit.
+    pub(crate) fn after_whitespace_run(&mut self, state: u32, bytes: u32) -> u32 {
+        let config = config_in(&self.config_words, &self.config_starts, state);
+        let spent = match self.lent.as_deref() {
+            Some(grammar) => grammar.spend_whitespace(config, bytes),
+            None => match self.grammar.upgrade() {
+                Some(grammar) => grammar.spend_whitespace(config, bytes),
+                None => return DEAD,
+            },
+        };
+        self.intern(&spent, config_hash(&spent)).unwrap_or(FULL)
+    }
+
     #[cold]
     fn fill(&mut self, index: usize, state: u32, byte: u8) -> u32 {
         let config = config_in(&self.config_words, &self.config_starts, state);

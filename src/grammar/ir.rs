@@ -105,6 +105,22 @@ impl fmt::Debug for ByteSet {
     }
 }
 
+/// The bytes [`Symbol::Whitespace`] consumes.
+pub(crate) const WHITESPACE_BYTES: [u8; 4] = [b' ', b'\t', b'\n', b'\r'];
+
+/// Which of [`WHITESPACE_BYTES`] `bytes` holds, bit `i` for `WHITESPACE_BYTES[i]`, when it is
+/// made only of them; 0 otherwise (and for no bytes).
+pub(crate) fn whitespace_slots(bytes: &[u8]) -> u8 {
+    let mut slots = 0u8;
+    for byte in bytes {
+        match WHITESPACE_BYTES.iter().position(|w| w == byte) {
+            Some(slot) => slots |= 1 << slot,
+            None => return 0,
+        }
+    }
+    slots
+}
+
 /// One element of an alternative.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Symbol {

@@ -12,28 +12,28 @@
 //! byte. The byte that ends the run steps the run state itself when every token below is too
 //! short to tell the two apart (the budget left after the run outlasts it), so a quote after
 //! four spaces and after eight lead to the same state; only where a token could run the
-//! budget out is the run's real state made, by stepping its bytes.
+//! budget out is the run's real state made: in one step, since the run only spent budget.
 //!
-//! Key types: [`RunPath`] (a walk's states, offsets and bytes per depth), [`RunStates`] (per
+//! Key types: [`RunPath`] (a walk's states and offsets per depth), [`RunStates`] (per
 //! matcher: which states are run states, and their budgets left). Cost: a state is
 //! classified once per whitespace byte (a table step and a comparison of two
 //! configurations); a byte inside a run costs two array lookups.
 
-use super::super::automaton::{is_whitespace_shift, WHITESPACE_BYTES};
+use super::super::automaton::is_whitespace_shift;
+use super::super::ir::WHITESPACE_BYTES;
 use super::super::cache::{SharedCaches, DEAD, FULL};
+use super::super::toktrie::LongToken;
 use super::Matcher;
 
 /// A state's budget left before it was worked out.
 const LEFT_UNKNOWN: u32 = u32::MAX;
 
 /// Where a walk stands at each depth: the state, and the whitespace bytes read past it (the
-/// walk's real state is that state after them, see the module docs), with the byte read at
-/// each depth so that a run's real state can be made from its bytes.
+/// walk's real state is that state after them, see the module docs).
 #[derive(Default)]
 pub(super) struct RunPath {
     pub(super) states: Vec<u32>,
     pub(super) offsets: Vec<u32>,
-    bytes: Vec<u8>,
 }
 
 impl RunPath {
@@ -43,7 +43,6 @@ impl RunPath {
         if self.states.len() < depths {
             self.states.resize(depths, DEAD);
             self.offsets.resize(depths, 0);
-            self.bytes.resize(depths, 0);
         }
         self.states[0] = root;
         self.offsets[0] = 0;
@@ -98,9 +97,7 @@ impl Matcher {
         } else {
             // Bytes from this one to the end of the longest token below.
             let remaining = (longest() + 1).saturating_sub(depth as u32);
-            path.bytes[depth] = byte;
-            let run = &path.bytes[depth - offset as usize..depth];
-            self.step_run(caches, parent, offset, byte, run, remaining)
+            self.step_run(caches, parent, offset, byte, remaining)
         };
         path.states[depth] = next;
         path.offsets[depth] = offset;
@@ -108,7 +105,7 @@ impl Matcher {
     }
 
     /// The (state, offset) after `byte` from `state` with `offset` whitespace bytes read past
-    /// it (`run`), where `remaining` bytes are left to read from `byte` on: inside a run the
+    /// it, where `remaining` bytes are left to read from `byte` on: inside a run the
     /// offset grows; after it, the run state itself steps when `remaining` bytes cannot spend
     /// the budget it has left past the run, and else the run's real state is made first.
     #[inline(never)]
@@ -118,7 +115,6 @@ impl Matcher {
         state: u32,
         offset: u32,
         byte: u8,
-        run: &[u8],
         remaining: u32,
     ) -> (u32, u32) {
         if self.grammar.whitespace_budget() == 0 {
@@ -137,14 +133,37 @@ impl Matcher {
         if offset == 0 || self.whitespace_left(caches, state).saturating_sub(offset) > remaining {
             return (caches.table.next(state, byte), 0);
         }
-        let mut real = state;
-        for &run_byte in run {
-            real = caches.table.next(real, run_byte);
-            if real == FULL || real == DEAD {
-                return (real, 0);
-            }
+        let real = caches.table.after_whitespace_run(state, offset);
+        if real == FULL || real == DEAD {
+            return (real, 0);
         }
         (caches.table.next(real, byte), 0)
+    }
+
+    /// Whether long `token`, if made only of whitespace bytes, may come next, from the budget alone
+    /// where the current state reads each of its bytes only by spending budget: a run shorter
+    /// than what every stack has left is allowed (the run's state stays exact all the way), one
+    /// longer than what any stack has left is not. `None` when that does not settle it (another
+    /// token or state, or a run ending between the two). For the long tokens a normalized mask
+    /// leaves to check: stepped byte by byte, an indentation token makes a state per byte with
+    /// this position's budget, none of them known from the mask's own walk.
+    pub(super) fn whitespace_token_allowed(&mut self, caches: &mut SharedCaches, token: LongToken) -> Option<bool> {
+        if token.whitespace_slots == 0 || self.grammar.whitespace_budget() == 0 {
+            return None;
+        }
+        let state = self.state;
+        for slot in 0..WHITESPACE_BYTES.len() {
+            let used = token.whitespace_slots & (1 << slot) != 0;
+            if used && self.reads_as_shift(caches, state, slot) != Some(true) {
+                return None;
+            }
+        }
+        let length = token.length;
+        if length < self.whitespace_left(caches, state) {
+            return Some(true);
+        }
+        let left_most = self.grammar.whitespace_left_most(caches.table.config(state));
+        (length > left_most).then_some(false)
     }
 
     /// The whitespace bytes `state` has left (see `CompiledGrammar::whitespace_left`).
@@ -178,7 +197,9 @@ impl Matcher {
         if next == FULL {
             return None;
         }
+        // Coming back to itself (a space inside a string) spends nothing.
         let shifts = next != DEAD
+            && next != state
             && is_whitespace_shift(caches.table.config(state), caches.table.config(next));
         let runs = &mut self.run_states;
         if runs.shifts.len() <= index {

@@ -209,8 +209,12 @@ impl Matcher {
             // the mask copied only when one does.
             let mut exact: Option<TokenMask> = None;
             let trie = matcher.trie.clone();
-            for &token in &trie.long_tokens {
-                let allowed = matcher.state_after(caches, token).is_some();
+            for &long_token in &trie.long_tokens {
+                let token = long_token.id;
+                let allowed = match matcher.whitespace_token_allowed(caches, long_token) {
+                    Some(allowed) => allowed,
+                    None => matcher.state_after(caches, token).is_some(),
+                };
                 if allowed != mask.is_set(token) {
                     let exact = exact.get_or_insert_with(|| (*mask).clone());
                     if allowed {

@@ -22,7 +22,7 @@ pub const MAX_TOKEN_BYTES: usize = 512;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::ir::ByteSet;
+use super::ir::{whitespace_slots, ByteSet};
 use super::lexer::{whole_characters_within, LexemeTables, LoopExits, EXIT_SHARE};
 use super::mask::TokenMask;
 
@@ -72,7 +72,7 @@ pub struct TokenTrie {
     /// `CompiledGrammar::normalize_for_horizon`), the longer tokens then checked one by one.
     pub(crate) horizon: u32,
     /// The tokens longer than `horizon` bytes.
-    pub(crate) long_tokens: Vec<u32>,
+    pub(crate) long_tokens: Vec<LongToken>,
     /// Per node: the longest token of its subtree, in bytes.
     pub(crate) subtree_max_len: Vec<u16>,
     /// Every token of the trie (duplicates too), longest first, and their lengths.
@@ -90,6 +90,15 @@ pub struct TokenTrie {
     /// The printable ASCII byte in the most tokens: a state that does not come back to
     /// itself on it is not worth asking whether it loops.
     pub(crate) loop_probe: u8,
+}
+
+/// A token longer than the vocabulary's horizon, with what a check of it needs at hand.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LongToken {
+    pub(crate) id: u32,
+    pub(crate) length: u32,
+    /// See [`whitespace_slots`]: nonzero for a token made only of whitespace.
+    pub(crate) whitespace_slots: u8,
 }
 
 /// Most tokens left beyond a vocabulary's horizon (each checked on its own when a mask is
@@ -261,10 +270,13 @@ impl TokenTrie {
         let horizon = by_length
             .get(LONG_TOKENS_MAX.min(by_length.len().saturating_sub(1)))
             .map_or(0, |id| token_bytes[*id as usize].len() as u32);
-        let long_tokens: Vec<u32> = by_length
+        let long_tokens: Vec<LongToken> = by_length
             .iter()
             .take_while(|id| token_bytes[**id as usize].len() as u32 > horizon)
-            .copied()
+            .map(|&id| {
+                let bytes = &token_bytes[id as usize];
+                LongToken { id, length: bytes.len() as u32, whitespace_slots: whitespace_slots(bytes) }
+            })
             .collect();
         let by_length_counts = by_length.len();
         let counter_floor = (1..=MAX_TOKEN_BYTES as u32)
