@@ -40,7 +40,6 @@ pub(crate) use stacks::{
     config_can_continue, config_hash, config_is_accepting, is_whitespace_shift, StepStacks, WordHasher,
 };
 
-
 fn whitespace_set() -> ByteSet {
     let mut set = ByteSet::EMPTY;
     for byte in WHITESPACE_BYTES {

@@ -108,12 +108,18 @@ impl fmt::Debug for ByteSet {
 /// The bytes [`Symbol::Whitespace`] consumes.
 pub(crate) const WHITESPACE_BYTES: [u8; 4] = [b' ', b'\t', b'\n', b'\r'];
 
+/// Where `byte` is in [`WHITESPACE_BYTES`], if it is whitespace.
+#[inline]
+pub(crate) fn whitespace_slot(byte: u8) -> Option<usize> {
+    WHITESPACE_BYTES.iter().position(|&w| w == byte)
+}
+
 /// Which of [`WHITESPACE_BYTES`] `bytes` holds, bit `i` for `WHITESPACE_BYTES[i]`, when it is
 /// made only of them; 0 otherwise (and for no bytes).
 pub(crate) fn whitespace_slots(bytes: &[u8]) -> u8 {
     let mut slots = 0u8;
-    for byte in bytes {
-        match WHITESPACE_BYTES.iter().position(|w| w == byte) {
+    for &byte in bytes {
+        match whitespace_slot(byte) {
             Some(slot) => slots |= 1 << slot,
             None => return 0,
         }

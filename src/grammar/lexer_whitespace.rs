@@ -20,7 +20,7 @@
 //! configurations); a byte inside a run costs two array lookups.
 
 use super::super::automaton::is_whitespace_shift;
-use super::super::ir::WHITESPACE_BYTES;
+use super::super::ir::{whitespace_slot, WHITESPACE_BYTES};
 use super::super::cache::{SharedCaches, DEAD, FULL};
 use super::super::toktrie::LongToken;
 use super::Matcher;
@@ -71,10 +71,6 @@ impl RunStates {
     }
 }
 
-#[inline]
-fn whitespace_slot(byte: u8) -> Option<usize> {
-    WHITESPACE_BYTES.iter().position(|&w| w == byte)
-}
 
 impl Matcher {
     /// Steps the walk in `path` by the trie node at `depth` reading `byte`, whose subtree's
@@ -140,14 +136,18 @@ impl Matcher {
         (caches.table.next(real, byte), 0)
     }
 
-    /// Whether long `token`, if made only of whitespace bytes, may come next, from the budget alone
-    /// where the current state reads each of its bytes only by spending budget: a run shorter
-    /// than what every stack has left is allowed (the run's state stays exact all the way), one
-    /// longer than what any stack has left is not. `None` when that does not settle it (another
-    /// token or state, or a run ending between the two). For the long tokens a normalized mask
-    /// leaves to check: stepped byte by byte, an indentation token makes a state per byte with
-    /// this position's budget, none of them known from the mask's own walk.
-    pub(super) fn whitespace_token_allowed(&mut self, caches: &mut SharedCaches, token: LongToken) -> Option<bool> {
+    /// Whether long `token`, if made only of whitespace bytes, may come next, from the budget
+    /// alone where the current state reads each of its bytes only by spending budget: a run
+    /// shorter than what every stack has left is allowed (the run's state stays exact all the
+    /// way), one longer than what any stack has left is not. `None` when that does not settle
+    /// it (another token or state, or a run ending between the two). For the long tokens a
+    /// normalized mask leaves to check: stepped byte by byte, an indentation token makes a
+    /// state per byte with this position's budget, none of them known from the mask's walk.
+    pub(super) fn whitespace_token_allowed(
+        &mut self,
+        caches: &mut SharedCaches,
+        token: LongToken,
+    ) -> Option<bool> {
         if token.whitespace_slots == 0 || self.grammar.whitespace_budget() == 0 {
             return None;
         }

@@ -275,7 +275,11 @@ impl TokenTrie {
             .take_while(|id| token_bytes[**id as usize].len() as u32 > horizon)
             .map(|&id| {
                 let bytes = &token_bytes[id as usize];
-                LongToken { id, length: bytes.len() as u32, whitespace_slots: whitespace_slots(bytes) }
+                LongToken {
+                    id,
+                    length: bytes.len() as u32,
+                    whitespace_slots: whitespace_slots(bytes),
+                }
             })
             .collect();
         let by_length_counts = by_length.len();
