@@ -422,12 +422,10 @@ impl StateTable {
     /// a new state per byte; [`FULL`] when it would not fit.
     pub(crate) fn after_whitespace_run(&mut self, state: u32, bytes: u32) -> u32 {
         let config = config_in(&self.config_words, &self.config_starts, state);
-        let spent = match self.lent.as_deref() {
-            Some(grammar) => grammar.spend_whitespace(config, bytes),
-            None => match self.grammar.upgrade() {
-                Some(grammar) => grammar.spend_whitespace(config, bytes),
-                None => return DEAD,
-            },
+        let Some(spent) = on_grammar(&self.lent, &self.grammar, |grammar| {
+            grammar.spend_whitespace(config, bytes)
+        }) else {
+            return DEAD;
         };
         self.intern(&spent, config_hash(&spent)).unwrap_or(FULL)
     }
@@ -435,14 +433,11 @@ impl StateTable {
     #[cold]
     fn fill(&mut self, index: usize, state: u32, byte: u8) -> u32 {
         let config = config_in(&self.config_words, &self.config_starts, state);
-        // The grammar lent for this operation (an upgrade per step costs two atomic
-        // operations, as much as a cheap step); a matcher holds it, so it is alive.
-        let stepped = match self.lent.as_deref() {
-            Some(grammar) => grammar.step_with(config, byte, &mut self.step_buffer),
-            None => match self.grammar.upgrade() {
-                Some(grammar) => grammar.step_with(config, byte, &mut self.step_buffer),
-                None => return DEAD,
-            },
+        let step_buffer = &mut self.step_buffer;
+        let Some(stepped) = on_grammar(&self.lent, &self.grammar, |grammar| {
+            grammar.step_with(config, byte, step_buffer)
+        }) else {
+            return DEAD;
         };
         let target = match stepped {
             Err(_) => {
@@ -498,13 +493,10 @@ impl StateTable {
         self.mask_states.push(UNKNOWN);
         // Classes no stack can read are dead from the start: a fresh state's walk then steps
         // only the few classes that lead somewhere, not every class of the grammar.
-        let readable = match self.lent.as_deref() {
-            Some(grammar) => grammar.allowed_bytes(config),
-            None => match self.grammar.upgrade() {
-                Some(grammar) => grammar.allowed_bytes(config),
-                None => ByteSet::ALL,
-            },
-        };
+        let readable = on_grammar(&self.lent, &self.grammar, |grammar| {
+            grammar.allowed_bytes(config)
+        })
+        .unwrap_or(ByteSet::ALL);
         self.transitions.extend(self.class_bytes.iter().map(|&byte| {
             if readable.contains(byte) {
                 UNKNOWN
@@ -611,6 +603,20 @@ impl IdRemap {
 }
 
 /// State `state`'s configuration in a table's back-to-back words (empty for an unknown id).
+/// Runs `operation` on the grammar lent for this operation, or else on the table's own while
+/// it is alive; `None` when it is gone. The lent one saves an upgrade per step (two atomic
+/// operations, as much as a cheap step); a matcher holds it, so it is alive.
+fn on_grammar<R>(
+    lent: &Option<Arc<CompiledGrammar>>,
+    owner: &Weak<CompiledGrammar>,
+    operation: impl FnOnce(&CompiledGrammar) -> R,
+) -> Option<R> {
+    match lent.as_deref() {
+        Some(grammar) => Some(operation(grammar)),
+        None => owner.upgrade().map(|grammar| operation(&grammar)),
+    }
+}
+
 fn config_in<'a>(words: &'a [u32], starts: &[u32], state: u32) -> &'a [u32] {
     let index = state as usize;
     match (starts.get(index), starts.get(index + 1)) {

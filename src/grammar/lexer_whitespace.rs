@@ -71,7 +71,6 @@ impl RunStates {
     }
 }
 
-
 impl Matcher {
     /// Steps the walk in `path` by the trie node at `depth` reading `byte`, whose subtree's
     /// longest token has `longest()` bytes: records the state (and offset) at `depth` and
