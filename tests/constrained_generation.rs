@@ -17,18 +17,32 @@ use llamay::grammar::{check_input, compile_gbnf, CheckOutcome, CompiledGrammar, 
 use llamay::llm::{ContextParams, KvType, Model};
 use llamay::store::Store;
 
+fn start_smollm2() -> LlamaModelHandle {
+    let store = Store::open(&Store::default_home()).expect("store");
+    let (path, info) = locate_model("smollm2:135m", Some(&store)).expect("smollm2:135m (scripts/setup)");
+    let model = Arc::new(Model::load(&path).expect("model loads"));
+    let settings = WorkerSettings {
+        context: ContextParams { n_ctx: 4096, threads: 1, batch: 512, sequences: 4, kv_type: KvType::F32, flash_attention: false },
+    };
+    LlamaModelHandle::start(model, info, &settings).expect("worker")
+}
+
 /// One SmolLM2 worker with four sequences, shared by the tests in this file.
 fn smollm2() -> &'static LlamaModelHandle {
     static HANDLE: OnceLock<LlamaModelHandle> = OnceLock::new();
-    HANDLE.get_or_init(|| {
-        let store = Store::open(&Store::default_home()).expect("store");
-        let (path, info) = locate_model("smollm2:135m", Some(&store)).expect("smollm2:135m (scripts/setup)");
-        let model = Arc::new(Model::load(&path).expect("model loads"));
-        let settings = WorkerSettings {
-            context: ContextParams { n_ctx: 4096, threads: 1, batch: 512, sequences: 4, kv_type: KvType::F32, flash_attention: false },
-        };
-        LlamaModelHandle::start(model, info, &settings).expect("worker")
-    })
+    HANDLE.get_or_init(start_smollm2)
+}
+
+/// The first constrained request must not pay for the token trie (0.4 s at 262k tokens): it is
+/// built in the background once the model is loaded, with no request asking for it.
+#[test]
+fn the_token_trie_is_built_after_loading_without_a_request() {
+    let handle = start_smollm2();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !handle.token_trie_ready() {
+        assert!(std::time::Instant::now() < deadline, "no token trie 60 s after loading");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
 
 fn generate(prompt: &str, constraint: Constraint, seed: Option<u32>, max_tokens: u32) -> (String, Completion) {
