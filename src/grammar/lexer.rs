@@ -13,13 +13,20 @@
 //! exit trie, where a walk of the whole token trie would visit every prefix of every token
 //! that holds a quote or a newline.
 //!
+//! The same tables serve a state in a bounded chain over the set (a string with `maxLength`,
+//! `k` characters left): a token within the set is allowed when it has at most `k`
+//! characters, and an exit is walked from the chain state its prefix leads to, which is the
+//! same state for most exits whatever the prefix (a closing quote).
+//!
 //! Key types: [`LoopExits`] (per byte set and vocabulary), [`LexemeTables`] (the bounded
 //! cache of them, kept by the vocabulary's `TokenTrie`). Cost: building one is a pass over
 //! the vocabulary plus sorting its exits; it is built only when exits are few (at most a
 //! quarter of the vocabulary), so a walk of it visits a small part of what a trie walk would.
+//! The within-tokens by character count are sorted out on the first bounded use: another
+//! pass, and [`BOUNDED_CHARS_MAX`] + 1 masks.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::ir::ByteSet;
 use super::mask::TokenMask;
@@ -31,6 +38,10 @@ const LOOP_EXITS_MAX: usize = 16;
 /// more, a trie walk with skip sets visits little more than the exit trie would, and sorting
 /// the exits costs more than the walks save.
 pub(crate) const EXIT_SHARE: usize = 4;
+
+/// The most characters left in a bounded chain that the tables answer for; a chain is
+/// followed no further than this anyway (see the matcher's `CHAIN_MAX`).
+pub(crate) const BOUNDED_CHARS_MAX: usize = 32;
 
 /// One node of the exit trie, in depth-first preorder like the token trie's nodes.
 #[derive(Clone, Copy, Debug)]
@@ -54,8 +65,12 @@ pub(crate) struct LoopExits {
     /// `tokens`.
     token_starts: Vec<u32>,
     tokens: Vec<u32>,
+    /// Per entry of `tokens`: the characters of its prefix within the loop, before the exit.
+    prefix_chars: Vec<u16>,
     /// The longest exit, in bytes.
     pub(crate) max_depth: usize,
+    /// At index `k`: the tokens of `within` of at most `k` characters.
+    within_by_chars: OnceLock<Vec<TokenMask>>,
 }
 
 impl LoopExits {
@@ -67,18 +82,52 @@ impl LoopExits {
         self.tokens.get(start..end).unwrap_or_default()
     }
 
+    /// The tokens whose exit is the path to node `index`, each with the characters of its
+    /// prefix within the loop.
+    #[inline]
+    pub(crate) fn tokens_with_prefixes_at(&self, index: usize) -> (&[u32], &[u16]) {
+        let start = self.token_starts.get(index).copied().unwrap_or(0) as usize;
+        let end = self.token_starts.get(index + 1).copied().unwrap_or(0) as usize;
+        (
+            self.tokens.get(start..end).unwrap_or_default(),
+            self.prefix_chars.get(start..end).unwrap_or_default(),
+        )
+    }
+
+    /// The tokens within the loop of at most `chars` characters (`chars_of` counts a token's),
+    /// or `None` past [`BOUNDED_CHARS_MAX`].
+    pub(crate) fn within_up_to(&self, chars: usize, chars_of: impl Fn(u32) -> usize) -> Option<&TokenMask> {
+        let masks = self.within_by_chars.get_or_init(|| {
+            let mut by_count: Vec<Vec<u32>> = vec![Vec::new(); BOUNDED_CHARS_MAX + 1];
+            for token in self.within.iter_set() {
+                if let Some(tokens) = by_count.get_mut(chars_of(token)) {
+                    tokens.push(token);
+                }
+            }
+            let mut masks = Vec::with_capacity(BOUNDED_CHARS_MAX + 1);
+            let mut up_to = TokenMask::new(self.within.vocab_size());
+            for tokens in &by_count {
+                up_to.set_all(tokens);
+                masks.push(up_to.clone());
+            }
+            masks
+        });
+        masks.get(chars)
+    }
+
     /// The tables from the tokens within the loop (`within`) and every other token with its
-    /// exit.
-    pub(crate) fn new(within: TokenMask, mut exits: Vec<(&[u8], u32)>) -> LoopExits {
+    /// exit and the characters of its prefix within the loop.
+    pub(crate) fn new(within: TokenMask, mut exits: Vec<(&[u8], u32, u16)>) -> LoopExits {
         exits.sort_unstable();
         let mut nodes: Vec<ExitNode> = Vec::with_capacity(exits.len() * 2);
         let mut token_starts: Vec<u32> = Vec::with_capacity(exits.len() * 2 + 1);
         let mut tokens: Vec<u32> = Vec::with_capacity(exits.len());
+        let mut prefix_chars: Vec<u16> = Vec::with_capacity(exits.len());
         // Open nodes along the current path; path[d] is at depth d + 1.
         let mut path: Vec<usize> = Vec::new();
         let mut previous: &[u8] = &[];
         let mut max_depth = 0;
-        for &(exit, token) in &exits {
+        for &(exit, token, chars) in &exits {
             let shared = previous
                 .iter()
                 .zip(exit)
@@ -87,6 +136,7 @@ impl LoopExits {
             // The same exit as the previous token: the node is open at the end of the path.
             if shared == exit.len() && shared == previous.len() {
                 tokens.push(token);
+                prefix_chars.push(chars);
                 continue;
             }
             while path.len() > shared {
@@ -110,6 +160,7 @@ impl LoopExits {
             // Sorted order puts an exit before those it is a prefix of, so the tokens of a
             // node come before those of every node after it in preorder.
             tokens.push(token);
+            prefix_chars.push(chars);
             max_depth = max_depth.max(exit.len());
             previous = exit;
         }
@@ -123,9 +174,16 @@ impl LoopExits {
             nodes,
             token_starts,
             tokens,
+            prefix_chars,
             max_depth,
+            within_by_chars: OnceLock::new(),
         }
     }
+}
+
+/// The characters `bytes` starts (its bytes that are not UTF-8 continuation bytes).
+pub(crate) fn character_count(bytes: &[u8]) -> usize {
+    bytes.iter().filter(|b| !(0x80..=0xBF).contains(*b)).count()
 }
 
 /// How many leading bytes of `bytes` are whole valid UTF-8 characters made only of `set`.
@@ -230,13 +288,13 @@ mod tests {
     fn exits_form_a_trie_holding_every_token_once() {
         let mut within = TokenMask::new(8);
         within.set(0);
-        let exits: Vec<(&[u8], u32)> = vec![
-            (b"\",", 5),
-            (b"\"", 3),
-            (b"\n", 7),
-            (b"\",", 2),
-            (b"\"", 1),
-            (b"\",", 4),
+        let exits: Vec<(&[u8], u32, u16)> = vec![
+            (b"\",", 5, 0),
+            (b"\"", 3, 2),
+            (b"\n", 7, 1),
+            (b"\",", 2, 0),
+            (b"\"", 1, 0),
+            (b"\",", 4, 3),
         ];
         let exits = LoopExits::new(within, exits);
         let shape: Vec<(u8, u16, u16, u32, Vec<u32>)> = exits

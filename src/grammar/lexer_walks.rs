@@ -2,18 +2,21 @@
 //! [`Matcher`]: from a state inside a loop (a string body, an extra key), the tokens within
 //! the loop and a walk of the others' exits; from a state beside one (the start of a key,
 //! a pattern just matched), the loop state's mask corrected where the two states differ;
-//! and, inside a trie walk, a string's opening quote through the tables of the tokens that
-//! start with it.
+//! from a state in a bounded chain over such a set (a string with `maxLength`), the tokens
+//! within it short enough and the exits from the chain states; and, inside a trie walk, a
+//! string's opening quote through the tables of the tokens that start with it.
 //!
 //! Cost: a state's loop is worked out once (a transition per byte class, a few hundred for
 //! UTF-8); a mask from a loop costs a copy of the within-mask plus the exits that stay alive;
-//! one beside a loop, the trie nodes on which the two states still differ.
+//! one from a chain of `k` characters, that plus `k` transitions per exit's first byte and a
+//! walk of the rest of the exit per distinct state they lead to; one beside a loop, the trie
+//! nodes on which the two states still differ.
 
 use std::sync::Arc;
 
 use super::super::cache::{SharedCaches, DEAD, FULL};
 use super::super::ir::ByteSet;
-use super::super::lexer::LoopExits;
+use super::super::lexer::{character_count, LoopExits, BOUNDED_CHARS_MAX};
 use super::super::mask::TokenMask;
 use super::super::toktrie::NO_TOKEN;
 use super::{Matcher, CHAIN_MAX};
@@ -23,6 +26,9 @@ impl Matcher {
     /// or else by a walk of the trie. Returns the mask and `root`'s id after any table clear.
     pub(super) fn mask_of(&mut self, caches: &mut SharedCaches, root: u32) -> (TokenMask, u32) {
         if let Some(computed) = self.mask_from_loop_exits(caches, root) {
+            return computed;
+        }
+        if let Some(computed) = self.mask_from_bounded_loop(caches, root) {
             return computed;
         }
         if let Some(computed) = self.mask_beside_loop(caches, root) {
@@ -48,6 +54,143 @@ impl Matcher {
         let root = self.walk_exits(caches, root, &exits, &mut mask, &mut []);
         self.set_end_of_generation(caches, root, &mut mask);
         Some((mask, root))
+    }
+
+    /// The mask of `root` when it is `k` characters from the end of a chain over a byte set
+    /// with loop tables (a string with `maxLength` and `k` characters left): the set's tokens
+    /// of at most `k` characters, plus the other tokens' exits, each walked from the chain
+    /// state its prefix within the set leads to, once per distinct state the exit's first
+    /// byte leads to (a closing quote: the same state from every chain state). `None` unless
+    /// the chain is known to end there (its last state refuses every byte of the set), or
+    /// when the table fills up on the way (the trie walk makes room then).
+    fn mask_from_bounded_loop(
+        &mut self,
+        caches: &mut SharedCaches,
+        root: u32,
+    ) -> Option<(TokenMask, u32)> {
+        if self.pending_continuations != 0 {
+            return None;
+        }
+        let trie = self.trie.clone();
+        let skip = match caches.table.known_skip_set(root).copied() {
+            Some(known) => known,
+            None if self.moves_along_a_chain(caches, root) => caches.table.skip_set(
+                root,
+                &trie.byte_weights,
+                trie.many_non_ascii,
+                trie.max_chars.min(CHAIN_MAX),
+            )?,
+            None => return None,
+        };
+        let chars = skip.capacity as usize;
+        if skip.truncated || !(1..=BOUNDED_CHARS_MAX).contains(&chars) {
+            return None;
+        }
+        let probe = match skip.bytes.contains(trie.loop_probe) {
+            true => trie.loop_probe,
+            false => (0x20..0x7Fu8).find(|byte| skip.bytes.contains(*byte))?,
+        };
+        let exits = trie.loop_exits(&skip.bytes, None)?;
+        // chain[p]: the state after any `p` characters of the set (one leads to the next).
+        let mut chain = Vec::with_capacity(chars + 1);
+        chain.push(root);
+        for _ in 0..chars {
+            match caches.table.next(*chain.last()?, probe) {
+                DEAD | FULL => return None,
+                next => chain.push(next),
+            }
+        }
+        let end = chain[chars];
+        if skip.bytes.iter().any(|byte| caches.table.next(end, byte) != DEAD) {
+            return None;
+        }
+        let chars_of = |token: u32| trie.token_bytes(token).map_or(0, character_count);
+        let mut mask = exits.within_up_to(chars, chars_of)?.clone();
+        // Per exit first byte: the distinct states it leads to, with the prefix lengths
+        // (as bits) that lead there.
+        let mut targets: Vec<(u32, u64)> = Vec::new();
+        let mut index = 0usize;
+        while let Some(node) = exits.nodes.get(index) {
+            targets.clear();
+            for (prefix, &state) in chain.iter().enumerate() {
+                match caches.table.next(state, node.byte) {
+                    DEAD => {}
+                    FULL => return None,
+                    target => match targets.iter_mut().find(|(known, _)| *known == target) {
+                        Some((_, prefixes)) => *prefixes |= 1 << prefix,
+                        None => targets.push((target, 1 << prefix)),
+                    },
+                }
+            }
+            for &(_, prefixes) in &targets {
+                let from = chain[prefixes.trailing_zeros() as usize];
+                if !self.walk_exit_subtree(caches, from, &exits, index, prefixes, &mut mask) {
+                    return None;
+                }
+            }
+            index = node.subtree_end as usize;
+        }
+        self.set_end_of_generation(caches, root, &mut mask);
+        #[cfg(test)]
+        {
+            self.bounded_loop_masks += 1;
+        }
+        Some((mask, root))
+    }
+
+    /// Whether the most common printable byte moves `state` on to a new state twice in a row:
+    /// a chain of counted states, where a skip set is worth working out, not a key, a number,
+    /// a loop or the state just before one.
+    fn moves_along_a_chain(&self, caches: &mut SharedCaches, state: u32) -> bool {
+        let probe = self.trie.loop_probe;
+        let first = caches.table.next(state, probe);
+        if first == DEAD || first == FULL || first == state {
+            return false;
+        }
+        let second = caches.table.next(first, probe);
+        second != DEAD && second != FULL && second != first
+    }
+
+    /// Sets in `mask` the tokens of the exit subtree at `start` that stay alive from `from`
+    /// and whose prefix within the loop has a length among `prefixes` (as bits). Returns
+    /// false when the table filled up on the way.
+    fn walk_exit_subtree(
+        &mut self,
+        caches: &mut SharedCaches,
+        from: u32,
+        exits: &LoopExits,
+        start: usize,
+        prefixes: u64,
+        mask: &mut TokenMask,
+    ) -> bool {
+        let nodes = &exits.nodes[..];
+        let end = nodes.get(start).map_or(start, |node| node.subtree_end as usize);
+        let mut path = std::mem::take(&mut self.exit_path);
+        path.start(exits.max_depth + 1, from);
+        let mut index = start;
+        let mut complete = true;
+        while let Some(node) = nodes.get(index).filter(|_| index < end) {
+            let depth = node.depth as usize;
+            let longest = || u32::from(node.longest);
+            match self.step_path(caches, &mut path, depth, node.byte, longest) {
+                DEAD => index = node.subtree_end as usize,
+                FULL => {
+                    complete = false;
+                    break;
+                }
+                _ => {
+                    let (tokens, prefix_chars) = exits.tokens_with_prefixes_at(index);
+                    for (&token, &chars) in tokens.iter().zip(prefix_chars) {
+                        if chars < 64 && prefixes >> chars & 1 == 1 {
+                            mask.set(token);
+                        }
+                    }
+                    index += 1;
+                }
+            }
+        }
+        self.exit_path = path;
+        complete
     }
 
     /// The bytes `state` comes back to itself on, character by character, when it does so

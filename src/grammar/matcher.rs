@@ -78,6 +78,9 @@ pub struct Matcher {
     depth_within: Vec<bool>,
     /// UTF-8 continuation bytes the committed text still owes (it may end mid-character).
     pending_continuations: u8,
+    /// Masks that came from the tables of a bounded chain, for tests to see that path ran.
+    #[cfg(test)]
+    bounded_loop_masks: usize,
     /// Whether this step needed a new mask (for the hit rate).
     computed_this_step: bool,
     stats: MaskStats,
@@ -107,6 +110,8 @@ impl Matcher {
             depth_alive: Vec::new(),
             depth_within: Vec::new(),
             pending_continuations: 0,
+            #[cfg(test)]
+            bounded_loop_masks: 0,
             computed_this_step: false,
             stats: MaskStats::default(),
         };

@@ -648,6 +648,47 @@ fn masks_from_loop_tables_are_exact() {
     }
 }
 
+/// Inside a string with `maxLength` and few characters left, masks come from the loop tables
+/// of the string's characters with a character budget (`mask_from_bounded_loop`): tokens
+/// within the set up to the budget, and exits walked from the chain state after their prefix.
+/// The strings are walked character by character to their bound, with escapes and multi-byte
+/// characters on the way, and `minLength` keeps a closing quote out of the first states.
+#[test]
+fn masks_from_bounded_loop_tables_are_exact() {
+    let (mut vocabulary, eog) = synthetic_vocabulary(37, 700);
+    let mut rng = TestRng::new(5);
+    let plain = ["hello", " the", "\u{e9}", "\u{3053}", "ab", "x", "e", "1", " ", "-", "Nf", "\"", "\\n", "\","];
+    for count in 0..2500 {
+        // Mostly plain text; a few tokens end a string, or hold an escape, after their text.
+        let mut token = Vec::new();
+        for _ in 0..1 + rng.below(3) {
+            let piece = plain[rng.below(if count % 24 == 0 { plain.len() } else { plain.len() - 3 })];
+            token.extend_from_slice(piece.as_bytes());
+        }
+        vocabulary.push(token);
+    }
+    let mut used = 0;
+    for (schema, text) in [
+        (serde_json::json!({"type": "object", "properties": {"a": {"type": "string", "maxLength": 9}},
+            "required": ["a"], "additionalProperties": false}), "{\"a\":\"xe\\n1\u{e9}-ab\"}"),
+        (serde_json::json!({"type": "string", "minLength": 4, "maxLength": 7}), "\"\u{3053}x ex1-\""),
+        (serde_json::json!({"type": "array", "items": {"type": "string", "maxLength": 3}}), "[\"abe\",\"x\"]"),
+    ] {
+        let ir = crate::grammar::schema::compile_schema(&schema).unwrap_or_else(|e| panic!("{schema}: {e}"));
+        let grammar = Arc::new(CompiledGrammar::new(ir, &Limits::default()).unwrap_or_else(|e| panic!("{e}")));
+        let trie = Arc::new(TokenTrie::new(&vocabulary, &eog));
+        let mut matcher = Matcher::new(grammar.clone(), trie.clone());
+        let characters: Vec<Vec<u8>> = text.chars().map(|c| c.to_string().into_bytes()).collect();
+        // Multi-byte characters are committed byte by byte (tokens 0..=255 are single bytes).
+        let bytes: Vec<[u8; 1]> = characters.concat().into_iter().map(|b| [b]).collect();
+        let steps: Vec<&[u8]> = bytes.iter().map(|b| &b[..]).collect();
+        check_sequence(&schema.to_string(), &mut matcher, &vocabulary, &eog, &steps);
+        used += matcher.bounded_loop_masks;
+        check_walks_on(&schema.to_string(), grammar, &vocabulary, &eog, 4, 40);
+    }
+    assert!(used > 0, "no mask came from a bounded chain's tables");
+}
+
 /// A vocabulary heavy in whitespace runs, as real ones are: indentation of every length,
 /// mixed newlines, tabs and spaces, and runs that open or close structure after them.
 fn whitespace_vocabulary(seed: u64) -> (Vec<Vec<u8>>, Vec<u32>) {

@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::ir::{whitespace_slots, ByteSet};
-use super::lexer::{whole_characters_within, LexemeTables, LoopExits, EXIT_SHARE};
+use super::lexer::{character_count, whole_characters_within, LexemeTables, LoopExits, EXIT_SHARE};
 use super::mask::TokenMask;
 
 pub(crate) const NO_TOKEN: u32 = u32::MAX;
@@ -344,7 +344,7 @@ impl TokenTrie {
     /// a [`EXIT_SHARE`]th of the tokens with exits.
     fn split_for_loop(&self, loop_bytes: &ByteSet, lead: Option<u8>) -> Option<LoopExits> {
         let mut within = TokenMask::new(self.vocab_size());
-        let mut exits: Vec<(&[u8], u32)> = Vec::new();
+        let mut exits: Vec<(&[u8], u32, u16)> = Vec::new();
         let (mut index, end, offset) = match lead {
             None => (0, self.nodes.len(), 0),
             Some(lead) => {
@@ -512,7 +512,7 @@ impl TokenTrie {
         offset: usize,
         loop_bytes: &ByteSet,
         within: &mut TokenMask,
-        exits: &mut Vec<(&'t [u8], u32)>,
+        exits: &mut Vec<(&'t [u8], u32, u16)>,
     ) {
         let bytes = self.token_bytes(token).unwrap_or_default();
         let rest = bytes.get(offset..).unwrap_or_default();
@@ -520,7 +520,8 @@ impl TokenTrie {
         if inside == rest.len() {
             within.set(token);
         } else {
-            exits.push((&rest[inside..], token));
+            let chars = character_count(&rest[..inside]).min(usize::from(u16::MAX)) as u16;
+            exits.push((&rest[inside..], token, chars));
         }
     }
 
