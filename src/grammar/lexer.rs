@@ -77,9 +77,7 @@ impl LoopExits {
     /// The tokens whose exit is the path to node `index`.
     #[inline]
     pub(crate) fn tokens_at(&self, index: usize) -> &[u32] {
-        let start = self.token_starts.get(index).copied().unwrap_or(0) as usize;
-        let end = self.token_starts.get(index + 1).copied().unwrap_or(0) as usize;
-        self.tokens.get(start..end).unwrap_or_default()
+        self.tokens_with_prefixes_at(index).0
     }
 
     /// The tokens whose exit is the path to node `index`, each with the characters of its
@@ -96,7 +94,11 @@ impl LoopExits {
 
     /// The tokens within the loop of at most `chars` characters (`chars_of` counts a token's),
     /// or `None` past [`BOUNDED_CHARS_MAX`].
-    pub(crate) fn within_up_to(&self, chars: usize, chars_of: impl Fn(u32) -> usize) -> Option<&TokenMask> {
+    pub(crate) fn within_up_to(
+        &self,
+        chars: usize,
+        chars_of: impl Fn(u32) -> usize,
+    ) -> Option<&TokenMask> {
         let masks = self.within_by_chars.get_or_init(|| {
             let mut by_count: Vec<Vec<u32>> = vec![Vec::new(); BOUNDED_CHARS_MAX + 1];
             for token in self.within.iter_set() {
@@ -312,6 +314,8 @@ mod tests {
             ]
         );
         assert_eq!(exits.max_depth, 2);
+        let (tokens, prefix_chars) = exits.tokens_with_prefixes_at(2);
+        assert_eq!((tokens, prefix_chars), (&[2, 4, 5][..], &[0, 3, 0][..]));
         assert_eq!(exits.within.iter_set().collect::<Vec<_>>(), vec![0]);
     }
 }
