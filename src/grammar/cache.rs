@@ -602,7 +602,6 @@ impl IdRemap {
     }
 }
 
-/// State `state`'s configuration in a table's back-to-back words (empty for an unknown id).
 /// Runs `operation` on the grammar lent for this operation, or else on the table's own while
 /// it is alive; `None` when it is gone. The lent one saves an upgrade per step (two atomic
 /// operations, as much as a cheap step); a matcher holds it, so it is alive.
@@ -617,6 +616,7 @@ fn on_grammar<R>(
     }
 }
 
+/// State `state`'s configuration in a table's back-to-back words (empty for an unknown id).
 fn config_in<'a>(words: &'a [u32], starts: &[u32], state: u32) -> &'a [u32] {
     let index = state as usize;
     match (starts.get(index), starts.get(index + 1)) {
