@@ -317,6 +317,13 @@ pub fn rules_satisfying(grammar: &Grammar, terminal_holds: impl Fn(&Symbol) -> b
     marked
 }
 
+/// Whether `byte` starts a character in UTF-8 (it is not a continuation byte); character
+/// budgets count these.
+#[inline]
+pub(crate) fn starts_character(byte: u8) -> bool {
+    !(0x80..=0xBF).contains(&byte)
+}
+
 /// UTF-8 continuation bytes still owed after `byte`, when `pending` were owed before it.
 #[inline]
 pub(crate) fn utf8_pending_after(pending: u8, byte: u8) -> u8 {

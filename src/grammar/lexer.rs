@@ -28,7 +28,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::ir::ByteSet;
+use super::ir::{starts_character, ByteSet};
 use super::mask::TokenMask;
 
 /// Most byte sets whose tables a vocabulary keeps (cleared whole past this).
@@ -185,7 +185,7 @@ impl LoopExits {
 
 /// The characters `bytes` starts (its bytes that are not UTF-8 continuation bytes).
 pub(crate) fn character_count(bytes: &[u8]) -> usize {
-    bytes.iter().filter(|b| !(0x80..=0xBF).contains(*b)).count()
+    bytes.iter().filter(|b| starts_character(**b)).count()
 }
 
 /// How many leading bytes of `bytes` are whole valid UTF-8 characters made only of `set`.

@@ -17,7 +17,7 @@ use super::automaton::CompiledGrammar;
 use super::check::describe_expected;
 use super::cache::{CacheRegistry, SharedCaches, SkipSet, DEAD, FULL};
 use super::error::GrammarError;
-use super::ir::{utf8_pending_after, ByteSet};
+use super::ir::{starts_character, utf8_pending_after, ByteSet};
 use super::mask::TokenMask;
 use super::stats::MaskStats;
 use super::toktrie::{TokenTrie, NO_TOKEN};
@@ -509,7 +509,7 @@ impl Matcher {
             } else if parent_skips.bytes.contains(node.byte) {
                 // Inside a character begun under the parent's set: the set still holds, with
                 // the character this byte starts (if any) taken from the budget.
-                let started = u32::from(!(0x80..=0xBF).contains(&node.byte));
+                let started = u32::from(starts_character(node.byte));
                 SkipSet {
                     capacity: parent_skips.capacity.saturating_sub(started),
                     ..parent_skips

@@ -22,7 +22,7 @@ pub const MAX_TOKEN_BYTES: usize = 512;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::ir::{whitespace_slots, ByteSet};
+use super::ir::{starts_character, whitespace_slots, ByteSet};
 use super::lexer::{character_count, whole_characters_within, LexemeTables, LoopExits, EXIT_SHARE};
 use super::mask::TokenMask;
 
@@ -214,11 +214,10 @@ impl TokenTrie {
                 subtree_bytes[parent] = subtree_bytes[parent].union(&subtree_bytes[index]);
             }
         }
-        let starts_char = |byte: u8| u16::from(!(0x80..=0xBF).contains(&byte));
         let mut longest_below = vec![0u16; nodes.len()];
         let mut subtree_max_chars = vec![0u16; nodes.len()];
         for index in (0..nodes.len()).rev() {
-            let chars = starts_char(nodes[index].byte) + longest_below[index];
+            let chars = u16::from(starts_character(nodes[index].byte)) + longest_below[index];
             subtree_max_chars[index] = chars;
             if let Some(parent) = longest_below.get_mut(parents[index] as usize) {
                 *parent = (*parent).max(chars);
