@@ -28,6 +28,9 @@ use super::Matcher;
 /// A state's budget left before it was worked out.
 const LEFT_UNKNOWN: u32 = u32::MAX;
 
+/// The slot of a space in [`WHITESPACE_BYTES`].
+const SPACE_SLOT: usize = 0;
+
 /// Where a walk stands at each depth: the state, and the whitespace bytes read past it (the
 /// walk's real state is that state after them, see the module docs).
 #[derive(Default)]
@@ -163,6 +166,14 @@ impl Matcher {
         }
         let left_most = self.grammar.whitespace_left_most(caches.table.config(state));
         (length > left_most).then_some(false)
+    }
+
+    /// Whether `state` reads a space only by spending budget. Its whitespace is walked as
+    /// runs, and its other bytes end the run into states of their own, so a skip set (which
+    /// would follow the run a state per byte) skips nothing a walk does not do cheaply.
+    pub(super) fn is_run_state(&mut self, caches: &mut SharedCaches, state: u32) -> bool {
+        self.grammar.whitespace_budget() != 0
+            && self.reads_as_shift(caches, state, SPACE_SLOT) == Some(true)
     }
 
     /// The whitespace bytes `state` has left (see `CompiledGrammar::whitespace_left`).

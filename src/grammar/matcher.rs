@@ -459,6 +459,7 @@ impl Matcher {
                     .table
                     .known_skip_set(parent)
                     .is_none_or(|known| known.is_short(CHAIN_MAX / 2))
+                && !self.is_run_state(caches, parent)
             {
                 // Learn the bytes this state lets through unchanged or along a chain, so that
                 // its big subtrees can be allowed without a walk. That costs a transition per

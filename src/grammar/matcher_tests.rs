@@ -794,3 +794,45 @@ fn a_whitespace_run_can_end_the_document() {
         }
     }
 }
+
+/// A state that reads whitespace only by spending budget has its whitespace walked as runs:
+/// its mask makes no state per run length, even where the walk finds enough alive below it to
+/// consider working out a skip set (which would follow the run a state per byte).
+#[test]
+fn a_mask_at_a_whitespace_run_makes_no_state_per_run_length() {
+    use crate::grammar::automaton::is_whitespace_shift;
+    // Runs of every length that end the token, mixing all four whitespace bytes: hundreds
+    // of trie nodes alive below the state after `[`, none of which could spend its budget.
+    let (mut vocabulary, eog) = synthetic_vocabulary(7, 500);
+    let mut rng = TestRng::new(7);
+    for length in 1..=40 {
+        for _ in 0..8 {
+            vocabulary.push((0..length).map(|_| b" \n\t\r"[rng.below(4)]).collect());
+        }
+    }
+    let schema = serde_json::json!({"type": "array", "items": {"type": "integer"}});
+    let ir = crate::grammar::schema::compile_schema(&schema).unwrap_or_else(|e| panic!("{e}"));
+    let grammar = Arc::new(CompiledGrammar::new(ir, &Limits::default()).unwrap_or_else(|e| panic!("{e}")));
+    let trie = Arc::new(TokenTrie::new(&vocabulary, &eog));
+    let mut matcher = Matcher::new(grammar, trie);
+    let open = vocabulary.iter().position(|t| t == b"[").unwrap_or(0) as u32;
+    matcher.commit(open).unwrap_or_else(|e| panic!("{e}"));
+    let states_before = matcher.stats().states as u32;
+    matcher.compute_mask();
+    let caches = SharedCaches::lock(&matcher.shared);
+    let made: Vec<&[u32]> = (states_before..caches.table.len() as u32)
+        .map(|state| caches.table.config(state))
+        .collect();
+    // The states after one, two, ... whitespace bytes from the state the mask was walked
+    // from (the one after `[`, its budget normalized).
+    let root = caches.table.known_mask_state(matcher.state).unwrap_or(matcher.state);
+    let mut run = caches.table.config(root);
+    let mut run_length = 0;
+    while let Some(next) = made.iter().find(|config| is_whitespace_shift(run, config)) {
+        run = next;
+        run_length += 1;
+    }
+    // Probing the state's bytes steps a space or two; a skip set would follow the run to
+    // the vocabulary's longest token (32 states here).
+    assert!(run_length <= 2, "a state per whitespace run length: {run_length} of them");
+}
