@@ -51,6 +51,9 @@ use super::mask::TokenMask;
 /// The state id of the dead configuration (no stack alive); every table has it.
 pub(crate) const DEAD: u32 = 0;
 const UNKNOWN: u32 = u32::MAX;
+
+/// Every byte from 0x80 up: the lead and continuation bytes of multi-byte characters.
+const NON_ASCII: ByteSet = ByteSet([0, 0, u64::MAX, u64::MAX]);
 /// States a fresh table's index is sized for.
 const INITIAL_IDS: usize = 1024;
 /// Returned by [`StateTable::next`] when the table is full; clear it and retry.
@@ -198,6 +201,11 @@ impl StateTable {
         explore_utf8: bool,
         max_chars: u32,
     ) -> Option<SkipSet> {
+        let weight = |set: &ByteSet| {
+            set.iter()
+                .map(|b| weights[b as usize] as u64 + 1)
+                .sum::<u64>()
+        };
         // Follow the chain: each state's most common character leads to the next.
         let mut chain: Vec<(u32, ByteSet)> = Vec::new();
         let mut current = state;
@@ -226,6 +234,19 @@ impl StateTable {
                     truncated: false,
                 };
             }
+            if let Some((_, previous)) = chain.last() {
+                // The previous state's set is carried on only by bytes this state reads (or
+                // by non-ASCII ones, which may continue a character): when too few of them
+                // are, the chain ends there whatever follows, so this state is not stepped.
+                let carried = previous.intersect(&self.readable_ascii(current).union(&NON_ASCII));
+                if 2 * weight(&carried) < weight(previous) {
+                    break SkipSet {
+                        bytes: ByteSet::EMPTY,
+                        capacity: 0,
+                        truncated: false,
+                    };
+                }
+            }
             let Some(target) = self.heaviest_target(current, weights)? else {
                 break SkipSet {
                     bytes: ByteSet::EMPTY,
@@ -247,11 +268,6 @@ impl StateTable {
             current = target;
         };
         let mut after = tail;
-        let weight = |set: &ByteSet| {
-            set.iter()
-                .map(|b| weights[b as usize] as u64 + 1)
-                .sum::<u64>()
-        };
         for (chain_state, entry) in chain.into_iter().rev() {
             // Either the bytes this state and the rest of the chain share, for one more
             // character than the rest allows; or, when the rest allows few of this state's
@@ -284,6 +300,19 @@ impl StateTable {
         if let Some(slot) = self.mask_states.get_mut(state as usize) {
             *slot = mask_state;
         }
+    }
+
+    /// The ASCII bytes `state` may read: those whose transition is not known to be dead.
+    fn readable_ascii(&self, state: u32) -> ByteSet {
+        let row = state as usize * self.classes;
+        let mut set = ByteSet::EMPTY;
+        for byte in 0..0x80u8 {
+            let class = self.byte_class[byte as usize] as usize;
+            if self.transitions.get(row + class).is_some_and(|&target| target != DEAD) {
+                set.insert(byte);
+            }
+        }
+        set
     }
 
     fn remember_skip_set(&mut self, state: u32, set: SkipSet) {
