@@ -27,33 +27,17 @@ use super::automaton::{
     config_can_continue, config_hash, config_is_accepting, CompiledGrammar, StepStacks, WordHasher,
 };
 use super::ir::ByteSet;
+use super::mask::TokenMask;
 use super::toktrie::TokenTrie;
 
-/// Bytes and a character budget: any valid UTF-8 text of at most `capacity` characters made
-/// only of `bytes` keeps the automaton alive (`u32::MAX`: unbounded).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct SkipSet {
-    pub(crate) bytes: ByteSet,
-    pub(crate) capacity: u32,
-    /// The capacity was cut short by how far the chain was followed, not by the grammar:
-    /// following it again from further along may give more.
-    pub(crate) truncated: bool,
-}
+#[path = "cache_skip_sets.rs"]
+mod skip_sets;
 
-impl SkipSet {
-    /// Whether this set is worth recomputing for a walk that could use `wanted` characters.
-    pub(crate) fn is_short(&self, wanted: u32) -> bool {
-        self.truncated && self.capacity < wanted
-    }
-}
-use super::mask::TokenMask;
+pub(crate) use skip_sets::SkipSet;
 
 /// The state id of the dead configuration (no stack alive); every table has it.
 pub(crate) const DEAD: u32 = 0;
 const UNKNOWN: u32 = u32::MAX;
-
-/// Every byte from 0x80 up: the lead and continuation bytes of multi-byte characters.
-const NON_ASCII: ByteSet = ByteSet([0, 0, u64::MAX, u64::MAX]);
 /// States a fresh table's index is sized for.
 const INITIAL_IDS: usize = 1024;
 /// Returned by [`StateTable::next`] when the table is full; clear it and retry.
@@ -178,119 +162,6 @@ impl StateTable {
             .unwrap_or(false)
     }
 
-    /// The skip set of `state`, if computed.
-    #[inline]
-    pub(crate) fn known_skip_set(&self, state: u32) -> Option<&SkipSet> {
-        self.skip_sets
-            .get(state as usize)
-            .and_then(|set| set.as_ref())
-    }
-
-    /// The *skip set* of `state` (computed once): bytes and a capacity such that any valid
-    /// UTF-8 text of at most `capacity` characters made only of those bytes keeps the automaton
-    /// alive from `state`. A state whose characters lead back to itself (inside a string, a
-    /// comment, a list item) has unbounded capacity; a chain of states each leading to the
-    /// next (a string with `maxLength`, a bounded repetition) has the chain's length, followed
-    /// up to `max_chars` (the most characters any token has). Each state on the chain costs a
-    /// transition per byte class plus, with `explore_utf8`, up to a few hundred more; `None`
-    /// when the table filled up on the way.
-    pub(crate) fn skip_set(
-        &mut self,
-        state: u32,
-        weights: &[u32; 256],
-        explore_utf8: bool,
-        max_chars: u32,
-    ) -> Option<SkipSet> {
-        let weight = |set: &ByteSet| {
-            set.iter()
-                .map(|b| weights[b as usize] as u64 + 1)
-                .sum::<u64>()
-        };
-        // Follow the chain: each state's most common character leads to the next.
-        let mut chain: Vec<(u32, ByteSet)> = Vec::new();
-        let mut current = state;
-        let tail = loop {
-            match self.known_skip_set(current) {
-                // A known set cut short is followed again while there is room to do better.
-                Some(known) if !known.is_short(max_chars.saturating_sub(chain.len() as u32)) => {
-                    break *known
-                }
-                _ => {}
-            }
-            if chain.len() as u32 >= max_chars {
-                // Far enough: no token is longer. Following again from further along may
-                // give more.
-                break SkipSet {
-                    bytes: ByteSet::ALL,
-                    capacity: 0,
-                    truncated: true,
-                };
-            }
-            if chain.iter().any(|(s, _)| *s == current) {
-                // A cycle longer than one state: no promise past it, and none to gain later.
-                break SkipSet {
-                    bytes: ByteSet::ALL,
-                    capacity: 0,
-                    truncated: false,
-                };
-            }
-            if let Some((_, previous)) = chain.last() {
-                // The previous state's set is carried on only by bytes this state reads (or
-                // by non-ASCII ones, which may continue a character): when too few of them
-                // are, the chain ends there whatever follows, so this state is not stepped.
-                let carried = previous.intersect(&self.readable_ascii(current).union(&NON_ASCII));
-                if 2 * weight(&carried) < weight(previous) {
-                    break SkipSet {
-                        bytes: ByteSet::EMPTY,
-                        capacity: 0,
-                        truncated: false,
-                    };
-                }
-            }
-            let Some(target) = self.heaviest_target(current, weights)? else {
-                break SkipSet {
-                    bytes: ByteSet::EMPTY,
-                    capacity: 0,
-                    truncated: false,
-                };
-            };
-            let entry = self.entry_bytes(current, target, weights, explore_utf8)?;
-            if target == current {
-                let looping = SkipSet {
-                    bytes: entry,
-                    capacity: u32::MAX,
-                    truncated: false,
-                };
-                self.remember_skip_set(current, looping);
-                break looping;
-            }
-            chain.push((current, entry));
-            current = target;
-        };
-        let mut after = tail;
-        for (chain_state, entry) in chain.into_iter().rev() {
-            // Either the bytes this state and the rest of the chain share, for one more
-            // character than the rest allows; or, when the rest allows few of this state's
-            // bytes (the chain ends), all of them for one character.
-            let shared = entry.intersect(&after.bytes);
-            after = if after.capacity > 0 && 2 * weight(&shared) >= weight(&entry) {
-                SkipSet {
-                    bytes: shared,
-                    capacity: after.capacity.saturating_add(1),
-                    truncated: after.truncated,
-                }
-            } else {
-                SkipSet {
-                    bytes: entry,
-                    capacity: u32::from(!entry.is_empty()),
-                    truncated: false,
-                }
-            };
-            self.remember_skip_set(chain_state, after);
-        }
-        Some(after)
-    }
-
     /// The state masks of `state` are computed from, if worked out since the last clear.
     pub(crate) fn known_mask_state(&self, state: u32) -> Option<u32> {
         self.mask_states.get(state as usize).copied().filter(|s| *s != UNKNOWN)
@@ -300,139 +171,6 @@ impl StateTable {
         if let Some(slot) = self.mask_states.get_mut(state as usize) {
             *slot = mask_state;
         }
-    }
-
-    /// The ASCII bytes `state` may read: those whose transition is not known to be dead.
-    fn readable_ascii(&self, state: u32) -> ByteSet {
-        let row = state as usize * self.classes;
-        let mut set = ByteSet::EMPTY;
-        for byte in 0..0x80u8 {
-            let class = self.byte_class[byte as usize] as usize;
-            if self.transitions.get(row + class).is_some_and(|&target| target != DEAD) {
-                set.insert(byte);
-            }
-        }
-        set
-    }
-
-    fn remember_skip_set(&mut self, state: u32, set: SkipSet) {
-        if let Some(slot) = self.skip_sets.get_mut(state as usize) {
-            *slot = Some(set);
-        }
-    }
-
-    /// The state most ASCII bytes (weighted by how many tokens hold them) lead to from
-    /// `state`, if any byte leads anywhere alive.
-    pub(crate) fn heaviest_target(&mut self, state: u32, weights: &[u32; 256]) -> Option<Option<u32>> {
-        let mut totals: Vec<(u32, u64)> = Vec::new();
-        for byte in 1..0x80u8 {
-            match self.next(state, byte) {
-                FULL => return None,
-                DEAD => {}
-                next => match totals.iter_mut().find(|(s, _)| *s == next) {
-                    Some((_, total)) => *total += weights[byte as usize] as u64 + 1,
-                    None => totals.push((next, weights[byte as usize] as u64 + 1)),
-                },
-            }
-        }
-        Some(
-            totals
-                .into_iter()
-                .max_by_key(|(_, total)| *total)
-                .map(|(target, _)| target),
-        )
-    }
-
-    /// The bytes such that any valid UTF-8 character made only of them leads from `state` to
-    /// `target`: ASCII bytes that do, plus (with `explore_utf8`) the non-ASCII bytes left after
-    /// every character that does not has given up one byte, the one in the fewest tokens.
-    /// Explores the UTF-8 encodings one byte class at a time.
-    fn entry_bytes(
-        &mut self,
-        state: u32,
-        target: u32,
-        weights: &[u32; 256],
-        explore_utf8: bool,
-    ) -> Option<ByteSet> {
-        let mut set = ByteSet::EMPTY;
-        for byte in 1..0x80u8 {
-            match self.next(state, byte) {
-                FULL => return None,
-                next if next == target => set.insert(byte),
-                _ => {}
-            }
-        }
-        if !explore_utf8 {
-            return Some(set);
-        }
-        let mut unclean = ByteSet::EMPTY;
-        for sequence in regex_syntax::utf8::Utf8Sequences::new('\u{80}', '\u{10FFFF}') {
-            let ranges: Vec<(u8, u8)> = sequence
-                .as_slice()
-                .iter()
-                .map(|r| (r.start, r.end))
-                .collect();
-            let mut path = Vec::with_capacity(4);
-            self.mark_unclean(target, &ranges, state, &mut path, weights, &mut unclean)?;
-        }
-        for byte in 0x80..=0xFFu8 {
-            if !unclean.contains(byte) {
-                set.insert(byte);
-            }
-        }
-        Some(set)
-    }
-
-    /// Follows every byte-class path through the UTF-8 byte ranges `ranges` from `at`. Where
-    /// a path dies, or ends anywhere but `origin`, every character on it must contain an
-    /// unclean byte: unless one of its byte groups already is, the group whose bytes occur in
-    /// the fewest tokens becomes unclean.
-    fn mark_unclean(
-        &mut self,
-        origin: u32,
-        ranges: &[(u8, u8)],
-        at: u32,
-        path: &mut Vec<ByteSet>,
-        byte_weights: &[u32; 256],
-        unclean: &mut ByteSet,
-    ) -> Option<()> {
-        let Some((&(low, high), rest)) = ranges.split_first() else {
-            return Some(());
-        };
-        let mut groups: Vec<(u8, ByteSet)> = Vec::new();
-        for byte in low..=high {
-            let class = self.byte_class[byte as usize];
-            match groups.iter_mut().find(|(c, _)| *c == class) {
-                Some((_, bytes)) => bytes.insert(byte),
-                None => groups.push((class, ByteSet::single(byte))),
-            }
-        }
-        for (_, bytes) in groups {
-            let representative = bytes.iter().next().unwrap_or(low);
-            let next = self.next(at, representative);
-            if next == FULL {
-                return None;
-            }
-            path.push(bytes);
-            if next == DEAD || (rest.is_empty() && next != origin) {
-                let covered = path.iter().any(|group| group.intersect(unclean) == *group);
-                if !covered {
-                    let weight = |group: &ByteSet| {
-                        group
-                            .iter()
-                            .map(|b| byte_weights[b as usize] as u64)
-                            .sum::<u64>()
-                    };
-                    if let Some(cheapest) = path.iter().min_by_key(|group| weight(group)) {
-                        *unclean = unclean.union(cheapest);
-                    }
-                }
-            } else if !rest.is_empty() {
-                self.mark_unclean(origin, rest, next, path, byte_weights, unclean)?;
-            }
-            path.pop();
-        }
-        Some(())
     }
 
     /// The state after `byte`, [`DEAD`], or [`FULL`] when a new state would not fit.

@@ -1,0 +1,139 @@
+//! Mask walks through whitespace runs (`lexer_whitespace.rs`): exactness where runs spend
+//! the budget, end the document or cross a table clear, and the states a run state's mask
+//! makes. Uses the helpers of the matcher tests.
+
+use super::*;
+
+/// A vocabulary heavy in whitespace runs, as real ones are: indentation of every length,
+/// mixed newlines, tabs and spaces, and runs that open or close structure after them.
+fn whitespace_vocabulary(seed: u64) -> (Vec<Vec<u8>>, Vec<u32>) {
+    let (mut vocabulary, eog) = synthetic_vocabulary(seed, 500);
+    let mut rng = TestRng::new(seed);
+    let after = ["", "\"", "}", "]", "{", "[", ",", ":", "1", "\"a", "\": ", ",\n", "\"a\":"];
+    for length in 1..=40 {
+        let spaces = " ".repeat(length);
+        vocabulary.push(spaces.clone().into_bytes());
+        vocabulary.push(format!("\n{spaces}").into_bytes());
+        vocabulary.push(format!(",\n{spaces}\"").into_bytes());
+        let mut mixed = Vec::new();
+        for _ in 0..length {
+            mixed.push(b" \n\t\r"[rng.below(4)]);
+        }
+        mixed.extend_from_slice(after[rng.below(after.len())].as_bytes());
+        vocabulary.push(mixed);
+    }
+    (vocabulary, eog)
+}
+
+/// Mask walks read whitespace runs as one state plus an offset (`lexer_whitespace.rs`): the
+/// masks stay exact along walks that spend the budget (so runs cross its end mid-token), with
+/// runs mixing newlines, tabs and spaces, in tables so small that they clear mid-run.
+#[test]
+fn masks_are_exact_through_whitespace_runs() {
+    let (vocabulary, eog) = whitespace_vocabulary(31);
+    let tiny = Limits { transition_states: 8, mask_cache: 2, ..Limits::default() };
+    for schema in [
+        serde_json::json!({"type": "object", "properties": {
+            "a": {"type": "array", "items": {"type": "integer"}},
+            "b": {"type": "object", "additionalProperties": {"type": "string"}}}}),
+        serde_json::json!({"type": "array", "items": {"type": "object",
+            "properties": {"a": {"type": "integer"}}, "required": ["a"]}}),
+    ] {
+        for limits in [Limits::default(), tiny.clone()] {
+            let ir = crate::grammar::schema::compile_schema(&schema)
+                .unwrap_or_else(|e| panic!("{schema}: {e}"));
+            let grammar = Arc::new(CompiledGrammar::new(ir, &limits).unwrap_or_else(|e| panic!("{e}")));
+            check_walks_on(&schema.to_string(), grammar, &vocabulary, &eog, 4, 30);
+        }
+    }
+    // The budget (64 bytes) runs out inside a run: 20 + 40 spaces leave 4.
+    let ir = crate::grammar::schema::compile_schema(&serde_json::json!({"type": "array"}))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let grammar = Arc::new(CompiledGrammar::new(ir, &Limits::default()).unwrap_or_else(|e| panic!("{e}")));
+    let trie = Arc::new(TokenTrie::new(&vocabulary, &eog));
+    let mut matcher = Matcher::new(grammar, trie);
+    let (twenty, forty) = (" ".repeat(20), " ".repeat(40));
+    let sequence: [&[u8]; 6] = [b"[", twenty.as_bytes(), b"1", forty.as_bytes(), b",", b"   "];
+    check_sequence("budget", &mut matcher, &vocabulary, &eog, &sequence);
+    matcher.compute_mask();
+    assert!(matcher.is_allowed(vocabulary.iter().position(|t| t == b"1").unwrap_or(0) as u32));
+    let five = vocabulary.iter().position(|t| t == b"     ").unwrap_or(0) as u32;
+    assert!(!matcher.is_allowed(five), "a run past the budget");
+}
+
+/// A grammar whose document may end in whitespace, with a small budget: a run can end the
+/// document, reach the budget exactly, or pass it.
+#[test]
+fn a_whitespace_run_can_end_the_document() {
+    use crate::grammar::ir::{literal_symbols, GrammarBuilder, Symbol};
+    let mut vocabulary: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+    for text in ["[ ", "1 ", "]  ", "] \n ", " ]\n", " \t", "  1", "\n\n", "   ", "    ", "]\n\n\n\n\n\n"] {
+        vocabulary.push(text.as_bytes().to_vec());
+    }
+    vocabulary.push(Vec::new());
+    let eog = vec![vocabulary.len() as u32 - 1];
+    for budget in [0, 1, 2, 3, 6, 9] {
+        let mut builder = GrammarBuilder::new();
+        let root = builder.declare("root");
+        let mut document = literal_symbols(b"[");
+        document.extend([Symbol::Whitespace, Symbol::Whitespace]);
+        document.extend(literal_symbols(b"1"));
+        document.push(Symbol::Whitespace);
+        document.extend(literal_symbols(b"]"));
+        document.push(Symbol::Whitespace);
+        builder.define(root, vec![document]);
+        let grammar = Arc::new(
+            CompiledGrammar::new(builder.finish(root, budget), &Limits::default())
+                .unwrap_or_else(|e| panic!("{e}")),
+        );
+        let trie = check_walks_on(&format!("budget {budget}"), grammar.clone(), &vocabulary, &eog, 6, 8);
+        if budget == 6 {
+            let mut matcher = Matcher::new(grammar, trie);
+            let sequence: [&[u8]; 4] = [b"[ ", b"1 ", b"] \n ", b" "];
+            check_sequence("end", &mut matcher, &vocabulary, &eog, &sequence);
+            assert!(matcher.is_accepting());
+        }
+    }
+}
+
+/// A state that reads whitespace only by spending budget has its whitespace walked as runs:
+/// its mask makes no state per run length, even where the walk finds enough alive below it to
+/// consider working out a skip set (which would follow the run a state per byte).
+#[test]
+fn a_mask_at_a_whitespace_run_makes_no_state_per_run_length() {
+    use crate::grammar::automaton::is_whitespace_shift;
+    // Runs of every length that end the token, mixing all four whitespace bytes: hundreds
+    // of trie nodes alive below the state after `[`, none of which could spend its budget.
+    let (mut vocabulary, eog) = synthetic_vocabulary(7, 500);
+    let mut rng = TestRng::new(7);
+    for length in 1..=40 {
+        for _ in 0..8 {
+            vocabulary.push((0..length).map(|_| b" \n\t\r"[rng.below(4)]).collect());
+        }
+    }
+    let schema = serde_json::json!({"type": "array", "items": {"type": "integer"}});
+    let ir = crate::grammar::schema::compile_schema(&schema).unwrap_or_else(|e| panic!("{e}"));
+    let grammar = Arc::new(CompiledGrammar::new(ir, &Limits::default()).unwrap_or_else(|e| panic!("{e}")));
+    let trie = Arc::new(TokenTrie::new(&vocabulary, &eog));
+    let mut matcher = Matcher::new(grammar, trie);
+    let open = vocabulary.iter().position(|t| t == b"[").unwrap_or(0) as u32;
+    matcher.commit(open).unwrap_or_else(|e| panic!("{e}"));
+    let states_before = matcher.stats().states as u32;
+    matcher.compute_mask();
+    let caches = SharedCaches::lock(&matcher.shared);
+    let made: Vec<&[u32]> = (states_before..caches.table.len() as u32)
+        .map(|state| caches.table.config(state))
+        .collect();
+    // The states after one, two, ... whitespace bytes from the state the mask was walked
+    // from (the one after `[`, its budget normalized).
+    let root = caches.table.known_mask_state(matcher.state).unwrap_or(matcher.state);
+    let mut run = caches.table.config(root);
+    let mut run_length = 0;
+    while let Some(next) = made.iter().find(|config| is_whitespace_shift(run, config)) {
+        run = next;
+        run_length += 1;
+    }
+    // Probing the state's bytes steps a space or two; a skip set would follow the run to
+    // the vocabulary's longest token (32 states here).
+    assert!(run_length <= 2, "a state per whitespace run length: {run_length} of them");
+}
