@@ -25,6 +25,13 @@ pub(crate) struct SkipSet {
 }
 
 impl SkipSet {
+    /// Nothing to skip: no bytes, no characters.
+    pub(crate) const NONE: SkipSet = SkipSet {
+        bytes: ByteSet::EMPTY,
+        capacity: 0,
+        truncated: false,
+    };
+
     /// Whether this set is worth recomputing for a walk that could use `wanted` characters.
     pub(crate) fn is_short(&self, wanted: u32) -> bool {
         self.truncated && self.capacity < wanted
@@ -60,6 +67,11 @@ impl StateTable {
                 .map(|b| weights[b as usize] as u64 + 1)
                 .sum::<u64>()
         };
+        // A chain state's set carries on into the rest of the chain when the rest's bytes
+        // hold at least half its weight.
+        let carries_on = |entry: &ByteSet, rest: &ByteSet| {
+            2 * weight(&entry.intersect(rest)) >= weight(entry)
+        };
         // Follow the chain: each state's most common character leads to the next.
         let mut chain: Vec<(u32, ByteSet)> = Vec::new();
         let mut current = state;
@@ -92,21 +104,12 @@ impl StateTable {
                 // The previous state's set is carried on only by bytes this state reads (or
                 // by non-ASCII ones, which may continue a character): when too few of them
                 // are, the chain ends there whatever follows, so this state is not stepped.
-                let carried = previous.intersect(&self.readable_ascii(current).union(&NON_ASCII));
-                if 2 * weight(&carried) < weight(previous) {
-                    break SkipSet {
-                        bytes: ByteSet::EMPTY,
-                        capacity: 0,
-                        truncated: false,
-                    };
+                if !carries_on(previous, &self.readable_ascii(current).union(&NON_ASCII)) {
+                    break SkipSet::NONE;
                 }
             }
             let Some(target) = self.heaviest_target(current, weights)? else {
-                break SkipSet {
-                    bytes: ByteSet::EMPTY,
-                    capacity: 0,
-                    truncated: false,
-                };
+                break SkipSet::NONE;
             };
             let entry = self.entry_bytes(current, target, weights, explore_utf8)?;
             if target == current {
@@ -126,10 +129,9 @@ impl StateTable {
             // Either the bytes this state and the rest of the chain share, for one more
             // character than the rest allows; or, when the rest allows few of this state's
             // bytes (the chain ends), all of them for one character.
-            let shared = entry.intersect(&after.bytes);
-            after = if after.capacity > 0 && 2 * weight(&shared) >= weight(&entry) {
+            after = if after.capacity > 0 && carries_on(&entry, &after.bytes) {
                 SkipSet {
-                    bytes: shared,
+                    bytes: entry.intersect(&after.bytes),
                     capacity: after.capacity.saturating_add(1),
                     truncated: after.truncated,
                 }

@@ -39,12 +39,6 @@ const ROOT_MIN_ALIVE: usize = 256;
 /// class.
 const CHAIN_MAX: u32 = 32;
 
-const NO_SKIP: SkipSet = SkipSet {
-    bytes: ByteSet::EMPTY,
-    capacity: 0,
-    truncated: false,
-};
-
 /// The constraint state of one generation.
 pub struct Matcher {
     grammar: Arc<CompiledGrammar>,
@@ -362,7 +356,7 @@ impl Matcher {
         // depth_skips[d]: bytes and a character budget such that a subtree below the node at
         // depth d made of valid UTF-8 tokens of those bytes, within the budget, is allowed.
         let mut depth_skips = std::mem::take(&mut self.depth_skips);
-        depth_skips.resize(depth_count, NO_SKIP);
+        depth_skips.resize(depth_count, SkipSet::NONE);
         // depth_pending[d]: continuation bytes still owed after the node at depth d.
         let mut depth_pending = std::mem::take(&mut self.depth_pending);
         depth_pending.resize(depth_count, 0);
@@ -384,8 +378,8 @@ impl Matcher {
                 .table
                 .known_skip_set(root)
                 .copied()
-                .unwrap_or(NO_SKIP),
-            _ => NO_SKIP,
+                .unwrap_or(SkipSet::NONE),
+            _ => SkipSet::NONE,
         };
         // From a state that loops on a set of bytes, start from every token made only of them
         // (shared per vocabulary) instead of setting them subtree by subtree: a skipped
@@ -500,13 +494,13 @@ impl Matcher {
             depth_pending[depth] = pending;
             let parent_skips = depth_skips[depth - 1];
             depth_skips[depth] = if in_run {
-                NO_SKIP
+                SkipSet::NONE
             } else if pending == 0 {
                 caches
                     .table
                     .known_skip_set(next)
                     .copied()
-                    .unwrap_or(NO_SKIP)
+                    .unwrap_or(SkipSet::NONE)
             } else if parent_skips.bytes.contains(node.byte) {
                 // Inside a character begun under the parent's set: the set still holds, with
                 // the character this byte starts (if any) taken from the budget.
@@ -516,7 +510,7 @@ impl Matcher {
                     ..parent_skips
                 }
             } else {
-                NO_SKIP
+                SkipSet::NONE
             };
             depth_within[depth] = depth_within[depth - 1] && within_bytes.contains(node.byte);
             depth_ends[depth] = node.subtree_end;
