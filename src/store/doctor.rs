@@ -20,14 +20,11 @@ use std::fmt;
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use super::hash::{self, Progress};
 use super::refs::Referrer;
-use super::{human_size, snapshot, sync_dir, FileKind, Manifest, Store, StoreError, BLOB_PREFIX};
-
-/// A probe younger than this may belong to a process opening the store right now.
-const PROBE_GRACE: Duration = Duration::from_secs(60);
+use super::{human_size, probe_is_leftover, snapshot, sync_dir, FileKind, Manifest, Store, StoreError, BLOB_PREFIX};
 
 /// One thing wrong with the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -287,14 +284,10 @@ impl Store {
                 }
                 FileKind::Blob { .. } => {}
                 FileKind::Temporary => report.findings.push(Finding::TemporaryFile { path, bytes }),
-                FileKind::Probe => {
-                    let age = meta
-                        .and_then(|m| m.modified().ok())
-                        .and_then(|t| SystemTime::now().duration_since(t).ok());
-                    if age.is_some_and(|age| age > PROBE_GRACE) {
-                        report.findings.push(Finding::TemporaryFile { path, bytes });
-                    }
+                FileKind::Probe if probe_is_leftover(&file.path) => {
+                    report.findings.push(Finding::TemporaryFile { path, bytes });
                 }
+                FileKind::Probe => {}
                 FileKind::Other => report.findings.push(Finding::UnknownFile { path }),
             }
         }

@@ -170,6 +170,35 @@ fn orphans_and_stale_partials_are_found_and_removed() {
     assert_eq!(fx.store.list().expect("list"), vec![a]);
 }
 
+/// A process id no process has now: a child that has exited and been reaped.
+fn gone_process_id() -> u32 {
+    let mut child = std::process::Command::new("true").spawn().expect("spawn true");
+    let pid = child.id();
+    child.wait().expect("wait for true");
+    pid
+}
+
+#[test]
+fn a_probe_is_a_leftover_once_its_writer_is_gone_and_the_next_open_removes_it() {
+    let fx = Broken::new();
+    let gone = fx.blobs().join(format!(".probe-{}-0", gone_process_id()));
+    let ours = fx.blobs().join(format!(".probe-{}-999999", std::process::id()));
+    fs::write(&gone, b"").expect("probe of a killed process");
+    fs::write(&ours, b"").expect("probe of a live process");
+    let fx = fx.reopen_for_check();
+
+    let report = fx.check();
+    let shown_gone = PathBuf::from("blobs").join(gone.file_name().expect("name"));
+    assert_eq!(report.findings, vec![Finding::TemporaryFile { path: shown_gone, bytes: 0 }]);
+    let Broken { dir, store } = fx;
+    let home = store.home().to_path_buf();
+    drop(store);
+    let store = Store::open(&home).expect("open sweeps");
+    assert!(!gone.exists(), "a dead writer's probe is swept at open");
+    assert!(ours.exists(), "a live writer's fresh probe is its work in progress");
+    drop((store, dir));
+}
+
 #[test]
 fn a_missing_or_lagging_snapshot_is_rewritten() {
     let fx = Broken::new();

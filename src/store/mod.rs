@@ -29,7 +29,7 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
@@ -615,7 +615,8 @@ impl Store {
                 FileKind::Blob { ref hex } => {
                     references.complete() && !referenced.contains(hex.as_str())
                 }
-                FileKind::Probe | FileKind::Other => false,
+                FileKind::Probe => probe_is_leftover(&file.path),
+                FileKind::Other => false,
             };
             if remove && fs::remove_file(&file.path).is_ok() {
                 swept += 1;
@@ -680,7 +681,7 @@ enum FileKind {
     /// writes them, so at its open they are leftovers of a crash.
     Temporary,
     /// A writability probe, which any process opening the store writes for an instant: a
-    /// leftover only when it is old.
+    /// leftover when the process that wrote it is gone, or when it is old.
     Probe,
     /// Anything else: not the store's, left alone.
     Other,
@@ -735,6 +736,41 @@ fn probe_writable(dir: &Path) -> io::Result<()> {
     let probe = dir.join(format!("{PROBE_PREFIX}{}-{serial}", std::process::id()));
     File::create(&probe)?;
     fs::remove_file(&probe)
+}
+
+/// A probe younger than this may belong to a process opening the store right now, when its
+/// name does not say which process wrote it or that process id is in use again.
+const PROBE_GRACE: Duration = Duration::from_secs(60);
+
+/// Whether the probe at `path` is left by a process killed between writing and deleting it:
+/// the process its name names is gone, or the probe is older than [`PROBE_GRACE`].
+fn probe_is_leftover(path: &Path) -> bool {
+    let writer = path
+        .file_name()
+        .and_then(|name| name.to_str())
+        .and_then(|name| name.strip_prefix(PROBE_PREFIX))
+        .and_then(|rest| rest.split('-').next())
+        .and_then(|pid| pid.parse::<u32>().ok());
+    if writer.is_some_and(|pid| !process_exists(pid)) {
+        return true;
+    }
+    let age = fs::symlink_metadata(path)
+        .and_then(|meta| meta.modified())
+        .ok()
+        .and_then(|modified| SystemTime::now().duration_since(modified).ok());
+    age.is_some_and(|age| age > PROBE_GRACE)
+}
+
+/// Whether a process with this id exists (signal 0 checks without sending anything; EPERM
+/// means it exists under another user).
+fn process_exists(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: kill with signal 0 sends nothing; it only reports whether the process exists.
+    let result = unsafe { libc::kill(pid, 0) };
+    result == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 /// Makes a rename durable; failure only weakens crash safety, so it is not an error.
