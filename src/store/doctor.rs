@@ -20,7 +20,6 @@ use std::fmt;
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
 
 use super::hash::{self, Progress};
 use super::refs::Referrer;
