@@ -245,6 +245,17 @@ async fn metrics_parse_and_move_with_real_requests() {
         ) >= 1.0,
         "{text}"
     );
+    // The decode-step split: every phase is there, the forward pass and (both requests were
+    // constrained) the constraint engine took time, and the phases fit inside the whole steps.
+    let phase = |name: &str| {
+        value(&after, "llamay_decode_step_seconds_total", &[("model", MODEL), ("phase", name)])
+            .unwrap_or_else(|| panic!("phase {name}: {text}"))
+    };
+    let steps = phase("steps");
+    let parts = ["decode", "sampling", "constraint", "detokenize", "deliver"].map(phase);
+    assert!(parts[0] > 0.0 && parts[2] > 0.0, "{text}");
+    assert!(parts.iter().all(|p| *p >= 0.0), "{text}");
+    assert!(parts.iter().sum::<f64>() <= steps, "phases {parts:?} exceed the steps {steps}: {text}");
     let ratio = value(
         &after,
         "llamay_constraint_mask_cache_hit_ratio",

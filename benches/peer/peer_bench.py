@@ -9,7 +9,8 @@ then does the same with the other (the order alternates between rounds, and the 
 run at the same time, so they do not compete for the CPUs). Scenarios: 1 and 4 concurrent
 clients, greedy and sampled (temperature 0.7, top-k 40, top-p 0.95, min-p 0.05, the same for
 both), streaming chat of --tokens tokens; and one client greedy with a JSON schema
-(constrained/plain is that rate over the plain greedy rate of the same server).
+(constrained/plain is that rate over the plain greedy rate of the same server). Then llamay's
+per-token time split by phase, read from its `/v1/stats` around each scenario.
 
 tok/s is generated tokens over the wall time of the level (4 clients: the aggregate); TTFT is from
 sending the request to the first chunk carrying text. Ratios are llamay / llama-server (higher is
@@ -183,7 +184,25 @@ def stream_chat(port, model, index, tokens, sampling, schema=None):
     return (first if first is not None else total), total, (usage if usage is not None else chunks)
 
 
+PHASES = ("decode", "sampling", "constraint", "detokenize", "deliver")
+
+
+def step_seconds(port, model):
+    """llamay's decode-step time by phase so far (`/v1/stats`), or None from a server without it."""
+    try:
+        status, body = request_json(port, "GET", "/v1/stats", None, timeout=10)
+    except OSError:
+        return None
+    if status != 200:
+        return None
+    for entry in json.loads(body).get("models", []):
+        if entry.get("name") == model:
+            return entry.get("totals", {}).get("step_seconds")
+    return None
+
+
 def run_level(port, model, clients, requests_per_client, tokens, sampling, schema=None):
+    steps_before = step_seconds(port, model)
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=clients) as pool:
         jobs = [pool.submit(stream_chat, port, model, c * 100 + r, tokens, sampling, schema)
@@ -192,8 +211,19 @@ def run_level(port, model, clients, requests_per_client, tokens, sampling, schem
     wall = time.perf_counter() - started
     ttfts = sorted(r[0] for r in results)
     generated = sum(r[2] for r in results)
-    return {"tok_s": generated / wall, "ttft_p50": statistics.median(ttfts),
-            "ttft_p99": ttfts[min(len(ttfts) - 1, round(0.99 * (len(ttfts) - 1)))], "tokens": generated}
+    out = {"tok_s": generated / wall, "ttft_p50": statistics.median(ttfts),
+           "ttft_p99": ttfts[min(len(ttfts) - 1, round(0.99 * (len(ttfts) - 1)))], "tokens": generated}
+    steps_after = step_seconds(port, model)
+    if steps_before is not None and steps_after is not None and generated:
+        # Milliseconds per generated token: each phase, the loop's bookkeeping (steps beyond the
+        # phases), and the wall time outside the model's steps (HTTP, parsing, templating,
+        # tokenizing, waking the worker); the columns add up to the wall time per token.
+        spent = {k: (steps_after[k] - steps_before[k]) * 1000 / generated for k in (*PHASES, "steps")}
+        split = {k: spent[k] for k in PHASES}
+        split["loop"] = spent["steps"] - sum(split.values())
+        split["outside steps"] = wall * 1000 / generated - spent["steps"]
+        out["split"] = split
+    return out
 
 
 def measure(port, model, args):
@@ -234,6 +264,25 @@ def fmt_row(name, r):
 HEADER = ("| server | greedy 1c tok/s | TTFT p50/p99 ms | greedy 4c tok/s | TTFT p50/p99 ms "
           "| sampled 1c tok/s | TTFT p50/p99 ms | sampled 4c tok/s | TTFT p50/p99 ms | constrained/plain |\n"
           "|---|---|---|---|---|---|---|---|---|---|")
+
+
+SPLIT_COLUMNS = (*PHASES, "loop", "outside steps")
+
+
+def print_split(results):
+    """llamay's per-token time by phase, each scenario's median over rounds."""
+    scenarios = [k for k in results[0] if isinstance(k, tuple)] + ["constrained"]
+    print("llamay, ms per generated token (1c: one client; 4c: four, steps shared by the batch):\n")
+    print("| scenario | wall | " + " | ".join(SPLIT_COLUMNS) + " |")
+    print("|---" * (len(SPLIT_COLUMNS) + 2) + "|")
+    for key in scenarios:
+        if not all("split" in r[key] for r in results):
+            continue
+        name = key if isinstance(key, str) else f"{key[0]} {key[1]}c"
+        wall = statistics.median(1000 / r[key]["tok_s"] for r in results)
+        cells = [f"{statistics.median(r[key]['split'][c] for r in results):.2f}" for c in SPLIT_COLUMNS]
+        print(f"| {name} | {wall:.2f} | " + " | ".join(cells) + " |")
+    print()
 
 
 def median_result(results):
@@ -323,6 +372,8 @@ def main():
         print()
         for name, met, value in goals(ours, theirs):
             print(f"  [{'met' if met else 'NOT met'}] {name}: {value}")
+        print()
+        print_split(results["llamay"])
         print(flush=True)
 
 

@@ -21,8 +21,8 @@ use super::messages::{CancelToken, Generation, LoadedModel, SavedState};
 use super::prefix::SlotCache;
 use super::sampler::{SequenceSampler, Step};
 use crate::core::{
-    Completion, ConstraintKind, CoreError, FinishReason, ModelInfo, ModelTotals, PromptInput, Role, StreamEvent,
-    Timings, ToolSpec, Usage, ValidGenerateRequest,
+    Completion, ConstraintKind, CoreError, FinishReason, ModelInfo, ModelTotals, PromptInput, Role, StepSplit,
+    StreamEvent, Timings, ToolSpec, Usage, ValidGenerateRequest,
 };
 use crate::grammar::{CompiledGrammar, Limits};
 use crate::grammar::matcher::Matcher;
@@ -589,7 +589,11 @@ fn step(context: &mut Context<'_>, live: &mut [Option<Live>], cache: &mut kv::Sl
             want_logits: from.is_none() || (completes_prompt && !entry.job.prefill_only),
         });
     }
-    let rows = match context.decode(&entries) {
+    let mut split = StepSplit::default();
+    let decode_started = Instant::now();
+    let decoded = context.decode(&entries);
+    split.decode = decode_started.elapsed();
+    let rows = match decoded {
         Ok(rows) => rows,
         Err(error) => {
             // A failed decode leaves the KV state of every sequence in it unknown: end them all.
@@ -627,7 +631,7 @@ fn step(context: &mut Context<'_>, live: &mut [Option<Live>], cache: &mut kv::Sl
             }
         }
         let Some(row) = row else { continue };
-        match entry.job.sampler.step(context.logits(row)) {
+        match entry.job.sampler.step(context.logits(row), &mut split) {
             Step::Continue { token, text } => {
                 entry.next_token = Some(token);
                 if let Some(transcript) = entry.job.transcript.as_mut() {
@@ -636,15 +640,19 @@ fn step(context: &mut Context<'_>, live: &mut [Option<Live>], cache: &mut kv::Sl
                 match entry.job.held.as_mut() {
                     Some(held) => held.push_str(&text),
                     None => {
+                        let filtered_at = Instant::now();
                         let text = match entry.job.markup.as_mut() {
                             Some(filter) => filter.push(&text),
                             None => text,
                         };
+                        let sent_at = Instant::now();
+                        split.detokenize += sent_at.duration_since(filtered_at);
                         // A failed send means the client is gone; the next step sees the
                         // closed channel and frees the slot.
                         if !text.is_empty() {
                             let _ = entry.job.events.blocking_send(StreamEvent::Delta { text });
                         }
+                        split.deliver += sent_at.elapsed();
                     }
                 }
             }
@@ -659,6 +667,8 @@ fn step(context: &mut Context<'_>, live: &mut [Option<Live>], cache: &mut kv::Sl
     // in aggregate rather than an average over sequences that overlapped.
     if let Ok(mut totals) = shared.totals.lock() {
         let spent = step_started.elapsed();
+        split.steps = spent;
+        totals.step_split.add(&split);
         if generating {
             totals.generation_time += spent;
         }

@@ -30,7 +30,7 @@ use super::messages::{CancelToken, Generation, LoadedModel, ModelLoader};
 use super::model::{StoreLoader, WorkerSettings};
 use crate::core::{
     Completion, ConstraintSource, ContextRequest, CoreError, DevicePlacement, FinishReason,
-    ModelInfo, ModelTotals, PromptInput, SamplingParams, StreamEvent, ToolChoice,
+    ModelInfo, ModelTotals, PromptInput, SamplingParams, StepSplit, StreamEvent, ToolChoice,
     ValidGenerateRequest,
 };
 use crate::error::ErrorCode;
@@ -178,6 +178,8 @@ pub struct WireTotals {
     pub constraint_caches: Option<serde_json::Value>,
     pub prefix_reuse_hits: u64,
     pub prefix_tokens_saved: u64,
+    #[serde(default)]
+    pub step_split: StepSplit,
 }
 
 impl WireTotals {
@@ -191,6 +193,7 @@ impl WireTotals {
             constraint_caches: totals.constraint_caches,
             prefix_reuse_hits: totals.prefix_reuse_hits,
             prefix_tokens_saved: totals.prefix_tokens_saved,
+            step_split: totals.step_split,
         }
     }
 
@@ -205,6 +208,7 @@ impl WireTotals {
             constraint_caches: self.constraint_caches,
             prefix_reuse_hits: self.prefix_reuse_hits,
             prefix_tokens_saved: self.prefix_tokens_saved,
+            step_split: self.step_split,
         }
     }
 }

@@ -7,8 +7,9 @@
 //! and a full token mask only when none of those is allowed.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use crate::core::FinishReason;
+use crate::core::{FinishReason, StepSplit};
 use crate::grammar::matcher::Matcher;
 use crate::llm::detok::Utf8Stream;
 use crate::llm::sampling::{Sampler, SamplingConfig, TokenConstraint};
@@ -21,6 +22,12 @@ pub enum Step {
     Continue { token: u32, text: String },
     /// The generation is over; `text` is the last text to send.
     Finished { text: String, reason: FinishReason },
+}
+
+/// What [`SequenceSampler::choose`] decided.
+enum Chosen {
+    Token(u32),
+    Over(Step),
 }
 
 /// Lets the sampler consult the constraint engine (which times itself, see `MaskStats`).
@@ -138,10 +145,33 @@ impl SequenceSampler {
         self.matcher.as_ref()
     }
 
-    /// Chooses the next token from `logits` and reports what it means.
-    pub fn step(&mut self, logits: &[f32]) -> Step {
+    /// Chooses the next token from `logits` and reports what it means, adding the time its
+    /// phases took (sampling, constraint, detokenize) to `split`.
+    pub fn step(&mut self, logits: &[f32], split: &mut StepSplit) -> Step {
+        let started = Instant::now();
+        let constraint_before = self.constraint_time();
+        let step = self.choose(logits);
+        let chosen_at = Instant::now();
+        let constraint = self.constraint_time().saturating_sub(constraint_before);
+        split.constraint += constraint;
+        split.sampling += chosen_at.duration_since(started).saturating_sub(constraint);
+        let step = match step {
+            Chosen::Token(token) => self.emit(token),
+            Chosen::Over(step) => step,
+        };
+        split.detokenize += chosen_at.elapsed();
+        step
+    }
+
+    /// Time the constraint engine has spent on this sequence so far.
+    fn constraint_time(&self) -> Duration {
+        self.matcher.as_ref().map_or(Duration::ZERO, |m| Duration::from_nanos(m.stats().mask_time_ns))
+    }
+
+    /// The sampled token, committed to the constraint; or the step that ends the generation.
+    fn choose(&mut self, logits: &[f32]) -> Chosen {
         if self.generated >= self.max_tokens {
-            return self.finish(FinishReason::Length);
+            return Chosen::Over(self.finish(FinishReason::Length));
         }
         let chosen = match self.matcher.as_mut() {
             Some(matcher) => {
@@ -151,16 +181,21 @@ impl SequenceSampler {
         };
         let token = match chosen {
             Ok(token) => token,
-            Err(error) => return self.finish(FinishReason::Error(error.to_string())),
+            Err(error) => return Chosen::Over(self.finish(FinishReason::Error(error.to_string()))),
         };
         if self.vocabulary.is_end_of_generation(token) {
-            return self.finish(FinishReason::Stop);
+            return Chosen::Over(self.finish(FinishReason::Stop));
         }
         if let Some(matcher) = self.matcher.as_mut() {
             if let Err(error) = matcher.commit(token) {
-                return self.finish(FinishReason::Error(error.to_string()));
+                return Chosen::Over(self.finish(FinishReason::Error(error.to_string())));
             }
         }
+        Chosen::Token(token)
+    }
+
+    /// Adds the chosen `token` to the answer and its text to what is sent.
+    fn emit(&mut self, token: u32) -> Step {
         self.generated += 1;
         self.last_token = Some(token);
         self.sampler.remember(token);
@@ -243,15 +278,16 @@ mod tests {
 
     #[test]
     fn the_token_budget_ends_with_length_and_eog_ends_with_stop() {
+        let mut split = StepSplit::default();
         let mut sequence = SequenceSampler::new(greedy(), None, vocabulary(), vec![], 2);
-        assert_eq!(sequence.step(&logits_favouring(0)), Step::Continue { token: 0, text: "a".into() });
+        assert_eq!(sequence.step(&logits_favouring(0), &mut split), Step::Continue { token: 0, text: "a".into() });
         assert_eq!(
-            sequence.step(&logits_favouring(1)),
+            sequence.step(&logits_favouring(1), &mut split),
             Step::Finished { text: "b".into(), reason: FinishReason::Length }
         );
         let mut sequence = SequenceSampler::new(greedy(), None, vocabulary(), vec![], 10);
         assert_eq!(
-            sequence.step(&logits_favouring(26)),
+            sequence.step(&logits_favouring(26), &mut split),
             Step::Finished { text: String::new(), reason: FinishReason::Stop }
         );
     }

@@ -44,6 +44,12 @@ pub async fn stats(state: web::Data<AppState>) -> HttpResponse {
                     "tokens_per_second": totals.tokens_per_second(),
                     "prefix_reuse_hits": totals.prefix_reuse_hits,
                     "prefix_tokens_saved": totals.prefix_tokens_saved,
+                    "step_seconds": totals
+                        .step_split
+                        .phases()
+                        .iter()
+                        .map(|(phase, spent)| (phase.to_string(), json!(spent.as_secs_f64())))
+                        .collect::<serde_json::Map<_, _>>(),
                 },
                 "constraint_caches": totals.constraint_caches,
                 "kind": model.kind.as_str(),

@@ -48,6 +48,56 @@ pub struct ModelTotals {
     /// prefix), and the prompt tokens they did not prefill.
     pub prefix_reuse_hits: u64,
     pub prefix_tokens_saved: u64,
+    /// Where the decode steps spent their time, phase by phase.
+    pub step_split: StepSplit,
+}
+
+/// Where a model's decode steps spent their wall time, summed over steps and sequences: what a
+/// profiler would say per token, measured in the daemon so it holds under any load. The phases
+/// are parts of `steps`; what `steps` has beyond their sum is the loop's own bookkeeping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct StepSplit {
+    /// `llama_decode`: the forward pass of the whole batch, the logits copy out included.
+    #[serde(serialize_with = "serialize_seconds", deserialize_with = "deserialize_seconds")]
+    pub decode: Duration,
+    /// Choosing tokens from logits (penalties, truncation, the draw), constraint work excluded.
+    #[serde(serialize_with = "serialize_seconds", deserialize_with = "deserialize_seconds")]
+    pub sampling: Duration,
+    /// The constraint engine: token checks, masks, commits.
+    #[serde(serialize_with = "serialize_seconds", deserialize_with = "deserialize_seconds")]
+    pub constraint: Duration,
+    /// Token to text: UTF-8 assembly, stop strings, the tool-markup filter.
+    #[serde(serialize_with = "serialize_seconds", deserialize_with = "deserialize_seconds")]
+    pub detokenize: Duration,
+    /// Handing text to each request's channel, which the HTTP side drains.
+    #[serde(serialize_with = "serialize_seconds", deserialize_with = "deserialize_seconds")]
+    pub deliver: Duration,
+    /// Whole steps, from planning the batch to the last delivery.
+    #[serde(serialize_with = "serialize_seconds", deserialize_with = "deserialize_seconds")]
+    pub steps: Duration,
+}
+
+impl StepSplit {
+    /// The phases by name, in step order, then the whole.
+    pub fn phases(&self) -> [(&'static str, Duration); 6] {
+        [
+            ("decode", self.decode),
+            ("sampling", self.sampling),
+            ("constraint", self.constraint),
+            ("detokenize", self.detokenize),
+            ("deliver", self.deliver),
+            ("steps", self.steps),
+        ]
+    }
+
+    pub fn add(&mut self, other: &StepSplit) {
+        self.decode += other.decode;
+        self.sampling += other.sampling;
+        self.constraint += other.constraint;
+        self.detokenize += other.detokenize;
+        self.deliver += other.deliver;
+        self.steps += other.steps;
+    }
 }
 
 impl ModelTotals {
@@ -67,6 +117,11 @@ fn serialize_seconds<S: serde::Serializer>(
     serializer: S,
 ) -> Result<S::Ok, S::Error> {
     serializer.serialize_f64(duration.as_secs_f64())
+}
+
+fn deserialize_seconds<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+    let seconds = f64::deserialize(deserializer)?;
+    Duration::try_from_secs_f64(seconds).map_err(serde::de::Error::custom)
 }
 
 /// One installed model, as `/api/tags` and `/v1/models` list it.

@@ -448,6 +448,22 @@ fn render_supervisor(out: &mut String, status: &SupervisorStatus) {
             model.requests_in_flight as f64,
         );
     }
+    family(
+        out,
+        "llamay_decode_step_seconds_total",
+        "counter",
+        "Decode-step wall time of a loaded model since it loaded, by phase (steps: the whole).",
+    );
+    for model in &status.models {
+        for (phase, spent) in model.totals.step_split.phases() {
+            sample(
+                out,
+                "llamay_decode_step_seconds_total",
+                &[("model", &model.info.name), ("phase", phase)],
+                spent.as_secs_f64(),
+            );
+        }
+    }
     let lifetime = &status.lifetime;
     family(out, "llamay_model_loads_total", "counter", "Models loaded.");
     sample(out, "llamay_model_loads_total", &[], lifetime.loads as f64);
