@@ -362,7 +362,9 @@ def main():
                 # The machine is shared: the 1-minute load average before and after each server's
                 # scenarios says how much the other processes may have skewed its numbers.
                 load = f"load {load_before:.1f} -> {os.getloadavg()[0]:.1f}"
-                print(f"  {model} round {round_index + 1}: {fmt_row(which, results[which][-1])} {load}", flush=True)
+                r = results[which][-1]
+                tokens = "/".join(str(r[k]["tokens"]) for k in r if isinstance(k, tuple) or k == "constrained")
+                print(f"  {model} round {round_index + 1}: {fmt_row(which, r)} {load}, tokens {tokens}", flush=True)
         ours, theirs = median_result(results["llamay"]), median_result(results["llama-server"])
         print(f"\n### {model} ({os.path.basename(gguf)[:19]}), median of {args.rounds} rounds\n")
         print(HEADER)
