@@ -735,7 +735,13 @@ fn probe_writable(dir: &Path) -> io::Result<()> {
     let serial = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let probe = dir.join(format!("{PROBE_PREFIX}{}-{serial}", std::process::id()));
     File::create(&probe)?;
-    fs::remove_file(&probe)
+    // Gone already is fine: another process took it for a dead writer's (its pid is not one
+    // that process can see, as across containers sharing the store), and the create proved
+    // the directory writable.
+    match fs::remove_file(&probe) {
+        Err(error) if error.kind() != io::ErrorKind::NotFound => Err(error),
+        _ => Ok(()),
+    }
 }
 
 /// A probe younger than this may belong to a process opening the store right now, when its
