@@ -31,6 +31,12 @@ use llamay::store::Store;
 
 const PROMPT: &str = "The history of the printing press begins in the fifteenth century, when Johannes Gutenberg combined movable metal type, oil-based inks and a wooden press adapted from wine making. Within fifty years";
 
+/// The prompt of round `round`: new text from its first token, so no path (llamay keeps the
+/// KV of prompts it has seen) times a prefill it did not do.
+fn prompt_of(round: usize) -> String {
+    format!("Round {round}. {PROMPT}")
+}
+
 fn env_number(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
@@ -64,9 +70,11 @@ impl Measure {
     }
 }
 
-/// llama.cpp alone: decode the prompt in one batch, then greedy argmax token by token.
-fn plain_loop(backend: &LlamaBackend, path: &std::path::Path, threads: i32, tokens: u32) -> Measure {
-    let model = LlamaModel::load_from_file(backend, path, &LlamaModelParams::default()).expect("model loads");
+/// llama.cpp alone: decode the prompt in one batch, then greedy argmax token by token. The
+/// model is loaded once by the caller, and the prompt is decoded once before the timed
+/// decode: like llamay's loaded model and warm worker, the timed part then finds the weights
+/// paged in and the compute buffers allocated.
+fn plain_loop(backend: &LlamaBackend, model: &LlamaModel, threads: i32, prompt: &str, tokens: u32) -> Measure {
     let params = LlamaContextParams::default()
         .with_n_ctx(std::num::NonZeroU32::new(1024))
         .with_n_batch(512)
@@ -82,9 +90,11 @@ fn plain_loop(backend: &LlamaBackend, path: &std::path::Path, threads: i32, toke
     // The same persistent threadpool llamay's contexts compute on.
     let threadpool = CpuThreadpool::new(threads).expect("threadpool");
     threadpool.attach(&mut context).expect("threadpool attaches");
-    let prompt = model.vocab().tokenize(PROMPT.as_bytes(), true, false);
+    let prompt = model.vocab().tokenize(prompt.as_bytes(), true, false);
     let mut batch = LlamaBatch::new(512, 1);
     batch.add_sequence(&prompt, 0, false).expect("batch");
+    context.decode(&mut batch).expect("warm-up decode");
+    context.clear_kv_cache();
     let start = Instant::now();
     context.decode(&mut batch).expect("decode prompt");
     let prompt_time = start.elapsed();
@@ -111,10 +121,10 @@ fn plain_loop(backend: &LlamaBackend, path: &std::path::Path, threads: i32, toke
 }
 
 /// llamay: the same prompt through the model worker, greedy, budget `tokens`.
-fn through_llamay(handle: &LlamaModelHandle, tokens: u32) -> Measure {
+fn through_llamay(handle: &LlamaModelHandle, prompt: &str, tokens: u32) -> Measure {
     let request = ValidGenerateRequest {
         model: handle.info().name.clone(),
-        input: PromptInput::Raw { prompt: PROMPT.into(), system: None, template: false },
+        input: PromptInput::Raw { prompt: prompt.into(), system: None, template: false },
         sampling: SamplingParams {
             temperature: 0.0,
             repeat_penalty: 1.0,
@@ -159,9 +169,9 @@ impl PeerServer {
     }
 
     /// One greedy `/completion` of `tokens` tokens (EOS ignored), timed by llama-server itself.
-    fn complete(&self, tokens: u32) -> Measure {
+    fn complete(&self, prompt: &str, tokens: u32) -> Measure {
         let body = serde_json::json!({
-            "prompt": PROMPT, "n_predict": tokens, "temperature": 0.0, "ignore_eos": true, "cache_prompt": false,
+            "prompt": prompt, "n_predict": tokens, "temperature": 0.0, "ignore_eos": true, "cache_prompt": false,
         });
         let reply: serde_json::Value = reqwest::blocking::Client::new()
             .post(format!("{}/completion", self.url))
@@ -214,15 +224,18 @@ fn main() {
             println!("llama-server did not start: {error}");
         }
         let server = server.and_then(Result::ok);
+        let plain_model =
+            LlamaModel::load_from_file(backend, &path, &LlamaModelParams::default()).expect("model loads");
         let mut plain = Measure::default();
         let mut ours = Measure::default();
         let mut theirs = Measure::default();
-        for _ in 0..rounds {
+        for round in 0..rounds {
             // Interleaved so that all see the same machine load.
-            plain = plain_loop(backend, &path, threads, tokens).best(plain);
-            ours = through_llamay(&handle, tokens).best(ours);
+            let prompt = prompt_of(round);
+            plain = plain_loop(backend, &plain_model, threads, &prompt, tokens).best(plain);
+            ours = through_llamay(&handle, &prompt, tokens).best(ours);
             if let Some(server) = &server {
-                theirs = server.complete(tokens).best(theirs);
+                theirs = server.complete(&prompt, tokens).best(theirs);
             }
         }
         drop(server);
