@@ -4,7 +4,8 @@
 //! Key types: [`SequenceSampler`], [`Step`], [`StopStrings`].
 //! Each step costs one pass over the logits row (see `llm::sampling`), plus a constraint check
 //! of the chosen token; when it is refused, a few more checks of the next best-ranked tokens,
-//! and a full token mask only when none of those is allowed.
+//! and a full token mask only when none of those is allowed. Three clock reads a step time its
+//! phases (sampling, constraint, detokenize) into the model's `StepSplit`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
