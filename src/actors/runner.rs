@@ -178,6 +178,7 @@ pub struct WireTotals {
     pub constraint_caches: Option<serde_json::Value>,
     pub prefix_reuse_hits: u64,
     pub prefix_tokens_saved: u64,
+    /// Durations as serde writes them (seconds and nanoseconds), so the sums cross exactly.
     #[serde(default)]
     pub step_split: StepSplit,
 }
@@ -594,6 +595,23 @@ impl Drop for RunnerModel {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_step_split_crosses_the_wire_exactly() {
+        let totals = ModelTotals {
+            generated_tokens: 3,
+            step_split: StepSplit {
+                decode: Duration::new(1, 234_567_891),
+                deliver: Duration::from_nanos(17),
+                steps: Duration::new(2, 1),
+                ..StepSplit::default()
+            },
+            ..ModelTotals::default()
+        };
+        let line = serde_json::to_vec(&WireTotals::from_totals(totals.clone())).unwrap();
+        let back = serde_json::from_slice::<WireTotals>(&line).unwrap().into_totals();
+        assert_eq!(back.step_split, totals.step_split);
+    }
 
     #[test]
     fn wire_messages_round_trip() {

@@ -58,22 +58,16 @@ pub struct ModelTotals {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct StepSplit {
     /// `llama_decode`: the forward pass of the whole batch, the logits copy out included.
-    #[serde(serialize_with = "serialize_seconds", deserialize_with = "deserialize_seconds")]
     pub decode: Duration,
     /// Choosing tokens from logits (penalties, truncation, the draw), constraint work excluded.
-    #[serde(serialize_with = "serialize_seconds", deserialize_with = "deserialize_seconds")]
     pub sampling: Duration,
     /// The constraint engine: token checks, masks, commits.
-    #[serde(serialize_with = "serialize_seconds", deserialize_with = "deserialize_seconds")]
     pub constraint: Duration,
     /// Token to text: UTF-8 assembly, stop strings, the tool-markup filter.
-    #[serde(serialize_with = "serialize_seconds", deserialize_with = "deserialize_seconds")]
     pub detokenize: Duration,
     /// Handing text to each request's channel, which the HTTP side drains.
-    #[serde(serialize_with = "serialize_seconds", deserialize_with = "deserialize_seconds")]
     pub deliver: Duration,
     /// Whole steps, from planning the batch to the last delivery.
-    #[serde(serialize_with = "serialize_seconds", deserialize_with = "deserialize_seconds")]
     pub steps: Duration,
 }
 
@@ -117,11 +111,6 @@ fn serialize_seconds<S: serde::Serializer>(
     serializer: S,
 ) -> Result<S::Ok, S::Error> {
     serializer.serialize_f64(duration.as_secs_f64())
-}
-
-fn deserialize_seconds<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
-    let seconds = f64::deserialize(deserializer)?;
-    Duration::try_from_secs_f64(seconds).map_err(serde::de::Error::custom)
 }
 
 /// One installed model, as `/api/tags` and `/v1/models` list it.
