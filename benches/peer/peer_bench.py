@@ -269,13 +269,17 @@ HEADER = ("| server | greedy 1c tok/s | TTFT p50/p99 ms | greedy 4c tok/s | TTFT
 SPLIT_COLUMNS = (*PHASES, "loop", "outside steps")
 
 
+def scenarios(result):
+    """The scenario keys of one server's result, in the order they ran."""
+    return [k for k in result if isinstance(k, tuple)] + ["constrained"]
+
+
 def print_split(results):
     """llamay's per-token time by phase, each scenario's median over rounds."""
-    scenarios = [k for k in results[0] if isinstance(k, tuple)] + ["constrained"]
     print("llamay, ms per generated token (1c: one client; 4c: four, steps shared by the batch):\n")
     print("| scenario | wall | " + " | ".join(SPLIT_COLUMNS) + " |")
     print("|---" * (len(SPLIT_COLUMNS) + 2) + "|")
-    for key in scenarios:
+    for key in scenarios(results[0]):
         if not all("split" in r[key] for r in results):
             continue
         name = key if isinstance(key, str) else f"{key[0]} {key[1]}c"
@@ -286,9 +290,8 @@ def print_split(results):
 
 
 def median_result(results):
-    keys = [k for k in results[0] if isinstance(k, tuple)] + ["constrained"]
     out = {}
-    for key in keys:
+    for key in scenarios(results[0]):
         out[key] = {f: statistics.median(r[key][f] for r in results) for f in ("tok_s", "ttft_p50", "ttft_p99")}
     out["constrained/plain"] = statistics.median(r["constrained/plain"] for r in results)
     return out
@@ -363,7 +366,7 @@ def main():
                 # scenarios says how much the other processes may have skewed its numbers.
                 load = f"load {load_before:.1f} -> {os.getloadavg()[0]:.1f}"
                 r = results[which][-1]
-                tokens = "/".join(str(r[k]["tokens"]) for k in r if isinstance(k, tuple) or k == "constrained")
+                tokens = "/".join(str(r[k]["tokens"]) for k in scenarios(r))
                 print(f"  {model} round {round_index + 1}: {fmt_row(which, r)} {load}, tokens {tokens}", flush=True)
         ours, theirs = median_result(results["llamay"]), median_result(results["llama-server"])
         print(f"\n### {model} ({os.path.basename(gguf)[:19]}), median of {args.rounds} rounds\n")
