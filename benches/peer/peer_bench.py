@@ -4,9 +4,13 @@ with the same threads and slots, driven by the same streaming chat requests.
 
     benches/peer/peer_bench.py [--models smollm2:135m,gemma3:270m] [--rounds 2]
 
-For each model and each round it starts one server, runs every scenario against it, stops it,
-then does the same with the other (the order alternates between rounds, and the two servers never
-run at the same time, so they do not compete for the CPUs). Scenarios: 1 and 4 concurrent
+For each model it starts both servers and, in every round, runs each scenario on one server and
+then at once on the other (the order alternates between scenarios and rounds). A shared machine's
+speed drifts by 20% or more within minutes; paired runs seconds apart see the same drift, where a
+round per server let it land on one side only. The resting server is idle, so the two do not
+compete for the CPUs: its CPU time during the other's scenarios is measured and printed with each
+round. `--sequential` runs one server at a time instead (all scenarios, stop, then the other).
+Scenarios: 1 and 4 concurrent
 clients, greedy and sampled (temperature 0.7, top-k 40, top-p 0.95, min-p 0.05, the same for
 both), streaming chat of --tokens tokens; and one client greedy with a JSON schema
 (constrained/plain is that rate over the plain greedy rate of the same server). Then llamay's
@@ -226,16 +230,66 @@ def run_level(port, model, clients, requests_per_client, tokens, sampling, schem
     return out
 
 
-def measure(port, model, args):
-    """Every scenario against one running server."""
-    stream_chat(port, model, 0, 8, GREEDY)  # warm-up: load, first allocation
-    out = {}
-    for mode, sampling in (("greedy", GREEDY), ("sampled", SAMPLED)):
-        out[(mode, 1)] = run_level(port, model, 1, args.requests, args.tokens, sampling)
-        out[(mode, 4)] = run_level(port, model, 4, args.requests, args.tokens, sampling)
-    out["constrained"] = run_level(port, model, 1, args.requests, args.tokens, GREEDY, SCHEMA)
+def plan():
+    """The scenarios in the order they run: (key, clients, sampling, schema)."""
+    levels = [((mode, clients), clients, sampling, None)
+              for mode, sampling in (("greedy", GREEDY), ("sampled", SAMPLED)) for clients in (1, 4)]
+    return levels + [("constrained", 1, GREEDY, SCHEMA)]
+
+
+def warm_up(port, model):
+    stream_chat(port, model, 0, 8, GREEDY)  # load, first allocation
+
+
+def with_ratio(out):
     out["constrained/plain"] = out["constrained"]["tok_s"] / out[("greedy", 1)]["tok_s"]
     return out
+
+
+def measure(port, model, args):
+    """Every scenario against one running server."""
+    warm_up(port, model)
+    return with_ratio({key: run_level(port, model, clients, args.requests, args.tokens, sampling, schema)
+                       for key, clients, sampling, schema in plan()})
+
+
+def cpu_seconds(pid):
+    """User + system CPU time of a process so far (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def settle(server, quiet=0.2, limit=5.0):
+    """Waits until `server` has used no CPU for `quiet` seconds (at most `limit`): after its last
+    decode, ggml's worker threads poll for new work for a while (about 0.25 s of a core here)."""
+    deadline = time.perf_counter() + limit
+    last = cpu_seconds(server.process.pid)
+    while time.perf_counter() < deadline:
+        time.sleep(quiet)
+        now = cpu_seconds(server.process.pid)
+        if now == last:
+            return
+        last = now
+
+
+def measure_paired(servers, model, args, round_index):
+    """Each scenario on both running servers back to back. Returns each server's results and its
+    CPU seconds per wall second while the other ran its scenarios (near 0 when idle)."""
+    names = list(servers)
+    out = {name: {} for name in names}
+    rest_cpu, rest_wall = dict.fromkeys(names, 0.0), dict.fromkeys(names, 0.0)
+    for index, (key, clients, sampling, schema) in enumerate(plan()):
+        order = names if (round_index + index) % 2 == 0 else names[::-1]
+        for name in order:
+            resting = order[1] if name == order[0] else order[0]
+            cpu_before, started = cpu_seconds(servers[resting].process.pid), time.perf_counter()
+            out[name][key] = run_level(servers[name].port, model, clients, args.requests, args.tokens,
+                                       sampling, schema)
+            rest_wall[resting] += time.perf_counter() - started
+            rest_cpu[resting] += cpu_seconds(servers[resting].process.pid) - cpu_before
+            settle(servers[name])
+    return {name: with_ratio(r) for name, r in out.items()}, {n: rest_cpu[n] / rest_wall[n] for n in names}
 
 
 def start(which, args, gguf, llama_server, model):
@@ -322,10 +376,50 @@ def goals(ours, theirs):
     return lines
 
 
+def print_round(model, round_index, which, r, note):
+    tokens = "/".join(str(r[k]["tokens"]) for k in scenarios(r))
+    print(f"  {model} round {round_index + 1}: {fmt_row(which, r)} {note}, tokens {tokens}", flush=True)
+
+
+def run_sequential(args, gguf, llama_server, model, results):
+    for round_index in range(args.rounds):
+        order = ["llama-server", "llamay"] if round_index % 2 == 0 else ["llamay", "llama-server"]
+        for which in order:
+            load_before = os.getloadavg()[0]
+            server = start(which, args, gguf, llama_server, model)
+            try:
+                results[which].append(measure(server.port, model, args))
+            finally:
+                server.stop()
+            # The machine is shared: the 1-minute load average before and after each server's
+            # scenarios says how much the other processes may have skewed its numbers.
+            print_round(model, round_index, which, results[which][-1],
+                        f"load {load_before:.1f} -> {os.getloadavg()[0]:.1f}")
+
+
+def run_paired(args, gguf, llama_server, model, results):
+    servers = {}
+    try:
+        for which in results:
+            servers[which] = start(which, args, gguf, llama_server, model)
+            warm_up(servers[which].port, model)
+            settle(servers[which])
+        for round_index in range(args.rounds):
+            load_before = os.getloadavg()[0]
+            paired, rest_cpu = measure_paired(servers, model, args, round_index)
+            for which, r in paired.items():
+                results[which].append(r)
+                print_round(model, round_index, which, r, f"load {load_before:.1f} -> {os.getloadavg()[0]:.1f}, "
+                            f"{rest_cpu[which] * 100:.1f}% of a core while resting")
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="smollm2:135m,gemma3:270m")
-    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds per model")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds per model (each server in each)")
     parser.add_argument("--requests", type=int, default=2, help="requests per client at each level")
     parser.add_argument("--tokens", type=int, default=96)
     parser.add_argument("--threads", type=int, default=2)
@@ -336,6 +430,8 @@ def main():
     parser.add_argument("--llama-server", default=None)
     parser.add_argument("--llama-server-flags", default="",
                         help="more llama-server flags")
+    parser.add_argument("--sequential", action="store_true",
+                        help="one server at a time: all scenarios on one, stop it, then the other")
     parser.add_argument("--same-prompts", action="store_true",
                         help="repeat the prompts verbatim (lets llama-server's prompt cache skip prefill)")
     args = parser.parse_args()
@@ -349,25 +445,15 @@ def main():
     print(f"llama-server: {llama_server} {args.llama_server_flags}\nllamay: {args.llamay} {args.llamay_flags}")
     print(f"threads {args.threads}, slots {args.parallel}, context {args.context} per slot, "
           f"{args.requests} requests per client, max_tokens {args.tokens}, {args.rounds} rounds, "
-          f"{'repeated' if args.same_prompts else 'unique'} prompts\n")
+          f"{'repeated' if args.same_prompts else 'unique'} prompts, "
+          f"{'one server at a time' if args.sequential else 'both servers up, each scenario paired'}\n")
     for model in args.models.split(","):
         gguf = gguf_path(args.llamay, model)
         results = {"llamay": [], "llama-server": []}
-        for round_index in range(args.rounds):
-            order = ["llama-server", "llamay"] if round_index % 2 == 0 else ["llamay", "llama-server"]
-            for which in order:
-                load_before = os.getloadavg()[0]
-                server = start(which, args, gguf, llama_server, model)
-                try:
-                    results[which].append(measure(server.port, model, args))
-                finally:
-                    server.stop()
-                # The machine is shared: the 1-minute load average before and after each server's
-                # scenarios says how much the other processes may have skewed its numbers.
-                load = f"load {load_before:.1f} -> {os.getloadavg()[0]:.1f}"
-                r = results[which][-1]
-                tokens = "/".join(str(r[k]["tokens"]) for k in scenarios(r))
-                print(f"  {model} round {round_index + 1}: {fmt_row(which, r)} {load}, tokens {tokens}", flush=True)
+        if args.sequential:
+            run_sequential(args, gguf, llama_server, model, results)
+        else:
+            run_paired(args, gguf, llama_server, model, results)
         ours, theirs = median_result(results["llamay"]), median_result(results["llama-server"])
         print(f"\n### {model} ({os.path.basename(gguf)[:19]}), median of {args.rounds} rounds\n")
         print(HEADER)
