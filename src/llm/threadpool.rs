@@ -7,8 +7,16 @@
 //! threads are scheduled (73% of decode time under perf on a 2-core machine). llama.cpp's own
 //! tools create one pool per context and attach it; this does the same through the sys bindings.
 //!
+//! OpenMP (llama-server's choice, llama-cpp-2's `openmp` feature) was measured against this pool
+//! with the peer bench, same machine and session, both models, in both its modes: the ratios to
+//! llama-server differed by no more than one binary's own round-to-round spread (up to ~0.15x),
+//! and in both directions, so neither wins here. The pool stays: it needs no libgomp at run
+//! time, and the thread tuner below already handles the contended machine where OpenMP's
+//! spin-wait is known to suffer.
+//!
 //! Key type: [`CpuThreadpool`]. Cost: `threads - 1` OS threads per context for its lifetime; they
-//! poll briefly after each graph (ggml's default poll level) and then sleep on a condition.
+//! poll for new work after each graph (ggml's default poll level; when none comes, about 0.25 s
+//! of a core here) and then sleep on a condition.
 //!
 //! `llama-cpp-2` 0.1.160 keeps the raw `llama_context` pointer crate-private; its `Debug` output is
 //! the one place it shows it. [`context_pointer`] reads it there and checks it against the
