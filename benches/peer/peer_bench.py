@@ -7,11 +7,11 @@ with the same threads and slots, driven by the same streaming chat requests.
 For each model it starts both servers and, in every round, runs each scenario on one server and
 then at once on the other (the order alternates between scenarios and rounds). A shared machine's
 speed drifts by 20% or more within minutes; paired runs seconds apart see the same drift, where a
-round per server let it land on one side only. The resting server is idle, so the two do not
-compete for the CPUs: its CPU time during the other's scenarios is measured and printed with each
-round. `--sequential` runs one server at a time instead (all scenarios, stop, then the other).
-Scenarios: 1 and 4 concurrent
-clients, greedy and sampled (temperature 0.7, top-k 40, top-p 0.95, min-p 0.05, the same for
+round per server let it land on one side only. Between runs the bench waits until the server that
+just ran uses no CPU, so the resting server is idle and the two do not compete for the CPUs: its
+CPU time during the other's scenarios is measured and printed with each round. `--sequential`
+runs one server at a time instead (all scenarios, stop, then the other). Scenarios: 1 and 4
+concurrent clients, greedy and sampled (temperature 0.7, top-k 40, top-p 0.95, min-p 0.05, the same for
 both), streaming chat of --tokens tokens; and one client greedy with a JSON schema
 (constrained/plain is that rate over the plain greedy rate of the same server). Then llamay's
 per-token time split by phase, read from its `/v1/stats` around each scenario.
