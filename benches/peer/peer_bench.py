@@ -11,8 +11,8 @@ round per server let it land on one side only. Between runs the bench waits unti
 just ran uses no CPU, so the resting server is idle and the two do not compete for the CPUs: its
 CPU time during the other's scenarios is measured and printed with each round. `--sequential`
 runs one server at a time instead (all scenarios, stop, then the other). Scenarios: 1 and 4
-concurrent clients, greedy and sampled (temperature 0.7, top-k 40, top-p 0.95, min-p 0.05, the same for
-both), streaming chat of --tokens tokens; and one client greedy with a JSON schema
+concurrent clients, greedy and sampled (temperature 0.7, top-k 40, top-p 0.95, min-p 0.05, the
+same for both), streaming chat of --tokens tokens; and one client greedy with a JSON schema
 (constrained/plain is that rate over the plain greedy rate of the same server). Then llamay's
 per-token time split by phase, read from its `/v1/stats` around each scenario.
 
@@ -325,7 +325,7 @@ SPLIT_COLUMNS = (*PHASES, "loop", "outside steps")
 
 def scenarios(result):
     """The scenario keys of one server's result, in the order they ran."""
-    return [k for k in result if isinstance(k, tuple)] + ["constrained"]
+    return [key for key, *_ in plan() if key in result]
 
 
 def print_split(results):
