@@ -14,7 +14,9 @@ runs one server at a time instead (all scenarios, stop, then the other). Scenari
 concurrent clients, greedy and sampled (temperature 0.7, top-k 40, top-p 0.95, min-p 0.05, the
 same for both), streaming chat of --tokens tokens; and one client greedy with a JSON schema
 (constrained/plain is that rate over the plain greedy rate of the same server). Then llamay's
-per-token time split by phase, read from its `/v1/stats` around each scenario.
+per-token time split by phase, read from its `/v1/stats` around each scenario. In the paired mode,
+last, --decode-requests non-streaming generations from one raw prompt on each server compare the
+per-token step alone, as each server times it (prefill and chat template left out).
 
 tok/s is generated tokens over the wall time of the level (4 clients: the aggregate); TTFT is from
 sending the request to the first chunk carrying text. Ratios are llamay / llama-server (higher is
@@ -292,6 +294,41 @@ def measure_paired(servers, model, args, round_index):
     return {name: with_ratio(r) for name, r in out.items()}, {n: rest_cpu[n] / rest_wall[n] for n in names}
 
 
+RAW_PROMPT = "Once upon a time, in a lighthouse by the sea, there lived a keeper who"
+
+
+def generation_ms_per_token(which, port, model, index, tokens):
+    """One greedy, non-streaming generation from the same raw prompt (no chat template), timed by
+    the server itself with the prompt's prefill left out: llama-server's
+    `timings.predicted_per_token_ms`, llamay's Ollama `eval_duration / eval_count`."""
+    prompt = f"Request {index}. {RAW_PROMPT}"
+    if which == "llama-server":
+        path, body = "/completion", {"prompt": prompt, "n_predict": tokens, "temperature": 0}
+    else:
+        path, body = "/api/generate", {"model": model, "prompt": prompt, "raw": True, "stream": False,
+                                       "options": {"num_predict": tokens, "temperature": 0}}
+    status, reply = request_json(port, "POST", path, body)
+    if status != 200:
+        raise RuntimeError(f"{which} {path}: HTTP {status}: {reply[:300]!r}")
+    reply = json.loads(reply)
+    if which == "llama-server":
+        return reply["timings"]["predicted_per_token_ms"]
+    return reply["eval_duration"] / 1e6 / max(reply["eval_count"], 1)
+
+
+def measure_generation(servers, model, args):
+    """Median generation ms/token of each server over --decode-requests paired requests (order
+    alternating). The streaming scenarios include each prompt's prefill and the chat template;
+    this isolates the per-token step, which is where the two llama.cpp builds would differ."""
+    times = {name: [] for name in servers}
+    names = list(servers)
+    for index in range(args.decode_requests):
+        for name in names if index % 2 == 0 else names[::-1]:
+            times[name].append(generation_ms_per_token(name, servers[name].port, model, index, args.tokens))
+            settle(servers[name])
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
 def start(which, args, gguf, llama_server, model):
     if which == "llama-server":
         argv = lambda port: [llama_server, "-m", gguf, "--host", "127.0.0.1", "--port", str(port),
@@ -411,6 +448,7 @@ def run_paired(args, gguf, llama_server, model, results):
                 results[which].append(r)
                 print_round(model, round_index, which, r, f"load {load_before:.1f} -> {os.getloadavg()[0]:.1f}, "
                             f"{rest_cpu[which] * 100:.1f}% of a core while resting")
+        return measure_generation(servers, model, args) if args.decode_requests else None
     finally:
         for server in servers.values():
             server.stop()
@@ -430,6 +468,8 @@ def main():
     parser.add_argument("--llama-server", default=None)
     parser.add_argument("--llama-server-flags", default="",
                         help="more llama-server flags")
+    parser.add_argument("--decode-requests", type=int, default=6,
+                        help="paired non-streaming requests timing generation alone (0: skip)")
     parser.add_argument("--sequential", action="store_true",
                         help="one server at a time: all scenarios on one, stop it, then the other")
     parser.add_argument("--same-prompts", action="store_true",
@@ -450,10 +490,11 @@ def main():
     for model in args.models.split(","):
         gguf = gguf_path(args.llamay, model)
         results = {"llamay": [], "llama-server": []}
+        generation = None
         if args.sequential:
             run_sequential(args, gguf, llama_server, model, results)
         else:
-            run_paired(args, gguf, llama_server, model, results)
+            generation = run_paired(args, gguf, llama_server, model, results)
         ours, theirs = median_result(results["llamay"]), median_result(results["llama-server"])
         print(f"\n### {model} ({os.path.basename(gguf)[:19]}), median of {args.rounds} rounds\n")
         print(HEADER)
@@ -464,6 +505,11 @@ def main():
         for name, met, value in goals(ours, theirs):
             print(f"  [{'met' if met else 'NOT met'}] {name}: {value}")
         print()
+        if generation:
+            ours_ms, theirs_ms = generation["llamay"], generation["llama-server"]
+            print(f"Generation alone (same raw prompt, greedy, prefill excluded, each server's own timing, "
+                  f"median of {args.decode_requests}): llama-server {theirs_ms:.2f} ms/token, llamay "
+                  f"{ours_ms:.2f} ms/token, speed ratio {theirs_ms / ours_ms:.2f}x\n")
         print_split(results["llamay"])
         print(flush=True)
 
