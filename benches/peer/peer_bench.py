@@ -21,7 +21,8 @@ per-token step alone, as each server times it (prefill and chat template left ou
 tok/s is generated tokens over the wall time of the level (4 clients: the aggregate); TTFT is from
 sending the request to the first chunk carrying text. Ratios are llamay / llama-server (higher is
 better for tok/s, lower is better for TTFT). Every round's numbers are printed, then the median
-over rounds, so the noise of a shared machine stays visible.
+over rounds and (paired mode) each round's tok/s ratios, so the noise of a shared machine stays
+visible.
 
 llama-server comes from --llama-server, else $LLAMA_SERVER, else it is built once by
 benches/peer/build-llama-server.sh into $LLAMA_SERVER_CACHE (default ~/.cache/llamay-peer).
@@ -398,6 +399,18 @@ def ratio_row(ours, theirs):
     return "| " + " | ".join(cells) + " |"
 
 
+def paired_ratios(results):
+    """Each round's tok/s ratio per scenario: in the paired mode both sides of one ratio ran
+    seconds apart, so its spread over rounds is the bench's own noise."""
+    cells = []
+    for mode in ("greedy", "sampled"):
+        for clients in (1, 4):
+            ratios = [a[(mode, clients)]["tok_s"] / b[(mode, clients)]["tok_s"]
+                      for a, b in zip(results["llamay"], results["llama-server"])]
+            cells.append(f"{mode} {clients}c " + "/".join(f"{r:.2f}" for r in ratios))
+    return "Each round's tok/s ratio: " + ", ".join(cells)
+
+
 def goals(ours, theirs):
     lines = []
     for mode in ("greedy", "sampled"):
@@ -502,6 +515,8 @@ def main():
         print(fmt_row("llamay", ours))
         print(ratio_row(ours, theirs) + "  (tok/s and TTFT p50 ratios)")
         print()
+        if not args.sequential:
+            print(paired_ratios(results) + "\n")
         for name, met, value in goals(ours, theirs):
             print(f"  [{'met' if met else 'NOT met'}] {name}: {value}")
         print()
