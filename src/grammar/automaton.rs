@@ -477,6 +477,25 @@ impl CompiledGrammar {
         Ok(())
     }
 
+    /// The bytes [`CompiledGrammar::step_with`] treats exactly as it treats `byte` from
+    /// `config`: a step depends on the byte only through which stacks' top terminals accept
+    /// it, so every byte that the same stacks accept reaches the same configuration. Lets the
+    /// state table fill a whole row from one step where the grammar's byte classes (made for
+    /// every terminal at once) split what this configuration does not.
+    pub(crate) fn bytes_stepping_alike(&self, config: &[u32], byte: u8) -> ByteSet {
+        let mut alike = ByteSet::ALL;
+        for (ws_used, frames) in decode(config) {
+            let Some(&top) = frames.last() else { continue };
+            let accepted = match self.symbols[top as usize] {
+                FlatSymbol::Bytes(set) => set,
+                FlatSymbol::Whitespace if ws_used < self.whitespace_budget => whitespace_set(),
+                _ => continue,
+            };
+            alike = if accepted.contains(byte) { alike.intersect(&accepted) } else { alike.minus(&accepted) };
+        }
+        alike
+    }
+
     /// Adds to `out` the stacks reached from the stack `below` + `position` without reading a
     /// byte, using the cached expansion of each position and returning into `below` while
     /// the rest of an alternative can match nothing.

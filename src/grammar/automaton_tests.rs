@@ -369,3 +369,43 @@ fn many_stacks_dealt_into_buckets_keep_one_canonical_order() {
     decoded.sort();
     assert_eq!(decoded, expected);
 }
+
+#[test]
+fn bytes_stepping_alike_step_to_the_same_configuration() {
+    // Keys of declared names beside extra keys, strings, numbers and whitespace: tops that
+    // split the bytes many ways.
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "main": {"type": "string"}, "mode": {"enum": ["fast", "slow"]},
+            "count": {"type": "integer"}, "tags": {"type": "array", "items": {"type": "string"}}
+        },
+        "additionalProperties": {"type": "number"}
+    });
+    let grammar = match crate::grammar::schema::compile_schema(&schema) {
+        Ok(grammar) => compile(grammar),
+        Err(error) => panic!("schema refused: {error}"),
+    };
+    let mut seen: HashSet<Vec<u32>> = HashSet::new();
+    let mut queue = vec![grammar.initial_config().to_vec()];
+    let mut checked_wider = 0;
+    while let Some(config) = queue.pop() {
+        if seen.len() >= 400 || !seen.insert(config.clone()) {
+            continue;
+        }
+        for byte in 0..=255u8 {
+            let alike = grammar.bytes_stepping_alike(&config, byte);
+            assert!(alike.contains(byte), "a byte always steps like itself");
+            let stepped = grammar.step(&config, byte).ok();
+            for other in alike.iter() {
+                assert_eq!(grammar.step(&config, other).ok(), stepped, "{other} stepped unlike {byte}");
+            }
+            checked_wider += usize::from(alike.len() > 1);
+            if let Some(next) = stepped.filter(|next| !next.is_empty()) {
+                queue.push(next);
+            }
+        }
+    }
+    assert!(seen.len() >= 100, "the walk reached only {} configurations", seen.len());
+    assert!(checked_wider > 1000, "only {checked_wider} bytes had company");
+}

@@ -201,8 +201,8 @@ impl StateTable {
     fn fill(&mut self, index: usize, state: u32, byte: u8) -> u32 {
         let config = config_in(&self.config_words, &self.config_starts, state);
         let step_buffer = &mut self.step_buffer;
-        let Some(stepped) = on_grammar(&self.lent, &self.grammar, |grammar| {
-            grammar.step_with(config, byte, step_buffer)
+        let Some((stepped, alike)) = on_grammar(&self.lent, &self.grammar, |grammar| {
+            (grammar.step_with(config, byte, step_buffer), grammar.bytes_stepping_alike(config, byte))
         }) else {
             return DEAD;
         };
@@ -221,7 +221,19 @@ impl StateTable {
                 }
             }
         };
-        self.transitions[index] = target;
+        // Every class this configuration does not tell apart from `byte` goes where it went:
+        // a state inside a key or a string body sees a handful of cases, where the grammar
+        // has a class per letter of every name it holds.
+        let row = index - self.byte_class[byte as usize] as usize;
+        for (class, &representative) in self.class_bytes.iter().enumerate() {
+            if alike.contains(representative) {
+                if let Some(slot) = self.transitions.get_mut(row + class) {
+                    if *slot == UNKNOWN {
+                        *slot = target;
+                    }
+                }
+            }
+        }
         target
     }
 

@@ -69,6 +69,11 @@ impl ByteSet {
         ByteSet(std::array::from_fn(|i| self.0[i] & other.0[i]))
     }
 
+    /// The bytes of `self` not in `other`.
+    pub fn minus(&self, other: &ByteSet) -> ByteSet {
+        ByteSet(std::array::from_fn(|i| self.0[i] & !other.0[i]))
+    }
+
     pub fn is_empty(&self) -> bool {
         self.0.iter().all(|w| *w == 0)
     }
