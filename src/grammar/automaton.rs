@@ -40,6 +40,14 @@ pub(crate) use stacks::{
     config_can_continue, config_hash, config_is_accepting, is_whitespace_shift, StepStacks, WordHasher,
 };
 
+/// What [`CompiledGrammar::normalize_for_horizon`] made of a configuration.
+pub(crate) struct Normalized {
+    pub(crate) config: Vec<u32>,
+    /// Whether a frame moved within a bounded repetition (not only whitespace budget raised):
+    /// then any token longer than the horizon may behave otherwise than from the original.
+    pub(crate) counters_moved: bool,
+}
+
 fn whitespace_set() -> ByteSet {
     let mut set = ByteSet::EMPTY;
     for byte in WHITESPACE_BYTES {
@@ -570,13 +578,16 @@ impl CompiledGrammar {
     /// repetition with more than `horizon + 1` items left is moved to the member with
     /// `horizon + 1` left, and whitespace used is raised so that at most `horizon + 1` bytes of
     /// the budget are left. `None` when that is `config` itself. A mask from this
-    /// configuration is exact for every token of at most `horizon` bytes.
-    pub(crate) fn normalize_for_horizon(&self, config: &[u32], horizon: u32) -> Option<Vec<u32>> {
+    /// configuration is exact for every token of at most `horizon` bytes; with
+    /// [`Normalized::counters_moved`] false, also for every token of at most `horizon + 1`
+    /// whitespace bytes (each frame still has that much budget left).
+    pub(crate) fn normalize_for_horizon(&self, config: &[u32], horizon: u32) -> Option<Normalized> {
         let floor = self.whitespace_budget.saturating_sub(horizon.saturating_add(1));
         if self.counters.is_empty() && floor == 0 {
             return None;
         }
-        let mut changed = false;
+        let mut whitespace_raised = false;
+        let mut counters_moved = false;
         let mut stacks = StepStacks::default();
         let mut mapped = Vec::new();
         for (ws_used, frames) in decode(config) {
@@ -587,10 +598,14 @@ impl CompiledGrammar {
                     .map(|&position| self.counters.map_position(position, horizon)),
             );
             let ws = ws_used.max(floor);
-            changed |= ws != ws_used || mapped[..] != frames[..];
+            whitespace_raised |= ws != ws_used;
+            counters_moved |= mapped[..] != frames[..];
             stacks.push(&mapped, ws);
         }
-        changed.then(|| stacks.into_encoded())
+        (whitespace_raised || counters_moved).then(|| Normalized {
+            config: stacks.into_encoded(),
+            counters_moved,
+        })
     }
 
     /// `config` with every frame inside a bounded repetition with at least `min_rank` items

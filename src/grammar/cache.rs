@@ -63,9 +63,9 @@ pub(crate) struct StateTable {
     can_continue: Vec<bool>,
     /// Per state, once computed: its skip set (see [`StateTable::skip_set`]).
     skip_sets: Vec<Option<SkipSet>>,
-    /// Per state, once asked for: the state masks are computed from (see
-    /// `CompiledGrammar::normalize_for_horizon`); [`UNKNOWN`] until then.
-    mask_states: Vec<u32>,
+    /// Per state, once asked for: the state masks are computed from; its state is
+    /// [`UNKNOWN`] until then.
+    mask_states: Vec<MaskRoot>,
     /// Reused by every byte step this table computes.
     step_buffer: StepStacks,
     /// The grammar, held strongly only while a matcher operates on the table (see
@@ -163,11 +163,11 @@ impl StateTable {
     }
 
     /// The state masks of `state` are computed from, if worked out since the last clear.
-    pub(crate) fn known_mask_state(&self, state: u32) -> Option<u32> {
-        self.mask_states.get(state as usize).copied().filter(|s| *s != UNKNOWN)
+    pub(crate) fn known_mask_state(&self, state: u32) -> Option<MaskRoot> {
+        self.mask_states.get(state as usize).copied().filter(|root| root.state != UNKNOWN)
     }
 
-    pub(crate) fn remember_mask_state(&mut self, state: u32, mask_state: u32) {
+    pub(crate) fn remember_mask_state(&mut self, state: u32, mask_state: MaskRoot) {
         if let Some(slot) = self.mask_states.get_mut(state as usize) {
             *slot = mask_state;
         }
@@ -269,7 +269,7 @@ impl StateTable {
         self.accepting.push(config_is_accepting(config));
         self.can_continue.push(config_can_continue(config));
         self.skip_sets.push(None);
-        self.mask_states.push(UNKNOWN);
+        self.mask_states.push(MaskRoot::UNKNOWN);
         // Classes no stack can read are dead from the start: a fresh state's walk then steps
         // only the few classes that lead somewhere, not every class of the grammar.
         let readable = on_grammar(&self.lent, &self.grammar, |grammar| {
@@ -341,9 +341,9 @@ impl StateTable {
             if let Some(&set) = old_skip_sets.get(before).and_then(|set| set.as_ref()) {
                 self.remember_skip_set(after, set);
             }
-            let mask_state = old_mask_states.get(before).copied().unwrap_or(UNKNOWN);
-            if let Some(mask_state) = remap.get(mask_state) {
-                self.remember_mask_state(after, mask_state);
+            let root = old_mask_states.get(before).copied().unwrap_or(MaskRoot::UNKNOWN);
+            if let Some(state) = remap.get(root.state) {
+                self.remember_mask_state(after, MaskRoot { state, ..root });
             }
         }
         remap
@@ -363,6 +363,19 @@ impl StateTable {
         remap.set(state, kept);
         kept
     }
+}
+
+/// The state masks of a state are computed from (see `CompiledGrammar::normalize_for_horizon`),
+/// and whether a bounded repetition was moved to reach it: then every token beyond the
+/// vocabulary's horizon needs a check of its own, not only the whitespace-heavy ones.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MaskRoot {
+    pub(crate) state: u32,
+    pub(crate) counters_moved: bool,
+}
+
+impl MaskRoot {
+    const UNKNOWN: MaskRoot = MaskRoot { state: UNKNOWN, counters_moved: false };
 }
 
 /// The new id of each state kept across a clear of a [`StateTable`], by its old id.

@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use super::automaton::CompiledGrammar;
 use super::check::describe_expected;
-use super::cache::{CacheRegistry, SharedCaches, SkipSet, DEAD, FULL};
+use super::cache::{CacheRegistry, MaskRoot, SharedCaches, SkipSet, DEAD, FULL};
 use super::error::GrammarError;
 use super::ir::{starts_character, utf8_pending_after, ByteSet};
 use super::mask::TokenMask;
@@ -169,23 +169,29 @@ impl Matcher {
             // token within the vocabulary's horizon (a count far from its bound, a whitespace
             // budget far from spent), so positions inside a long bounded string share one.
             let horizon = matcher.trie.horizon;
-            let (root, normalized) = match caches.table.known_mask_state(matcher.state) {
-                Some(root) => (root, root != matcher.state),
+            let mask_root = match caches.table.known_mask_state(matcher.state) {
+                Some(known) => known,
                 None => {
                     let config = caches.table.config(matcher.state);
-                    let root = match matcher.grammar.normalize_for_horizon(config, horizon) {
-                        Some(config) => {
-                            let root = matcher.adopt_config(caches, &config);
+                    let known = match matcher.grammar.normalize_for_horizon(config, horizon) {
+                        Some(normalized) => {
+                            let root = matcher.adopt_config(caches, &normalized.config);
                             // A state that would not fit even in a cleared table: the
                             // mask comes from the current state itself.
-                            if root == DEAD { matcher.state } else { root }
+                            if root == DEAD {
+                                MaskRoot { state: matcher.state, counters_moved: false }
+                            } else {
+                                MaskRoot { state: root, counters_moved: normalized.counters_moved }
+                            }
                         }
-                        None => matcher.state,
+                        None => MaskRoot { state: matcher.state, counters_moved: false },
                     };
-                    caches.table.remember_mask_state(matcher.state, root);
-                    (root, root != matcher.state)
+                    caches.table.remember_mask_state(matcher.state, known);
+                    known
                 }
             };
+            let root = mask_root.state;
+            let normalized = root != matcher.state;
             let cached = caches.masks.get(root);
             let mask = match cached.and_then(|slot| caches.masks.mask(slot)) {
                 Some(mask) => mask.clone(),
@@ -209,6 +215,10 @@ impl Matcher {
             let mut exact: Option<TokenMask> = None;
             let trie = matcher.trie.clone();
             for &long_token in &trie.long_tokens {
+                // Only whitespace budget was raised, and it still covers this token.
+                if !mask_root.counters_moved && long_token.whitespace_bytes <= horizon.saturating_add(1) {
+                    continue;
+                }
                 let token = long_token.id;
                 let allowed = match matcher.whitespace_token_allowed(caches, long_token) {
                     Some(allowed) => allowed,

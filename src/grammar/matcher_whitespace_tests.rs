@@ -126,7 +126,7 @@ fn a_mask_at_a_whitespace_run_makes_no_state_per_run_length() {
         .collect();
     // The states after one, two, ... whitespace bytes from the state the mask was walked
     // from (the one after `[`, its budget normalized).
-    let root = caches.table.known_mask_state(matcher.state).unwrap_or(matcher.state);
+    let root = caches.table.known_mask_state(matcher.state).map_or(matcher.state, |root| root.state);
     let mut run = caches.table.config(root);
     let mut run_length = 0;
     while let Some(next) = made.iter().find(|config| is_whitespace_shift(run, config)) {

@@ -22,7 +22,7 @@ pub const MAX_TOKEN_BYTES: usize = 512;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::ir::{starts_character, whitespace_slots, ByteSet};
+use super::ir::{starts_character, whitespace_slots, ByteSet, WHITESPACE_BYTES};
 use super::lexer::{character_count, whole_characters_within, LexemeTables, LoopExits, EXIT_SHARE};
 use super::mask::TokenMask;
 
@@ -99,6 +99,8 @@ pub(crate) struct LongToken {
     pub(crate) length: u32,
     /// See [`whitespace_slots`]: nonzero for a token made only of whitespace.
     pub(crate) whitespace_slots: u8,
+    /// How many of its bytes are whitespace: the most whitespace budget it can spend.
+    pub(crate) whitespace_bytes: u32,
 }
 
 /// Most tokens left beyond a vocabulary's horizon (each checked on its own when a mask is
@@ -278,6 +280,7 @@ impl TokenTrie {
                     id,
                     length: bytes.len() as u32,
                     whitespace_slots: whitespace_slots(bytes),
+                    whitespace_bytes: bytes.iter().filter(|b| WHITESPACE_BYTES.contains(b)).count() as u32,
                 }
             })
             .collect();
