@@ -138,11 +138,13 @@ impl Matcher {
         (caches.table.next(real, byte), 0)
     }
 
-    /// Whether long `token`, if made only of whitespace bytes, may come next, from the budget
+    /// Whether long `token`, if made only of whitespace bytes, may come next: allowed where
+    /// each of its bytes leads back to the current state (a string body); else from the budget
     /// alone where the current state reads each of its bytes only by spending budget: a run
     /// shorter than what every stack has left is allowed (the run's state stays exact all the
-    /// way), one longer than what any stack has left is not. `None` when that does not settle
-    /// it (another token or state, or a run ending between the two). For the long tokens a
+    /// way), one longer than what any stack has left is not, and one in between is stepped
+    /// from the state after all but its last bytes that only spend budget. `None` when that
+    /// does not settle it (another token or state, or a full table). For the long tokens a
     /// normalized mask leaves to check: stepped byte by byte, an indentation token makes a
     /// state per byte with this position's budget, none of them known from the mask's walk.
     pub(super) fn whitespace_token_allowed(
@@ -154,6 +156,13 @@ impl Matcher {
             return None;
         }
         let state = self.state;
+        // Inside a string every whitespace byte leads back to the same state: any run fits.
+        let loops = (0..WHITESPACE_BYTES.len()).all(|slot| {
+            token.whitespace_slots & (1 << slot) == 0 || caches.table.next(state, WHITESPACE_BYTES[slot]) == state
+        });
+        if loops {
+            return Some(true);
+        }
         for slot in 0..WHITESPACE_BYTES.len() {
             let used = token.whitespace_slots & (1 << slot) != 0;
             if used && self.reads_as_shift(caches, state, slot) != Some(true) {
@@ -161,11 +170,34 @@ impl Matcher {
             }
         }
         let length = token.length;
-        if length < self.whitespace_left(caches, state) {
+        let left = self.whitespace_left(caches, state);
+        if length < left {
             return Some(true);
         }
         let left_most = self.grammar.whitespace_left_most(caches.table.config(state));
-        (length > left_most).then_some(false)
+        if length > left_most {
+            return Some(false);
+        }
+        // The run ends some stacks' budget: its first `left - 1` bytes still only spend
+        // budget, so their state is made at once and only the rest is stepped.
+        let spent = left.saturating_sub(1);
+        let config = self.grammar.spend_whitespace(caches.table.config(state), spent);
+        let mut next = self.adopt_config(caches, &config);
+        if next == DEAD {
+            return None; // too large for even a cleared table
+        }
+        let trie = self.trie.clone();
+        for &byte in trie.token_bytes(token.id)?.get(spent as usize..)? {
+            if next == DEAD || next == FULL {
+                break;
+            }
+            next = caches.table.next(next, byte);
+        }
+        match next {
+            FULL => None,
+            DEAD => Some(false),
+            _ => Some(true),
+        }
     }
 
     /// Whether `state` reads a space only by spending budget. Its whitespace is walked as
