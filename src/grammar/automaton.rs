@@ -552,6 +552,19 @@ impl CompiledGrammar {
             return Err(StepOverflow::TooMuchWork);
         };
         let computed = cell.get_or_init(|| {
+            // Most positions are a terminal or an alternative's end: nothing to follow.
+            match self.symbols[position as usize] {
+                FlatSymbol::Bytes(_) => {
+                    return Box::new(Ok(Expansion {
+                        stacks: Box::new([Box::new([position])]),
+                        completes: false,
+                    }))
+                }
+                FlatSymbol::End => {
+                    return Box::new(Ok(Expansion { stacks: Box::new([]), completes: true }))
+                }
+                FlatSymbol::Whitespace | FlatSymbol::Rule(_) => {}
+            }
             let mut out = StackSet::default();
             Box::new(self.expand(vec![(0, vec![position])], &mut out).map(|()| {
                 let mut completes = false;
