@@ -181,10 +181,9 @@ impl Matcher {
         // The run ends some stacks' budget: its first `left - 1` bytes still only spend
         // budget, so their state is made at once and only the rest is stepped.
         let spent = left.saturating_sub(1);
-        let config = self.grammar.spend_whitespace(caches.table.config(state), spent);
-        let mut next = self.adopt_config(caches, &config);
+        let mut next = caches.table.after_whitespace_run(state, spent);
         if next == DEAD {
-            return None; // too large for even a cleared table
+            return None; // the grammar is gone: a walk will say
         }
         let trie = self.trie.clone();
         for &byte in trie.token_bytes(token.id)?.get(spent as usize..)? {
