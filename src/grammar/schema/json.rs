@@ -408,6 +408,12 @@ impl RuleSink {
                 let mut more = with_separator.clone();
                 more.push(Symbol::Rule(tail));
                 self.builder.define(tail, vec![vec![], more]);
+                if min == 0 && separator.is_empty() {
+                    // The loop itself: before the first item the automaton is then in the
+                    // same state as between items (the body of a string reads its first
+                    // character from the state it reads every other one from).
+                    return tail;
+                }
                 tail
             }
             Some(max) => {
