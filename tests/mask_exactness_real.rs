@@ -5,12 +5,97 @@
 use std::sync::Arc;
 
 use llamay::actors::model::load_vocabulary;
-use llamay::grammar::{check_input, compile_gbnf, CheckOutcome, Limits, Matcher, TokenTrie};
+use llamay::grammar::schema::compile_schema;
+use llamay::grammar::{check_input, compile_gbnf, CheckOutcome, CompiledGrammar, Limits, Matcher, TokenTrie};
+use llamay::llm::Vocabulary;
 
 const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/gbnf");
 
 fn alive(grammar: &llamay::grammar::CompiledGrammar, text: &[u8]) -> bool {
     !matches!(check_input(grammar, text), CheckOutcome::Mismatch { .. })
+}
+
+/// Asserts that `mask` allows exactly the tokens that keep `text` a prefix of `grammar`.
+fn assert_exact(vocabulary: &Vocabulary, grammar: &CompiledGrammar, mask: &llamay::grammar::TokenMask, text: &[u8], what: &str) {
+    let complete = check_input(grammar, text) == CheckOutcome::Match;
+    for token in 0..vocabulary.len() as u32 {
+        let expected = if vocabulary.is_end_of_generation(token) {
+            complete
+        } else {
+            let piece = vocabulary.piece(token);
+            // Empty pieces (control tokens) add nothing and are never offered.
+            !piece.is_empty() && piece.len() <= 512 && {
+                let mut extended = text.to_vec();
+                extended.extend_from_slice(piece);
+                alive(grammar, &extended)
+            }
+        };
+        assert_eq!(
+            mask.is_set(token),
+            expected,
+            "{what}: token {token} {:?} after {:?}",
+            String::from_utf8_lossy(vocabulary.piece(token)),
+            String::from_utf8_lossy(text)
+        );
+    }
+}
+
+/// The next token of a seeded walk among those `mask` allows, if any.
+fn seeded_choice(vocabulary: &Vocabulary, mask: &llamay::grammar::TokenMask, seed: &mut u64) -> Option<u32> {
+    let choices: Vec<u32> = mask.iter_set().filter(|t| !vocabulary.is_end_of_generation(*t)).collect();
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    choices.get((*seed % choices.len().max(1) as u64) as usize).copied()
+}
+
+/// Inside JSON Schema strings (where masks come from the vocabulary's loop tables, and where
+/// tokens that end inside a character count as staying in the string): after each prefix,
+/// read greedily token by token, and a few seeded steps on.
+#[test]
+fn string_masks_match_the_definition() {
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "any": {},
+            "short": {"type": "string", "maxLength": 5}
+        },
+        "required": ["name", "any", "short"]
+    });
+    let prefixes = [
+        "{\"name\": \"",
+        "{\"name\": \"caf\u{e9} ",
+        "{\"name\": \"x\", \"any\": \"",
+        "{\"name\": \"x\", \"any\": \"\u{65e5}\u{672c}",
+        "{\"name\": \"x\", \"any\": \"y\", \"short\": \"ab",
+    ];
+    let grammar = Arc::new(CompiledGrammar::new(compile_schema(&schema).unwrap(), &Limits::default()).unwrap());
+    for model in ["smollm2:135m", "gemma3:270m"] {
+        let vocabulary = load_vocabulary(model).expect("model in the store (scripts/setup)");
+        let trie = Arc::new(TokenTrie::new(vocabulary.pieces(), vocabulary.end_of_generation()));
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        for prefix in prefixes {
+            let mut matcher = Matcher::new(Arc::clone(&grammar), Arc::clone(&trie));
+            let mut text: Vec<u8> = Vec::new();
+            while text.len() < prefix.len() {
+                let rest = &prefix.as_bytes()[text.len()..];
+                let token = (0..vocabulary.len() as u32)
+                    .filter(|&t| !vocabulary.piece(t).is_empty() && rest.starts_with(vocabulary.piece(t)))
+                    .max_by_key(|&t| vocabulary.piece(t).len())
+                    .expect("every byte is a token");
+                matcher.commit(token).expect("the prefix is valid");
+                text.extend_from_slice(vocabulary.piece(token));
+            }
+            for step in 0..2 {
+                let mask = matcher.compute_mask().clone();
+                assert_exact(&vocabulary, &grammar, &mask, &text, &format!("{model} {prefix:?} step {step}"));
+                let Some(token) = seeded_choice(&vocabulary, &mask, &mut seed) else { break };
+                matcher.commit(token).expect("an allowed token commits");
+                text.extend_from_slice(vocabulary.piece(token));
+            }
+        }
+    }
 }
 
 #[test]
@@ -26,36 +111,8 @@ fn masks_match_the_definition_along_seeded_walks() {
             let mut seed = 0x9E37_79B9_7F4A_7C15u64 ^ name.len() as u64;
             for step in 0..5 {
                 let mask = matcher.compute_mask().clone();
-                let complete = check_input(&grammar, &text) == CheckOutcome::Match;
-                for token in 0..vocabulary.len() as u32 {
-                    let expected = if vocabulary.is_end_of_generation(token) {
-                        complete
-                    } else {
-                        let piece = vocabulary.piece(token);
-                        // Empty pieces (control tokens) add nothing and are never offered.
-                        !piece.is_empty() && piece.len() <= 512 && {
-                            let mut extended = text.clone();
-                            extended.extend_from_slice(piece);
-                            alive(&grammar, &extended)
-                        }
-                    };
-                    assert_eq!(
-                        mask.is_set(token),
-                        expected,
-                        "{model} {name} step {step}: token {token} {:?} after {:?}",
-                        String::from_utf8_lossy(vocabulary.piece(token)),
-                        String::from_utf8_lossy(&text)
-                    );
-                }
-                let choices: Vec<u32> =
-                    mask.iter_set().filter(|t| !vocabulary.is_end_of_generation(*t)).collect();
-                if choices.is_empty() {
-                    break;
-                }
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                let token = choices[(seed % choices.len() as u64) as usize];
+                assert_exact(&vocabulary, &grammar, &mask, &text, &format!("{model} {name} step {step}"));
+                let Some(token) = seeded_choice(&vocabulary, &mask, &mut seed) else { break };
                 matcher.commit(token).expect("an allowed token commits");
                 text.extend_from_slice(vocabulary.piece(token));
             }

@@ -7,7 +7,9 @@
 //! whole characters of `S`, whatever the grammar around it. Every other token splits into
 //! the longest prefix of whole `S` characters, which leads back to the same state, and the
 //! rest, its *exit*, which starts at the first character that leaves the loop (a closing
-//! quote, an escape, a control character, a partial character). Tokens with the same exit
+//! quote, an escape, a control character). A token that ends inside a character some
+//! character of `S` completes is allowed like those within `S`: that character would lead
+//! back to the state, so the state after the partial one is alive. Tokens with the same exit
 //! behave alike, so the exits form a small trie of their own: a mask from a looping state is
 //! the set of tokens within `S` (computed once per vocabulary and set) plus a walk of the
 //! exit trie, where a walk of the whole token trie would visit every prefix of every token
@@ -57,7 +59,8 @@ pub(crate) struct ExitNode {
 
 /// The tokens of a vocabulary seen from a state that loops on a byte set.
 pub(crate) struct LoopExits {
-    /// Tokens (duplicates included) made only of whole valid UTF-8 characters of the set.
+    /// Tokens (duplicates included) made only of whole valid UTF-8 characters of the set,
+    /// the last of which may be cut short (see [`completable_within`]).
     pub(crate) within: TokenMask,
     /// The distinct exits as a flat trie.
     pub(crate) nodes: Vec<ExitNode>,
@@ -214,6 +217,36 @@ pub(crate) fn whole_characters_within(bytes: &[u8], set: &ByteSet) -> usize {
     at
 }
 
+/// Whether `bytes` is the start of a valid UTF-8 character (one byte short of it at least)
+/// that some character made only of `set` completes: from a state that loops on `set`, such
+/// a token tail keeps the automaton alive (the character it starts leads back into the loop),
+/// whatever grammar is around the loop.
+pub(crate) fn completable_within(bytes: &[u8], set: &ByteSet) -> bool {
+    let Some(&lead) = bytes.first() else {
+        return false;
+    };
+    // The byte ranges of each position of a character by its lead byte (RFC 3629).
+    const TAIL: (u8, u8) = (0x80, 0xBF);
+    let ranges: [(u8, u8); 3] = match lead {
+        0xC2..=0xDF => [TAIL, (1, 0), (1, 0)],
+        0xE0 => [(0xA0, 0xBF), TAIL, (1, 0)],
+        0xE1..=0xEC | 0xEE..=0xEF => [TAIL, TAIL, (1, 0)],
+        0xED => [(0x80, 0x9F), TAIL, (1, 0)],
+        0xF0 => [(0x90, 0xBF), TAIL, TAIL],
+        0xF1..=0xF3 => [TAIL, TAIL, TAIL],
+        0xF4 => [(0x80, 0x8F), TAIL, TAIL],
+        _ => return false,
+    };
+    let width = ranges.iter().take_while(|(low, high)| low <= high).count() + 1;
+    if bytes.len() >= width || !set.contains(lead) {
+        return false;
+    }
+    ranges[..width - 1].iter().enumerate().all(|(position, &(low, high))| match bytes.get(position + 1) {
+        Some(&byte) => (low..=high).contains(&byte) && set.contains(byte),
+        None => (low..=high).any(|byte| set.contains(byte)),
+    })
+}
+
 /// The [`LoopExits`] of the byte sets asked for on one vocabulary, and the sets found not
 /// worth them; bounded.
 #[derive(Default)]
@@ -284,6 +317,32 @@ mod tests {
         assert_eq!(whole_characters_within(&[b'a', 0xC3], &letters), 1);
         // è (C3 A8): its second byte is outside.
         assert_eq!(whole_characters_within("a\u{e8}".as_bytes(), &letters), 1);
+    }
+
+    #[test]
+    fn a_cut_character_is_within_when_the_set_can_complete_it() {
+        let mut string_body = ByteSet::range(0x20, 0x7E).union(&ByteSet::range(0x80, 0xF4));
+        string_body.remove(b'"');
+        assert!(completable_within(&[0xC3], &string_body));
+        assert!(completable_within(&[0xE2, 0x82], &string_body));
+        assert!(completable_within(&[0xF0, 0x9F, 0x98], &string_body));
+        // Whole characters, ASCII and bytes no character starts with are not cut ones.
+        assert!(!completable_within(&[0xC3, 0xA9], &string_body));
+        assert!(!completable_within(b"a", &string_body));
+        assert!(!completable_within(&[0x80], &string_body));
+        assert!(!completable_within(&[0xC0], &string_body));
+        // E0 80 starts no character (overlong), ED A0 only a surrogate.
+        assert!(!completable_within(&[0xE0, 0x80], &string_body));
+        assert!(!completable_within(&[0xED, 0xA0], &string_body));
+        // é (C3 A9) alone in the set: C3 is completed by A9, but E2 by nothing.
+        let e_acute = set_of(b"ab").union(&set_of(&[0xC3, 0xA9]));
+        assert!(completable_within(&[0xC3], &e_acute));
+        assert!(!completable_within(&[0xC4], &e_acute));
+        let mut no_tails = string_body;
+        for byte in 0x80..=0xBF {
+            no_tails.remove(byte);
+        }
+        assert!(!completable_within(&[0xC3], &no_tails));
     }
 
     #[test]

@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::ir::{starts_character, whitespace_slots, ByteSet, WHITESPACE_BYTES};
-use super::lexer::{character_count, whole_characters_within, LexemeTables, LoopExits, EXIT_SHARE};
+use super::lexer::{character_count, completable_within, whole_characters_within, LexemeTables, LoopExits, EXIT_SHARE};
 use super::mask::TokenMask;
 
 pub(crate) const NO_TOKEN: u32 = u32::MAX;
@@ -519,7 +519,7 @@ impl TokenTrie {
         let bytes = self.token_bytes(token).unwrap_or_default();
         let rest = bytes.get(offset..).unwrap_or_default();
         let inside = whole_characters_within(rest, loop_bytes);
-        if inside == rest.len() {
+        if inside == rest.len() || completable_within(&rest[inside..], loop_bytes) {
             within.set(token);
         } else {
             let chars = character_count(&rest[..inside]).min(usize::from(u16::MAX)) as u16;
