@@ -143,10 +143,12 @@ impl Matcher {
     /// alone where the current state reads each of its bytes only by spending budget: a run
     /// shorter than what every stack has left is allowed (the run's state stays exact all the
     /// way), one longer than what any stack has left is not, and one in between is stepped
-    /// from the state after all but its last bytes that only spend budget. `None` when that
-    /// does not settle it (another token or state, or a full table). For the long tokens a
-    /// normalized mask leaves to check: stepped byte by byte, an indentation token makes a
-    /// state per byte with this position's budget, none of them known from the mask's walk.
+    /// from the state after all but its last bytes that only spend budget. A run whose first
+    /// byte ends what came before it (a number, a closed value) is read so from the state
+    /// after that byte. `None` when that does not settle it (another token or state, or a
+    /// full table). For the long tokens a normalized mask leaves to check: stepped byte by
+    /// byte, an indentation token makes a state per byte with this position's budget, none of
+    /// them known from the mask's walk.
     pub(super) fn whitespace_token_allowed(
         &mut self,
         caches: &mut SharedCaches,
@@ -155,21 +157,43 @@ impl Matcher {
         if token.whitespace_slots == 0 || self.grammar.whitespace_budget() == 0 {
             return None;
         }
-        let state = self.state;
+        let trie = self.trie.clone();
+        let bytes = trie.token_bytes(token.id)?;
+        if let Some(allowed) = self.whitespace_run_allowed(caches, self.state, token.whitespace_slots, bytes) {
+            return Some(allowed);
+        }
+        let (&first, rest) = bytes.split_first()?;
+        match caches.table.next(self.state, first) {
+            DEAD => Some(false),
+            FULL => None,
+            next => self.whitespace_run_allowed(caches, next, token.whitespace_slots, rest),
+        }
+    }
+
+    /// Whether the whitespace `run` (of the bytes of `slots`) keeps `state` alive, when
+    /// `state` loops on those bytes or reads each of them only by spending budget (see
+    /// [`Matcher::whitespace_token_allowed`]); `None` otherwise.
+    fn whitespace_run_allowed(
+        &mut self,
+        caches: &mut SharedCaches,
+        state: u32,
+        slots: u8,
+        run: &[u8],
+    ) -> Option<bool> {
         // Inside a string every whitespace byte leads back to the same state: any run fits.
         let loops = (0..WHITESPACE_BYTES.len()).all(|slot| {
-            token.whitespace_slots & (1 << slot) == 0 || caches.table.next(state, WHITESPACE_BYTES[slot]) == state
+            slots & (1 << slot) == 0 || caches.table.next(state, WHITESPACE_BYTES[slot]) == state
         });
         if loops {
             return Some(true);
         }
         for slot in 0..WHITESPACE_BYTES.len() {
-            let used = token.whitespace_slots & (1 << slot) != 0;
+            let used = slots & (1 << slot) != 0;
             if used && self.reads_as_shift(caches, state, slot) != Some(true) {
                 return None;
             }
         }
-        let length = token.length;
+        let length = run.len() as u32;
         let left = self.whitespace_left(caches, state);
         if length < left {
             return Some(true);
@@ -185,8 +209,7 @@ impl Matcher {
         if next == DEAD {
             return None; // the grammar is gone: a walk will say
         }
-        let trie = self.trie.clone();
-        for &byte in trie.token_bytes(token.id)?.get(spent as usize..)? {
+        for &byte in run.get(spent as usize..)? {
             if next == DEAD || next == FULL {
                 break;
             }

@@ -61,6 +61,24 @@ fn masks_are_exact_through_whitespace_runs() {
     assert!(!matcher.is_allowed(five), "a run past the budget");
 }
 
+/// A long whitespace token right after a number: its first byte ends the number, the rest
+/// spends budget. Masks stay exact where the budget left after the number is about the run's
+/// length (the run fits, reaches the end of the budget, or passes it).
+#[test]
+fn a_run_after_a_number_is_checked_against_the_budget_left() {
+    let (vocabulary, eog) = whitespace_vocabulary(7);
+    let ir = crate::grammar::schema::compile_schema(&serde_json::json!({"type": "array"}))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let grammar = Arc::new(CompiledGrammar::new(ir, &Limits::default()).unwrap_or_else(|e| panic!("{e}")));
+    let trie = Arc::new(TokenTrie::new(&vocabulary, &eog));
+    for before in [20, 23, 24, 25, 28] {
+        let mut matcher = Matcher::new(grammar.clone(), trie.clone());
+        let spaces = " ".repeat(before);
+        let sequence: [&[u8]; 4] = [b"[", spaces.as_bytes(), b"1", b","];
+        check_sequence(&format!("{before} spaces before"), &mut matcher, &vocabulary, &eog, &sequence);
+    }
+}
+
 /// A grammar whose document may end in whitespace, with a small budget: a run can end the
 /// document, reach the budget exactly, or pass it.
 #[test]
