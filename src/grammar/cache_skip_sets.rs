@@ -7,6 +7,7 @@
 //! vocabulary with many non-ASCII tokens, a walk of the UTF-8 byte-class paths (a few
 //! hundred transitions); a set is worked out once per state and kept with the state.
 
+use super::super::automaton::is_whitespace_shift;
 use super::super::ir::ByteSet;
 use super::{StateTable, DEAD, FULL};
 
@@ -111,6 +112,12 @@ impl StateTable {
             let Some(target) = self.heaviest_target(current, weights)? else {
                 break SkipSet::NONE;
             };
+            // Whitespace that only spends budget makes a new state per byte up to the end of
+            // the budget, each stepped on every byte class: the mask walks read such runs as
+            // one state (`lexer_whitespace.rs`), so a chain ends where one begins.
+            if is_whitespace_shift(self.config(current), self.config(target)) {
+                break SkipSet::NONE;
+            }
             let entry = self.entry_bytes(current, target, weights, explore_utf8)?;
             if target == current {
                 let looping = SkipSet {
