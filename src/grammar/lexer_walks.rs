@@ -284,6 +284,20 @@ impl Matcher {
         if reference == root || reference == DEAD {
             return None;
         }
+        let cached = caches
+            .masks
+            .get(reference)
+            .and_then(|slot| caches.masks.mask(slot))
+            .cloned();
+        // Without a mask of its own, the reference needs loop tables (see `loop_bytes`):
+        // whether it may have them is found out before comparing every byte of the two.
+        let may_loop = match caches.table.known_skip_set(reference) {
+            Some(known) => known.capacity == u32::MAX,
+            None => caches.table.next(reference, trie.loop_probe) == reference,
+        };
+        if cached.is_none() && !may_loop {
+            return None;
+        }
         // Most of the tokens the loop allows must start the same way from `root`, or
         // clearing the rest would cost more than walking.
         let (mut shared, mut loop_only) = (0u64, 0u64);
@@ -303,11 +317,6 @@ impl Matcher {
         if loop_only >= shared {
             return None;
         }
-        let cached = caches
-            .masks
-            .get(reference)
-            .and_then(|slot| caches.masks.mask(slot))
-            .cloned();
         let (reference_mask, reference) = match cached {
             Some(mask) => (mask, reference),
             None => {
