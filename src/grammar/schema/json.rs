@@ -574,7 +574,11 @@ pub(crate) fn canonical_json_string(text: &str) -> String {
 /// Alternatives writing exactly one character of `ranges` in canonical encoding.
 pub(crate) fn canonical_char_alternatives(ranges: &[(char, char)]) -> Vec<Vec<Symbol>> {
     let mut plain = Vec::new();
-    let mut escaped = Vec::new();
+    // Escapes by all but their last byte, with the last bytes that may follow: the 34
+    // escapes of a full range are 3 alternatives (`\` then one of `"\bfnrt`, `\u000`
+    // then a hex digit, `\u001` then one), so a position where any character may come
+    // holds 3 parse stacks for them, not 34.
+    let mut escaped: std::collections::BTreeMap<Vec<u8>, ByteSet> = std::collections::BTreeMap::new();
     for &(lo, hi) in ranges {
         let mut start = lo as u32;
         let end = hi as u32;
@@ -582,7 +586,11 @@ pub(crate) fn canonical_char_alternatives(ranges: &[(char, char)]) -> Vec<Vec<Sy
         while start <= end && start <= 0x5C {
             if let Some(c) = char::from_u32(start) {
                 match canonical_escape(c) {
-                    Some(escape) => escaped.push(literal_symbols(escape.as_bytes())),
+                    Some(escape) => {
+                        if let Some((&last, prefix)) = escape.as_bytes().split_last() {
+                            escaped.entry(prefix.to_vec()).or_insert(ByteSet::EMPTY).insert(last);
+                        }
+                    }
                     None => plain.push((c, c)),
                 }
             }
@@ -595,7 +603,11 @@ pub(crate) fn canonical_char_alternatives(ranges: &[(char, char)]) -> Vec<Vec<Sy
         }
     }
     let mut alternatives = char_ranges_to_alternatives(&merge_ranges(plain));
-    alternatives.extend(escaped);
+    alternatives.extend(escaped.into_iter().map(|(prefix, last)| {
+        let mut sequence = literal_symbols(&prefix);
+        sequence.push(Symbol::Bytes(last));
+        sequence
+    }));
     alternatives
 }
 

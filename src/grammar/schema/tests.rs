@@ -702,3 +702,17 @@ fn multiples_are_decided_in_decimal() {
     assert!(!is_decimal_multiple(&json!(7), 0.0), "nothing is a multiple of zero");
     assert!(!is_decimal_multiple(&json!("2.22"), 0.01), "a string is not a number");
 }
+
+/// Extra keys are written in canonical encoding: every character that needs an escape has
+/// exactly serde_json's (`\n`, `\u0001`, `\u001f`, `\"`), and nothing else is escaped.
+#[test]
+fn extra_keys_take_exactly_the_canonical_escapes() {
+    let grammar = schema(json!({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": {"type": "integer"}}));
+    assert_accepts(&grammar, &[
+        r#"{"\n":1}"#, r#"{"\t\b\f\r":1}"#, r#"{"\u0001":1}"#, r#"{"\u000b":1}"#, r#"{"\u001f":1}"#,
+        r#"{"\"\\":1}"#, r#"{"x\u0010y":1}"#, r#"{"a":1,"\u0000":2}"#,
+    ]);
+    assert_rejects(&grammar, &[
+        r#"{"\u000a":1}"#, r#"{"\u0061":1}"#, r#"{"\u001F":1}"#, r#"{"\u0020":1}"#, r#"{"\/":1}"#, r#"{"\u0008":1}"#,
+    ]);
+}
