@@ -96,7 +96,6 @@ pub struct TokenTrie {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct LongToken {
     pub(crate) id: u32,
-    pub(crate) length: u32,
     /// See [`whitespace_slots`]: nonzero for a token made only of whitespace.
     pub(crate) whitespace_slots: u8,
     /// How many of its bytes are whitespace: the most whitespace budget it can spend.
@@ -278,7 +277,6 @@ impl TokenTrie {
                 let bytes = &token_bytes[id as usize];
                 LongToken {
                     id,
-                    length: bytes.len() as u32,
                     whitespace_slots: whitespace_slots(bytes),
                     whitespace_bytes: bytes.iter().filter(|b| WHITESPACE_BYTES.contains(b)).count() as u32,
                 }
