@@ -225,25 +225,28 @@ pub(crate) fn completable_within(bytes: &[u8], set: &ByteSet) -> bool {
     let Some(&lead) = bytes.first() else {
         return false;
     };
-    // The byte ranges of each position of a character by its lead byte (RFC 3629).
+    // A character's width and the range of its second byte, by its lead byte (RFC 3629);
+    // every later byte is a plain continuation byte.
     const TAIL: (u8, u8) = (0x80, 0xBF);
-    let ranges: [(u8, u8); 3] = match lead {
-        0xC2..=0xDF => [TAIL, (1, 0), (1, 0)],
-        0xE0 => [(0xA0, 0xBF), TAIL, (1, 0)],
-        0xE1..=0xEC | 0xEE..=0xEF => [TAIL, TAIL, (1, 0)],
-        0xED => [(0x80, 0x9F), TAIL, (1, 0)],
-        0xF0 => [(0x90, 0xBF), TAIL, TAIL],
-        0xF1..=0xF3 => [TAIL, TAIL, TAIL],
-        0xF4 => [(0x80, 0x8F), TAIL, TAIL],
+    let (width, second) = match lead {
+        0xC2..=0xDF => (2, TAIL),
+        0xE0 => (3, (0xA0, 0xBF)),
+        0xE1..=0xEC | 0xEE..=0xEF => (3, TAIL),
+        0xED => (3, (0x80, 0x9F)),
+        0xF0 => (4, (0x90, 0xBF)),
+        0xF1..=0xF3 => (4, TAIL),
+        0xF4 => (4, (0x80, 0x8F)),
         _ => return false,
     };
-    let width = ranges.iter().take_while(|(low, high)| low <= high).count() + 1;
     if bytes.len() >= width || !set.contains(lead) {
         return false;
     }
-    ranges[..width - 1].iter().enumerate().all(|(position, &(low, high))| match bytes.get(position + 1) {
-        Some(&byte) => (low..=high).contains(&byte) && set.contains(byte),
-        None => (low..=high).any(|byte| set.contains(byte)),
+    (1..width).all(|position| {
+        let (low, high) = if position == 1 { second } else { TAIL };
+        match bytes.get(position) {
+            Some(&byte) => (low..=high).contains(&byte) && set.contains(byte),
+            None => (low..=high).any(|byte| set.contains(byte)),
+        }
     })
 }
 
