@@ -40,13 +40,31 @@ fn assert_exact(vocabulary: &Vocabulary, grammar: &CompiledGrammar, mask: &llama
     }
 }
 
-/// The next token of a seeded walk among those `mask` allows, if any.
-fn seeded_choice(vocabulary: &Vocabulary, mask: &llamay::grammar::TokenMask, seed: &mut u64) -> Option<u32> {
-    let choices: Vec<u32> = mask.iter_set().filter(|t| !vocabulary.is_end_of_generation(*t)).collect();
-    *seed ^= *seed << 13;
-    *seed ^= *seed >> 7;
-    *seed ^= *seed << 17;
-    choices.get((*seed % choices.len().max(1) as u64) as usize).copied()
+/// Up to `steps` steps of a seeded walk from where `matcher` stands after `text`: at each, the
+/// mask is checked with [`assert_exact`], then a token it allows is committed.
+fn check_seeded_steps(
+    vocabulary: &Vocabulary,
+    grammar: &CompiledGrammar,
+    matcher: &mut Matcher,
+    text: &mut Vec<u8>,
+    seed: &mut u64,
+    steps: usize,
+    what: &str,
+) {
+    for step in 0..steps {
+        let mask = matcher.compute_mask().clone();
+        assert_exact(vocabulary, grammar, &mask, text, &format!("{what} step {step}"));
+        let choices: Vec<u32> = mask.iter_set().filter(|t| !vocabulary.is_end_of_generation(*t)).collect();
+        if choices.is_empty() {
+            break;
+        }
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        let token = choices[(*seed % choices.len() as u64) as usize];
+        matcher.commit(token).expect("an allowed token commits");
+        text.extend_from_slice(vocabulary.piece(token));
+    }
 }
 
 /// Inside JSON Schema strings (where masks come from the vocabulary's loop tables, and where
@@ -87,13 +105,7 @@ fn string_masks_match_the_definition() {
                 matcher.commit(token).expect("the prefix is valid");
                 text.extend_from_slice(vocabulary.piece(token));
             }
-            for step in 0..2 {
-                let mask = matcher.compute_mask().clone();
-                assert_exact(&vocabulary, &grammar, &mask, &text, &format!("{model} {prefix:?} step {step}"));
-                let Some(token) = seeded_choice(&vocabulary, &mask, &mut seed) else { break };
-                matcher.commit(token).expect("an allowed token commits");
-                text.extend_from_slice(vocabulary.piece(token));
-            }
+            check_seeded_steps(&vocabulary, &grammar, &mut matcher, &mut text, &mut seed, 2, &format!("{model} {prefix:?}"));
         }
     }
 }
@@ -109,13 +121,7 @@ fn masks_match_the_definition_along_seeded_walks() {
             let mut matcher = Matcher::new(Arc::clone(&grammar), Arc::clone(&trie));
             let mut text: Vec<u8> = Vec::new();
             let mut seed = 0x9E37_79B9_7F4A_7C15u64 ^ name.len() as u64;
-            for step in 0..5 {
-                let mask = matcher.compute_mask().clone();
-                assert_exact(&vocabulary, &grammar, &mask, &text, &format!("{model} {name} step {step}"));
-                let Some(token) = seeded_choice(&vocabulary, &mask, &mut seed) else { break };
-                matcher.commit(token).expect("an allowed token commits");
-                text.extend_from_slice(vocabulary.piece(token));
-            }
+            check_seeded_steps(&vocabulary, &grammar, &mut matcher, &mut text, &mut seed, 5, &format!("{model} {name}"));
         }
     }
 }
