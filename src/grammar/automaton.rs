@@ -46,6 +46,11 @@ pub(crate) struct Normalized {
     /// Whether a frame moved within a bounded repetition (not only whitespace budget raised):
     /// then any token longer than the horizon may behave otherwise than from the original.
     pub(crate) counters_moved: bool,
+    /// When no frame moved and every stack's whitespace used was raised by the same count:
+    /// that count. Then every token of at most the horizon steps both configurations alike,
+    /// frame for frame, and the original's successor is the normalized one's with that much
+    /// whitespace refunded (see [`CompiledGrammar::with_whitespace_used`]).
+    pub(crate) uniform_raise: Option<u32>,
 }
 
 fn whitespace_set() -> ByteSet {
@@ -324,13 +329,14 @@ impl CompiledGrammar {
         self.whitespace_budget.saturating_sub(least_used)
     }
 
-    /// `config` with `bytes` more whitespace used by every stack: the configuration after a
-    /// run of that many whitespace bytes, each of which only spent budget (see
-    /// `is_whitespace_shift`), made at once instead of byte by byte.
-    pub(crate) fn spend_whitespace(&self, config: &[u32], bytes: u32) -> Vec<u32> {
+    /// `config` with `change` applied to every stack's whitespace used. Adding `n` makes the
+    /// configuration after a run of `n` whitespace bytes that each only spent budget (see
+    /// `is_whitespace_shift`) at once instead of byte by byte; taking `n` away undoes a uniform
+    /// raise (see [`Normalized::uniform_raise`]) on a configuration stepped from the raised one.
+    pub(crate) fn with_whitespace_used(&self, config: &[u32], change: impl Fn(u32) -> u32) -> Vec<u32> {
         let mut stacks = StepStacks::default();
         for (ws_used, frames) in decode(config) {
-            stacks.push(frames, ws_used.saturating_add(bytes));
+            stacks.push(frames, change(ws_used));
         }
         stacks.into_encoded()
     }
@@ -601,6 +607,8 @@ impl CompiledGrammar {
         }
         let mut whitespace_raised = false;
         let mut counters_moved = false;
+        // The raise shared by every stack so far: None before the first, Some(None) once two differ.
+        let mut raises: Option<Option<u32>> = None;
         let mut stacks = StepStacks::default();
         let mut mapped = Vec::new();
         for (ws_used, frames) in decode(config) {
@@ -612,12 +620,18 @@ impl CompiledGrammar {
             );
             let ws = ws_used.max(floor);
             whitespace_raised |= ws != ws_used;
+            let raise = ws - ws_used;
+            raises = match raises {
+                None => Some(Some(raise)),
+                Some(same) => Some(same.filter(|&known| known == raise)),
+            };
             counters_moved |= mapped[..] != frames[..];
             stacks.push(&mapped, ws);
         }
         (whitespace_raised || counters_moved).then(|| Normalized {
             config: stacks.into_encoded(),
             counters_moved,
+            uniform_raise: raises.flatten().filter(|&raise| raise > 0 && !counters_moved),
         })
     }
 

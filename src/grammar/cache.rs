@@ -184,17 +184,37 @@ impl StateTable {
         }
     }
 
+    /// The state of `state`'s configuration with `bytes` whitespace refunded to every stack:
+    /// the real successor of a state whose mask state raised it uniformly (see
+    /// `Normalized::uniform_raise`); [`FULL`] when it would not fit.
+    pub(crate) fn with_whitespace_refunded(&mut self, state: u32, bytes: u32) -> u32 {
+        self.intern_with_whitespace_used(state, |used| used.saturating_sub(bytes))
+    }
+
+    /// The state after `byte` if that transition is known: no step is computed.
+    #[inline]
+    pub(crate) fn known_next(&self, state: u32, byte: u8) -> Option<u32> {
+        let index = state as usize * self.classes + self.byte_class[byte as usize] as usize;
+        self.transitions.get(index).copied().filter(|&target| target != UNKNOWN)
+    }
+
     /// The state after a run of `bytes` whitespace bytes from `state`, each of which only
     /// spends budget there (see `lexer_whitespace.rs`), interned directly rather than through
     /// a new state per byte; [`FULL`] when it would not fit.
     pub(crate) fn after_whitespace_run(&mut self, state: u32, bytes: u32) -> u32 {
+        self.intern_with_whitespace_used(state, |used| used.saturating_add(bytes))
+    }
+
+    /// The state of `state`'s configuration with `change` applied to every stack's whitespace
+    /// used; [`FULL`] when it would not fit.
+    fn intern_with_whitespace_used(&mut self, state: u32, change: impl Fn(u32) -> u32) -> u32 {
         let config = config_in(&self.config_words, &self.config_starts, state);
-        let Some(spent) = on_grammar(&self.lent, &self.grammar, |grammar| {
-            grammar.spend_whitespace(config, bytes)
+        let Some(changed) = on_grammar(&self.lent, &self.grammar, |grammar| {
+            grammar.with_whitespace_used(config, change)
         }) else {
             return DEAD;
         };
-        self.intern(&spent, config_hash(&spent)).unwrap_or(FULL)
+        self.intern(&changed, config_hash(&changed)).unwrap_or(FULL)
     }
 
     #[cold]
@@ -372,10 +392,18 @@ impl StateTable {
 pub(crate) struct MaskRoot {
     pub(crate) state: u32,
     pub(crate) counters_moved: bool,
+    /// See `Normalized::uniform_raise`: then the state's successors can be read off the mask
+    /// state's, whose transitions the mask walk has mostly filled.
+    pub(crate) uniform_raise: Option<u32>,
 }
 
 impl MaskRoot {
-    const UNKNOWN: MaskRoot = MaskRoot { state: UNKNOWN, counters_moved: false };
+    const UNKNOWN: MaskRoot = MaskRoot { state: UNKNOWN, counters_moved: false, uniform_raise: None };
+
+    /// A state that is its own mask state.
+    pub(crate) fn itself(state: u32) -> MaskRoot {
+        MaskRoot { state, counters_moved: false, uniform_raise: None }
+    }
 }
 
 /// The new id of each state kept across a clear of a [`StateTable`], by its old id.

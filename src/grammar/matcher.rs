@@ -75,6 +75,9 @@ pub struct Matcher {
     /// Masks that came from the tables of a bounded chain, for tests to see that path ran.
     #[cfg(test)]
     bounded_loop_masks: usize,
+    /// Successors read off a mask state (`state_after_via_mask_state`), for the same.
+    #[cfg(test)]
+    successors_via_mask_state: usize,
     /// Whether this step needed a new mask (for the hit rate).
     computed_this_step: bool,
     stats: MaskStats,
@@ -106,6 +109,8 @@ impl Matcher {
             pending_continuations: 0,
             #[cfg(test)]
             bounded_loop_masks: 0,
+            #[cfg(test)]
+            successors_via_mask_state: 0,
             computed_this_step: false,
             stats: MaskStats::default(),
         };
@@ -179,12 +184,16 @@ impl Matcher {
                             // A state that would not fit even in a cleared table: the
                             // mask comes from the current state itself.
                             if root == DEAD {
-                                MaskRoot { state: matcher.state, counters_moved: false }
+                                MaskRoot::itself(matcher.state)
                             } else {
-                                MaskRoot { state: root, counters_moved: normalized.counters_moved }
+                                MaskRoot {
+                                    state: root,
+                                    counters_moved: normalized.counters_moved,
+                                    uniform_raise: normalized.uniform_raise,
+                                }
                             }
                         }
-                        None => MaskRoot { state: matcher.state, counters_moved: false },
+                        None => MaskRoot::itself(matcher.state),
                     };
                     caches.table.remember_mask_state(matcher.state, known);
                     known
@@ -214,6 +223,28 @@ impl Matcher {
             // the mask copied only when one does.
             let mut exact: Option<TokenMask> = None;
             let trie = matcher.trie.clone();
+            // Stepped from a state that allows every token exactly as this one does, and that
+            // other positions share: counts moved to just past the longest token and, where
+            // that leaves more than a token can use, the repetition unbounded (see
+            // `CompiledGrammar::unbind_counters`): inside a long bounded string, the string's
+            // loop, whose transitions come back to itself, instead of a new state per byte of
+            // every long token at every position.
+            // `None`: the current state itself (whose id a table clear may change).
+            let mut long_root = None;
+            if mask_root.counters_moved {
+                let longest = trie.max_depth() as u32;
+                let config = caches.table.config(matcher.state);
+                let moved = matcher.grammar.normalize_for_horizon(config, longest + 1).map(|n| n.config);
+                let base = moved.as_deref().unwrap_or(config);
+                let shared = match matcher.grammar.unbind_counters(base, longest + 2) {
+                    Some((unbound, _)) => Some(unbound),
+                    None => moved,
+                };
+                if let Some(shared) = shared {
+                    let adopted = matcher.adopt_config(caches, &shared);
+                    long_root = (adopted != DEAD).then_some(adopted);
+                }
+            }
             for &long_token in &trie.long_tokens {
                 // Only whitespace budget was raised, and it still covers this token.
                 if !mask_root.counters_moved && long_token.whitespace_bytes <= horizon.saturating_add(1) {
@@ -222,7 +253,7 @@ impl Matcher {
                 let token = long_token.id;
                 let allowed = match matcher.whitespace_token_allowed(caches, long_token) {
                     Some(allowed) => allowed,
-                    None => matcher.state_after(caches, token).is_some(),
+                    None => matcher.state_after_from(caches, &mut long_root, token).is_some(),
                 };
                 if allowed != mask.is_set(token) {
                     let exact = exact.get_or_insert_with(|| (*mask).clone());
@@ -320,12 +351,41 @@ impl Matcher {
         }
         let trie = self.trie.clone();
         let bytes = trie.token_bytes(token)?;
+        if let Some(known) = self.known_state_after(caches, bytes) {
+            return known;
+        }
+        if let Some(derived) = self.state_after_via_mask_state(caches, bytes) {
+            return derived;
+        }
+        let mut from = self.state;
+        self.steps_from(caches, &mut from, bytes)
+    }
+
+    /// The state after `token` from `from`, a state that allows the same tokens as the current
+    /// one (`from` is renumbered by a table clear on the way; `None` is the current state);
+    /// `None` when not allowed.
+    fn state_after_from(&mut self, caches: &mut SharedCaches, from: &mut Option<u32>, token: u32) -> Option<u32> {
+        match from {
+            Some(from) if !self.trie.is_eog(token) => {
+                let trie = self.trie.clone();
+                let bytes = trie.token_bytes(token)?;
+                self.steps_from(caches, from, bytes)
+            }
+            _ => self.state_after(caches, token),
+        }
+    }
+
+    /// The state after `bytes` from `from`, stepped byte by byte, clearing the table when it
+    /// fills up (keeping the current state and `from`, renumbered); `None` when dead.
+    fn steps_from(&mut self, caches: &mut SharedCaches, from: &mut u32, bytes: &[u8]) -> Option<u32> {
         'retry: loop {
-            let mut state = self.state;
+            let mut state = *from;
             for &byte in bytes {
                 state = caches.table.next(state, byte);
                 if state == FULL {
-                    self.clear_tables(caches, &mut []);
+                    let mut live = [*from];
+                    self.clear_tables(caches, &mut live);
+                    *from = live[0];
                     continue 'retry;
                 }
                 if state == DEAD {
@@ -333,6 +393,52 @@ impl Matcher {
                 }
             }
             return Some(state);
+        }
+    }
+
+    /// The state after `bytes` when every transition on the way is known (`Some(None)`: dead);
+    /// `None` when one would have to be computed.
+    fn known_state_after(&self, caches: &SharedCaches, bytes: &[u8]) -> Option<Option<u32>> {
+        let mut state = self.state;
+        for &byte in bytes {
+            state = caches.table.known_next(state, byte)?;
+            if state == DEAD {
+                return Some(None);
+            }
+        }
+        Some(Some(state))
+    }
+
+    /// The state after `bytes` read off the current state's mask state, when that is the
+    /// current configuration with every stack's whitespace used raised alike (see
+    /// `Normalized::uniform_raise`) and `bytes` is within the horizon: both then step frame
+    /// for frame alike, so the successor is the mask state's with the raise refunded. The
+    /// mask walk from the mask state has stepped most of the way already, where stepping the
+    /// current state would make a new state per byte. `Some(None)`: dead; `None` when this
+    /// does not apply or the table is full.
+    fn state_after_via_mask_state(&mut self, caches: &mut SharedCaches, bytes: &[u8]) -> Option<Option<u32>> {
+        let root = caches.table.known_mask_state(self.state)?;
+        let raise = root.uniform_raise?;
+        if bytes.len() as u32 > self.trie.horizon {
+            return None;
+        }
+        let mut state = root.state;
+        for &byte in bytes {
+            match caches.table.next(state, byte) {
+                FULL => return None,
+                DEAD => return Some(None),
+                next => state = next,
+            }
+        }
+        match caches.table.with_whitespace_refunded(state, raise) {
+            FULL | DEAD => None,
+            real => {
+                #[cfg(test)]
+                {
+                    self.successors_via_mask_state += 1;
+                }
+                Some(Some(real))
+            }
         }
     }
 

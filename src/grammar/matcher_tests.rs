@@ -182,9 +182,11 @@ fn check_walks_on(
                 break;
             }
             let token = choices[rng.below(choices.len())];
+            let expected = stepped_config(&matcher, &vocabulary[token as usize]);
             matcher
                 .commit(token)
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(&matcher.config[..], &expected[..], "{name} seed {seed} step {step}: state after commit");
         }
         assert!(matcher.stats().steps > 0);
     }
@@ -689,6 +691,16 @@ fn masks_from_bounded_loop_tables_are_exact() {
     assert!(used > 0, "no mask came from a bounded chain's tables");
 }
 
+/// The configuration after `bytes` from the matcher's, stepped byte by byte: what a commit
+/// must reach, whichever way it finds it (the mask state's transitions, a whitespace refund).
+fn stepped_config(matcher: &Matcher, bytes: &[u8]) -> Vec<u32> {
+    let mut config = matcher.config.to_vec();
+    for &byte in bytes {
+        config = matcher.grammar.step(&config, byte).unwrap_or_default();
+    }
+    config
+}
+
 /// Commits `tokens` one by one, checking the whole mask against the definition before each.
 fn check_sequence(name: &str, matcher: &mut Matcher, vocabulary: &[Vec<u8>], eog: &[u32], tokens: &[&[u8]]) {
     for (step, text) in tokens.iter().enumerate() {
@@ -699,7 +711,9 @@ fn check_sequence(name: &str, matcher: &mut Matcher, vocabulary: &[Vec<u8>], eog
                 String::from_utf8_lossy(&vocabulary[token as usize]));
         }
         let token = vocabulary.iter().position(|t| t == text).unwrap_or_else(|| panic!("{text:?}"));
+        let expected = stepped_config(matcher, text);
         matcher.commit(token as u32).unwrap_or_else(|e| panic!("{name} step {step}: {e}"));
+        assert_eq!(&matcher.config[..], &expected[..], "{name} step {step}: state after commit");
     }
 }
 

@@ -155,3 +155,27 @@ fn a_mask_at_a_whitespace_run_makes_no_state_per_run_length() {
     // the vocabulary's longest token (32 states here).
     assert!(run_length <= 2, "a state per whitespace run length: {run_length} of them");
 }
+
+/// Far from the end of the budget a mask comes from the state with more whitespace used, and
+/// a commit reads its successor off that state's transitions, refunding the whitespace
+/// (`state_after_via_mask_state`). The states reached are checked against stepping byte by
+/// byte (`check_sequence`), through tokens that spend budget and tokens that do not, up to
+/// where the budget left is within the horizon and commits step the real state again.
+#[test]
+fn successors_are_read_off_the_mask_state_while_only_whitespace_was_raised() {
+    let (vocabulary, eog) = whitespace_vocabulary(13);
+    let ir = crate::grammar::schema::compile_schema(&serde_json::json!({
+        "type": "array", "items": {"type": "object", "properties": {"a": {"type": "integer"}}}}))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let grammar = Arc::new(CompiledGrammar::new(ir, &Limits::default()).unwrap_or_else(|e| panic!("{e}")));
+    let trie = Arc::new(TokenTrie::new(&vocabulary, &eog));
+    let mut matcher = Matcher::new(grammar, trie);
+    let spaces = " ".repeat(12);
+    let mut sequence: Vec<&[u8]> = vec![b"[", b"{", b"\"", b"a", b"\"", b":", b" ", b"1", b"}"];
+    // 4 x 13 bytes: the budget (64) nearly spent, never passed.
+    for _ in 0..4 {
+        sequence.extend([b",".as_slice(), b"\n", spaces.as_bytes(), b"{", b"\"", b"a", b"\"", b":", b"2", b"}"]);
+    }
+    check_sequence("array of objects", &mut matcher, &vocabulary, &eog, &sequence);
+    assert!(matcher.successors_via_mask_state > 0, "no successor came from a mask state");
+}
