@@ -14,8 +14,8 @@
 //! keeps table rows short.
 //!
 //! The byte-free expansion of each grammar position (which rules it enters, where it can
-//! return) is computed the first time a step needs it and kept in the compiled grammar, so a
-//! step only glues cached expansions onto the stack below.
+//! return) is computed the first time a step needs it and kept in the compiled grammar (child
+//! module `expansion`), so a step only glues cached expansions onto the stack below.
 //!
 //! Key types: [`CompiledGrammar`] (immutable but for those caches, shared in an `Arc`),
 //! [`CheckOutcome`], [`check_input`]. Cost: compiling is linear in the grammar plus a
@@ -33,8 +33,10 @@ use super::error::{GrammarError, Location};
 use super::ir::{rules_satisfying, ByteSet, Grammar, Symbol, WHITESPACE_BYTES};
 use super::limits::Limits;
 
+mod expansion;
 mod stacks;
 
+use expansion::Expansion;
 use stacks::{decode, StackSet};
 pub(crate) use stacks::{
     config_can_continue, config_hash, config_is_accepting, is_whitespace_shift, StepStacks, WordHasher,
@@ -69,13 +71,6 @@ pub(crate) enum FlatSymbol {
     Whitespace,
     /// End of an alternative: return to the frame below.
     End,
-}
-
-/// The byte-free expansion of one grammar position (see `CompiledGrammar::expansion`).
-#[derive(Debug)]
-struct Expansion {
-    stacks: Box<[Box<[u32]>]>,
-    completes: bool,
 }
 
 /// A grammar compiled for the automaton: immutable but for caches filled once, `Send + Sync`,
@@ -522,8 +517,24 @@ impl CompiledGrammar {
     ) -> Result<(), StepOverflow> {
         let mut depth = below.len();
         loop {
+            // A terminal, or an alternative's end, is its own expansion.
+            match self.symbols[position as usize] {
+                FlatSymbol::Bytes(_) => {
+                    if depth + 1 > self.limits.max_stack_depth {
+                        return Err(StepOverflow::StackDepth);
+                    }
+                    out.push_on_prefix(&below[..depth], &[position], ws_used);
+                    return Ok(());
+                }
+                FlatSymbol::End if depth > 0 => {
+                    depth -= 1;
+                    position = below[depth];
+                    continue;
+                }
+                _ => {}
+            }
             let expansion = self.expansion(position)?;
-            for relative in expansion.stacks.iter() {
+            for relative in expansion.stacks() {
                 let on_whitespace = relative
                     .last()
                     .is_some_and(|top| self.symbols[*top as usize] == FlatSymbol::Whitespace);
@@ -548,48 +559,6 @@ impl CompiledGrammar {
             depth -= 1;
             position = below[depth];
         }
-    }
-
-    /// What a stack whose top is `position` expands to before reading a byte, computed once
-    /// per position and shared by every matcher: the stacks above the top's frame, and
-    /// whether the rest of the alternative can match nothing (then the frame below continues).
-    fn expansion(&self, position: u32) -> Result<&Expansion, StepOverflow> {
-        let Some(cell) = self.expansions.get(position as usize) else {
-            return Err(StepOverflow::TooMuchWork);
-        };
-        let computed = cell.get_or_init(|| {
-            // Most positions are a terminal or an alternative's end: nothing to follow.
-            match self.symbols[position as usize] {
-                FlatSymbol::Bytes(_) => {
-                    return Box::new(Ok(Expansion {
-                        stacks: Box::new([Box::new([position])]),
-                        completes: false,
-                    }))
-                }
-                FlatSymbol::End => {
-                    return Box::new(Ok(Expansion { stacks: Box::new([]), completes: true }))
-                }
-                FlatSymbol::Whitespace | FlatSymbol::Rule(_) => {}
-            }
-            let mut out = StackSet::default();
-            Box::new(self.expand(vec![(0, vec![position])], &mut out).map(|()| {
-                let mut completes = false;
-                let mut stacks = Vec::new();
-                for (frames, _) in out.stacks {
-                    if frames.is_empty() {
-                        completes = true;
-                    } else {
-                        stacks.push(frames.into_boxed_slice());
-                    }
-                }
-                stacks.sort_unstable();
-                Expansion {
-                    stacks: stacks.into_boxed_slice(),
-                    completes,
-                }
-            }))
-        });
-        computed.as_ref().as_ref().map_err(|overflow| *overflow)
     }
 
     /// A configuration that keeps exactly the same bytes alive as `config` for any text of at
