@@ -409,3 +409,22 @@ fn bytes_stepping_alike_step_to_the_same_configuration() {
     assert!(seen.len() >= 100, "the walk reached only {} configurations", seen.len());
     assert!(checked_wider > 1000, "only {checked_wider} bytes had company");
 }
+
+#[test]
+fn a_whitespace_shift_is_one_more_byte_used_by_every_stack_and_nothing_else() {
+    let grammar = compile(list_grammar(8));
+    let step = |config: &[u32], text: &[u8]| {
+        text.iter().fold(config.to_vec(), |config, &byte| grammar.step(&config, byte).unwrap_or_default())
+    };
+    let after_comma = step(grammar.initial_config(), b"[1,");
+    let one_space = step(&after_comma, b" ");
+    assert!(is_whitespace_shift(&after_comma, &one_space));
+    assert!(is_whitespace_shift(&one_space, &step(&one_space, b"\n")));
+    // Two bytes spent, none spent, and other frames: not one shift.
+    assert!(!is_whitespace_shift(&after_comma, &step(&after_comma, b"  ")));
+    assert!(!is_whitespace_shift(&after_comma, &after_comma));
+    assert!(!is_whitespace_shift(&one_space, &step(&one_space, b"2")));
+    // Nothing to spend: `[1` reads no whitespace, so no step from it is a shift.
+    let after_digit = step(grammar.initial_config(), b"[1");
+    assert!(!is_whitespace_shift(&after_digit, &step(&after_digit, b",")));
+}

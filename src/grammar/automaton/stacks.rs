@@ -285,18 +285,19 @@ pub(crate) fn decode(config: &[u32]) -> impl Iterator<Item = (u32, &[u32])> {
 }
 
 /// True when `after` is `before` with one more whitespace byte used by every stack and
-/// nothing else changed: reading that byte only spent budget. The stacks are compared as sets,
-/// since the canonical order follows their hashes, which cover whitespace used.
+/// nothing else changed: reading that byte only spent budget. Both are canonical encodings,
+/// whose stacks are ordered by their frames alone (at most one stack per frames), so the
+/// stacks are compared in step, without gathering or sorting them.
 pub(crate) fn is_whitespace_shift(before: &[u32], after: &[u32]) -> bool {
     if before.len() != after.len() {
         return false;
     }
-    let mut expected: Vec<(&[u32], Option<u32>)> =
-        decode(before).map(|(used, frames)| (frames, used.checked_add(1))).collect();
-    let mut found: Vec<(&[u32], Option<u32>)> = decode(after).map(|(used, frames)| (frames, Some(used))).collect();
-    expected.sort_unstable();
-    found.sort_unstable();
-    expected == found
+    let mut shifted = decode(after);
+    decode(before).all(|(used, frames)| {
+        shifted
+            .next()
+            .is_some_and(|(now_used, now_frames)| now_frames == frames && used.checked_add(1) == Some(now_used))
+    })
 }
 
 /// True when some stack of `config` has matched the whole root rule.
