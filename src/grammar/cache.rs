@@ -40,6 +40,11 @@ pub(crate) const DEAD: u32 = 0;
 const UNKNOWN: u32 = u32::MAX;
 /// States a fresh table's index is sized for.
 const INITIAL_IDS: usize = 1024;
+/// States a fresh table's other vectors have room for: a grammar's first masks make a few
+/// hundred, which would otherwise grow them (and copy them) step by step.
+const INITIAL_STATES: usize = 256;
+/// Words per state a fresh table has room for (a state is a few stacks of a few frames).
+const INITIAL_WORDS_PER_STATE: usize = 32;
 /// Returned by [`StateTable::next`] when the table is full; clear it and retry.
 pub(crate) const FULL: u32 = u32::MAX - 1;
 
@@ -93,6 +98,7 @@ impl StateTable {
             .max((min_capacity + 1).saturating_mul(grammar.limits().max_state_words))
             .min(u32::MAX as usize / 2);
         let byte_class = *grammar.byte_class();
+        let initial = capacity.min(INITIAL_STATES);
         let mut class_bytes = vec![0u8; classes];
         for byte in (0..=255u8).rev() {
             if let Some(slot) = class_bytes.get_mut(byte_class[byte as usize] as usize) {
@@ -104,16 +110,20 @@ impl StateTable {
             byte_class,
             classes,
             class_bytes,
-            config_words: Vec::new(),
-            config_starts: vec![0],
+            config_words: Vec::with_capacity(initial * INITIAL_WORDS_PER_STATE),
+            config_starts: {
+                let mut starts = Vec::with_capacity(initial + 1);
+                starts.push(0);
+                starts
+            },
             // Sized for a table in use, so that interning rarely rehashes.
             ids: HashMap::with_capacity_and_hasher(capacity.min(INITIAL_IDS), Default::default()),
-            same_hash: Vec::new(),
-            transitions: Vec::new(),
-            accepting: Vec::new(),
-            can_continue: Vec::new(),
-            skip_sets: Vec::new(),
-            mask_states: Vec::new(),
+            same_hash: Vec::with_capacity(initial),
+            transitions: Vec::with_capacity(initial * classes),
+            accepting: Vec::with_capacity(initial),
+            can_continue: Vec::with_capacity(initial),
+            skip_sets: Vec::with_capacity(initial),
+            mask_states: Vec::with_capacity(initial),
             step_buffer: StepStacks::default(),
             lent: None,
             capacity,
