@@ -124,9 +124,6 @@ impl CompiledGrammar {
                 let mut returns = false;
                 for &alternative in &self.alt_starts[lo as usize..hi as usize] {
                     returns |= self.gather(alternative, below, &mut stacks, open)?;
-                    if stacks.len() > self.limits.max_expansion_steps {
-                        return Err(StepOverflow::TooMuchWork);
-                    }
                 }
                 match below {
                     Some(return_to) if returns => self.gather(return_to, None, &mut stacks, open)?,
@@ -162,6 +159,11 @@ impl CompiledGrammar {
                         return Err(StepOverflow::StackDepth);
                     }
                     stacks.push(below, stack);
+                }
+                // Duplicates are dropped only at the end: a bound on what is gathered before
+                // then, as a byte step has, keeps a pathological grammar's memory in check.
+                if stacks.len() > self.limits.max_stacks.saturating_mul(4) {
+                    return Err(StepOverflow::TooManyStacks);
                 }
                 return Ok(expansion.completes);
             }
