@@ -526,12 +526,16 @@ impl CompiledGrammar {
                     out.push_on_prefix(&below[..depth], &[position], ws_used);
                     return Ok(());
                 }
-                FlatSymbol::End if depth > 0 => {
+                FlatSymbol::End if depth == 0 => {
+                    out.push(&[], ws_used);
+                    return Ok(());
+                }
+                FlatSymbol::End => {
                     depth -= 1;
                     position = below[depth];
                     continue;
                 }
-                _ => {}
+                FlatSymbol::Whitespace | FlatSymbol::Rule(_) => {}
             }
             let expansion = self.expansion(position)?;
             for relative in expansion.stacks() {
@@ -574,10 +578,10 @@ impl CompiledGrammar {
         if self.counters.is_empty() && floor == 0 {
             return None;
         }
-        let mut whitespace_raised = false;
         let mut counters_moved = false;
-        // The raise shared by every stack so far: None before the first, Some(None) once two differ.
-        let mut raises: Option<Option<u32>> = None;
+        // The least and most whitespace any stack has used: some stack is raised when the
+        // least is under the floor, and every stack alike when the two agree.
+        let (mut least_used, mut most_used) = (u32::MAX, 0);
         let mut stacks = StepStacks::default();
         let mut mapped = Vec::new();
         for (ws_used, frames) in decode(config) {
@@ -588,19 +592,16 @@ impl CompiledGrammar {
                     .map(|&position| self.counters.map_position(position, horizon)),
             );
             let ws = ws_used.max(floor);
-            whitespace_raised |= ws != ws_used;
-            let raise = ws - ws_used;
-            raises = match raises {
-                None => Some(Some(raise)),
-                Some(same) => Some(same.filter(|&known| known == raise)),
-            };
+            least_used = least_used.min(ws_used);
+            most_used = most_used.max(ws_used);
             counters_moved |= mapped[..] != frames[..];
             stacks.push(&mapped, ws);
         }
-        (whitespace_raised || counters_moved).then(|| Normalized {
+        (least_used < floor || counters_moved).then(|| Normalized {
             config: stacks.into_encoded(),
             counters_moved,
-            uniform_raise: raises.flatten().filter(|&raise| raise > 0 && !counters_moved),
+            uniform_raise: (!counters_moved && least_used == most_used && most_used < floor)
+                .then(|| floor - most_used),
         })
     }
 

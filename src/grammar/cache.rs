@@ -186,7 +186,7 @@ impl StateTable {
     /// The state after `byte`, [`DEAD`], or [`FULL`] when a new state would not fit.
     #[inline]
     pub(crate) fn next(&mut self, state: u32, byte: u8) -> u32 {
-        let index = state as usize * self.classes + self.byte_class[byte as usize] as usize;
+        let index = self.transition_index(state, byte);
         match self.transitions.get(index) {
             Some(&target) if target != UNKNOWN => target,
             Some(_) => self.fill(index, state, byte),
@@ -201,11 +201,16 @@ impl StateTable {
         self.intern_with_whitespace_used(state, |used| used.saturating_sub(bytes))
     }
 
+    /// Where the transition of `state` on `byte` is kept in `transitions`.
+    #[inline]
+    fn transition_index(&self, state: u32, byte: u8) -> usize {
+        state as usize * self.classes + self.byte_class[byte as usize] as usize
+    }
+
     /// The state after `byte` if that transition is known: no step is computed.
     #[inline]
     pub(crate) fn known_next(&self, state: u32, byte: u8) -> Option<u32> {
-        let index = state as usize * self.classes + self.byte_class[byte as usize] as usize;
-        self.transitions.get(index).copied().filter(|&target| target != UNKNOWN)
+        self.transitions.get(self.transition_index(state, byte)).copied().filter(|&target| target != UNKNOWN)
     }
 
     /// The state after a run of `bytes` whitespace bytes from `state`, each of which only
