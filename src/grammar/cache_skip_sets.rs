@@ -23,6 +23,10 @@ pub(crate) struct SkipSet {
     /// The capacity was cut short by how far the chain was followed, not by the grammar:
     /// following it again from further along may give more.
     pub(crate) truncated: bool,
+    /// Every character of `bytes` leads back to this very state, as the vocabulary's loop
+    /// tables (`lexer.rs`) require; otherwise the characters lead along a chain, or only
+    /// somewhere inside a closed set of states.
+    pub(crate) loops: bool,
 }
 
 impl SkipSet {
@@ -31,6 +35,7 @@ impl SkipSet {
         bytes: ByteSet::EMPTY,
         capacity: 0,
         truncated: false,
+        loops: false,
     };
 
     /// Whether this set is worth recomputing for a walk that could use `wanted` characters.
@@ -91,6 +96,7 @@ impl StateTable {
                     bytes: ByteSet::ALL,
                     capacity: 0,
                     truncated: true,
+                    loops: false,
                 };
             }
             if chain.iter().any(|(s, _)| *s == current) {
@@ -99,6 +105,7 @@ impl StateTable {
                     bytes: ByteSet::ALL,
                     capacity: 0,
                     truncated: false,
+                    loops: false,
                 };
             }
             if let Some((_, previous)) = chain.last() {
@@ -124,6 +131,7 @@ impl StateTable {
                     bytes: entry,
                     capacity: u32::MAX,
                     truncated: false,
+                    loops: true,
                 };
                 self.remember_skip_set(current, looping);
                 break looping;
@@ -141,12 +149,14 @@ impl StateTable {
                     bytes: entry.intersect(&after.bytes),
                     capacity: after.capacity.saturating_add(1),
                     truncated: after.truncated,
+                    loops: false,
                 }
             } else {
                 SkipSet {
                     bytes: entry,
                     capacity: u32::from(!entry.is_empty()),
                     truncated: false,
+                    loops: false,
                 }
             };
             self.remember_skip_set(chain_state, after);

@@ -194,9 +194,9 @@ impl Matcher {
     }
 
     /// The bytes `state` comes back to itself on, character by character, when it does so
-    /// on every character of them (its skip set has no character limit); worked out once per
-    /// state, and only for a state that comes back to itself on the vocabulary's most common
-    /// printable byte.
+    /// on every character of them (its skip set is a loop, not a chain or a closed set);
+    /// worked out once per state, and only for a state that comes back to itself on the
+    /// vocabulary's most common printable byte.
     fn loop_bytes(&mut self, caches: &mut SharedCaches, state: u32) -> Option<ByteSet> {
         let set = match caches.table.known_skip_set(state) {
             Some(set) => *set,
@@ -213,7 +213,7 @@ impl Matcher {
                 )?
             }
         };
-        (set.capacity == u32::MAX).then_some(set.bytes)
+        set.loops.then_some(set.bytes)
     }
 
     /// The vocabulary's tables for the tokens that start with `lead` and lead into `state`,
@@ -292,7 +292,7 @@ impl Matcher {
         // Without a mask of its own, the reference needs loop tables (see `loop_bytes`):
         // whether it may have them is found out before comparing every byte of the two.
         let may_loop = match caches.table.known_skip_set(reference) {
-            Some(known) => known.capacity == u32::MAX,
+            Some(known) => known.loops,
             None => caches.table.next(reference, trie.loop_probe) == reference,
         };
         if cached.is_none() && !may_loop {

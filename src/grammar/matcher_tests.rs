@@ -719,3 +719,41 @@ fn check_sequence(name: &str, matcher: &mut Matcher, vocabulary: &[Vec<u8>], eog
 
 #[path = "matcher_whitespace_tests.rs"]
 mod whitespace;
+
+/// A state whose characters lead into a loop (here the state after `<`, whose first letter
+/// enters `rest`) gets a skip set with no character limit too, but its loop tables would be
+/// wrong: an exit such as `>` is walked from the state itself, where it dies, though after
+/// the token's letters it is alive. Its masks must come from elsewhere, even once its set
+/// is known.
+#[test]
+fn a_state_leading_into_a_loop_is_not_read_as_the_loop() {
+    let mut rng = TestRng::new(11);
+    let mut vocabulary: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+    let letters = b"abcdefghijklmnopqrstuvwxyz";
+    for count in 0..3000 {
+        let mut token: Vec<u8> = (0..1 + rng.below(5)).map(|_| letters[rng.below(26)]).collect();
+        if count % 9 == 0 {
+            token.push(b'>');
+        }
+        vocabulary.push(token);
+    }
+    vocabulary.push(Vec::new());
+    let eog = vec![vocabulary.len() as u32 - 1];
+    let source = b"root ::= \"<\" ( [a-z] rest | \"?\" ) \"!\"\nrest ::= [a-z]* \">\"\n";
+    let grammar = Arc::new(compile_gbnf(source, &Limits::default()).unwrap_or_else(|e| panic!("{e}")));
+    let trie = Arc::new(TokenTrie::new(&vocabulary, &eog));
+    let mut matcher = Matcher::new(grammar, trie.clone());
+    matcher.compute_mask();
+    matcher.commit(u32::from(b'<')).unwrap_or_else(|e| panic!("{e}"));
+    let set = {
+        let mut caches = SharedCaches::lock(&matcher.shared);
+        caches.table.skip_set(matcher.state, &trie.byte_weights, false, CHAIN_MAX)
+    };
+    assert!(set.is_some_and(|set| set.capacity == u32::MAX && !set.loops), "{set:?}");
+    matcher.forget_masks();
+    let mask = matcher.compute_mask().clone();
+    for token in 0..vocabulary.len() as u32 {
+        let expected = allowed_by_definition(&matcher, &vocabulary, &eog, token);
+        assert_eq!(mask.is_set(token), expected, "token {token} {:?}", String::from_utf8_lossy(&vocabulary[token as usize]));
+    }
+}
