@@ -1,11 +1,12 @@
 //! Skip sets, as more methods of [`StateTable`]: for a state, the bytes and character budget
 //! with which a mask walk may allow a whole trie subtree without walking it (see
 //! [`StateTable::skip_set`]), and the probes they are worked out from: the state most bytes
-//! lead to, and the bytes (UTF-8 characters included) that lead there.
+//! lead to, and the bytes (UTF-8 characters included) that lead there. Besides loops and
+//! chains, a closed set of states (a pattern searched inside a string) shares one set.
 //!
-//! Cost: each state on a chain costs a transition per ASCII byte class, plus, for a
-//! vocabulary with many non-ASCII tokens, a walk of the UTF-8 byte-class paths (a few
-//! hundred transitions); a set is worked out once per state and kept with the state.
+//! Cost: each state on a chain or in a closed set costs a transition per ASCII byte class,
+//! plus, for a vocabulary with many non-ASCII tokens, a walk of the UTF-8 byte-class paths (a
+//! few hundred transitions); a set is worked out once per state and kept with the state.
 
 use super::super::automaton::is_whitespace_shift;
 use super::super::ir::ByteSet;
@@ -13,6 +14,13 @@ use super::{StateTable, DEAD, FULL};
 
 /// Every byte from 0x80 up: the lead and continuation bytes of multi-byte characters.
 const NON_ASCII: ByteSet = ByteSet([0, 0, u64::MAX, u64::MAX]);
+
+/// Most states a closed skip set spans (see [`StateTable::closed_skip_set`]).
+const CLOSED_SET_MAX: usize = 64;
+
+/// A closed set is looked for only where the bytes that leave a state's loop alive are in at
+/// least one token for every this many its loop keeps.
+const CLOSED_SET_GAIN: u64 = 256;
 
 /// Bytes and a character budget: any valid UTF-8 text of at most `capacity` characters made
 /// only of `bytes` keeps the automaton alive (`u32::MAX`: unbounded).
@@ -59,8 +67,10 @@ impl StateTable {
     /// comment, a list item) has unbounded capacity; a chain of states each leading to the
     /// next (a string with `maxLength`, a bounded repetition) has the chain's length, followed
     /// up to `max_chars` (the most characters any token has). Each state on the chain costs a
-    /// transition per byte class plus, with `explore_utf8`, up to a few hundred more; `None`
-    /// when the table filled up on the way.
+    /// transition per byte class plus, with `explore_utf8`, up to a few hundred more. Where
+    /// many tokens hold characters that leave such a loop yet stay alive, the set may instead
+    /// be that of a closed set of states around `state` (see
+    /// [`StateTable::closed_skip_set`]). `None` when the table filled up on the way.
     pub(crate) fn skip_set(
         &mut self,
         state: u32,
@@ -81,10 +91,13 @@ impl StateTable {
         // Follow the chain: each state's most common character leads to the next.
         let mut chain: Vec<(u32, ByteSet)> = Vec::new();
         let mut current = state;
+        // The set of `state` itself was known: nothing new to work out.
+        let mut chain_was_known = false;
         let tail = loop {
             match self.known_skip_set(current) {
                 // A known set cut short is followed again while there is room to do better.
                 Some(known) if !known.is_short(max_chars.saturating_sub(chain.len() as u32)) => {
+                    chain_was_known = chain.is_empty();
                     break *known
                 }
                 _ => {}
@@ -161,7 +174,154 @@ impl StateTable {
             };
             self.remember_skip_set(chain_state, after);
         }
+        if after.capacity == u32::MAX && !chain_was_known {
+            if let Some(closed) = self.closed_skip_set(state, &after, weights, explore_utf8)? {
+                return Some(closed);
+            }
+        }
         Some(after)
+    }
+
+    /// A skip set for `state` beyond its loop or chain, `current`, where many tokens hold
+    /// characters that leave it yet stay alive (a pattern searched inside a string: its hex
+    /// digits move to another state of the pattern's automaton, not back): the bytes under
+    /// which a closed set of states around `state` only leads to states of the same set,
+    /// which then all share the set. `None` (inner) when no such set holds more tokens than
+    /// `current` does.
+    ///
+    /// The closed set is explored from `state` over the candidate bytes; where a byte dies
+    /// in a state of the set, leads out of it by a whitespace step or past
+    /// [`CLOSED_SET_MAX`] states, either that byte or a byte on the way to that state is
+    /// dropped, whichever fewer tokens hold, and the exploration starts again. Costs a
+    /// transition per byte class per state of the set, plus the UTF-8 paths from each with
+    /// `explore_utf8`.
+    fn closed_skip_set(
+        &mut self,
+        state: u32,
+        current: &SkipSet,
+        weights: &[u32; 256],
+        explore_utf8: bool,
+    ) -> Option<Option<SkipSet>> {
+        let weight = |set: &ByteSet| set.iter().map(|b| weights[b as usize] as u64 + 1).sum::<u64>();
+        let ascii = ByteSet::range(1, 0x7F);
+        let looping = current.bytes.intersect(&ascii);
+        let mut leaving = ByteSet::EMPTY;
+        for byte in ascii.minus(&looping).iter() {
+            match self.next(state, byte) {
+                FULL => return None,
+                DEAD => {}
+                next if is_whitespace_shift(self.config(state), self.config(next)) => {}
+                _ => leaving.insert(byte),
+            }
+        }
+        if weight(&leaving) * CLOSED_SET_GAIN < weight(&looping) {
+            return Some(None);
+        }
+        let Some((mut bytes, members)) = self.close_over(state, looping.union(&leaving), weights)? else {
+            return Some(None);
+        };
+        if weight(&bytes) <= weight(&looping) {
+            return Some(None);
+        }
+        if explore_utf8 {
+            let mut unclean = ByteSet::EMPTY;
+            for &member in &members {
+                for sequence in regex_syntax::utf8::Utf8Sequences::new('\u{80}', '\u{10FFFF}') {
+                    let ranges: Vec<(u8, u8)> = sequence.as_slice().iter().map(|r| (r.start, r.end)).collect();
+                    let mut path = Vec::with_capacity(4);
+                    self.mark_unclean(&members, &ranges, member, &mut path, weights, &mut unclean)?;
+                }
+            }
+            bytes = bytes.union(&NON_ASCII.minus(&unclean));
+            if weight(&bytes) <= weight(&current.bytes) {
+                return Some(None);
+            }
+        }
+        let closed = SkipSet {
+            bytes,
+            capacity: u32::MAX,
+            truncated: false,
+            loops: false,
+        };
+        for &member in &members {
+            let known = self.known_skip_set(member).map_or(0, |known| weight(&known.bytes));
+            if known < weight(&bytes) {
+                self.remember_skip_set(member, closed);
+            }
+        }
+        Some(Some(closed))
+    }
+
+    /// The ASCII bytes of `candidates` (kept or dropped by byte class) under which the
+    /// states reached from `state` stay within a set of at most [`CLOSED_SET_MAX`] states
+    /// with no step that dies or only spends whitespace budget; with the set's states,
+    /// `state` first. `None` (inner) when no byte is left.
+    fn close_over(
+        &mut self,
+        state: u32,
+        mut candidates: ByteSet,
+        weights: &[u32; 256],
+    ) -> Option<Option<(ByteSet, Vec<u32>)>> {
+        let byte_class = self.byte_class;
+        let class_weight = |class: u8, candidates: &ByteSet| {
+            candidates
+                .iter()
+                .filter(|&b| byte_class[b as usize] == class)
+                .map(|b| weights[b as usize] as u64 + 1)
+                .sum::<u64>()
+        };
+        'explore: loop {
+            if candidates.is_empty() {
+                return Some(None);
+            }
+            // Each member: its state, the member it was reached from, and the byte.
+            let mut members: Vec<(u32, usize, u8)> = vec![(state, usize::MAX, 0)];
+            let mut index = 0;
+            while let Some(&(from, _, _)) = members.get(index) {
+                let mut seen_classes = ByteSet::EMPTY;
+                let explored = candidates;
+                for byte in explored.iter() {
+                    let class = byte_class[byte as usize];
+                    if seen_classes.contains(class) {
+                        continue;
+                    }
+                    seen_classes.insert(class);
+                    let next = self.next(from, byte);
+                    if next == FULL {
+                        return None;
+                    }
+                    let known = members.iter().any(|&(member, _, _)| member == next);
+                    let fails = next == DEAD
+                        || (!known
+                            && (members.len() >= CLOSED_SET_MAX
+                                || is_whitespace_shift(self.config(from), self.config(next))));
+                    if fails {
+                        // Drop this byte's class or one on the way to `from`: the lightest.
+                        let mut lightest = (class_weight(class, &candidates), class);
+                        let mut at = index;
+                        while let Some(&(_, parent, via)) = members.get(at) {
+                            let via_class = byte_class[via as usize];
+                            let via_weight = class_weight(via_class, &candidates);
+                            if parent != usize::MAX && via_weight < lightest.0 {
+                                lightest = (via_weight, via_class);
+                            }
+                            at = parent;
+                        }
+                        for byte in explored.iter() {
+                            if byte_class[byte as usize] == lightest.1 {
+                                candidates.remove(byte);
+                            }
+                        }
+                        continue 'explore;
+                    }
+                    if !known {
+                        members.push((next, index, byte));
+                    }
+                }
+                index += 1;
+            }
+            return Some(Some((candidates, members.into_iter().map(|(member, _, _)| member).collect())));
+        }
     }
 
     /// The ASCII bytes `state` may read: those whose transition is not known to be dead.
@@ -235,7 +395,7 @@ impl StateTable {
                 .map(|r| (r.start, r.end))
                 .collect();
             let mut path = Vec::with_capacity(4);
-            self.mark_unclean(target, &ranges, state, &mut path, weights, &mut unclean)?;
+            self.mark_unclean(&[target], &ranges, state, &mut path, weights, &mut unclean)?;
         }
         for byte in 0x80..=0xFFu8 {
             if !unclean.contains(byte) {
@@ -246,12 +406,12 @@ impl StateTable {
     }
 
     /// Follows every byte-class path through the UTF-8 byte ranges `ranges` from `at`. Where
-    /// a path dies, or ends anywhere but `origin`, every character on it must contain an
+    /// a path dies, or ends anywhere but at one of `ends`, every character on it must contain an
     /// unclean byte: unless one of its byte groups already is, the group whose bytes occur in
     /// the fewest tokens becomes unclean.
     fn mark_unclean(
         &mut self,
-        origin: u32,
+        ends: &[u32],
         ranges: &[(u8, u8)],
         at: u32,
         path: &mut Vec<ByteSet>,
@@ -276,7 +436,7 @@ impl StateTable {
                 return None;
             }
             path.push(bytes);
-            if next == DEAD || (rest.is_empty() && next != origin) {
+            if next == DEAD || (rest.is_empty() && !ends.contains(&next)) {
                 let covered = path.iter().any(|group| group.intersect(unclean) == *group);
                 if !covered {
                     let weight = |group: &ByteSet| {
@@ -290,7 +450,7 @@ impl StateTable {
                     }
                 }
             } else if !rest.is_empty() {
-                self.mark_unclean(origin, rest, next, path, byte_weights, unclean)?;
+                self.mark_unclean(ends, rest, next, path, byte_weights, unclean)?;
             }
             path.pop();
         }
