@@ -18,6 +18,13 @@ const NON_ASCII: ByteSet = ByteSet([0, 0, u64::MAX, u64::MAX]);
 /// Most states a closed skip set spans (see [`StateTable::closed_skip_set`]).
 const CLOSED_SET_MAX: usize = 64;
 
+/// A closed set is looked for only from a state whose bytes that leave its loop alive lead to
+/// at most this many states.
+const CLOSED_SET_ENTRIES: usize = 2;
+
+/// Most byte classes dropped while looking for a closed set before giving up.
+const CLOSED_SET_DROPS: usize = 16;
+
 /// A closed set is looked for only where the bytes that leave a state's loop alive are in at
 /// least one token for every this many its loop keeps.
 const CLOSED_SET_GAIN: u64 = 256;
@@ -190,11 +197,11 @@ impl StateTable {
     /// `current` does.
     ///
     /// The closed set is explored from `state` over the candidate bytes; where a byte dies
-    /// in a state of the set, leads out of it by a whitespace step or past
-    /// [`CLOSED_SET_MAX`] states, either that byte or a byte on the way to that state is
-    /// dropped, whichever fewer tokens hold, and the exploration starts again. Costs a
-    /// transition per byte class per state of the set, plus the UTF-8 paths from each with
-    /// `explore_utf8`.
+    /// in a state of the set or leads out of it by a whitespace step, either that byte or a
+    /// byte on the way to that state is dropped, whichever fewer tokens hold, and the
+    /// exploration starts again. Past [`CLOSED_SET_MAX`] states or [`CLOSED_SET_DROPS`]
+    /// drops there is no set. Costs a transition per byte class per state of the set, plus
+    /// the UTF-8 paths from each with `explore_utf8`.
     fn closed_skip_set(
         &mut self,
         state: u32,
@@ -206,15 +213,23 @@ impl StateTable {
         let ascii = ByteSet::range(1, 0x7F);
         let looping = current.bytes.intersect(&ascii);
         let mut leaving = ByteSet::EMPTY;
+        let mut entries: Vec<u32> = Vec::new();
         for byte in ascii.minus(&looping).iter() {
             match self.next(state, byte) {
                 FULL => return None,
                 DEAD => {}
                 next if is_whitespace_shift(self.config(state), self.config(next)) => {}
-                _ => leaving.insert(byte),
+                next => {
+                    leaving.insert(byte);
+                    if !entries.contains(&next) {
+                        entries.push(next);
+                    }
+                }
             }
         }
-        if weight(&leaving) * CLOSED_SET_GAIN < weight(&looping) {
+        // Many distinct states left to (the first letters of an object's keys) open a tree of
+        // states, not a small closed set: not worth exploring.
+        if entries.len() > CLOSED_SET_ENTRIES || weight(&leaving) * CLOSED_SET_GAIN < weight(&looping) {
             return Some(None);
         }
         let Some((mut bytes, members)) = self.close_over(state, looping.union(&leaving), weights)? else {
@@ -224,14 +239,7 @@ impl StateTable {
             return Some(None);
         }
         if explore_utf8 {
-            let mut unclean = ByteSet::EMPTY;
-            for &member in &members {
-                for sequence in regex_syntax::utf8::Utf8Sequences::new('\u{80}', '\u{10FFFF}') {
-                    let ranges: Vec<(u8, u8)> = sequence.as_slice().iter().map(|r| (r.start, r.end)).collect();
-                    let mut path = Vec::with_capacity(4);
-                    self.mark_unclean(&members, &ranges, member, &mut path, weights, &mut unclean)?;
-                }
-            }
+            let unclean = self.unclean_utf8(&members, &members, weights)?;
             bytes = bytes.union(&NON_ASCII.minus(&unclean));
             if weight(&bytes) <= weight(&current.bytes) {
                 return Some(None);
@@ -255,7 +263,8 @@ impl StateTable {
     /// The ASCII bytes of `candidates` (kept or dropped by byte class) under which the
     /// states reached from `state` stay within a set of at most [`CLOSED_SET_MAX`] states
     /// with no step that dies or only spends whitespace budget; with the set's states,
-    /// `state` first. `None` (inner) when no byte is left.
+    /// `state` first. `None` (inner) when there is no such set, or it is not found within
+    /// [`CLOSED_SET_DROPS`] drops.
     fn close_over(
         &mut self,
         state: u32,
@@ -270,7 +279,7 @@ impl StateTable {
                 .map(|b| weights[b as usize] as u64 + 1)
                 .sum::<u64>()
         };
-        'explore: loop {
+        'explore: for _ in 0..CLOSED_SET_DROPS {
             if candidates.is_empty() {
                 return Some(None);
             }
@@ -291,11 +300,10 @@ impl StateTable {
                         return None;
                     }
                     let known = members.iter().any(|&(member, _, _)| member == next);
-                    let fails = next == DEAD
-                        || (!known
-                            && (members.len() >= CLOSED_SET_MAX
-                                || is_whitespace_shift(self.config(from), self.config(next))));
-                    if fails {
+                    if !known && members.len() >= CLOSED_SET_MAX {
+                        return Some(None);
+                    }
+                    if next == DEAD || (!known && is_whitespace_shift(self.config(from), self.config(next))) {
                         // Drop this byte's class or one on the way to `from`: the lightest.
                         let mut lightest = (class_weight(class, &candidates), class);
                         let mut at = index;
@@ -322,6 +330,7 @@ impl StateTable {
             }
             return Some(Some((candidates, members.into_iter().map(|(member, _, _)| member).collect())));
         }
+        Some(None)
     }
 
     /// The ASCII bytes `state` may read: those whose transition is not known to be dead.
@@ -387,16 +396,7 @@ impl StateTable {
         if !explore_utf8 {
             return Some(set);
         }
-        let mut unclean = ByteSet::EMPTY;
-        for sequence in regex_syntax::utf8::Utf8Sequences::new('\u{80}', '\u{10FFFF}') {
-            let ranges: Vec<(u8, u8)> = sequence
-                .as_slice()
-                .iter()
-                .map(|r| (r.start, r.end))
-                .collect();
-            let mut path = Vec::with_capacity(4);
-            self.mark_unclean(&[target], &ranges, state, &mut path, weights, &mut unclean)?;
-        }
+        let unclean = self.unclean_utf8(&[state], &[target], weights)?;
         for byte in 0x80..=0xFFu8 {
             if !unclean.contains(byte) {
                 set.insert(byte);
@@ -405,22 +405,93 @@ impl StateTable {
         Some(set)
     }
 
+    /// The non-ASCII bytes to leave out so that every valid UTF-8 character of the rest leads
+    /// from each of `starts` to one of `ends`: for each character that does not, one of its
+    /// byte groups (see [`StateTable::mark_unclean`]).
+    fn unclean_utf8(&mut self, starts: &[u32], ends: &[u32], weights: &[u32; 256]) -> Option<ByteSet> {
+        let sequences: Vec<Vec<(u8, u8)>> = regex_syntax::utf8::Utf8Sequences::new('\u{80}', '\u{10FFFF}')
+            .map(|sequence| sequence.as_slice().iter().map(|r| (r.start, r.end)).collect())
+            .collect();
+        let mut walk = Utf8Walk {
+            ends,
+            weights,
+            unclean: ByteSet::EMPTY,
+            path: Vec::with_capacity(4),
+            clean: Vec::new(),
+        };
+        for &start in starts {
+            for ranges in &sequences {
+                self.mark_unclean(&mut walk, ranges, start)?;
+            }
+        }
+        Some(walk.unclean)
+    }
+
     /// Follows every byte-class path through the UTF-8 byte ranges `ranges` from `at`. Where
-    /// a path dies, or ends anywhere but at one of `ends`, every character on it must contain an
-    /// unclean byte: unless one of its byte groups already is, the group whose bytes occur in
-    /// the fewest tokens becomes unclean.
-    fn mark_unclean(
-        &mut self,
-        ends: &[u32],
-        ranges: &[(u8, u8)],
-        at: u32,
-        path: &mut Vec<ByteSet>,
-        byte_weights: &[u32; 256],
-        unclean: &mut ByteSet,
-    ) -> Option<()> {
+    /// a path dies, or ends anywhere but at one of the walk's ends, every character on it must
+    /// contain an unclean byte: unless one of its byte groups already is, the group whose
+    /// bytes occur in the fewest tokens becomes unclean. Paths from a state already known to
+    /// end well are not followed again.
+    fn mark_unclean(&mut self, walk: &mut Utf8Walk<'_>, ranges: &[(u8, u8)], at: u32) -> Option<()> {
         let Some((&(low, high), rest)) = ranges.split_first() else {
             return Some(());
         };
+        if self.ends_well(walk, ranges, at)? {
+            return Some(());
+        }
+        for bytes in self.class_groups(low, high) {
+            let representative = bytes.iter().next().unwrap_or(low);
+            let next = self.next(at, representative);
+            if next == FULL {
+                return None;
+            }
+            walk.path.push(bytes);
+            if next == DEAD || (rest.is_empty() && !walk.ends.contains(&next)) {
+                let covered = walk.path.iter().any(|group| group.intersect(&walk.unclean) == *group);
+                if !covered {
+                    let weight = |group: &ByteSet| group.iter().map(|b| walk.weights[b as usize] as u64).sum::<u64>();
+                    if let Some(cheapest) = walk.path.iter().min_by_key(|group| weight(group)) {
+                        walk.unclean = walk.unclean.union(cheapest);
+                    }
+                }
+            } else if !rest.is_empty() {
+                self.mark_unclean(walk, rest, next)?;
+            }
+            walk.path.pop();
+        }
+        Some(())
+    }
+
+    /// Whether every byte-class path through `ranges` from `at` stays alive and ends at one
+    /// of the walk's ends; remembered per state and ranges for the rest of the walk, since
+    /// most paths meet again after their first byte.
+    fn ends_well(&mut self, walk: &mut Utf8Walk<'_>, ranges: &[(u8, u8)], at: u32) -> Option<bool> {
+        let Some((&(low, high), rest)) = ranges.split_first() else {
+            return Some(true);
+        };
+        let key = (at, ranges.to_vec());
+        if let Some((_, known)) = walk.clean.iter().find(|(seen, _)| *seen == key) {
+            return Some(*known);
+        }
+        let mut well = true;
+        for bytes in self.class_groups(low, high) {
+            let next = self.next(at, bytes.iter().next().unwrap_or(low));
+            well = match next {
+                FULL => return None,
+                DEAD => false,
+                _ if rest.is_empty() => walk.ends.contains(&next),
+                _ => self.ends_well(walk, rest, next)?,
+            };
+            if !well {
+                break;
+            }
+        }
+        walk.clean.push((key, well));
+        Some(well)
+    }
+
+    /// The bytes of `low..=high` grouped by byte class.
+    fn class_groups(&self, low: u8, high: u8) -> Vec<ByteSet> {
         let mut groups: Vec<(u8, ByteSet)> = Vec::new();
         for byte in low..=high {
             let class = self.byte_class[byte as usize];
@@ -429,31 +500,20 @@ impl StateTable {
                 None => groups.push((class, ByteSet::single(byte))),
             }
         }
-        for (_, bytes) in groups {
-            let representative = bytes.iter().next().unwrap_or(low);
-            let next = self.next(at, representative);
-            if next == FULL {
-                return None;
-            }
-            path.push(bytes);
-            if next == DEAD || (rest.is_empty() && !ends.contains(&next)) {
-                let covered = path.iter().any(|group| group.intersect(unclean) == *group);
-                if !covered {
-                    let weight = |group: &ByteSet| {
-                        group
-                            .iter()
-                            .map(|b| byte_weights[b as usize] as u64)
-                            .sum::<u64>()
-                    };
-                    if let Some(cheapest) = path.iter().min_by_key(|group| weight(group)) {
-                        *unclean = unclean.union(cheapest);
-                    }
-                }
-            } else if !rest.is_empty() {
-                self.mark_unclean(ends, rest, next, path, byte_weights, unclean)?;
-            }
-            path.pop();
-        }
-        Some(())
+        groups.into_iter().map(|(_, bytes)| bytes).collect()
     }
+}
+
+/// One exploration of UTF-8 characters (see [`StateTable::unclean_utf8`]).
+struct Utf8Walk<'a> {
+    /// Where a character must end.
+    ends: &'a [u32],
+    weights: &'a [u32; 256],
+    /// The bytes left out so far.
+    unclean: ByteSet,
+    /// The byte groups of the character being followed.
+    path: Vec<ByteSet>,
+    /// States and remaining ranges already followed, and whether every path from them ended
+    /// well.
+    clean: Vec<((u32, Vec<(u8, u8)>), bool)>,
 }
