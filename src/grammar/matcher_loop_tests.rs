@@ -4,6 +4,22 @@
 
 use super::*;
 
+/// A synthetic vocabulary plus 2500 tokens of one to three `pieces` each: mostly the plain
+/// ones; one token in 24 may also use the last three, which end a string or hold an escape.
+fn string_vocabulary(seed: u64, rng_seed: u64, pieces: &[&str]) -> (Vec<Vec<u8>>, Vec<u32>) {
+    let (mut vocabulary, eog) = synthetic_vocabulary(seed, 700);
+    let mut rng = TestRng::new(rng_seed);
+    for count in 0..2500 {
+        let mut token = Vec::new();
+        for _ in 0..1 + rng.below(3) {
+            let piece = pieces[rng.below(if count % 24 == 0 { pieces.len() } else { pieces.len() - 3 })];
+            token.extend_from_slice(piece.as_bytes());
+        }
+        vocabulary.push(token);
+    }
+    (vocabulary, eog)
+}
+
 /// Inside a string body, an extra key or any other loop, masks come from the vocabulary's
 /// loop tables (the tokens within the loop, and a walk of the others' exits): a vocabulary of
 /// mostly plain text, so that the tables pay and are built, and grammars whose strings close
@@ -66,18 +82,8 @@ fn masks_from_loop_tables_are_exact() {
 /// characters on the way, and `minLength` keeps a closing quote out of the first states.
 #[test]
 fn masks_from_bounded_loop_tables_are_exact() {
-    let (mut vocabulary, eog) = synthetic_vocabulary(37, 700);
-    let mut rng = TestRng::new(5);
     let plain = ["hello", " the", "\u{e9}", "\u{3053}", "ab", "x", "e", "1", " ", "-", "Nf", "\"", "\\n", "\","];
-    for count in 0..2500 {
-        // Mostly plain text; a few tokens end a string, or hold an escape, after their text.
-        let mut token = Vec::new();
-        for _ in 0..1 + rng.below(3) {
-            let piece = plain[rng.below(if count % 24 == 0 { plain.len() } else { plain.len() - 3 })];
-            token.extend_from_slice(piece.as_bytes());
-        }
-        vocabulary.push(token);
-    }
+    let (vocabulary, eog) = string_vocabulary(37, 5, &plain);
     let mut used = 0;
     for (schema, text) in [
         (serde_json::json!({"type": "object", "properties": {"a": {"type": "string", "maxLength": 9}},
@@ -145,20 +151,9 @@ fn a_state_leading_into_a_loop_is_not_read_as_the_loop() {
 /// from each of them, the quote included, which only the last one allows.
 #[test]
 fn a_pattern_searched_in_a_string_shares_one_closed_skip_set() {
-    let (mut vocabulary, eog) = synthetic_vocabulary(41, 700);
-    let mut rng = TestRng::new(7);
     let pieces = ["be", "ef", "12", "0a", "cafe", "the", "x", " ", "-", "\u{e9}", "\u{3053}", "\"", "\\n", "\","];
-    for piece in pieces {
-        vocabulary.push(piece.as_bytes().to_vec());
-    }
-    for count in 0..2500 {
-        let mut token = Vec::new();
-        for _ in 0..1 + rng.below(3) {
-            let piece = pieces[rng.below(if count % 24 == 0 { pieces.len() } else { pieces.len() - 3 })];
-            token.extend_from_slice(piece.as_bytes());
-        }
-        vocabulary.push(token);
-    }
+    let (mut vocabulary, eog) = string_vocabulary(41, 7, &pieces);
+    vocabulary.extend(pieces.iter().map(|piece| piece.as_bytes().to_vec()));
     let schema = serde_json::json!({"type": "array", "items": {"type": "string", "pattern": "[a-f0-9]{4}"}});
     let ir = crate::grammar::schema::compile_schema(&schema).unwrap_or_else(|e| panic!("{e}"));
     let grammar = Arc::new(CompiledGrammar::new(ir, &Limits::default()).unwrap_or_else(|e| panic!("{e}")));
