@@ -78,6 +78,9 @@ pub struct Matcher {
     /// Successors read off a mask state (`state_after_via_mask_state`), for the same.
     #[cfg(test)]
     successors_via_mask_state: usize,
+    /// States made while checking tokens longer than the horizon one by one, for the same.
+    #[cfg(test)]
+    long_check_states: usize,
     /// Whether this step needed a new mask (for the hit rate).
     computed_this_step: bool,
     stats: MaskStats,
@@ -111,6 +114,8 @@ impl Matcher {
             bounded_loop_masks: 0,
             #[cfg(test)]
             successors_via_mask_state: 0,
+            #[cfg(test)]
+            long_check_states: 0,
             computed_this_step: false,
             stats: MaskStats::default(),
         };
@@ -223,28 +228,10 @@ impl Matcher {
             // the mask copied only when one does.
             let mut exact: Option<TokenMask> = None;
             let trie = matcher.trie.clone();
-            // Stepped from a state that allows every token exactly as this one does, and that
-            // other positions share: counts moved to just past the longest token and, where
-            // that leaves more than a token can use, the repetition unbounded (see
-            // `CompiledGrammar::unbind_counters`): inside a long bounded string, the string's
-            // loop, whose transitions come back to itself, instead of a new state per byte of
-            // every long token at every position.
-            // `None`: the current state itself (whose id a table clear may change).
-            let mut long_root = None;
-            if mask_root.counters_moved {
-                let longest = trie.max_depth() as u32;
-                let config = caches.table.config(matcher.state);
-                let moved = matcher.grammar.normalize_for_horizon(config, longest + 1).map(|n| n.config);
-                let base = moved.as_deref().unwrap_or(config);
-                let shared = match matcher.grammar.unbind_counters(base, longest + 2) {
-                    Some((unbound, _)) => Some(unbound),
-                    None => moved,
-                };
-                if let Some(shared) = shared {
-                    let adopted = matcher.adopt_config(caches, &shared);
-                    long_root = (adopted != DEAD).then_some(adopted);
-                }
-            }
+            // Stepped from the state `long_token_root` finds, worked out on first use.
+            let mut long_root: Option<Option<u32>> = None;
+            #[cfg(test)]
+            let states_before = caches.table.len();
             for &long_token in &trie.long_tokens {
                 // Only whitespace budget was raised, and it still covers this token.
                 if !mask_root.counters_moved && long_token.whitespace_bytes <= horizon.saturating_add(1) {
@@ -253,7 +240,13 @@ impl Matcher {
                 let token = long_token.id;
                 let allowed = match matcher.whitespace_token_allowed(caches, long_token) {
                     Some(allowed) => allowed,
-                    None => matcher.state_after_from(caches, &mut long_root, token).is_some(),
+                    None => {
+                        let from = match &mut long_root {
+                            Some(from) => from,
+                            empty => empty.insert(matcher.long_token_root(caches)),
+                        };
+                        matcher.state_after_from(caches, from, token).is_some()
+                    }
                 };
                 if allowed != mask.is_set(token) {
                     let exact = exact.get_or_insert_with(|| (*mask).clone());
@@ -264,6 +257,10 @@ impl Matcher {
                     }
                 }
             }
+            #[cfg(test)]
+            {
+                matcher.long_check_states += caches.table.len().saturating_sub(states_before);
+            }
             let exact = exact.map_or(mask, Arc::new);
             // Under this state's own id (current after any clear on the way).
             caches.masks.insert(matcher.state, exact.clone());
@@ -271,6 +268,26 @@ impl Matcher {
         });
         self.add_time(started);
         self.last_mask.insert(mask)
+    }
+
+    /// A state that allows every token exactly as the current one does, and that other
+    /// positions share, for checking tokens longer than the horizon: counts moved to just past
+    /// the longest token and, where that leaves more than a token can use, the repetition
+    /// unbounded (see `CompiledGrammar::unbind_counters`). Inside a long bounded string that
+    /// is the string's loop, whose transitions come back to itself, instead of a new state per
+    /// character of every long token (a run of spaces is text there) at every position.
+    /// `None`: the current state itself (whose id a table clear may change).
+    fn long_token_root(&mut self, caches: &mut SharedCaches) -> Option<u32> {
+        let longest = self.trie.max_depth() as u32;
+        let config = caches.table.config(self.state);
+        let moved = self.grammar.normalize_for_horizon(config, longest + 1).map(|n| n.config);
+        let base = moved.as_deref().unwrap_or(config);
+        let shared = match self.grammar.unbind_counters(base, longest + 2) {
+            Some((unbound, _)) => Some(unbound),
+            None => moved,
+        };
+        let adopted = self.adopt_config(caches, &shared?);
+        (adopted != DEAD).then_some(adopted)
     }
 
     /// Advances past `token`; refuses a token the grammar does not allow here, leaving the

@@ -179,3 +179,33 @@ fn successors_are_read_off_the_mask_state_while_only_whitespace_was_raised() {
     check_sequence("array of objects", &mut matcher, &vocabulary, &eog, &sequence);
     assert!(matcher.successors_via_mask_state > 0, "no successor came from a mask state");
 }
+
+/// Inside a string a run of spaces is text, each space a character of the string's bounded
+/// count. At the string's start (`minLength` not yet met, so the count stays put) the mask
+/// state only had its whitespace budget raised, and the runs longer than the horizon are
+/// checked one by one: from the string's unbounded loop, not through a new count state per
+/// space. The masks stay exact on the way.
+#[test]
+fn long_runs_inside_a_bounded_string_are_stepped_from_its_loop() {
+    let (vocabulary, eog) = whitespace_vocabulary(17);
+    let schema = serde_json::json!({"type": "array", "items":
+        {"type": "string", "minLength": 1, "maxLength": 200}});
+    let ir = crate::grammar::schema::compile_schema(&schema).unwrap_or_else(|e| panic!("{e}"));
+    let grammar = Arc::new(CompiledGrammar::new(ir, &Limits::default()).unwrap_or_else(|e| panic!("{e}")));
+    let trie = Arc::new(TokenTrie::new(&vocabulary, &eog));
+    let longest_run = trie.long_tokens.iter().map(|long| long.whitespace_bytes).max().unwrap_or(0);
+    assert!(longest_run > trie.horizon + 1, "no run long enough to be checked one by one");
+    let mut matcher = Matcher::new(grammar, trie);
+    let mut made = 0;
+    let first: [&[u8]; 2] = [b"[", b"\""];
+    let second: [&[u8]; 3] = [b"\"", b",", b"\""];
+    for (before, start) in [(&first[..], b"x".as_slice()), (&second[..], b"y")] {
+        check_sequence("bounded strings", &mut matcher, &vocabulary, &eog, before);
+        let states_before = matcher.long_check_states;
+        // The mask at the string's start, then its first character.
+        check_sequence("bounded strings", &mut matcher, &vocabulary, &eog, &[start]);
+        made += matcher.long_check_states - states_before;
+    }
+    check_sequence("bounded strings", &mut matcher, &vocabulary, &eog, &[b"\"", b"]"]);
+    assert!(made < longest_run as usize / 2, "{made} states made checking runs of up to {longest_run} spaces");
+}
