@@ -66,11 +66,7 @@ fn masks_from_loop_tables_are_exact() {
             "additionalProperties": false}),
         serde_json::json!({"type": "array", "items": {"type": "string", "pattern": "^[a-z ]+$"}}),
     ] {
-        let ir = crate::grammar::schema::compile_schema(&schema)
-            .unwrap_or_else(|e| panic!("{schema}: {e}"));
-        let grammar = Arc::new(
-            CompiledGrammar::new(ir, &Limits::default()).unwrap_or_else(|e| panic!("{e}")),
-        );
+        let grammar = schema_grammar(&schema, &Limits::default());
         check_walks_on(&schema.to_string(), grammar, &vocabulary, &eog, 3, 40);
     }
 }
@@ -91,8 +87,7 @@ fn masks_from_bounded_loop_tables_are_exact() {
         (serde_json::json!({"type": "string", "minLength": 4, "maxLength": 7}), "\"\u{3053}x ex1-\""),
         (serde_json::json!({"type": "array", "items": {"type": "string", "maxLength": 3}}), "[\"abe\",\"x\"]"),
     ] {
-        let ir = crate::grammar::schema::compile_schema(&schema).unwrap_or_else(|e| panic!("{schema}: {e}"));
-        let grammar = Arc::new(CompiledGrammar::new(ir, &Limits::default()).unwrap_or_else(|e| panic!("{e}")));
+        let grammar = schema_grammar(&schema, &Limits::default());
         let trie = Arc::new(TokenTrie::new(&vocabulary, &eog));
         let mut matcher = Matcher::new(grammar.clone(), trie.clone());
         let characters: Vec<Vec<u8>> = text.chars().map(|c| c.to_string().into_bytes()).collect();
@@ -155,8 +150,7 @@ fn a_pattern_searched_in_a_string_shares_one_closed_skip_set() {
     let (mut vocabulary, eog) = string_vocabulary(41, 7, &pieces);
     vocabulary.extend(pieces.iter().map(|piece| piece.as_bytes().to_vec()));
     let schema = serde_json::json!({"type": "array", "items": {"type": "string", "pattern": "[a-f0-9]{4}"}});
-    let ir = crate::grammar::schema::compile_schema(&schema).unwrap_or_else(|e| panic!("{e}"));
-    let grammar = Arc::new(CompiledGrammar::new(ir, &Limits::default()).unwrap_or_else(|e| panic!("{e}")));
+    let grammar = schema_grammar(&schema, &Limits::default());
     let trie = check_walks_on("pattern", grammar.clone(), &vocabulary, &eog, 4, 40);
     assert!(trie.many_non_ascii, "the closed set's UTF-8 characters go untested");
     let mut matcher = Matcher::new(grammar, trie.clone());

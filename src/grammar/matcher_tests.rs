@@ -129,6 +129,12 @@ fn allowed_by_definition(
     true
 }
 
+/// The grammar of a JSON Schema under `limits`, for tests that walk one.
+fn schema_grammar(schema: &serde_json::Value, limits: &Limits) -> Arc<CompiledGrammar> {
+    let ir = crate::grammar::schema::compile_schema(schema).unwrap_or_else(|e| panic!("{schema}: {e}"));
+    Arc::new(CompiledGrammar::new(ir, limits).unwrap_or_else(|e| panic!("{schema}: {e}")))
+}
+
 fn check_walks(
     name: &str,
     source: &[u8],
@@ -275,11 +281,7 @@ fn masks_are_exact_inside_long_bounded_repetitions() {
         serde_json::json!({"type": "array", "maxItems": 25,
             "items": {"type": ["string", "null"], "maxLength": 30}}),
     ] {
-        let ir = crate::grammar::schema::compile_schema(&schema)
-            .unwrap_or_else(|e| panic!("{schema}: {e}"));
-        let grammar = Arc::new(
-            CompiledGrammar::new(ir, &Limits::default()).unwrap_or_else(|e| panic!("{e}")),
-        );
+        let grammar = schema_grammar(&schema, &Limits::default());
         check_walks_on(&schema.to_string(), grammar, &vocabulary, &eog, 4, 40);
     }
 }

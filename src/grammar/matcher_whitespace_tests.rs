@@ -40,16 +40,12 @@ fn masks_are_exact_through_whitespace_runs() {
             "properties": {"a": {"type": "integer"}}, "required": ["a"]}}),
     ] {
         for limits in [Limits::default(), tiny.clone()] {
-            let ir = crate::grammar::schema::compile_schema(&schema)
-                .unwrap_or_else(|e| panic!("{schema}: {e}"));
-            let grammar = Arc::new(CompiledGrammar::new(ir, &limits).unwrap_or_else(|e| panic!("{e}")));
+            let grammar = schema_grammar(&schema, &limits);
             check_walks_on(&schema.to_string(), grammar, &vocabulary, &eog, 4, 30);
         }
     }
     // The budget (64 bytes) runs out inside a run: 20 + 40 spaces leave 4.
-    let ir = crate::grammar::schema::compile_schema(&serde_json::json!({"type": "array"}))
-        .unwrap_or_else(|e| panic!("{e}"));
-    let grammar = Arc::new(CompiledGrammar::new(ir, &Limits::default()).unwrap_or_else(|e| panic!("{e}")));
+    let grammar = schema_grammar(&serde_json::json!({"type": "array"}), &Limits::default());
     let trie = Arc::new(TokenTrie::new(&vocabulary, &eog));
     let mut matcher = Matcher::new(grammar, trie);
     let (twenty, forty) = (" ".repeat(20), " ".repeat(40));
@@ -67,9 +63,7 @@ fn masks_are_exact_through_whitespace_runs() {
 #[test]
 fn a_run_after_a_number_is_checked_against_the_budget_left() {
     let (vocabulary, eog) = whitespace_vocabulary(7);
-    let ir = crate::grammar::schema::compile_schema(&serde_json::json!({"type": "array"}))
-        .unwrap_or_else(|e| panic!("{e}"));
-    let grammar = Arc::new(CompiledGrammar::new(ir, &Limits::default()).unwrap_or_else(|e| panic!("{e}")));
+    let grammar = schema_grammar(&serde_json::json!({"type": "array"}), &Limits::default());
     let trie = Arc::new(TokenTrie::new(&vocabulary, &eog));
     for before in [20, 23, 24, 25, 28] {
         let mut matcher = Matcher::new(grammar.clone(), trie.clone());
@@ -130,8 +124,7 @@ fn a_mask_at_a_whitespace_run_makes_no_state_per_run_length() {
         }
     }
     let schema = serde_json::json!({"type": "array", "items": {"type": "integer"}});
-    let ir = crate::grammar::schema::compile_schema(&schema).unwrap_or_else(|e| panic!("{e}"));
-    let grammar = Arc::new(CompiledGrammar::new(ir, &Limits::default()).unwrap_or_else(|e| panic!("{e}")));
+    let grammar = schema_grammar(&schema, &Limits::default());
     let trie = Arc::new(TokenTrie::new(&vocabulary, &eog));
     let mut matcher = Matcher::new(grammar, trie);
     let open = vocabulary.iter().position(|t| t == b"[").unwrap_or(0) as u32;
@@ -164,10 +157,9 @@ fn a_mask_at_a_whitespace_run_makes_no_state_per_run_length() {
 #[test]
 fn successors_are_read_off_the_mask_state_while_only_whitespace_was_raised() {
     let (vocabulary, eog) = whitespace_vocabulary(13);
-    let ir = crate::grammar::schema::compile_schema(&serde_json::json!({
-        "type": "array", "items": {"type": "object", "properties": {"a": {"type": "integer"}}}}))
-    .unwrap_or_else(|e| panic!("{e}"));
-    let grammar = Arc::new(CompiledGrammar::new(ir, &Limits::default()).unwrap_or_else(|e| panic!("{e}")));
+    let schema = serde_json::json!({
+        "type": "array", "items": {"type": "object", "properties": {"a": {"type": "integer"}}}});
+    let grammar = schema_grammar(&schema, &Limits::default());
     let trie = Arc::new(TokenTrie::new(&vocabulary, &eog));
     let mut matcher = Matcher::new(grammar, trie);
     let spaces = " ".repeat(12);
@@ -190,8 +182,7 @@ fn long_runs_inside_a_bounded_string_are_stepped_from_its_loop() {
     let (vocabulary, eog) = whitespace_vocabulary(17);
     let schema = serde_json::json!({"type": "array", "items":
         {"type": "string", "minLength": 1, "maxLength": 200}});
-    let ir = crate::grammar::schema::compile_schema(&schema).unwrap_or_else(|e| panic!("{e}"));
-    let grammar = Arc::new(CompiledGrammar::new(ir, &Limits::default()).unwrap_or_else(|e| panic!("{e}")));
+    let grammar = schema_grammar(&schema, &Limits::default());
     let trie = Arc::new(TokenTrie::new(&vocabulary, &eog));
     let longest_run = trie.long_tokens.iter().map(|long| long.whitespace_bytes).max().unwrap_or(0);
     assert!(longest_run > trie.horizon + 1, "no run long enough to be checked one by one");
