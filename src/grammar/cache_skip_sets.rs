@@ -29,6 +29,12 @@ const CLOSED_SET_DROPS: usize = 16;
 /// least one token for every this many its loop keeps.
 const CLOSED_SET_GAIN: u64 = 256;
 
+/// How many tokens hold the bytes of `set`, roughly: each byte's token count plus one, so
+/// that a byte no token holds still weighs something.
+fn token_weight(set: &ByteSet, weights: &[u32; 256]) -> u64 {
+    set.iter().map(|b| weights[b as usize] as u64 + 1).sum()
+}
+
 /// Bytes and a character budget: any valid UTF-8 text of at most `capacity` characters made
 /// only of `bytes` keeps the automaton alive (`u32::MAX`: unbounded).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,11 +91,7 @@ impl StateTable {
         explore_utf8: bool,
         max_chars: u32,
     ) -> Option<SkipSet> {
-        let weight = |set: &ByteSet| {
-            set.iter()
-                .map(|b| weights[b as usize] as u64 + 1)
-                .sum::<u64>()
-        };
+        let weight = |set: &ByteSet| token_weight(set, weights);
         // A chain state's set carries on into the rest of the chain when the rest's bytes
         // hold at least half its weight.
         let carries_on = |entry: &ByteSet, rest: &ByteSet| {
@@ -209,7 +211,7 @@ impl StateTable {
         weights: &[u32; 256],
         explore_utf8: bool,
     ) -> Option<Option<SkipSet>> {
-        let weight = |set: &ByteSet| set.iter().map(|b| weights[b as usize] as u64 + 1).sum::<u64>();
+        let weight = |set: &ByteSet| token_weight(set, weights);
         let ascii = ByteSet::range(1, 0x7F);
         let looping = current.bytes.intersect(&ascii);
         let mut leaving = ByteSet::EMPTY;
