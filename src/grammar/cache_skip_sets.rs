@@ -517,5 +517,8 @@ struct Utf8Walk<'a> {
     path: Vec<ByteSet>,
     /// States and remaining ranges already followed, and whether every path from them ended
     /// well.
-    clean: Vec<((u32, Vec<(u8, u8)>), bool)>,
+    clean: Vec<(FollowedFrom, bool)>,
 }
+
+/// A state and the UTF-8 byte ranges left to follow from it.
+type FollowedFrom = (u32, Vec<(u8, u8)>);
