@@ -225,20 +225,28 @@ pub fn literal_symbols(literal: &[u8]) -> Vec<Symbol> {
 
 /// The UTF-8 byte sequences matching exactly one character from `ranges`, as alternatives.
 /// A negated class is passed as its complement. Surrogates are never matched.
+///
+/// Sequences that differ only in their first byte range are one alternative (the ASCII
+/// ranges of `[^"\\]`, the lead bytes `E1-EC` and `EE-EF` of three-byte characters): each
+/// alternative is a parse stack of its own wherever the class may come next, and every byte
+/// step works through every stack.
 pub fn char_ranges_to_alternatives(ranges: &[(char, char)]) -> Vec<Vec<Symbol>> {
-    let mut alternatives = Vec::new();
+    let mut alternatives: Vec<Vec<Symbol>> = Vec::new();
     for &(lo, hi) in ranges {
         if lo > hi {
             continue;
         }
         for sequence in regex_syntax::utf8::Utf8Sequences::new(lo, hi) {
-            alternatives.push(
-                sequence
-                    .as_slice()
-                    .iter()
-                    .map(|r| Symbol::Bytes(ByteSet::range(r.start, r.end)))
-                    .collect(),
-            );
+            let mut symbols = sequence.as_slice().iter().map(|r| ByteSet::range(r.start, r.end));
+            let Some(lead) = symbols.next() else {
+                continue;
+            };
+            let tail: Vec<Symbol> = symbols.map(Symbol::Bytes).collect();
+            let same_tail = alternatives.iter_mut().find(|alternative| alternative.get(1..) == Some(&tail[..]));
+            match same_tail.and_then(|alternative| alternative.first_mut()) {
+                Some(Symbol::Bytes(leads)) => *leads = leads.union(&lead),
+                _ => alternatives.push(std::iter::once(Symbol::Bytes(lead)).chain(tail).collect()),
+            }
         }
     }
     alternatives
@@ -338,5 +346,35 @@ pub(crate) fn utf8_pending_after(pending: u8, byte: u8) -> u8 {
         0xE0..=0xEF => 2,
         0xF0..=0xFF => 3,
         _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether `bytes` is read by `alternative`, byte for byte.
+    fn reads(alternative: &[Symbol], bytes: &[u8]) -> bool {
+        alternative.len() == bytes.len()
+            && alternative.iter().zip(bytes).all(|(symbol, byte)| matches!(symbol, Symbol::Bytes(set) if set.contains(*byte)))
+    }
+
+    #[test]
+    fn a_class_has_one_alternative_per_shape_of_utf8_sequence_and_reads_the_same_characters() {
+        let ranges = [('\u{20}', '\u{21}'), ('\u{23}', '\u{5B}'), ('\u{5D}', char::MAX)];
+        let alternatives = char_ranges_to_alternatives(&ranges);
+        // The three ASCII ranges are one alternative, and so are the lead bytes E1-EC and
+        // EE-EF of three-byte characters: 1 + 7 where one per UTF-8 sequence made 3 + 8.
+        assert_eq!(alternatives.len(), 8, "{alternatives:?}");
+        let in_class = |c: char| ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&c));
+        let samples = (0..0x11_0000u32)
+            .step_by(61)
+            .chain([0x22, 0x5C, 0x7F, 0x80, 0x7FF, 0x800, 0xD7FF, 0xE000, 0xFFFF, 0x1_0000, 0x10_FFFF]);
+        for c in samples.filter_map(char::from_u32) {
+            let mut buffer = [0u8; 4];
+            let bytes = c.encode_utf8(&mut buffer).as_bytes();
+            let readers = alternatives.iter().filter(|alternative| reads(alternative, bytes)).count();
+            assert_eq!(readers, usize::from(in_class(c)), "{c:?} read by {readers} alternatives");
+        }
     }
 }
