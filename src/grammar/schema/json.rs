@@ -145,13 +145,24 @@ impl RuleSink {
         for b in b"\"\\/bfnrt" {
             short.insert(*b);
         }
-        alternatives.push(vec![byte(b'\\'), Symbol::Bytes(short)]);
-        alternatives.push(vec![byte(b'\\'), byte(b'u'), Symbol::Bytes(not_d), h, h, h]);
-        alternatives.push(vec![byte(b'\\'), byte(b'u'), Symbol::Bytes(d), Symbol::Bytes(ByteSet::range(b'0', b'7')), h, h]);
-        alternatives.push(vec![
-            byte(b'\\'), byte(b'u'), Symbol::Bytes(d), Symbol::Bytes(high), h, h,
-            byte(b'\\'), byte(b'u'), Symbol::Bytes(d), Symbol::Bytes(low), h, h,
-        ]);
+        // The escapes share their backslash (and `\u` its `u`): one parse stack, not four,
+        // waits for an escape after every character of a string.
+        let unicode = self.add(
+            "json-unicode-escape",
+            vec![
+                vec![Symbol::Bytes(not_d), h, h, h],
+                vec![Symbol::Bytes(d), Symbol::Bytes(ByteSet::range(b'0', b'7')), h, h],
+                vec![
+                    Symbol::Bytes(d), Symbol::Bytes(high), h, h,
+                    byte(b'\\'), byte(b'u'), Symbol::Bytes(d), Symbol::Bytes(low), h, h,
+                ],
+            ],
+        );
+        let escape = self.add(
+            "json-escape",
+            vec![vec![Symbol::Bytes(short)], vec![byte(b'u'), Symbol::Rule(unicode)]],
+        );
+        alternatives.push(vec![byte(b'\\'), Symbol::Rule(escape)]);
         let id = self.add("json-char", alternatives);
         self.string_char = Some(id);
         id
