@@ -8,7 +8,12 @@
 //! plus, for a vocabulary with many non-ASCII tokens, a walk of the UTF-8 byte-class paths (a
 //! few hundred transitions); a set is worked out once per state and kept with the state.
 
-use super::super::automaton::is_whitespace_shift;
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+use std::rc::Rc;
+use std::sync::OnceLock;
+
+use super::super::automaton::{is_whitespace_shift, WordHasher};
 use super::super::ir::ByteSet;
 use super::{StateTable, DEAD, FULL};
 
@@ -411,18 +416,16 @@ impl StateTable {
     /// from each of `starts` to one of `ends`: for each character that does not, one of its
     /// byte groups (see [`StateTable::mark_unclean`]).
     fn unclean_utf8(&mut self, starts: &[u32], ends: &[u32], weights: &[u32; 256]) -> Option<ByteSet> {
-        let sequences: Vec<Vec<(u8, u8)>> = regex_syntax::utf8::Utf8Sequences::new('\u{80}', '\u{10FFFF}')
-            .map(|sequence| sequence.as_slice().iter().map(|r| (r.start, r.end)).collect())
-            .collect();
         let mut walk = Utf8Walk {
             ends,
             weights,
             unclean: ByteSet::EMPTY,
             path: Vec::with_capacity(4),
-            clean: Vec::new(),
+            clean: HashMap::default(),
+            groups: Vec::new(),
         };
         for &start in starts {
-            for ranges in &sequences {
+            for ranges in multi_byte_sequences() {
                 self.mark_unclean(&mut walk, ranges, start)?;
             }
         }
@@ -441,7 +444,7 @@ impl StateTable {
         if self.ends_well(walk, ranges, at)? {
             return Some(());
         }
-        for bytes in self.class_groups(low, high) {
+        for &bytes in walk.class_groups(self, low, high).iter() {
             let representative = bytes.iter().next().unwrap_or(low);
             let next = self.next(at, representative);
             if next == FULL {
@@ -471,12 +474,12 @@ impl StateTable {
         let Some((&(low, high), rest)) = ranges.split_first() else {
             return Some(true);
         };
-        let key = (at, ranges.to_vec());
-        if let Some((_, known)) = walk.clean.iter().find(|(seen, _)| *seen == key) {
-            return Some(*known);
+        let key = (at, packed_ranges(ranges));
+        if let Some(&known) = walk.clean.get(&key) {
+            return Some(known);
         }
         let mut well = true;
-        for bytes in self.class_groups(low, high) {
+        for &bytes in walk.class_groups(self, low, high).iter() {
             let next = self.next(at, bytes.iter().next().unwrap_or(low));
             well = match next {
                 FULL => return None,
@@ -488,12 +491,12 @@ impl StateTable {
                 break;
             }
         }
-        walk.clean.push((key, well));
+        walk.clean.insert(key, well);
         Some(well)
     }
 
     /// The bytes of `low..=high` grouped by byte class.
-    fn class_groups(&self, low: u8, high: u8) -> Vec<ByteSet> {
+    fn class_groups(&self, low: u8, high: u8) -> Rc<[ByteSet]> {
         let mut groups: Vec<(u8, ByteSet)> = Vec::new();
         for byte in low..=high {
             let class = self.byte_class[byte as usize];
@@ -506,6 +509,27 @@ impl StateTable {
     }
 }
 
+/// The byte ranges of every multi-byte UTF-8 character (no surrogates), one sequence of
+/// ranges per shape (see `regex_syntax::utf8`).
+fn multi_byte_sequences() -> &'static [Vec<(u8, u8)>] {
+    static SEQUENCES: OnceLock<Vec<Vec<(u8, u8)>>> = OnceLock::new();
+    SEQUENCES.get_or_init(|| {
+        regex_syntax::utf8::Utf8Sequences::new('\u{80}', '\u{10FFFF}')
+            .map(|sequence| sequence.as_slice().iter().map(|r| (r.start, r.end)).collect())
+            .collect()
+    })
+}
+
+/// Up to four byte ranges of a UTF-8 sequence as one word: no range starts at 0 (they are
+/// all above ASCII), so sequences of different lengths never pack alike.
+fn packed_ranges(ranges: &[(u8, u8)]) -> u64 {
+    ranges
+        .iter()
+        .take(4)
+        .enumerate()
+        .fold(0, |word, (at, &(low, high))| word | (u64::from(low) << 8 | u64::from(high)) << (16 * at))
+}
+
 /// One exploration of UTF-8 characters (see [`StateTable::unclean_utf8`]).
 struct Utf8Walk<'a> {
     /// Where a character must end.
@@ -515,10 +539,21 @@ struct Utf8Walk<'a> {
     unclean: ByteSet,
     /// The byte groups of the character being followed.
     path: Vec<ByteSet>,
-    /// States and remaining ranges already followed, and whether every path from them ended
-    /// well.
-    clean: Vec<(FollowedFrom, bool)>,
+    /// States and remaining ranges (packed) already followed, and whether every path from
+    /// them ended well.
+    clean: HashMap<(u32, u64), bool, BuildHasherDefault<WordHasher>>,
+    /// The byte-class groups of each range met so far: a few ranges, met at every step.
+    groups: Vec<((u8, u8), Rc<[ByteSet]>)>,
 }
 
-/// A state and the UTF-8 byte ranges left to follow from it.
-type FollowedFrom = (u32, Vec<(u8, u8)>);
+impl Utf8Walk<'_> {
+    /// The bytes of `low..=high` grouped by `table`'s byte classes, worked out once a walk.
+    fn class_groups(&mut self, table: &StateTable, low: u8, high: u8) -> Rc<[ByteSet]> {
+        if let Some((_, groups)) = self.groups.iter().find(|(range, _)| *range == (low, high)) {
+            return groups.clone();
+        }
+        let groups = table.class_groups(low, high);
+        self.groups.push(((low, high), groups.clone()));
+        groups
+    }
+}
