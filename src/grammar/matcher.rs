@@ -241,10 +241,7 @@ impl Matcher {
                 let allowed = match matcher.whitespace_token_allowed(caches, long_token) {
                     Some(allowed) => allowed,
                     None => {
-                        let from = match &mut long_root {
-                            Some(from) => from,
-                            empty => empty.insert(matcher.long_token_root(caches)),
-                        };
+                        let from = long_root.get_or_insert_with(|| matcher.long_token_root(caches));
                         matcher.state_after_from(caches, from, token).is_some()
                     }
                 };
