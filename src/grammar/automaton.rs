@@ -37,9 +37,9 @@ mod expansion;
 mod stacks;
 
 use expansion::Expansion;
-use stacks::{decode, StackSet};
+use stacks::StackSet;
 pub(crate) use stacks::{
-    config_can_continue, config_hash, config_is_accepting, is_whitespace_shift, StepStacks, WordHasher,
+    config_can_continue, config_hash, config_is_accepting, decode, is_whitespace_shift, StepStacks, WordHasher,
 };
 
 /// What [`CompiledGrammar::normalize_for_horizon`] made of a configuration.

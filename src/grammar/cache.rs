@@ -71,6 +71,9 @@ pub(crate) struct StateTable {
     /// Per state, once asked for: the state masks are computed from; its state is
     /// [`UNKNOWN`] until then.
     mask_states: Vec<MaskRoot>,
+    /// By the state of a loop's top frames alone, what its UTF-8 characters do (see
+    /// [`StateTable::detached_loop_utf8`]).
+    detached_utf8: HashMap<u32, Option<skip_sets::DetachedUtf8>, BuildHasherDefault<WordHasher>>,
     /// Reused by every byte step this table computes.
     step_buffer: StepStacks,
     /// The grammar, held strongly only while a matcher operates on the table (see
@@ -124,6 +127,7 @@ impl StateTable {
             can_continue: Vec::with_capacity(initial),
             skip_sets: Vec::with_capacity(initial),
             mask_states: Vec::with_capacity(initial),
+            detached_utf8: HashMap::default(),
             step_buffer: StepStacks::default(),
             lent: None,
             capacity,
@@ -345,6 +349,7 @@ impl StateTable {
         self.transitions.clear();
         self.accepting.clear();
         self.can_continue.clear();
+        self.detached_utf8.clear();
         self.clears += 1;
         self.push_state(&[], config_hash(&[]));
         let mut remap = IdRemap(vec![UNKNOWN; old_starts.len().saturating_sub(1)]);

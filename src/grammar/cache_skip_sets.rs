@@ -13,9 +13,9 @@ use std::hash::BuildHasherDefault;
 use std::rc::Rc;
 use std::sync::OnceLock;
 
-use super::super::automaton::{is_whitespace_shift, WordHasher};
+use super::super::automaton::{decode, is_whitespace_shift, StepStacks, WordHasher};
 use super::super::ir::ByteSet;
-use super::{StateTable, DEAD, FULL};
+use super::{on_grammar, StateTable, DEAD, FULL};
 
 /// Every byte from 0x80 up: the lead and continuation bytes of multi-byte characters.
 const NON_ASCII: ByteSet = ByteSet([0, 0, u64::MAX, u64::MAX]);
@@ -400,6 +400,14 @@ impl StateTable {
                 _ => {}
             }
         }
+        // A loop's characters are worth exploring whatever the vocabulary: once per top of
+        // its stacks, its non-ASCII tokens are then no exits to walk from every string. (A
+        // chain's states each have a top of their own: no fewer states that way.)
+        if target == state {
+            if let Some(non_ascii) = self.detached_loop_utf8(state, weights)? {
+                return Some(set.union(&non_ascii));
+            }
+        }
         if !explore_utf8 {
             return Some(set);
         }
@@ -412,10 +420,62 @@ impl StateTable {
         Some(set)
     }
 
+    /// For `state`, which loops on ASCII characters: the non-ASCII bytes every multi-byte
+    /// character of which leads back to it, or `None` (inner) when that is not worked out
+    /// this way. `None` when the table filled up.
+    ///
+    /// The stacks of a state inside a string body share their bottom frames (what follows
+    /// the string), and a character that pops none of them steps every such state alike. So
+    /// the characters are explored once from the *detached* state, the stacks without those
+    /// frames, and the answer serves every state with the same top frames: the mid-character
+    /// states are made once per grammar instead of once per string. A walk in which a stack
+    /// of the detached state empties before a character ends (it would go on into the shared
+    /// frames) or grows so deep or large that a real state would pass a limit gives no answer.
+    fn detached_loop_utf8(&mut self, state: u32, weights: &[u32; 256]) -> Option<Option<ByteSet>> {
+        let config = self.config(state);
+        let shared = shared_bottom(config);
+        if shared == 0 {
+            return Some(None);
+        }
+        let top_config = detached(config, shared);
+        let top = self.intern(&top_config.encoded, top_config.hash)?;
+        let found = match self.detached_utf8.get(&top) {
+            Some(&known) => known,
+            None => {
+                let (unclean, seen) = self.walk_utf8(&[top], &[top], weights, true)?;
+                let found = (!seen.accepting).then_some(DetachedUtf8 { non_ascii: NON_ASCII.minus(&unclean), seen });
+                self.detached_utf8.insert(top, found);
+                found
+            }
+        };
+        let limits = on_grammar(&self.lent, &self.grammar, |grammar| {
+            (grammar.limits().max_stack_depth, grammar.limits().max_state_words)
+        });
+        let Some((max_depth, max_words)) = limits else {
+            return Some(None);
+        };
+        // Margins: an expansion checks its depth before it pushes.
+        let within_limits = |seen: &WalkSeen| {
+            seen.deepest + shared + 2 < max_depth && seen.widest + seen.most_stacks * shared < max_words
+        };
+        Some(found.filter(|found| within_limits(&found.seen)).map(|found| found.non_ascii))
+    }
+
     /// The non-ASCII bytes to leave out so that every valid UTF-8 character of the rest leads
     /// from each of `starts` to one of `ends`: for each character that does not, one of its
     /// byte groups (see [`StateTable::mark_unclean`]).
     fn unclean_utf8(&mut self, starts: &[u32], ends: &[u32], weights: &[u32; 256]) -> Option<ByteSet> {
+        self.walk_utf8(starts, ends, weights, false).map(|(unclean, _)| unclean)
+    }
+
+    /// [`StateTable::unclean_utf8`], and with `track` what the states it stepped to were like.
+    fn walk_utf8(
+        &mut self,
+        starts: &[u32],
+        ends: &[u32],
+        weights: &[u32; 256],
+        track: bool,
+    ) -> Option<(ByteSet, WalkSeen)> {
         let mut walk = Utf8Walk {
             ends,
             weights,
@@ -423,13 +483,16 @@ impl StateTable {
             path: Vec::with_capacity(4),
             clean: HashMap::default(),
             groups: Vec::new(),
+            track,
+            seen: WalkSeen::default(),
         };
         for &start in starts {
+            walk.note(self, start, true);
             for ranges in multi_byte_sequences() {
                 self.mark_unclean(&mut walk, ranges, start)?;
             }
         }
-        Some(walk.unclean)
+        Some((walk.unclean, walk.seen))
     }
 
     /// Follows every byte-class path through the UTF-8 byte ranges `ranges` from `at`. Where
@@ -450,6 +513,7 @@ impl StateTable {
             if next == FULL {
                 return None;
             }
+            walk.note(self, next, !rest.is_empty());
             walk.path.push(bytes);
             if next == DEAD || (rest.is_empty() && !walk.ends.contains(&next)) {
                 let covered = walk.path.iter().any(|group| group.intersect(&walk.unclean) == *group);
@@ -481,6 +545,7 @@ impl StateTable {
         let mut well = true;
         for &bytes in walk.class_groups(self, low, high).iter() {
             let next = self.next(at, bytes.iter().next().unwrap_or(low));
+            walk.note(self, next, !rest.is_empty());
             well = match next {
                 FULL => return None,
                 DEAD => false,
@@ -544,9 +609,77 @@ struct Utf8Walk<'a> {
     clean: HashMap<(u32, u64), bool, BuildHasherDefault<WordHasher>>,
     /// The byte-class groups of each range met so far: a few ranges, met at every step.
     groups: Vec<((u8, u8), Rc<[ByteSet]>)>,
+    /// Whether to note what the states stepped to are like, in `seen`.
+    track: bool,
+    seen: WalkSeen,
+}
+
+/// What the states a UTF-8 walk stepped to were like.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct WalkSeen {
+    /// Some stack had matched all its frames before a character ended: where the frames it
+    /// stands for have frames below, the stack would have gone on into those.
+    accepting: bool,
+    /// The most frames of a stack, words of a state, and stacks of a state.
+    deepest: usize,
+    widest: usize,
+    most_stacks: usize,
+}
+
+/// What the multi-byte characters do from a detached loop state (see
+/// [`StateTable::detached_loop_utf8`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct DetachedUtf8 {
+    /// The bytes whose characters all lead back to it.
+    non_ascii: ByteSet,
+    seen: WalkSeen,
+}
+
+/// How many bottom frames every stack of `config` shares, leaving each stack one frame at
+/// least.
+fn shared_bottom(config: &[u32]) -> usize {
+    let mut stacks = decode(config);
+    let Some((_, first)) = stacks.next() else {
+        return 0;
+    };
+    let mut shared = first.len().saturating_sub(1);
+    for (_, frames) in stacks {
+        let common = first.iter().zip(frames).take_while(|(a, b)| a == b).count();
+        shared = shared.min(common).min(frames.len().saturating_sub(1));
+    }
+    shared
+}
+
+/// The stacks of `config` without their `shared` bottom frames, ordered and encoded.
+fn detached(config: &[u32], shared: usize) -> StepStacks {
+    let mut stacks = StepStacks::default();
+    for (ws_used, frames) in decode(config) {
+        stacks.push(frames.get(shared..).unwrap_or_default(), ws_used);
+    }
+    stacks.order();
+    stacks.encode();
+    stacks
 }
 
 impl Utf8Walk<'_> {
+    /// Notes what `state` is like, when the walk tracks that; `within` when a character
+    /// starts or goes on there.
+    fn note(&mut self, table: &StateTable, state: u32, within: bool) {
+        if !self.track || state == DEAD || state == FULL {
+            return;
+        }
+        let config = table.config(state);
+        let seen = &mut self.seen;
+        seen.accepting |= within && table.is_accepting(state);
+        seen.widest = seen.widest.max(config.len());
+        let mut stacks = 0;
+        for (_, frames) in decode(config) {
+            seen.deepest = seen.deepest.max(frames.len());
+            stacks += 1;
+        }
+        seen.most_stacks = seen.most_stacks.max(stacks);
+    }
+
     /// The bytes of `low..=high` grouped by `table`'s byte classes, worked out once a walk.
     fn class_groups(&mut self, table: &StateTable, low: u8, high: u8) -> Rc<[ByteSet]> {
         if let Some((_, groups)) = self.groups.iter().find(|(range, _)| *range == (low, high)) {

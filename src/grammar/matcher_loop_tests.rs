@@ -175,3 +175,45 @@ fn a_pattern_searched_in_a_string_shares_one_closed_skip_set() {
         .count();
     assert!(sharing >= 5, "only {sharing} states share the closed set");
 }
+
+/// The skip set of a state that loops on ASCII characters holds the multi-byte characters
+/// that lead back to it, whether or not the vocabulary asks for UTF-8 to be explored: worked
+/// out once from the top frames of the loop's stacks, so the second loop with the same top
+/// (`u` again, followed by other text) makes none of the mid-character states again. A
+/// character that completes `u` returns into the frames below, not to the loop, and one
+/// outside the class dies: neither is in the set.
+#[test]
+fn a_loops_utf8_characters_are_worked_out_once_for_every_loop_with_its_top_frames() {
+    let mut vocabulary: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+    vocabulary.extend(["ab", "\u{e9}", "\u{3053}", "\u{1F600}"].iter().map(|t| t.as_bytes().to_vec()));
+    vocabulary.push(Vec::new());
+    let eog = vec![vocabulary.len() as u32 - 1];
+    let source = "root ::= \"(\" u \")(\" u \")\"\nu ::= s \"\u{e9}\" | s \"!\"\ns ::= [^()!\u{1F600}]*\n";
+    let trie = Arc::new(TokenTrie::new(&vocabulary, &eog));
+    for explore_utf8 in [false, true] {
+        // A grammar of its own each time: matchers of one grammar share its table.
+        let grammar = Arc::new(compile_gbnf(source.as_bytes(), &Limits::default()).unwrap_or_else(|e| panic!("{e}")));
+        let mut matcher = Matcher::new(grammar, trie.clone());
+        let mut new_states = Vec::new();
+        // Committed byte by byte without masks, so that only the skip sets make states.
+        for text in [&b"(a"[..], &b"!)(a"[..]] {
+            for &byte in text {
+                matcher.commit(u32::from(byte)).unwrap_or_else(|e| panic!("{e}"));
+            }
+            let mut caches = SharedCaches::lock(&matcher.shared);
+            let before = caches.table.len();
+            let set = caches.table.skip_set(matcher.state, &trie.byte_weights, explore_utf8, CHAIN_MAX);
+            assert!(set.is_some_and(|set| set.loops), "{set:?}");
+            let set = set.unwrap_or(SkipSet::NONE);
+            for (character, back) in [("\u{3053}", true), ("\u{e9}", false), ("\u{1F600}", false)] {
+                let after = character.bytes().try_fold(matcher.state, |state, byte| {
+                    Some(caches.table.next(state, byte)).filter(|&next| next != DEAD && next != FULL)
+                });
+                assert_eq!(after == Some(matcher.state), back, "{character} from the loop");
+                assert_eq!(character.bytes().all(|byte| set.bytes.contains(byte)), back, "{character} in {set:?}");
+            }
+            new_states.push(caches.table.len() - before);
+        }
+        assert!(new_states[1] * 4 < new_states[0], "new states per loop: {new_states:?}");
+    }
+}
