@@ -2,11 +2,15 @@
 //! with which a mask walk may allow a whole trie subtree without walking it (see
 //! [`StateTable::skip_set`]), and the probes they are worked out from: the state most bytes
 //! lead to, and the bytes (UTF-8 characters included) that lead there. Besides loops and
-//! chains, a closed set of states (a pattern searched inside a string) shares one set.
+//! chains, a closed set of states (a pattern searched inside a string) shares one set. A
+//! loop's multi-byte characters are explored from its *detached top* (its stacks without the
+//! bottom frames they share), so every string body of a grammar shares one exploration.
 //!
 //! Cost: each state on a chain or in a closed set costs a transition per ASCII byte class,
 //! plus, for a vocabulary with many non-ASCII tokens, a walk of the UTF-8 byte-class paths (a
-//! few hundred transitions); a set is worked out once per state and kept with the state.
+//! few hundred transitions); a set is worked out once per state and kept with the state. A
+//! loop's UTF-8 walk is paid once per distinct top (kept until the table is cleared), then a
+//! copy of the loop's stacks without their bottom and a lookup per loop state.
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
