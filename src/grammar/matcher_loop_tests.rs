@@ -214,6 +214,8 @@ fn a_loops_utf8_characters_are_worked_out_once_for_every_loop_with_its_top_frame
             }
             new_states.push(caches.table.len() - before);
         }
-        assert!(new_states[1] * 4 < new_states[0], "new states per loop: {new_states:?}");
+        // The first loop made the mid-character states (33 new states here); the second
+        // reuses them (8 here), where a walk of its own would make as many again.
+        assert!(new_states[1] * 2 < new_states[0], "new states per loop: {new_states:?}");
     }
 }
