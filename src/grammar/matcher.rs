@@ -20,7 +20,7 @@ use super::error::GrammarError;
 use super::ir::{starts_character, utf8_pending_after, ByteSet};
 use super::mask::TokenMask;
 use super::stats::MaskStats;
-use super::toktrie::{TokenTrie, NO_TOKEN};
+use super::toktrie::{TokenTrie, NO_TOKEN, ROOT_PARENT};
 
 /// A state's skip set is computed only when at least this many trie nodes (or a sixteenth of
 /// a small trie) are left to walk below it: computing it costs about as much as walking a few
@@ -38,6 +38,9 @@ const ROOT_MIN_ALIVE: usize = 256;
 /// more characters than this are walked instead. Each chain state costs a transition per byte
 /// class.
 const CHAIN_MAX: u32 = 32;
+
+/// `depth_children` of a node whose children the walk visits one by one.
+const NOT_WIDE: (u32, u32) = (u32::MAX, 0);
 
 /// The constraint state of one generation.
 pub struct Matcher {
@@ -70,6 +73,8 @@ pub struct Matcher {
     depth_alive: Vec<u16>,
     /// Per trie depth: every byte on the path so far is in the start mask's byte set.
     depth_within: Vec<bool>,
+    /// Per trie depth: where a wide node's walk is in its list of children (see `walk_trie`).
+    depth_children: Vec<(u32, u32)>,
     /// UTF-8 continuation bytes the committed text still owes (it may end mid-character).
     pending_continuations: u8,
     /// Masks that came from the tables of a bounded chain, for tests to see that path ran.
@@ -109,6 +114,7 @@ impl Matcher {
             depth_ends: Vec::new(),
             depth_alive: Vec::new(),
             depth_within: Vec::new(),
+            depth_children: Vec::new(),
             pending_continuations: 0,
             #[cfg(test)]
             bounded_loop_masks: 0,
@@ -403,8 +409,45 @@ impl Matcher {
         // The table epoch of the last clear made to learn a skip set, and whether they fit.
         let mut cleared_for_skip_set = None;
         let mut skip_sets_fit = true;
+        // depth_children[d]: for a wide node at depth d, its next child in the trie's list
+        // of its children and where that list ends; NOT_WIDE otherwise. A child whose byte
+        // is known to kill the automaton is passed over there, without loading its node.
+        let mut depth_children = std::mem::take(&mut self.depth_children);
+        depth_children.resize(depth_count, NOT_WIDE);
+        depth_children[0] = trie.wide_children(ROOT_PARENT).unwrap_or(NOT_WIDE);
+        // The depth of the deepest node on the walk's path whose subtree holds `index`.
+        let mut open = 0usize;
         let mut index = 0usize;
-        while let Some(node) = nodes.get(index) {
+        'walk: loop {
+            while index >= depth_ends[open] as usize {
+                if open == 0 {
+                    break 'walk;
+                }
+                open -= 1;
+            }
+            let (cursor, end) = &mut depth_children[open];
+            if *cursor != NOT_WIDE.0 {
+                let (state, plain) = (path.states[open], path.offsets[open] == 0);
+                let wide = &trie.wide_children;
+                while *cursor < *end {
+                    let child = wide.nodes[*cursor as usize] as usize;
+                    let byte = wide.bytes[*cursor as usize];
+                    // Only where `step_path` would step the table itself (see there).
+                    let dies = plain && byte > b' ' && caches.table.known_next(state, byte) == Some(DEAD);
+                    if child >= index && !dies {
+                        break;
+                    }
+                    *cursor += 1;
+                }
+                match wide.nodes.get(*cursor as usize) {
+                    Some(&child) if *cursor < *end => index = child as usize,
+                    _ => {
+                        index = depth_ends[open] as usize;
+                        continue;
+                    }
+                }
+            }
+            let Some(node) = nodes.get(index) else { break };
             let depth = node.depth as usize;
             let skips = depth_skips[depth - 1];
             let fits = |chars: &u16| *chars as u32 <= skips.capacity;
@@ -527,6 +570,11 @@ impl Matcher {
             if node.token != NO_TOKEN {
                 mask.set(node.token);
             }
+            depth_children[depth] = match node.wide {
+                true => trie.wide_children(index as u32).unwrap_or(NOT_WIDE),
+                false => NOT_WIDE,
+            };
+            open = depth;
             index += 1;
         }
         trie.mirror_duplicates(&mut mask);
@@ -542,6 +590,7 @@ impl Matcher {
         self.depth_ends = depth_ends;
         self.depth_alive = depth_alive;
         self.depth_within = depth_within;
+        self.depth_children = depth_children;
         (mask, root)
     }
 

@@ -597,6 +597,22 @@ fn character_budgets_count_characters_not_bytes() {
     );
 }
 
+#[test]
+fn a_wide_nodes_children_known_to_die_are_passed_over_and_the_others_walked() {
+    // "a" has twenty children, of which only c, k and q go on: once a dead sibling has taught
+    // the table its byte class, the walk passes over the others in the list of "a"'s
+    // children. Later seeds start on the transitions the first one learned.
+    let mut vocabulary: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+    for letter in b'a'..=b't' {
+        vocabulary.push(vec![b'a', letter]);
+        vocabulary.push(vec![b'a', letter, b'!']);
+        vocabulary.push(vec![b'a', letter, b'!', b'a']);
+    }
+    vocabulary.push(Vec::new());
+    let eog = vec![vocabulary.len() as u32 - 1];
+    check_walks("wide node", b"root ::= (\"a\" [ckq] \"!\")+", &Limits::default(), &vocabulary, &eog, 6, 8);
+}
+
 /// The configuration after `bytes` from the matcher's, stepped byte by byte: what a commit
 /// must reach, whichever way it finds it (the mask state's transitions, a whitespace refund).
 fn stepped_config(matcher: &Matcher, bytes: &[u8]) -> Vec<u32> {
