@@ -55,6 +55,16 @@ pub(crate) struct Normalized {
     pub(crate) uniform_raise: Option<u32>,
 }
 
+/// What [`CompiledGrammar::unbind_counters`] made of a configuration.
+pub(crate) struct Unbound {
+    pub(crate) config: Vec<u32>,
+    /// The fewest items left among the repetitions moved.
+    pub(crate) fewest: u32,
+    /// Every repetition moved counts items that each read at least one character: a token
+    /// needs `fewest - 1` characters, not only bytes, to reach a bound.
+    pub(crate) in_characters: bool,
+}
+
 fn whitespace_set() -> ByteSet {
     let mut set = ByteSet::EMPTY;
     for byte in WHITESPACE_BYTES {
@@ -609,12 +619,14 @@ impl CompiledGrammar {
     /// left moved into the repetition's unbounded loop (see `counters.rs`), and the fewest
     /// items left among the frames moved; `None` when no frame moved. The result keeps
     /// exactly the same tokens alive as `config` among those of at most that count minus two
-    /// bytes (the current item may complete without a byte, each further one reads one).
-    pub(crate) fn unbind_counters(&self, config: &[u32], min_rank: u32) -> Option<(Vec<u32>, u32)> {
+    /// bytes (the current item may complete without a byte, each further one reads one), or
+    /// characters where every repetition moved counts characters.
+    pub(crate) fn unbind_counters(&self, config: &[u32], min_rank: u32) -> Option<Unbound> {
         if self.counters.is_empty() {
             return None;
         }
         let mut fewest = u32::MAX;
+        let mut in_characters = true;
         let mut stacks = StepStacks::default();
         let mut mapped = Vec::new();
         for (ws_used, frames) in decode(config) {
@@ -623,6 +635,7 @@ impl CompiledGrammar {
                 match self.counters.unbound_position(position, min_rank) {
                     Some((unbound, rank)) => {
                         fewest = fewest.min(rank);
+                        in_characters &= self.counters.counts_characters(position);
                         unbound
                     }
                     None => position,
@@ -630,7 +643,7 @@ impl CompiledGrammar {
             }));
             stacks.push(&mapped, ws_used);
         }
-        (fewest != u32::MAX).then(|| (stacks.into_encoded(), fewest))
+        (fewest != u32::MAX).then(|| Unbound { config: stacks.into_encoded(), fewest, in_characters })
     }
 
     /// The bytes some stack of `config` can read next.

@@ -17,6 +17,11 @@
 //! trie subtrees are allowed at once. Only tokens of `r` bytes or more are then walked from
 //! the counted state itself.
 //!
+//! When no item of a chain can begin with a UTF-8 continuation byte (a string's characters),
+//! each item reads at least one character, so the same holds counting a token's characters
+//! instead of its bytes ([`CounterChains::counts_characters`]): a long token of a script
+//! with multi-byte characters is then not walked from a counted state it cannot exhaust.
+//!
 //! A frame *before* a call into a chain (a string's mandatory first character, then up to 255
 //! more) is moved likewise, into a twin of its alternative that calls the loop instead.
 //!
@@ -25,7 +30,7 @@
 
 use std::collections::HashMap;
 
-use super::ir::{rules_satisfying, Grammar, Rule, RuleId, Symbol};
+use super::ir::{rules_satisfying, ByteSet, Grammar, Rule, RuleId, Symbol};
 
 const NONE: u32 = u32::MAX;
 
@@ -38,6 +43,8 @@ pub(crate) struct CounterChains {
     member_starts: Vec<Vec<u32>>,
     /// Per chain: where its loop rule's non-empty alternative starts, or `NONE`.
     loop_starts: Vec<u32>,
+    /// Per chain: each item reads at least one character (see `ChainRanks`).
+    character_items: Vec<bool>,
     /// Per position before a chain call in an alternative with a twin: the same place in the
     /// twin and the fewest items its chain calls allow; `(NONE, _)` elsewhere.
     call_sites: Vec<(u32, u32)>,
@@ -49,6 +56,9 @@ pub(crate) struct ChainRanks {
     rank: Vec<u32>,
     lowest: Vec<u32>,
     body: Vec<u8>,
+    /// Per member: every item of its body begins with a byte that starts a UTF-8 character
+    /// (not a continuation byte), so each item reads at least one character.
+    character_items: Vec<bool>,
 }
 
 impl ChainRanks {
@@ -143,8 +153,84 @@ impl ChainRanks {
                 body[member] = member_shape(member).map_or(0, |(index, _)| index as u8);
             }
         }
-        ChainRanks { rank, lowest, body }
+        let mid_character = rules_may_start_mid_character(grammar, &nullable);
+        let character_items = (0..rule_count)
+            .map(|rule| {
+                rank[rule] != 0
+                    && member_shape(rule).is_some_and(|(index, _)| {
+                        let sequence = &grammar.rules[rule].alternatives[index];
+                        items_start_characters(&sequence[..sequence.len() - 1], &nullable, &mid_character)
+                    })
+            })
+            .collect();
+        ChainRanks { rank, lowest, body, character_items }
     }
+}
+
+/// Whether the first byte `items` read can never continue a UTF-8 character.
+fn items_start_characters(items: &[Symbol], nullable: &[bool], mid_character: &[bool]) -> bool {
+    for symbol in items {
+        match symbol {
+            Symbol::Bytes(set) => return !may_continue_character(set),
+            Symbol::Whitespace => {}
+            Symbol::Rule(id) => {
+                if mid_character.get(id.index()).copied().unwrap_or(true) {
+                    return false;
+                }
+                if !nullable.get(id.index()).copied().unwrap_or(true) {
+                    return true;
+                }
+            }
+        }
+    }
+    false
+}
+
+fn may_continue_character(set: &ByteSet) -> bool {
+    (0x80..=0xBFu8).any(|byte| set.contains(byte))
+}
+
+/// Which rules may begin with a UTF-8 continuation byte: a worklist over the rules called
+/// where an alternative may begin, so linear in the grammar's size.
+fn rules_may_start_mid_character(grammar: &Grammar, nullable: &[bool]) -> Vec<bool> {
+    let rule_count = grammar.rules.len();
+    let mut marked = vec![false; rule_count];
+    // called_first_by[r]: the rules with an alternative that may begin by calling r.
+    let mut called_first_by: Vec<Vec<usize>> = vec![Vec::new(); rule_count];
+    let mut queue = Vec::new();
+    for (index, rule) in grammar.rules.iter().enumerate() {
+        for alternative in &rule.alternatives {
+            for symbol in alternative {
+                match symbol {
+                    Symbol::Bytes(set) => {
+                        if may_continue_character(set) && !marked[index] {
+                            marked[index] = true;
+                            queue.push(index);
+                        }
+                        break;
+                    }
+                    Symbol::Whitespace => {}
+                    Symbol::Rule(id) => {
+                        if let Some(callers) = called_first_by.get_mut(id.index()) {
+                            callers.push(index);
+                        }
+                        if !nullable.get(id.index()).copied().unwrap_or(true) {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    while let Some(rule) = queue.pop() {
+        for &caller in &called_first_by[rule] {
+            if !marked[caller] {
+                marked[caller] = true;
+                queue.push(caller);
+            }
+        }
+    }
+    marked
 }
 
 /// Adds a loop rule for every chain of `ranks` to `grammar` (see the module comment); returns
@@ -260,11 +346,13 @@ impl CounterChains {
             rank,
             lowest,
             body: bodies,
+            character_items: member_character_items,
         } = ranks;
         let rule_count = rank.len().min(grammar.rules.len());
         let mut chain_ids: HashMap<u32, u32> = HashMap::new();
         let mut member_starts: Vec<Vec<u32>> = Vec::new();
         let mut loop_starts: Vec<u32> = Vec::new();
+        let mut character_items: Vec<bool> = Vec::new();
         let mut position_member = vec![(NONE, 0u32); symbol_count];
         for rule in 0..rule_count {
             if rank[rule] == 0 {
@@ -285,6 +373,8 @@ impl CounterChains {
                     .get(&lowest[rule])
                     .and_then(|&loop_rule| body_start(loop_rule as usize));
                 loop_starts.push(loop_start.unwrap_or(NONE));
+                // Members of a chain share their body, so any one of them says.
+                character_items.push(member_character_items.get(rule).copied().unwrap_or(false));
                 (member_starts.len() - 1) as u32
             });
             let starts = &mut member_starts[chain as usize];
@@ -321,6 +411,7 @@ impl CounterChains {
             position_member,
             member_starts,
             loop_starts,
+            character_items,
             call_sites,
         }
     }
@@ -344,6 +435,16 @@ impl CounterChains {
         let own = *self.member_starts.get(chain as usize)?.get(rank as usize)?;
         let loop_start = *self.loop_starts.get(chain as usize)?;
         (own != NONE && loop_start != NONE).then(|| (loop_start + (position - own), rank))
+    }
+
+    /// Whether `position`, moved by [`CounterChains::unbound_position`], counts items that
+    /// each read at least one character; `false` before a chain call (its twin's
+    /// alternative may read anything first).
+    pub(crate) fn counts_characters(&self, position: u32) -> bool {
+        match self.position_member.get(position as usize) {
+            Some(&(chain, _)) if chain != NONE => self.character_items.get(chain as usize).copied().unwrap_or(false),
+            _ => false,
+        }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -374,4 +475,52 @@ impl CounterChains {
 /// Which rules can match the empty string.
 fn nullable_rules(grammar: &Grammar) -> Vec<bool> {
     rules_satisfying(grammar, |symbol| matches!(symbol, Symbol::Whitespace))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `c3 ::= "" | item c2`, `c2 ::= "" | item c1`, `c1 ::= "" | item end`, with `item`
+    /// the first of `item_rules` (rule 5 on).
+    fn chain_with(item_rules: Vec<Vec<Vec<Symbol>>>) -> Grammar {
+        let rule = |name: &str, alternatives: Vec<Vec<Symbol>>| Rule { name: name.into(), alternatives };
+        let call = |id: u32| Symbol::Rule(RuleId(id));
+        let mut rules = vec![
+            rule("root", vec![vec![call(1)]]),
+            rule("c3", vec![vec![], vec![call(5), call(2)]]),
+            rule("c2", vec![vec![], vec![call(5), call(3)]]),
+            rule("c1", vec![vec![], vec![call(5), call(4)]]),
+            rule("end", vec![vec![]]),
+        ];
+        for (index, alternatives) in item_rules.into_iter().enumerate() {
+            rules.push(rule(&format!("item{index}"), alternatives));
+        }
+        Grammar { rules, root: RuleId(0), whitespace_budget: 0 }
+    }
+
+    fn bytes(lo: u8, hi: u8) -> Symbol {
+        Symbol::Bytes(ByteSet::range(lo, hi))
+    }
+
+    #[test]
+    fn a_chain_counts_characters_only_when_no_item_can_begin_mid_character() {
+        let letters = chain_with(vec![vec![vec![bytes(b'a', b'z')]]]);
+        let ranks = ChainRanks::of(&letters);
+        assert_eq!(ranks.rank[1..4], [3, 2, 1]);
+        assert!(ranks.character_items[1..4].iter().all(|&counts| counts));
+
+        let continuations = chain_with(vec![vec![vec![bytes(0x80, 0xBF)]]]);
+        assert!(!ChainRanks::of(&continuations).character_items[1]);
+
+        // A nullable rule first, then one whose first byte may continue a character.
+        let nested = chain_with(vec![
+            vec![vec![Symbol::Rule(RuleId(6)), Symbol::Rule(RuleId(7))]],
+            vec![vec![], vec![bytes(b'x', b'x')]],
+            vec![vec![bytes(b'a', b'a')], vec![bytes(0xA0, 0xA0), bytes(b'b', b'b')]],
+        ]);
+        let ranks = ChainRanks::of(&nested);
+        assert_eq!(ranks.rank[1], 3);
+        assert!(!ranks.character_items[1]);
+    }
 }

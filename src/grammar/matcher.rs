@@ -18,6 +18,7 @@ use super::check::describe_expected;
 use super::cache::{CacheRegistry, MaskRoot, SharedCaches, SkipSet, DEAD, FULL};
 use super::error::GrammarError;
 use super::ir::{starts_character, utf8_pending_after, ByteSet};
+use super::lexer::character_count;
 use super::mask::TokenMask;
 use super::stats::MaskStats;
 use super::toktrie::{TokenTrie, NO_TOKEN, ROOT_PARENT};
@@ -602,13 +603,12 @@ impl Matcher {
     fn mask_via_loops(&mut self, caches: &mut SharedCaches, root: u32) -> Option<(TokenMask, u32)> {
         let config: Box<[u32]> = caches.table.config(root).into();
         let floor = self.trie.counter_floor;
-        let (unbound, fewest) = self
-            .grammar
-            .unbind_counters(&config, floor.saturating_add(2))?;
-        // Tokens of fewer than `fewest - 1` bytes cannot reach a bound (see `unbind_counters`).
-        let walk_from = fewest - 1;
+        let unbound = self.grammar.unbind_counters(&config, floor.saturating_add(2))?;
+        // Tokens of fewer than `fewest - 1` bytes (or characters) cannot reach a bound (see
+        // `unbind_counters`).
+        let walk_from = unbound.fewest - 1;
         let epoch = caches.table.epoch();
-        let unbound_state = self.adopt_config(caches, &unbound);
+        let unbound_state = self.adopt_config(caches, &unbound.config);
         if unbound_state == DEAD {
             return None;
         }
@@ -632,10 +632,14 @@ impl Matcher {
         }
         let mut mask = (*unbound_mask).clone();
         let trie = self.trie.clone();
-        for &token in trie.tokens_at_least(walk_from) {
+        let long_tokens = match unbound.in_characters {
+            true => trie.tokens_with_characters_at_least(walk_from),
+            false => trie.tokens_at_least(walk_from),
+        };
+        for &token in long_tokens {
             mask.unset(token);
         }
-        let root = self.walk_long_tokens(caches, root, walk_from, &mut mask);
+        let root = self.walk_long_tokens(caches, root, walk_from, unbound.in_characters, &mut mask);
         Some((mask, root))
     }
 
@@ -650,27 +654,35 @@ impl Matcher {
         id
     }
 
-    /// Sets in `mask` every token of at least `min_len` bytes that `root` allows: a walk of
-    /// only the trie subtrees holding such tokens. Returns `root`'s id after any table clear.
+    /// Sets in `mask` every token of at least `min_len` bytes (characters, with
+    /// `in_characters`) that `root` allows: a walk of only the trie subtrees holding such
+    /// tokens. Returns `root`'s id after any table clear.
     fn walk_long_tokens(
         &mut self,
         caches: &mut SharedCaches,
         root: u32,
         min_len: u32,
+        in_characters: bool,
         mask: &mut TokenMask,
     ) -> u32 {
         let trie = self.trie.clone();
         let nodes = &trie.nodes[..];
         let mut path = std::mem::take(&mut self.depth_path);
         path.start(trie.max_depth() + 1, root);
+        // characters[d]: the characters of the path's bytes down to depth d.
+        let mut characters = vec![0u32; trie.max_depth() + 1];
         let mut index = 0usize;
         while let Some(node) = nodes.get(index) {
+            let depth = node.depth as usize;
             let longest = u32::from(trie.subtree_max_len.get(index).copied().unwrap_or(0));
-            if longest < min_len {
+            let most = match in_characters {
+                true => characters[depth - 1] + u32::from(trie.subtree_max_chars.get(index).copied().unwrap_or(0)),
+                false => longest,
+            };
+            if most < min_len {
                 index = node.subtree_end as usize;
                 continue;
             }
-            let depth = node.depth as usize;
             let next = self.step_path(caches, &mut path, depth, node.byte, || longest);
             if next == DEAD {
                 index = node.subtree_end as usize;
@@ -680,14 +692,17 @@ impl Matcher {
                 self.clear_tables(caches, &mut path.states[0..depth]);
                 continue;
             }
-            if node.token != NO_TOKEN && depth as u32 >= min_len {
+            characters[depth] = characters[depth - 1] + u32::from(starts_character(node.byte));
+            let reached = if in_characters { characters[depth] } else { depth as u32 };
+            if node.token != NO_TOKEN && reached >= min_len {
                 mask.set(node.token);
             }
             index += 1;
         }
         for &(token, same_as) in &trie.duplicates {
-            let long = trie.token_bytes(token).is_some_and(|b| b.len() as u32 >= min_len);
-            if long && mask.is_set(same_as) {
+            let bytes = trie.token_bytes(token).unwrap_or_default();
+            let length = if in_characters { character_count(bytes) } else { bytes.len() };
+            if length as u32 >= min_len && mask.is_set(same_as) {
                 mask.set(token);
             }
         }

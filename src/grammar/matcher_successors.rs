@@ -23,7 +23,7 @@ impl Matcher {
         let moved = self.grammar.normalize_for_horizon(config, longest + 1).map(|n| n.config);
         let base = moved.as_deref().unwrap_or(config);
         let shared = match self.grammar.unbind_counters(base, longest + 2) {
-            Some((unbound, _)) => Some(unbound),
+            Some(unbound) => Some(unbound.config),
             None => moved,
         };
         let adopted = self.adopt_config(caches, &shared?);

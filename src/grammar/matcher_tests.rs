@@ -287,6 +287,32 @@ fn masks_are_exact_inside_long_bounded_repetitions() {
 }
 
 #[test]
+fn long_tokens_of_few_characters_are_counted_in_characters_inside_a_bounded_string() {
+    // Each item of `[^"]{0,40}` is one character, so a token needs as many characters as
+    // items are left to pass the bound: "é" x 25 (50 bytes) cannot with 30 left, "é" x 31
+    // can. Masks at 40, 30, 20 and 5 characters left are checked whole against the
+    // definition. Long tokens are a few percent of the vocabulary, so that masks far from
+    // the bound come from the unbounded loop and only tokens with enough characters are
+    // walked from the counted state.
+    let (mut vocabulary, eog) = synthetic_vocabulary(5, 4000);
+    for count in 12..=45 {
+        vocabulary.push("\u{e9}".repeat(count).into_bytes());
+    }
+    for count in [10, 15].into_iter().chain(20..=40) {
+        vocabulary.push("a".repeat(count).into_bytes());
+    }
+    for count in 8..=22 {
+        vocabulary.push("\u{3053}".repeat(count).into_bytes());
+    }
+    let grammar = Arc::new(compile_gbnf(b"root ::= [^\"]{0,40} \"\\\"\"", &Limits::default()).expect("grammar"));
+    let trie = Arc::new(TokenTrie::new(&vocabulary, &eog));
+    let mut matcher = Matcher::new(grammar, trie);
+    let ten = "a".repeat(10);
+    let fifteen = "a".repeat(15);
+    check_sequence("characters", &mut matcher, &vocabulary, &eog, &[ten.as_bytes(), ten.as_bytes(), fifteen.as_bytes(), b"a"]);
+}
+
+#[test]
 fn masks_stay_exact_across_table_and_cache_clears() {
     let (vocabulary, eog) = synthetic_vocabulary(11, 800);
     let limits = Limits {

@@ -101,6 +101,9 @@ pub struct TokenTrie {
     /// Every token of the trie (duplicates too), longest first, and their lengths.
     by_length: Vec<u32>,
     by_length_bytes: Vec<u16>,
+    /// The same, most characters first, and their character counts.
+    by_characters: Vec<u32>,
+    by_characters_counts: Vec<u16>,
     /// The shortest length that at most one in [`COUNTER_FLOOR_SHARE`] tokens reach: a mask
     /// from inside a bounded repetition with more items left than this is computed from the
     /// unbounded repetition, and only the tokens this long or longer are walked from the real
@@ -353,12 +356,18 @@ impl TokenTrie {
         let loop_probe = (0x21..0x7Fu8)
             .max_by_key(|b| byte_weights[*b as usize])
             .unwrap_or(b'e');
+        let mut by_characters: Vec<u32> = order.clone();
+        by_characters.sort_by_key(|id| std::cmp::Reverse(character_count(&token_bytes[*id as usize])));
+        let by_characters_counts: Vec<u16> =
+            by_characters.iter().map(|id| character_count(&token_bytes[*id as usize]) as u16).collect();
         let by_length_bytes: Vec<u16> =
             by_length.iter().map(|id| token_bytes[*id as usize].len() as u16).collect();
         TokenTrie {
             subtree_max_len,
             by_length,
             by_length_bytes,
+            by_characters,
+            by_characters_counts,
             counter_floor,
             horizon,
             long_tokens,
@@ -621,6 +630,12 @@ impl TokenTrie {
     pub(crate) fn tokens_at_least(&self, length: u32) -> &[u32] {
         let count = self.by_length_bytes.partition_point(|len| u32::from(*len) >= length);
         &self.by_length[..count]
+    }
+
+    /// The tokens (duplicates too) of at least `count` characters.
+    pub(crate) fn tokens_with_characters_at_least(&self, count: u32) -> &[u32] {
+        let found = self.by_characters_counts.partition_point(|n| u32::from(*n) >= count);
+        &self.by_characters[..found]
     }
 
     /// The bytes of `token`, or `None` outside the vocabulary.
