@@ -431,11 +431,12 @@ impl Matcher {
                 let (state, plain) = (path.states[open], path.offsets[open] == 0);
                 let wide = &trie.wide_children;
                 while *cursor < *end {
-                    let child = wide.nodes[*cursor as usize] as usize;
-                    let byte = wide.bytes[*cursor as usize];
+                    let at = *cursor as usize;
+                    let passed = (wide.nodes[at] as usize) < index;
+                    let byte = wide.bytes[at];
                     // Only where `step_path` would step the table itself (see there).
-                    let dies = plain && byte > b' ' && caches.table.known_next(state, byte) == Some(DEAD);
-                    if child >= index && !dies {
+                    let dies = || plain && byte > b' ' && caches.table.known_next(state, byte) == Some(DEAD);
+                    if !passed && !dies() {
                         break;
                     }
                     *cursor += 1;
