@@ -167,23 +167,29 @@ impl ChainRanks {
     }
 }
 
-/// Whether the first byte `items` read can never continue a UTF-8 character.
+/// The symbols of `sequence` its first byte may come from: those up to and including the
+/// first that cannot match the empty string.
+fn leading_symbols<'a>(sequence: &'a [Symbol], nullable: &'a [bool]) -> impl Iterator<Item = &'a Symbol> {
+    let mut open = true;
+    sequence.iter().take_while(move |symbol| {
+        let take = open;
+        open = match symbol {
+            Symbol::Whitespace => true,
+            Symbol::Bytes(_) => false,
+            Symbol::Rule(id) => nullable.get(id.index()).copied().unwrap_or(true),
+        };
+        take
+    })
+}
+
+/// Whether the first byte `items` read can never continue a UTF-8 character (`items` do not
+/// match the empty string: a chain member's body consumes).
 fn items_start_characters(items: &[Symbol], nullable: &[bool], mid_character: &[bool]) -> bool {
-    for symbol in items {
-        match symbol {
-            Symbol::Bytes(set) => return !may_continue_character(set),
-            Symbol::Whitespace => {}
-            Symbol::Rule(id) => {
-                if mid_character.get(id.index()).copied().unwrap_or(true) {
-                    return false;
-                }
-                if !nullable.get(id.index()).copied().unwrap_or(true) {
-                    return true;
-                }
-            }
-        }
-    }
-    false
+    leading_symbols(items, nullable).all(|symbol| match symbol {
+        Symbol::Bytes(set) => !may_continue_character(set),
+        Symbol::Whitespace => true,
+        Symbol::Rule(id) => !mid_character.get(id.index()).copied().unwrap_or(true),
+    })
 }
 
 fn may_continue_character(set: &ByteSet) -> bool {
@@ -200,24 +206,18 @@ fn rules_may_start_mid_character(grammar: &Grammar, nullable: &[bool]) -> Vec<bo
     let mut queue = Vec::new();
     for (index, rule) in grammar.rules.iter().enumerate() {
         for alternative in &rule.alternatives {
-            for symbol in alternative {
+            for symbol in leading_symbols(alternative, nullable) {
                 match symbol {
-                    Symbol::Bytes(set) => {
-                        if may_continue_character(set) && !marked[index] {
-                            marked[index] = true;
-                            queue.push(index);
-                        }
-                        break;
+                    Symbol::Bytes(set) if may_continue_character(set) && !marked[index] => {
+                        marked[index] = true;
+                        queue.push(index);
                     }
-                    Symbol::Whitespace => {}
                     Symbol::Rule(id) => {
                         if let Some(callers) = called_first_by.get_mut(id.index()) {
                             callers.push(index);
                         }
-                        if !nullable.get(id.index()).copied().unwrap_or(true) {
-                            break;
-                        }
                     }
+                    _ => {}
                 }
             }
         }
