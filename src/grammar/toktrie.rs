@@ -151,26 +151,27 @@ impl std::fmt::Debug for WithinMasks {
 
 impl WideChildren {
     /// The lists of the root's children and of every node with [`WIDE_CHILDREN`] or more,
-    /// from each node's parent (`u32::MAX` for the root's children); marks those nodes wide.
-    fn of(nodes: &mut [TrieNode], parents: &[u32]) -> Self {
-        let mut counts: HashMap<u32, usize> = HashMap::new();
-        for &parent in parents {
-            *counts.entry(parent).or_default() += 1;
-        }
-        let is_wide = |parent: &u32| parent == &ROOT_PARENT || counts.get(parent).is_some_and(|n| *n >= WIDE_CHILDREN);
-        let mut by_parent: HashMap<u32, Vec<u32>> = HashMap::new();
-        for (index, parent) in parents.iter().enumerate() {
-            if is_wide(parent) {
-                by_parent.entry(*parent).or_default().push(index as u32);
-            }
-        }
+    /// found by hopping from each child to the next over its subtree; marks those nodes wide.
+    fn of(nodes: &mut [TrieNode]) -> Self {
         let mut wide = WideChildren::default();
-        let mut parents_in_order: Vec<u32> = by_parent.keys().copied().collect();
-        parents_in_order.sort_unstable();
-        for parent in parents_in_order {
-            let children = &by_parent[&parent];
+        let mut children = Vec::new();
+        // The root first (its children span the whole array), then each node in turn.
+        for parent in std::iter::once(ROOT_PARENT).chain(0..nodes.len() as u32) {
+            let (first, end) = match parent {
+                ROOT_PARENT => (0, nodes.len()),
+                node => (node as usize + 1, nodes[node as usize].subtree_end as usize),
+            };
+            children.clear();
+            let mut child = first;
+            while child < end {
+                children.push(child as u32);
+                child = nodes[child].subtree_end as usize;
+            }
+            if parent != ROOT_PARENT && children.len() < WIDE_CHILDREN {
+                continue;
+            }
             let start = wide.nodes.len() as u32;
-            for &child in children {
+            for &child in &children {
                 wide.nodes.push(child);
                 wide.bytes.push(nodes[child as usize].byte);
             }
@@ -260,7 +261,7 @@ impl TokenTrie {
         for open in path {
             nodes[open].subtree_end = end;
         }
-        let wide_children = WideChildren::of(&mut nodes, &parents);
+        let wide_children = WideChildren::of(&mut nodes);
         let mut subtree_bytes: Vec<ByteSet> = nodes
             .iter()
             .map(|n| {
@@ -356,10 +357,11 @@ impl TokenTrie {
         let loop_probe = (0x21..0x7Fu8)
             .max_by_key(|b| byte_weights[*b as usize])
             .unwrap_or(b'e');
-        let mut by_characters: Vec<u32> = order.clone();
-        by_characters.sort_by_key(|id| std::cmp::Reverse(character_count(&token_bytes[*id as usize])));
-        let by_characters_counts: Vec<u16> =
-            by_characters.iter().map(|id| character_count(&token_bytes[*id as usize]) as u16).collect();
+        // Counted once per token, not once per comparison.
+        let mut counted: Vec<(u16, u32)> =
+            order.iter().map(|&id| (character_count(&token_bytes[id as usize]) as u16, id)).collect();
+        counted.sort_by_key(|&(count, _)| std::cmp::Reverse(count));
+        let (by_characters_counts, by_characters): (Vec<u16>, Vec<u32>) = counted.into_iter().unzip();
         let by_length_bytes: Vec<u16> =
             by_length.iter().map(|id| token_bytes[*id as usize].len() as u16).collect();
         TokenTrie {
