@@ -24,8 +24,8 @@
 //! cache of them, kept by the vocabulary's `TokenTrie`). Cost: building one is a pass over
 //! the vocabulary plus sorting its exits; it is built only when exits are few (at most a
 //! quarter of the vocabulary), so a walk of it visits a small part of what a trie walk would.
-//! The within-tokens by character count are sorted out on the first bounded use: another
-//! pass, and [`BOUNDED_CHARS_MAX`] + 1 masks.
+//! A bounded use with `k` characters left makes the mask of the within-tokens of at most `k`
+//! characters on first use: a pass over the smaller side of the vocabulary split at `k`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -72,8 +72,8 @@ pub(crate) struct LoopExits {
     prefix_chars: Vec<u16>,
     /// The longest exit, in bytes.
     pub(crate) max_depth: usize,
-    /// At index `k`: the tokens of `within` of at most `k` characters.
-    within_by_chars: OnceLock<Vec<TokenMask>>,
+    /// At index `k`, once asked for: the tokens of `within` of at most `k` characters.
+    within_by_chars: [OnceLock<TokenMask>; BOUNDED_CHARS_MAX + 1],
 }
 
 impl LoopExits {
@@ -95,29 +95,27 @@ impl LoopExits {
         )
     }
 
-    /// The tokens within the loop of at most `chars` characters (`chars_of` counts a token's),
-    /// or `None` past [`BOUNDED_CHARS_MAX`].
-    pub(crate) fn within_up_to(
-        &self,
-        chars: usize,
-        chars_of: impl Fn(u32) -> usize,
-    ) -> Option<&TokenMask> {
-        let masks = self.within_by_chars.get_or_init(|| {
-            let mut by_count: Vec<Vec<u32>> = vec![Vec::new(); BOUNDED_CHARS_MAX + 1];
-            for token in self.within.iter_set() {
-                if let Some(tokens) = by_count.get_mut(chars_of(token)) {
-                    tokens.push(token);
+    /// The tokens within the loop of at most `chars` characters, or `None` past
+    /// [`BOUNDED_CHARS_MAX`]; `longer` and `up_to` split the vocabulary into the tokens of
+    /// more characters and the others. Each count's mask is made on first use from the
+    /// smaller of the two lists, so no single mask pays for the tables of every count.
+    pub(crate) fn within_up_to(&self, chars: usize, longer: &[u32], up_to: &[u32]) -> Option<&TokenMask> {
+        let slot = self.within_by_chars.get(chars)?;
+        Some(slot.get_or_init(|| {
+            if longer.len() < up_to.len() {
+                let mut mask = self.within.clone();
+                for &token in longer {
+                    mask.unset(token);
                 }
+                mask
+            } else {
+                let mut mask = TokenMask::new(self.within.vocab_size());
+                for &token in up_to.iter().filter(|&&token| self.within.is_set(token)) {
+                    mask.set(token);
+                }
+                mask
             }
-            let mut masks = Vec::with_capacity(BOUNDED_CHARS_MAX + 1);
-            let mut up_to = TokenMask::new(self.within.vocab_size());
-            for tokens in &by_count {
-                up_to.set_all(tokens);
-                masks.push(up_to.clone());
-            }
-            masks
-        });
-        masks.get(chars)
+        }))
     }
 
     /// The tables from the tokens within the loop (`within`) and every other token with its
@@ -181,7 +179,7 @@ impl LoopExits {
             tokens,
             prefix_chars,
             max_depth,
-            within_by_chars: OnceLock::new(),
+            within_by_chars: std::array::from_fn(|_| OnceLock::new()),
         }
     }
 }
@@ -346,6 +344,23 @@ mod tests {
             no_tails.remove(byte);
         }
         assert!(!completable_within(&[0xC3], &no_tails));
+    }
+
+    #[test]
+    fn within_up_to_a_count_is_the_same_from_either_side_of_the_split() {
+        // Characters per token: 0:1, 1:2, 2:3, 3:1, 4:5, 5:2; tokens 3 and 5 are exits.
+        let mut within = TokenMask::new(6);
+        within.set_all(&[0, 1, 2, 4]);
+        let exits = LoopExits::new(within, vec![(b"\"", 3, 0), (b"\"", 5, 1)]);
+        let by_characters = [4, 2, 1, 5, 0, 3];
+        let set = |mask: Option<&TokenMask>| mask.map(|mask| mask.iter_set().collect::<Vec<_>>());
+        // Fewer longer tokens (2) than shorter ones (4): `within` less the longer ones.
+        let (longer, up_to) = by_characters.split_at(2);
+        assert_eq!(set(exits.within_up_to(2, longer, up_to)), Some(vec![0, 1]));
+        // Fewer shorter tokens: those of them within.
+        let (longer, up_to) = by_characters.split_at(4);
+        assert_eq!(set(exits.within_up_to(1, longer, up_to)), Some(vec![0]));
+        assert_eq!(set(exits.within_up_to(BOUNDED_CHARS_MAX + 1, &[], &by_characters)), None);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use super::super::cache::{SharedCaches, DEAD, FULL};
 use super::super::ir::ByteSet;
-use super::super::lexer::{character_count, LoopExits, BOUNDED_CHARS_MAX};
+use super::super::lexer::{LoopExits, BOUNDED_CHARS_MAX};
 use super::super::mask::TokenMask;
 use super::super::toktrie::NO_TOKEN;
 use super::{Matcher, CHAIN_MAX};
@@ -104,8 +104,8 @@ impl Matcher {
         if skip.bytes.iter().any(|byte| caches.table.next(end, byte) != DEAD) {
             return None;
         }
-        let chars_of = |token: u32| trie.token_bytes(token).map_or(0, character_count);
-        let mut mask = exits.within_up_to(chars, chars_of)?.clone();
+        let (longer, up_to) = trie.split_by_characters(chars as u32 + 1);
+        let mut mask = exits.within_up_to(chars, longer, up_to)?.clone();
         // Per exit first byte: the distinct states it leads to, with the prefix lengths
         // (as bits) that lead there.
         let mut targets: Vec<(u32, u64)> = Vec::new();

@@ -634,7 +634,7 @@ impl Matcher {
         let mut mask = (*unbound_mask).clone();
         let trie = self.trie.clone();
         let long_tokens = match unbound.in_characters {
-            true => trie.tokens_with_characters_at_least(walk_from),
+            true => trie.split_by_characters(walk_from).0,
             false => trie.tokens_at_least(walk_from),
         };
         for &token in long_tokens {

@@ -634,10 +634,10 @@ impl TokenTrie {
         &self.by_length[..count]
     }
 
-    /// The tokens (duplicates too) of at least `count` characters.
-    pub(crate) fn tokens_with_characters_at_least(&self, count: u32) -> &[u32] {
+    /// The tokens (duplicates too) of at least `count` characters, and the others.
+    pub(crate) fn split_by_characters(&self, count: u32) -> (&[u32], &[u32]) {
         let found = self.by_characters_counts.partition_point(|n| u32::from(*n) >= count);
-        &self.by_characters[..found]
+        self.by_characters.split_at(found)
     }
 
     /// The bytes of `token`, or `None` outside the vocabulary.
