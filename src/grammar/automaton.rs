@@ -338,12 +338,14 @@ impl CompiledGrammar {
     /// configuration after a run of `n` whitespace bytes that each only spent budget (see
     /// `is_whitespace_shift`) at once instead of byte by byte; taking `n` away undoes a uniform
     /// raise (see [`Normalized::uniform_raise`]) on a configuration stepped from the raised one.
-    pub(crate) fn with_whitespace_used(&self, config: &[u32], change: impl Fn(u32) -> u32) -> Vec<u32> {
-        let mut stacks = StepStacks::default();
+    /// Left encoded in `out`, with its hash: a state table interns it from its own buffer.
+    pub(crate) fn with_whitespace_used(&self, config: &[u32], change: impl Fn(u32) -> u32, out: &mut StepStacks) {
+        out.clear();
         for (ws_used, frames) in decode(config) {
-            stacks.push(frames, change(ws_used));
+            out.push(frames, change(ws_used));
         }
-        stacks.into_encoded()
+        out.order();
+        out.encode();
     }
 
     #[inline]

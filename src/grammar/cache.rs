@@ -228,12 +228,22 @@ impl StateTable {
     /// used; [`FULL`] when it would not fit.
     fn intern_with_whitespace_used(&mut self, state: u32, change: impl Fn(u32) -> u32) -> u32 {
         let config = config_in(&self.config_words, &self.config_starts, state);
-        let Some(changed) = on_grammar(&self.lent, &self.grammar, |grammar| {
-            grammar.with_whitespace_used(config, change)
-        }) else {
+        let step_buffer = &mut self.step_buffer;
+        if on_grammar(&self.lent, &self.grammar, |grammar| grammar.with_whitespace_used(config, change, step_buffer))
+            .is_none()
+        {
             return DEAD;
-        };
-        self.intern(&changed, config_hash(&changed)).unwrap_or(FULL)
+        }
+        self.intern_step_result().unwrap_or(FULL)
+    }
+
+    /// Interns the configuration a step left encoded in the step buffer (with its hash);
+    /// `None` when full.
+    fn intern_step_result(&mut self) -> Option<u32> {
+        let next = std::mem::take(&mut self.step_buffer.encoded);
+        let interned = self.intern(&next, self.step_buffer.hash);
+        self.step_buffer.encoded = next;
+        interned
     }
 
     #[cold]
@@ -250,15 +260,10 @@ impl StateTable {
                 self.overflows += 1;
                 DEAD
             }
-            Ok(()) => {
-                let next = std::mem::take(&mut self.step_buffer.encoded);
-                let interned = self.intern(&next, self.step_buffer.hash);
-                self.step_buffer.encoded = next;
-                match interned {
-                    Some(id) => id,
-                    None => return FULL,
-                }
-            }
+            Ok(()) => match self.intern_step_result() {
+                Some(id) => id,
+                None => return FULL,
+            },
         };
         // Every class this configuration does not tell apart from `byte` goes where it went:
         // a state inside a key or a string body sees a handful of cases, where the grammar

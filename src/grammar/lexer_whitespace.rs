@@ -138,8 +138,9 @@ impl Matcher {
         (caches.table.next(real, byte), 0)
     }
 
-    /// Whether long `token`, if made only of whitespace bytes, may come next: allowed where
-    /// each of its bytes leads back to the current state (a string body); else from the budget
+    /// Whether long `token` (its bytes `bytes`, from the caller's trie: no reference count
+    /// taken per token), if made only of whitespace bytes, may come next: allowed where each
+    /// of its bytes leads back to the current state (a string body); else from the budget
     /// alone where the current state reads each of its bytes only by spending budget: a run
     /// shorter than what every stack has left is allowed (the run's state stays exact all the
     /// way), one longer than what any stack has left is not, and one in between is stepped
@@ -153,12 +154,11 @@ impl Matcher {
         &mut self,
         caches: &mut SharedCaches,
         token: LongToken,
+        bytes: &[u8],
     ) -> Option<bool> {
         if token.whitespace_slots == 0 || self.grammar.whitespace_budget() == 0 {
             return None;
         }
-        let trie = self.trie.clone();
-        let bytes = trie.token_bytes(token.id)?;
         if let Some(allowed) = self.whitespace_run_allowed(caches, self.state, token.whitespace_slots, bytes) {
             return Some(allowed);
         }

@@ -245,7 +245,10 @@ impl Matcher {
                     continue;
                 }
                 let token = long_token.id;
-                let allowed = match matcher.whitespace_token_allowed(caches, long_token) {
+                let by_whitespace = trie
+                    .token_bytes(token)
+                    .and_then(|bytes| matcher.whitespace_token_allowed(caches, long_token, bytes));
+                let allowed = match by_whitespace {
                     Some(allowed) => allowed,
                     None => {
                         let from = long_root.get_or_insert_with(|| matcher.long_token_root(caches));
