@@ -624,7 +624,9 @@ impl CompiledGrammar {
     /// bytes (the current item may complete without a byte, each further one reads one), or
     /// characters where every repetition moved counts characters.
     pub(crate) fn unbind_counters(&self, config: &[u32], min_rank: u32) -> Option<Unbound> {
-        if self.counters.is_empty() {
+        // Most configurations have no frame to move: found so before building anything.
+        let moves = |position: u32| self.counters.unbound_position(position, min_rank).is_some();
+        if self.counters.is_empty() || !decode(config).any(|(_, frames)| frames.iter().any(|&p| moves(p))) {
             return None;
         }
         let mut fewest = u32::MAX;

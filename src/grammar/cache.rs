@@ -24,7 +24,7 @@ use std::hash::BuildHasherDefault;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use super::automaton::{
-    config_can_continue, config_hash, config_is_accepting, CompiledGrammar, StepStacks, WordHasher,
+    config_can_continue, config_hash, config_is_accepting, CompiledGrammar, StepOverflow, StepStacks, WordHasher,
 };
 use super::ir::ByteSet;
 use super::mask::TokenMask;
@@ -76,6 +76,9 @@ pub(crate) struct StateTable {
     detached_utf8: HashMap<u32, Option<skip_sets::DetachedUtf8>, BuildHasherDefault<WordHasher>>,
     /// Reused by every byte step this table computes.
     step_buffer: StepStacks,
+    /// The other buffer of steps chained without interning (see
+    /// [`StateTable::alive_after_whitespace_run`]).
+    probe_buffer: StepStacks,
     /// The grammar, held strongly only while a matcher operates on the table (see
     /// [`StateTable::lend`]).
     lent: Option<Arc<CompiledGrammar>>,
@@ -129,6 +132,7 @@ impl StateTable {
             mask_states: Vec::with_capacity(initial),
             detached_utf8: HashMap::default(),
             step_buffer: StepStacks::default(),
+            probe_buffer: StepStacks::default(),
             lent: None,
             capacity,
             word_budget,
@@ -235,6 +239,32 @@ impl StateTable {
             return DEAD;
         }
         self.intern_step_result().unwrap_or(FULL)
+    }
+
+    /// Whether the configuration of `state` with `spent` more whitespace used on every stack,
+    /// then stepped by `bytes`, is alive; `None` when the grammar is gone. Worked out in the
+    /// table's step buffers, interning nothing: a long whitespace token that would end the
+    /// budget is checked so at every position, and the states it passes through (budget
+    /// nearly and wholly spent) need not be made for that. A step past a limit is dead, as in
+    /// [`StateTable::next`].
+    pub(crate) fn alive_after_whitespace_run(&mut self, state: u32, spent: u32, bytes: &[u8]) -> Option<bool> {
+        let config = config_in(&self.config_words, &self.config_starts, state);
+        let (current, next) = (&mut self.step_buffer, &mut self.probe_buffer);
+        let stepped = on_grammar(&self.lent, &self.grammar, |grammar| {
+            grammar.with_whitespace_used(config, |used| used.saturating_add(spent), current);
+            for &byte in bytes {
+                if current.encoded.is_empty() {
+                    break;
+                }
+                grammar.step_with(&current.encoded, byte, next)?;
+                std::mem::swap(current, next);
+            }
+            Ok::<bool, StepOverflow>(!current.encoded.is_empty())
+        })?;
+        Some(stepped.unwrap_or_else(|_| {
+            self.overflows += 1;
+            false
+        }))
     }
 
     /// Interns the configuration a step left encoded in the step buffer (with its hash);

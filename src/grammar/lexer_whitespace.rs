@@ -28,6 +28,11 @@ use super::Matcher;
 /// A state's budget left before it was worked out.
 const LEFT_UNKNOWN: u32 = u32::MAX;
 
+/// Budget a raised mask state must have left to classify a long token's whitespace for the
+/// current state (see [`Matcher::whitespace_token_allowed`]): a first byte that ends a value
+/// may spend one, and the state after it must then read one more as the real one would.
+const RAISED_LEFT_MIN: u32 = 3;
+
 /// The slot of a space in [`WHITESPACE_BYTES`].
 const SPACE_SLOT: usize = 0;
 
@@ -150,6 +155,13 @@ impl Matcher {
     /// full table). For the long tokens a normalized mask leaves to check: stepped byte by
     /// byte, an indentation token makes a state per byte with this position's budget, none of
     /// them known from the mask's walk.
+    ///
+    /// Where the current state's mask state is the same configuration with every stack's
+    /// whitespace used raised alike (see `Normalized::uniform_raise`) and a few bytes of
+    /// budget still left, the bytes are classified from the mask state instead: frame for
+    /// frame, both read whitespace alike while neither runs out, and the mask's walk has
+    /// classified the mask state already, where the current state would make new states for
+    /// it at every position; only the budget left differs, by the raise.
     pub(super) fn whitespace_token_allowed(
         &mut self,
         caches: &mut SharedCaches,
@@ -159,24 +171,31 @@ impl Matcher {
         if token.whitespace_slots == 0 || self.grammar.whitespace_budget() == 0 {
             return None;
         }
-        if let Some(allowed) = self.whitespace_run_allowed(caches, self.state, token.whitespace_slots, bytes) {
+        let raised = caches.table.known_mask_state(self.state).and_then(|root| Some((root.state, root.uniform_raise?)));
+        let (from, raise) = match raised {
+            Some((root, raise)) if self.whitespace_left(caches, root) >= RAISED_LEFT_MIN => (root, raise),
+            _ => (self.state, 0),
+        };
+        if let Some(allowed) = self.whitespace_run_allowed(caches, from, raise, token.whitespace_slots, bytes) {
             return Some(allowed);
         }
         let (&first, rest) = bytes.split_first()?;
-        match caches.table.next(self.state, first) {
+        match caches.table.next(from, first) {
             DEAD => Some(false),
             FULL => None,
-            next => self.whitespace_run_allowed(caches, next, token.whitespace_slots, rest),
+            next => self.whitespace_run_allowed(caches, next, raise, token.whitespace_slots, rest),
         }
     }
 
-    /// Whether the whitespace `run` (of the bytes of `slots`) keeps `state` alive, when
-    /// `state` loops on those bytes or reads each of them only by spending budget (see
+    /// Whether the whitespace `run` (of the bytes of `slots`) keeps alive the state that is
+    /// `state` with `raise` less whitespace used on every stack, when `state` loops on those
+    /// bytes or reads each of them only by spending budget (see
     /// [`Matcher::whitespace_token_allowed`]); `None` otherwise.
     fn whitespace_run_allowed(
         &mut self,
         caches: &mut SharedCaches,
         state: u32,
+        raise: u32,
         slots: u8,
         run: &[u8],
     ) -> Option<bool> {
@@ -194,32 +213,20 @@ impl Matcher {
             }
         }
         let length = run.len() as u32;
-        let left = self.whitespace_left(caches, state);
+        let left = self.whitespace_left(caches, state) + raise;
         if length < left {
             return Some(true);
         }
-        let left_most = self.grammar.whitespace_left_most(caches.table.config(state));
+        let left_most = self.grammar.whitespace_left_most(caches.table.config(state)) + raise;
         if length > left_most {
             return Some(false);
         }
         // The run ends some stacks' budget: its first `left - 1` bytes still only spend
-        // budget, so their state is made at once and only the rest is stepped.
-        let spent = left.saturating_sub(1);
-        let mut next = caches.table.after_whitespace_run(state, spent);
-        if next == DEAD {
-            return None; // the grammar is gone: a walk will say
-        }
-        for &byte in run.get(spent as usize..)? {
-            if next == DEAD || next == FULL {
-                break;
-            }
-            next = caches.table.next(next, byte);
-        }
-        match next {
-            FULL => None,
-            DEAD => Some(false),
-            _ => Some(true),
-        }
+        // budget, so their configuration is made at once and only the rest is stepped.
+        // (`state` has spent `raise` of them already.)
+        let shifted = left.saturating_sub(1);
+        let rest = run.get(shifted as usize..)?;
+        caches.table.alive_after_whitespace_run(state, shifted.saturating_sub(raise), rest)
     }
 
     /// Whether `state` reads a space only by spending budget. Its whitespace is walked as

@@ -605,9 +605,9 @@ impl Matcher {
     /// bound; the tokens long enough to are walked from `root` itself. `None` when `root` is
     /// in no such repetition. Returns the mask and `root`'s id after any table clear.
     fn mask_via_loops(&mut self, caches: &mut SharedCaches, root: u32) -> Option<(TokenMask, u32)> {
-        let config: Box<[u32]> = caches.table.config(root).into();
         let floor = self.trie.counter_floor;
-        let unbound = self.grammar.unbind_counters(&config, floor.saturating_add(2))?;
+        let unbound = self.grammar.unbind_counters(caches.table.config(root), floor.saturating_add(2))?;
+        let config: Box<[u32]> = caches.table.config(root).into();
         // Tokens of fewer than `fewest - 1` bytes (or characters) cannot reach a bound (see
         // `unbind_counters`).
         let walk_from = unbound.fewest - 1;

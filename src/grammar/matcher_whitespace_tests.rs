@@ -200,3 +200,35 @@ fn long_runs_inside_a_bounded_string_are_stepped_from_its_loop() {
     check_sequence("bounded strings", &mut matcher, &vocabulary, &eog, &[b"\"", b"]"]);
     assert!(made < longest_run as usize / 2, "{made} states made checking runs of up to {longest_run} spaces");
 }
+
+/// Long whitespace tokens (past the horizon) that a normalized mask checks one by one are
+/// classified from the mask state, whose whitespace used was raised alike on every stack,
+/// not from the current state: the masks stay exact, also for the token that spends the
+/// budget to its last byte (checked without interning the states it passes through), and no
+/// state between the current one's budget and the raised one's is made for the check.
+#[test]
+fn long_whitespace_tokens_are_classified_from_the_raised_mask_state() {
+    use crate::grammar::automaton::decode;
+    use crate::grammar::schema::WHITESPACE_BUDGET;
+    let (mut vocabulary, eog) = synthetic_vocabulary(11, 500);
+    // Up to past the budget: the 64-space token spends it exactly.
+    for length in 1..=70 {
+        vocabulary.push(" ".repeat(length).into_bytes());
+        vocabulary.push(format!("\n{}", " ".repeat(length)).into_bytes());
+    }
+    let schema = serde_json::json!({"type": "object", "properties": {
+        "a": {"type": "array", "items": {"type": "integer"}}, "b": {"type": "string"}}});
+    let grammar = schema_grammar(&schema, &Limits::default());
+    let trie = Arc::new(TokenTrie::new(&vocabulary, &eog));
+    let floor = WHITESPACE_BUDGET - (trie.horizon + 1);
+    assert!(trie.long_tokens.iter().any(|token| token.whitespace_bytes == WHITESPACE_BUDGET));
+    let mut matcher = Matcher::new(grammar, trie);
+    let sequence: [&[u8]; 10] = [b"{", b"\"", b"a", b"\"", b":", b"[", b"1", b",", b"2", b"]"];
+    check_sequence("raised", &mut matcher, &vocabulary, &eog, &sequence);
+    let caches = SharedCaches::lock(&matcher.shared);
+    for state in 1..caches.table.len() as u32 {
+        for (used, _) in decode(caches.table.config(state)) {
+            assert!(used == 0 || used >= floor, "state {state} has {used} whitespace used, under {floor}");
+        }
+    }
+}
