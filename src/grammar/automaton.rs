@@ -45,14 +45,14 @@ pub(crate) use stacks::{
 /// What [`CompiledGrammar::normalize_for_horizon`] made of a configuration.
 pub(crate) struct Normalized {
     pub(crate) config: Vec<u32>,
-    /// Whether a frame moved within a bounded repetition (not only whitespace budget raised):
+    /// Whether a frame moved within a bounded repetition (not only whitespace used lowered):
     /// then any token longer than the horizon may behave otherwise than from the original.
     pub(crate) counters_moved: bool,
-    /// When no frame moved and every stack's whitespace used was raised by the same count:
-    /// that count. Then every token of at most the horizon steps both configurations alike,
-    /// frame for frame, and the original's successor is the normalized one's with that much
-    /// whitespace refunded (see [`CompiledGrammar::with_whitespace_used`]).
-    pub(crate) uniform_raise: Option<u32>,
+    /// When no frame moved and every stack's whitespace used was lowered by the same count
+    /// (to none): that count. Then every token of at most the horizon steps both
+    /// configurations alike, frame for frame, and the original's successor is the normalized
+    /// one's with that much more whitespace used (see [`CompiledGrammar::with_whitespace_used`]).
+    pub(crate) uniform_lowering: Option<u32>,
 }
 
 /// What [`CompiledGrammar::unbind_counters`] made of a configuration.
@@ -336,8 +336,8 @@ impl CompiledGrammar {
 
     /// `config` with `change` applied to every stack's whitespace used. Adding `n` makes the
     /// configuration after a run of `n` whitespace bytes that each only spent budget (see
-    /// `is_whitespace_shift`) at once instead of byte by byte; taking `n` away undoes a uniform
-    /// raise (see [`Normalized::uniform_raise`]) on a configuration stepped from the raised one.
+    /// `is_whitespace_shift`) at once instead of byte by byte, or undoes a uniform lowering
+    /// (see [`Normalized::uniform_lowering`]) on a configuration stepped from the lowered one.
     /// Left encoded in `out`, with its hash: a state table interns it from its own buffer.
     pub(crate) fn with_whitespace_used(&self, config: &[u32], change: impl Fn(u32) -> u32, out: &mut StepStacks) {
         out.clear();
@@ -580,19 +580,26 @@ impl CompiledGrammar {
     /// A configuration that keeps exactly the same bytes alive as `config` for any text of at
     /// most `horizon` bytes, and that many configurations share: each frame inside a bounded
     /// repetition with more than `horizon + 1` items left is moved to the member with
-    /// `horizon + 1` left, and whitespace used is raised so that at most `horizon + 1` bytes of
-    /// the budget are left. `None` when that is `config` itself. A mask from this
-    /// configuration is exact for every token of at most `horizon` bytes; with
+    /// `horizon + 1` left, and a stack's whitespace used is lowered to none while it leaves at
+    /// least `horizon + 1` bytes of the budget. `None` when that is `config` itself. A mask
+    /// from this configuration is exact for every token of at most `horizon` bytes; with
     /// [`Normalized::counters_moved`] false, also for every token of at most `horizon + 1`
-    /// whitespace bytes (each frame still has that much budget left).
+    /// whitespace bytes (each frame of both still has that much budget left).
+    ///
+    /// Lowered rather than raised: a document without whitespace so far (the usual case) is
+    /// its own mask state, so a position makes no second state beside the one it commits to.
     pub(crate) fn normalize_for_horizon(&self, config: &[u32], horizon: u32) -> Option<Normalized> {
+        // The most whitespace a stack may have used and still be lowered.
         let floor = self.whitespace_budget.saturating_sub(horizon.saturating_add(1));
-        if self.counters.is_empty() && floor == 0 {
+        let lowers = |ws_used: u32| ws_used != 0 && ws_used <= floor;
+        let moves = |position: u32| self.counters.map_position(position, horizon) != position;
+        // Most configurations change in nothing: found so before building anything.
+        if !decode(config).any(|(ws_used, frames)| lowers(ws_used) || frames.iter().any(|&p| moves(p))) {
             return None;
         }
         let mut counters_moved = false;
-        // The least and most whitespace any stack has used: some stack is raised when the
-        // least is under the floor, and every stack alike when the two agree.
+        // The least and most whitespace any stack has used: every stack is lowered alike
+        // when the two agree.
         let (mut least_used, mut most_used) = (u32::MAX, 0);
         let mut stacks = StepStacks::default();
         let mut mapped = Vec::new();
@@ -603,17 +610,15 @@ impl CompiledGrammar {
                     .iter()
                     .map(|&position| self.counters.map_position(position, horizon)),
             );
-            let ws = ws_used.max(floor);
             least_used = least_used.min(ws_used);
             most_used = most_used.max(ws_used);
             counters_moved |= mapped[..] != frames[..];
-            stacks.push(&mapped, ws);
+            stacks.push(&mapped, if lowers(ws_used) { 0 } else { ws_used });
         }
-        (least_used < floor || counters_moved).then(|| Normalized {
+        Some(Normalized {
             config: stacks.into_encoded(),
             counters_moved,
-            uniform_raise: (!counters_moved && least_used == most_used && most_used < floor)
-                .then(|| floor - most_used),
+            uniform_lowering: (!counters_moved && least_used == most_used && lowers(most_used)).then_some(most_used),
         })
     }
 

@@ -203,13 +203,6 @@ impl StateTable {
         }
     }
 
-    /// The state of `state`'s configuration with `bytes` whitespace refunded to every stack:
-    /// the real successor of a state whose mask state raised it uniformly (see
-    /// `Normalized::uniform_raise`); [`FULL`] when it would not fit.
-    pub(crate) fn with_whitespace_refunded(&mut self, state: u32, bytes: u32) -> u32 {
-        self.intern_with_whitespace_used(state, |used| used.saturating_sub(bytes))
-    }
-
     /// Where the transition of `state` on `byte` is kept in `transitions`.
     #[inline]
     fn transition_index(&self, state: u32, byte: u8) -> usize {
@@ -222,19 +215,16 @@ impl StateTable {
         self.transitions.get(self.transition_index(state, byte)).copied().filter(|&target| target != UNKNOWN)
     }
 
-    /// The state after a run of `bytes` whitespace bytes from `state`, each of which only
-    /// spends budget there (see `lexer_whitespace.rs`), interned directly rather than through
-    /// a new state per byte; [`FULL`] when it would not fit.
-    pub(crate) fn after_whitespace_run(&mut self, state: u32, bytes: u32) -> u32 {
-        self.intern_with_whitespace_used(state, |used| used.saturating_add(bytes))
-    }
-
-    /// The state of `state`'s configuration with `change` applied to every stack's whitespace
-    /// used; [`FULL`] when it would not fit.
-    fn intern_with_whitespace_used(&mut self, state: u32, change: impl Fn(u32) -> u32) -> u32 {
+    /// The state of `state`'s configuration with `bytes` more whitespace used on every stack,
+    /// interned directly; [`FULL`] when it would not fit. That is the state after a run of
+    /// `bytes` whitespace bytes each of which only spends budget there (see
+    /// `lexer_whitespace.rs`), without a new state per byte; or the real successor of a state
+    /// whose mask state lowered it uniformly (see `Normalized::uniform_lowering`).
+    pub(crate) fn with_whitespace_spent(&mut self, state: u32, bytes: u32) -> u32 {
         let config = config_in(&self.config_words, &self.config_starts, state);
         let step_buffer = &mut self.step_buffer;
-        if on_grammar(&self.lent, &self.grammar, |grammar| grammar.with_whitespace_used(config, change, step_buffer))
+        let spend = |used: u32| used.saturating_add(bytes);
+        if on_grammar(&self.lent, &self.grammar, |grammar| grammar.with_whitespace_used(config, spend, step_buffer))
             .is_none()
         {
             return DEAD;
@@ -448,17 +438,17 @@ impl StateTable {
 pub(crate) struct MaskRoot {
     pub(crate) state: u32,
     pub(crate) counters_moved: bool,
-    /// See `Normalized::uniform_raise`: then the state's successors can be read off the mask
-    /// state's, whose transitions the mask walk has mostly filled.
-    pub(crate) uniform_raise: Option<u32>,
+    /// See `Normalized::uniform_lowering`: then the state's successors can be read off the
+    /// mask state's, whose transitions the mask walk has mostly filled.
+    pub(crate) uniform_lowering: Option<u32>,
 }
 
 impl MaskRoot {
-    const UNKNOWN: MaskRoot = MaskRoot { state: UNKNOWN, counters_moved: false, uniform_raise: None };
+    const UNKNOWN: MaskRoot = MaskRoot { state: UNKNOWN, counters_moved: false, uniform_lowering: None };
 
     /// A state that is its own mask state.
     pub(crate) fn itself(state: u32) -> MaskRoot {
-        MaskRoot { state, counters_moved: false, uniform_raise: None }
+        MaskRoot { state, counters_moved: false, uniform_lowering: None }
     }
 }
 

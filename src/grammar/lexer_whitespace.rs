@@ -28,10 +28,11 @@ use super::Matcher;
 /// A state's budget left before it was worked out.
 const LEFT_UNKNOWN: u32 = u32::MAX;
 
-/// Budget a raised mask state must have left to classify a long token's whitespace for the
-/// current state (see [`Matcher::whitespace_token_allowed`]): a first byte that ends a value
-/// may spend one, and the state after it must then read one more as the real one would.
-const RAISED_LEFT_MIN: u32 = 3;
+/// Budget the current state must have left for a long token's whitespace to be classified
+/// from its lowered mask state (see [`Matcher::whitespace_token_allowed`]): a first byte that
+/// ends a value may spend one, and the state after it must then read one more as the mask
+/// state does.
+const LOWERED_LEFT_MIN: u32 = 3;
 
 /// The slot of a space in [`WHITESPACE_BYTES`].
 const SPACE_SLOT: usize = 0;
@@ -136,7 +137,7 @@ impl Matcher {
         if offset == 0 || self.whitespace_left(caches, state).saturating_sub(offset) > remaining {
             return (caches.table.next(state, byte), 0);
         }
-        let real = caches.table.after_whitespace_run(state, offset);
+        let real = caches.table.with_whitespace_spent(state, offset);
         if real == FULL || real == DEAD {
             return (real, 0);
         }
@@ -157,11 +158,11 @@ impl Matcher {
     /// them known from the mask's walk.
     ///
     /// Where the current state's mask state is the same configuration with every stack's
-    /// whitespace used raised alike (see `Normalized::uniform_raise`) and a few bytes of
+    /// whitespace used lowered alike (see `Normalized::uniform_lowering`) and a few bytes of
     /// budget still left, the bytes are classified from the mask state instead: frame for
     /// frame, both read whitespace alike while neither runs out, and the mask's walk has
     /// classified the mask state already, where the current state would make new states for
-    /// it at every position; only the budget left differs, by the raise.
+    /// it at every position; only the budget left differs, by the lowering.
     pub(super) fn whitespace_token_allowed(
         &mut self,
         caches: &mut SharedCaches,
@@ -171,31 +172,34 @@ impl Matcher {
         if token.whitespace_slots == 0 || self.grammar.whitespace_budget() == 0 {
             return None;
         }
-        let raised = caches.table.known_mask_state(self.state).and_then(|root| Some((root.state, root.uniform_raise?)));
-        let (from, raise) = match raised {
-            Some((root, raise)) if self.whitespace_left(caches, root) >= RAISED_LEFT_MIN => (root, raise),
+        let lowered =
+            caches.table.known_mask_state(self.state).and_then(|root| Some((root.state, root.uniform_lowering?)));
+        let (from, lowering) = match lowered {
+            Some((root, lowering)) if self.whitespace_left(caches, root).saturating_sub(lowering) >= LOWERED_LEFT_MIN => {
+                (root, lowering)
+            }
             _ => (self.state, 0),
         };
-        if let Some(allowed) = self.whitespace_run_allowed(caches, from, raise, token.whitespace_slots, bytes) {
+        if let Some(allowed) = self.whitespace_run_allowed(caches, from, lowering, token.whitespace_slots, bytes) {
             return Some(allowed);
         }
         let (&first, rest) = bytes.split_first()?;
         match caches.table.next(from, first) {
             DEAD => Some(false),
             FULL => None,
-            next => self.whitespace_run_allowed(caches, next, raise, token.whitespace_slots, rest),
+            next => self.whitespace_run_allowed(caches, next, lowering, token.whitespace_slots, rest),
         }
     }
 
     /// Whether the whitespace `run` (of the bytes of `slots`) keeps alive the state that is
-    /// `state` with `raise` less whitespace used on every stack, when `state` loops on those
+    /// `state` with `lowering` more whitespace used on every stack, when `state` loops on those
     /// bytes or reads each of them only by spending budget (see
     /// [`Matcher::whitespace_token_allowed`]); `None` otherwise.
     fn whitespace_run_allowed(
         &mut self,
         caches: &mut SharedCaches,
         state: u32,
-        raise: u32,
+        lowering: u32,
         slots: u8,
         run: &[u8],
     ) -> Option<bool> {
@@ -213,20 +217,20 @@ impl Matcher {
             }
         }
         let length = run.len() as u32;
-        let left = self.whitespace_left(caches, state) + raise;
+        let left = self.whitespace_left(caches, state).saturating_sub(lowering);
         if length < left {
             return Some(true);
         }
-        let left_most = self.grammar.whitespace_left_most(caches.table.config(state)) + raise;
+        let left_most = self.grammar.whitespace_left_most(caches.table.config(state)).saturating_sub(lowering);
         if length > left_most {
             return Some(false);
         }
         // The run ends some stacks' budget: its first `left - 1` bytes still only spend
         // budget, so their configuration is made at once and only the rest is stepped.
-        // (`state` has spent `raise` of them already.)
+        // (`state` has yet to spend `lowering` more than the real state.)
         let shifted = left.saturating_sub(1);
         let rest = run.get(shifted as usize..)?;
-        caches.table.alive_after_whitespace_run(state, shifted.saturating_sub(raise), rest)
+        caches.table.alive_after_whitespace_run(state, shifted + lowering, rest)
     }
 
     /// Whether `state` reads a space only by spending budget. Its whitespace is walked as

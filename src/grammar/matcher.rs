@@ -201,7 +201,7 @@ impl Matcher {
                                 MaskRoot {
                                     state: root,
                                     counters_moved: normalized.counters_moved,
-                                    uniform_raise: normalized.uniform_raise,
+                                    uniform_lowering: normalized.uniform_lowering,
                                 }
                             }
                         }
@@ -240,7 +240,7 @@ impl Matcher {
             #[cfg(test)]
             let states_before = caches.table.len();
             for &long_token in &trie.long_tokens {
-                // Only whitespace budget was raised, and it still covers this token.
+                // Only whitespace used was lowered, and both budgets still cover this token.
                 if !mask_root.counters_moved && long_token.whitespace_bytes <= horizon.saturating_add(1) {
                     continue;
                 }

@@ -173,7 +173,8 @@ fn a_pattern_searched_in_a_string_shares_one_closed_skip_set() {
     let sharing = (0..caches.table.len() as u32)
         .filter(|&state| caches.table.known_skip_set(state).is_some_and(|known| *known == set.unwrap_or(SkipSet::NONE)))
         .count();
-    assert!(sharing >= 5, "only {sharing} states share the closed set");
+    // The pattern's four states: none to three digits of it read.
+    assert!(sharing >= 4, "only {sharing} states share the closed set");
 }
 
 /// The skip set of a state that loops on ASCII characters holds the multi-byte characters

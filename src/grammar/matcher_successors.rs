@@ -1,5 +1,5 @@
 //! How the matcher finds the state after a token, as more methods of [`Matcher`]: from
-//! transitions already known, read off the mask state when only whitespace was raised, or
+//! transitions already known, read off the mask state when only whitespace used was lowered, or
 //! stepped byte by byte; and, for the tokens longer than the horizon that a mask checks one
 //! by one, the shared state they are stepped from.
 //!
@@ -99,15 +99,15 @@ impl Matcher {
     }
 
     /// The state after `bytes` read off the current state's mask state, when that is the
-    /// current configuration with every stack's whitespace used raised alike (see
-    /// `Normalized::uniform_raise`) and `bytes` is within the horizon: both then step frame
-    /// for frame alike, so the successor is the mask state's with the raise refunded. The
+    /// current configuration with every stack's whitespace used lowered alike (see
+    /// `Normalized::uniform_lowering`) and `bytes` is within the horizon: both then step frame
+    /// for frame alike, so the successor is the mask state's with the lowering spent. The
     /// mask walk from the mask state has stepped most of the way already, where stepping the
     /// current state would make a new state per byte. `Some(None)`: dead; `None` when this
     /// does not apply or the table is full.
     pub(super) fn state_after_via_mask_state(&mut self, caches: &mut SharedCaches, bytes: &[u8]) -> Option<Option<u32>> {
         let root = caches.table.known_mask_state(self.state)?;
-        let raise = root.uniform_raise?;
+        let lowering = root.uniform_lowering?;
         if bytes.len() as u32 > self.trie.horizon {
             return None;
         }
@@ -119,7 +119,7 @@ impl Matcher {
                 next => state = next,
             }
         }
-        match caches.table.with_whitespace_refunded(state, raise) {
+        match caches.table.with_whitespace_spent(state, lowering) {
             FULL | DEAD => None,
             real => {
                 #[cfg(test)]
