@@ -8,9 +8,12 @@
 //! expanding it, where following each call site's paths anew would repeat it per site.
 //!
 //! Key type: [`Expansion`]. Cost: a position's expansion copies its alternatives' stacks with
-//! one more frame each; computed at most once per position (a recursion as deep as rules are
-//! nested at the start of one another, bounded by [`NESTING_MAX`] beyond which the paths are
-//! followed one by one instead).
+//! one more frame each (gathered in a per-thread spare buffer, then copied out at its exact
+//! size); computed at most once per position (a recursion as deep as rules are nested at the
+//! start of one another, bounded by [`NESTING_MAX`] beyond which the paths are followed one
+//! by one instead).
+
+use std::cell::RefCell;
 
 use super::{CompiledGrammar, FlatSymbol, StackSet, StepOverflow};
 
@@ -44,6 +47,33 @@ struct GatheredStacks {
     ranges: Vec<(u32, u32)>,
 }
 
+/// Most words a spare gathering buffer keeps (256 KiB).
+const SPARE_WORDS_MAX: usize = 1 << 16;
+
+thread_local! {
+    /// Gathering buffers not in use: an expansion (assembled inside others, one buffer per
+    /// level) is gathered into a buffer grown by earlier ones, not into one grown from empty.
+    static SPARE_GATHERED: RefCell<Vec<GatheredStacks>> = const { RefCell::new(Vec::new()) };
+}
+
+impl GatheredStacks {
+    /// A spare buffer, empty.
+    fn take_spare() -> GatheredStacks {
+        SPARE_GATHERED.with(|spare| spare.borrow_mut().pop()).unwrap_or_default()
+    }
+
+    /// Emptied and kept for the next expansion, unless a pathological one grew it past
+    /// what a thread should hold on to.
+    fn give_back(mut self) {
+        if self.words.capacity() > SPARE_WORDS_MAX {
+            return;
+        }
+        self.words.clear();
+        self.ranges.clear();
+        SPARE_GATHERED.with(|spare| spare.borrow_mut().push(self));
+    }
+}
+
 impl GatheredStacks {
     fn push(&mut self, below: Option<u32>, stack: &[u32]) {
         let start = self.words.len() as u32;
@@ -56,18 +86,23 @@ impl GatheredStacks {
         self.ranges.len()
     }
 
+    /// The expansion of the stacks gathered, sized exactly (no copy to shrink it after);
+    /// the buffer goes back to the spares.
     fn into_expansion(mut self, completes: bool) -> Expansion {
         let words = &self.words;
         let slice = |&(start, end): &(u32, u32)| words.get(start as usize..end as usize).unwrap_or_default();
         self.ranges.sort_unstable_by(|a, b| slice(a).cmp(slice(b)));
         self.ranges.dedup_by(|a, b| slice(a) == slice(b));
-        let mut sorted = Vec::with_capacity(words.len());
+        let total = self.ranges.iter().map(|&(start, end)| (end - start) as usize).sum();
+        let mut sorted = Vec::with_capacity(total);
         let mut ends = Vec::with_capacity(self.ranges.len());
         for range in &self.ranges {
             sorted.extend_from_slice(slice(range));
             ends.push(sorted.len() as u32);
         }
-        Expansion { words: sorted.into_boxed_slice(), ends: ends.into_boxed_slice(), completes }
+        let expansion = Expansion { words: sorted.into_boxed_slice(), ends: ends.into_boxed_slice(), completes };
+        self.give_back();
+        expansion
     }
 }
 
@@ -107,7 +142,7 @@ impl CompiledGrammar {
 
     /// The expansion of `position` from those of the positions it leads to.
     fn assembled_expansion(&self, position: u32, open: &mut Vec<u32>) -> Result<Expansion, StepOverflow> {
-        let mut stacks = GatheredStacks::default();
+        let mut stacks = GatheredStacks::take_spare();
         let completes = match self.symbols[position as usize] {
             FlatSymbol::Whitespace => {
                 if self.whitespace_budget > 0 {
