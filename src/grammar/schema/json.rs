@@ -552,6 +552,12 @@ fn hex_set() -> ByteSet {
     ByteSet::range(b'0', b'9').union(&ByteSet::range(b'a', b'f')).union(&ByteSet::range(b'A', b'F'))
 }
 
+/// Whether the byte (as a character) is written as an escape: [`canonical_escape`] is
+/// `Some` for it. Checked without making the escape.
+pub(crate) fn needs_escape(b: u8) -> bool {
+    b < 0x20 || b == b'"' || b == b'\\'
+}
+
 /// How a character is written when it must be compared with known text (property names,
 /// patterns): literally, unless JSON requires an escape, then the escape serde_json writes.
 pub(crate) fn canonical_escape(c: char) -> Option<String> {

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use regex_automata::dfa::{dense, Automaton};
 use regex_automata::util::primitives::StateID;
 
-use super::json::{byte, canonical_escape};
+use super::json::{byte, canonical_escape, needs_escape};
 use super::regex::{search_dfa, PatternRefusal};
 use crate::grammar::ir::{literal_symbols, utf8_pending_after, ByteSet, RuleId, Symbol};
 
@@ -117,8 +117,12 @@ impl KeyAutomaton {
                 }
             }
             let mut transitions: Vec<(usize, ByteSet, Vec<u8>)> = Vec::new();
+            // Runs of bytes lead to the same product state (a pattern's byte classes are
+            // ranges): the last one found is checked before hashing a key for the index.
+            let mut next_states: Vec<StateID> = Vec::with_capacity(patterns.len());
+            let mut last: Option<(Key, usize)> = None;
             'bytes: for b in 0..=255u8 {
-                let mut next_states = Vec::with_capacity(patterns.len());
+                next_states.clear();
                 for (pattern, &state) in patterns.iter().zip(&dfa_states) {
                     let next = pattern.dfa.next_state(state, b);
                     if pattern.dfa.is_dead_state(next) || pattern.dfa.is_quit_state(next) {
@@ -130,18 +134,30 @@ impl KeyAutomaton {
                     OFF_TRIE => OFF_TRIE,
                     _ => children[node as usize].get(&b).copied().unwrap_or(OFF_TRIE),
                 };
-                let key = (next_node, next_states, utf8_pending_after(pending, b));
-                let target = match index.get(&key) {
-                    Some(target) => *target,
-                    None => {
-                        if order.len() >= MAX_KEY_STATES {
-                            return Err(PatternRefusal(format!(
-                                "whose patterns, with the declared property names, need more than {MAX_KEY_STATES} key states; simplify them"
-                            )));
-                        }
-                        index.insert(key.clone(), order.len());
-                        order.push(key);
-                        order.len() - 1
+                let next_pending = utf8_pending_after(pending, b);
+                let target = match &last {
+                    Some(((last_node, last_states, last_pending), target))
+                        if *last_node == next_node && *last_pending == next_pending && *last_states == next_states =>
+                    {
+                        *target
+                    }
+                    _ => {
+                        let key = (next_node, next_states.clone(), next_pending);
+                        let target = match index.get(&key) {
+                            Some(target) => *target,
+                            None => {
+                                if order.len() >= MAX_KEY_STATES {
+                                    return Err(PatternRefusal(format!(
+                                        "whose patterns, with the declared property names, need more than {MAX_KEY_STATES} key states; simplify them"
+                                    )));
+                                }
+                                index.insert(key.clone(), order.len());
+                                order.push(key.clone());
+                                order.len() - 1
+                            }
+                        };
+                        last = Some((key, target));
+                        target
                     }
                 };
                 let entry = match transitions.iter().position(|(t, _, _)| *t == target) {
@@ -152,7 +168,7 @@ impl KeyAutomaton {
                         &mut transitions[last]
                     }
                 };
-                if b < 0x80 && canonical_escape(b as char).is_some() {
+                if needs_escape(b) {
                     entry.2.push(b);
                 } else {
                     entry.1.insert(b);
@@ -299,5 +315,12 @@ mod tests {
         // Inside a character a key cannot end.
         assert_eq!(ends(&[b'a', 0xC3]), Some(None));
         assert_eq!(ends(&[b'l', 0xE4, 0xB8]), Some(None));
+    }
+
+    #[test]
+    fn the_escape_check_agrees_with_the_escapes_written() {
+        for b in 0..0x80u8 {
+            assert_eq!(needs_escape(b), canonical_escape(b as char).is_some(), "byte {b:#04x}");
+        }
     }
 }
