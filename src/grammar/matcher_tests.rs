@@ -640,7 +640,7 @@ fn a_wide_nodes_children_known_to_die_are_passed_over_and_the_others_walked() {
 }
 
 /// The configuration after `bytes` from the matcher's, stepped byte by byte: what a commit
-/// must reach, whichever way it finds it (the mask state's transitions, a whitespace refund).
+/// must reach, whichever way it finds it (the mask state's transitions, the whitespace lowered spent).
 fn stepped_config(matcher: &Matcher, bytes: &[u8]) -> Vec<u32> {
     let mut config = matcher.config.to_vec();
     for &byte in bytes {

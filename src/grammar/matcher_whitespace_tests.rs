@@ -149,13 +149,13 @@ fn a_mask_at_a_whitespace_run_makes_no_state_per_run_length() {
     assert!(run_length <= 2, "a state per whitespace run length: {run_length} of them");
 }
 
-/// Far from the end of the budget a mask comes from the state with more whitespace used, and
-/// a commit reads its successor off that state's transitions, refunding the whitespace
+/// Far from the end of the budget a mask comes from the state with no whitespace used, and a
+/// commit reads its successor off that state's transitions, spending the whitespace lowered
 /// (`state_after_via_mask_state`). The states reached are checked against stepping byte by
 /// byte (`check_sequence`), through tokens that spend budget and tokens that do not, up to
 /// where the budget left is within the horizon and commits step the real state again.
 #[test]
-fn successors_are_read_off_the_mask_state_while_only_whitespace_was_raised() {
+fn successors_are_read_off_the_mask_state_while_only_whitespace_was_lowered() {
     let (vocabulary, eog) = whitespace_vocabulary(13);
     let schema = serde_json::json!({
         "type": "array", "items": {"type": "object", "properties": {"a": {"type": "integer"}}}});
@@ -173,10 +173,10 @@ fn successors_are_read_off_the_mask_state_while_only_whitespace_was_raised() {
 }
 
 /// Inside a string a run of spaces is text, each space a character of the string's bounded
-/// count. At the string's start (`minLength` not yet met, so the count stays put) the mask
-/// state only had its whitespace budget raised, and the runs longer than the horizon are
-/// checked one by one: from the string's unbounded loop, not through a new count state per
-/// space. The masks stay exact on the way.
+/// count. At the string's start (`minLength` not yet met, so the count stays put), after a
+/// space before the array, the mask state only had its whitespace used lowered, and the runs
+/// longer than the horizon are checked one by one: from the string's unbounded loop, not
+/// through a new count state per space. The masks stay exact on the way.
 #[test]
 fn long_runs_inside_a_bounded_string_are_stepped_from_its_loop() {
     let (vocabulary, eog) = whitespace_vocabulary(17);
@@ -188,10 +188,16 @@ fn long_runs_inside_a_bounded_string_are_stepped_from_its_loop() {
     assert!(longest_run > trie.horizon + 1, "no run long enough to be checked one by one");
     let mut matcher = Matcher::new(grammar, trie);
     let mut made = 0;
-    let first: [&[u8]; 2] = [b"[", b"\""];
+    let first: [&[u8]; 3] = [b" ", b"[", b"\""];
     let second: [&[u8]; 3] = [b"\"", b",", b"\""];
     for (before, start) in [(&first[..], b"x".as_slice()), (&second[..], b"y")] {
         check_sequence("bounded strings", &mut matcher, &vocabulary, &eog, before);
+        matcher.compute_mask();
+        let own_mask_state = {
+            let caches = SharedCaches::lock(&matcher.shared);
+            caches.table.known_mask_state(matcher.state).is_some_and(|root| root.state == matcher.state)
+        };
+        assert!(!own_mask_state, "the string's start is its own mask state: no long run is checked");
         let states_before = matcher.long_check_states;
         // The mask at the string's start, then its first character.
         check_sequence("bounded strings", &mut matcher, &vocabulary, &eog, &[start]);
