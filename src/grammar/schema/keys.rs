@@ -19,7 +19,7 @@ use regex_automata::dfa::{dense, Automaton};
 use regex_automata::util::primitives::StateID;
 
 use super::json::{byte, canonical_escape, needs_escape};
-use super::regex::{search_dfa, PatternRefusal};
+use super::regex::{number_state, search_dfa, PatternRefusal};
 use crate::grammar::ir::{literal_symbols, utf8_pending_after, ByteSet, RuleId, Symbol};
 
 /// Most product states one object's keys may need.
@@ -118,9 +118,9 @@ impl KeyAutomaton {
             }
             let mut transitions: Vec<(usize, ByteSet, Vec<u8>)> = Vec::new();
             // Runs of bytes lead to the same product state (a pattern's byte classes are
-            // ranges): the last one found is checked before hashing a key for the index.
+            // ranges): the last one reached is compared before hashing a key for the index.
             let mut next_states: Vec<StateID> = Vec::with_capacity(patterns.len());
-            let mut last: Option<(Key, usize)> = None;
+            let mut last: Option<usize> = None;
             'bytes: for b in 0..=255u8 {
                 next_states.clear();
                 for (pattern, &state) in patterns.iter().zip(&dfa_states) {
@@ -135,28 +135,18 @@ impl KeyAutomaton {
                     _ => children[node as usize].get(&b).copied().unwrap_or(OFF_TRIE),
                 };
                 let next_pending = utf8_pending_after(pending, b);
-                let target = match &last {
-                    Some(((last_node, last_states, last_pending), target))
-                        if *last_node == next_node && *last_pending == next_pending && *last_states == next_states =>
-                    {
-                        *target
-                    }
+                let reaches_last = last.is_some_and(|last| {
+                    let (last_node, last_states, last_pending) = &order[last];
+                    *last_node == next_node && *last_pending == next_pending && *last_states == next_states
+                });
+                let target = match last {
+                    Some(last) if reaches_last => last,
                     _ => {
                         let key = (next_node, next_states.clone(), next_pending);
-                        let target = match index.get(&key) {
-                            Some(target) => *target,
-                            None => {
-                                if order.len() >= MAX_KEY_STATES {
-                                    return Err(PatternRefusal(format!(
-                                        "whose patterns, with the declared property names, need more than {MAX_KEY_STATES} key states; simplify them"
-                                    )));
-                                }
-                                index.insert(key.clone(), order.len());
-                                order.push(key.clone());
-                                order.len() - 1
-                            }
-                        };
-                        last = Some((key, target));
+                        let target = number_state(&mut index, &mut order, key, MAX_KEY_STATES, || {
+                            format!("whose patterns, with the declared property names, need more than {MAX_KEY_STATES} key states; simplify them")
+                        })?;
+                        last = Some(target);
                         target
                     }
                 };

@@ -12,6 +12,7 @@
 //! [`MAX_DFA_STATES`] DFA states or [`MAX_PRODUCT_STATES`] pairs.
 
 use std::collections::HashMap;
+use std::hash::Hash;
 
 use regex_automata::dfa::{dense, Automaton, StartKind};
 use regex_automata::util::primitives::StateID;
@@ -223,6 +224,27 @@ struct TransitionGroup {
     escaped: Vec<u8>,
 }
 
+/// The number of the automaton state `key` in a breadth-first exploration: its place in
+/// `order` (the states found so far, numbered through `index`), appended when new; refused
+/// with `too_many`'s reason once `max` states are found.
+pub(super) fn number_state<K: Hash + Eq + Clone>(
+    index: &mut HashMap<K, usize>,
+    order: &mut Vec<K>,
+    key: K,
+    max: usize,
+    too_many: impl FnOnce() -> String,
+) -> Result<usize, PatternRefusal> {
+    if let Some(&number) = index.get(&key) {
+        return Ok(number);
+    }
+    if order.len() >= max {
+        return Err(PatternRefusal(too_many()));
+    }
+    index.insert(key.clone(), order.len());
+    order.push(key);
+    Ok(order.len() - 1)
+}
+
 struct TransitionTable {
     /// Per DFA state (dense index): whether the input may end here, and its transitions.
     states: Vec<(bool, Vec<TransitionGroup>)>,
@@ -247,19 +269,9 @@ impl TransitionTable {
                 if dfa.is_dead_state(next) || dfa.is_quit_state(next) {
                     continue;
                 }
-                let target = match index.get(&next) {
-                    Some(target) => *target,
-                    None => {
-                        if order.len() >= MAX_DFA_STATES {
-                            return Err(PatternRefusal(format!(
-                                "which compiles to a DFA of more than {MAX_DFA_STATES} states; simplify the pattern"
-                            )));
-                        }
-                        index.insert(next, order.len());
-                        order.push(next);
-                        order.len() - 1
-                    }
-                };
+                let target = number_state(&mut index, &mut order, next, MAX_DFA_STATES, || {
+                    format!("which compiles to a DFA of more than {MAX_DFA_STATES} states; simplify the pattern")
+                })?;
                 let starts_char = !(0x80..0xC0).contains(&b);
                 let group = match groups.iter_mut().position(|g| g.target == target && g.starts_char == starts_char) {
                     Some(position) => &mut groups[position],
