@@ -298,12 +298,7 @@ impl RuleSink {
         if let Some(id) = self.escape_sets.get(bytes) {
             return *id;
         }
-        let alternatives = bytes
-            .iter()
-            .filter(|b| b.is_ascii())
-            .filter_map(|b| canonical_escape(*b as char))
-            .map(|escape| literal_symbols(escape.as_bytes()))
-            .collect();
+        let alternatives = grouped_escapes(bytes.iter().filter(|b| b.is_ascii()).map(|&b| char::from(b)));
         let id = self.add("escaped-char", alternatives);
         self.escape_sets.insert(bytes.to_vec(), id);
         id
@@ -558,20 +553,66 @@ pub(crate) fn needs_escape(b: u8) -> bool {
     b < 0x20 || b == b'"' || b == b'\\'
 }
 
+/// A character's canonical JSON escape: at most six bytes (`\u001f`), kept inline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Escape {
+    bytes: [u8; 6],
+    len: u8,
+}
+
+impl Escape {
+    fn short(second: u8) -> Self {
+        Escape { bytes: [b'\\', second, 0, 0, 0, 0], len: 2 }
+    }
+
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+}
+
 /// How a character is written when it must be compared with known text (property names,
 /// patterns): literally, unless JSON requires an escape, then the escape serde_json writes.
-pub(crate) fn canonical_escape(c: char) -> Option<String> {
+pub(crate) fn canonical_escape(c: char) -> Option<Escape> {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     match c {
-        '"' => Some("\\\"".into()),
-        '\\' => Some("\\\\".into()),
-        '\u{08}' => Some("\\b".into()),
-        '\u{0C}' => Some("\\f".into()),
-        '\n' => Some("\\n".into()),
-        '\r' => Some("\\r".into()),
-        '\t' => Some("\\t".into()),
-        c if (c as u32) < 0x20 => Some(format!("\\u{:04x}", c as u32)),
+        '"' => Some(Escape::short(b'"')),
+        '\\' => Some(Escape::short(b'\\')),
+        '\u{08}' => Some(Escape::short(b'b')),
+        '\u{0C}' => Some(Escape::short(b'f')),
+        '\n' => Some(Escape::short(b'n')),
+        '\r' => Some(Escape::short(b'r')),
+        '\t' => Some(Escape::short(b't')),
+        c if (c as u32) < 0x20 => {
+            let code = c as usize;
+            Some(Escape { bytes: [b'\\', b'u', b'0', b'0', HEX[code >> 4], HEX[code & 15]], len: 6 })
+        }
         _ => None,
     }
+}
+
+/// The canonical escapes of `chars` (those written plainly are skipped) as alternatives,
+/// grouped by all but their last byte: the 34 escapes of every character are 3 alternatives
+/// (`\` then one of `"\bfnrt`, `\u000` then a hex digit, `\u001` then one), so a position
+/// where any of them may come holds 3 parse stacks for them, not 34.
+pub(crate) fn grouped_escapes(chars: impl IntoIterator<Item = char>) -> Vec<Vec<Symbol>> {
+    let mut groups: Vec<(Escape, ByteSet)> = Vec::new();
+    for escape in chars.into_iter().filter_map(canonical_escape) {
+        let Some((&last, prefix)) = escape.as_bytes().split_last() else { continue };
+        match groups.iter_mut().find(|(known, _)| known.as_bytes().split_last().map(|(_, p)| p) == Some(prefix)) {
+            Some((_, lasts)) => lasts.insert(last),
+            None => groups.push((escape, ByteSet::single(last))),
+        }
+    }
+    groups.sort_unstable_by(|(a, _), (b, _)| a.as_bytes().cmp(b.as_bytes()));
+    groups
+        .into_iter()
+        .map(|(escape, lasts)| {
+            let prefix = escape.as_bytes().split_last().map_or(&[][..], |(_, prefix)| prefix);
+            let mut sequence = literal_symbols(prefix);
+            sequence.push(Symbol::Bytes(lasts));
+            sequence
+        })
+        .collect()
 }
 
 /// `text` as a quoted JSON string in canonical encoding.
@@ -580,7 +621,7 @@ pub(crate) fn canonical_json_string(text: &str) -> String {
     out.push('"');
     for c in text.chars() {
         match canonical_escape(c) {
-            Some(escape) => out.push_str(&escape),
+            Some(escape) => out.extend(escape.as_bytes().iter().map(|&b| char::from(b))),
             None => out.push(c),
         }
     }
@@ -591,24 +632,16 @@ pub(crate) fn canonical_json_string(text: &str) -> String {
 /// Alternatives writing exactly one character of `ranges` in canonical encoding.
 pub(crate) fn canonical_char_alternatives(ranges: &[(char, char)]) -> Vec<Vec<Symbol>> {
     let mut plain = Vec::new();
-    // Escapes by all but their last byte, with the last bytes that may follow: the 34
-    // escapes of a full range are 3 alternatives (`\` then one of `"\bfnrt`, `\u000`
-    // then a hex digit, `\u001` then one), so a position where any character may come
-    // holds 3 parse stacks for them, not 34.
-    let mut escaped: std::collections::BTreeMap<Vec<u8>, ByteSet> = std::collections::BTreeMap::new();
+    let mut escaped = Vec::new();
     for &(lo, hi) in ranges {
         let mut start = lo as u32;
         let end = hi as u32;
         // Characters needing an escape are all below 0x5D; walk them one by one.
         while start <= end && start <= 0x5C {
             if let Some(c) = char::from_u32(start) {
-                match canonical_escape(c) {
-                    Some(escape) => {
-                        if let Some((&last, prefix)) = escape.as_bytes().split_last() {
-                            escaped.entry(prefix.to_vec()).or_insert(ByteSet::EMPTY).insert(last);
-                        }
-                    }
-                    None => plain.push((c, c)),
+                match needs_escape(start as u8) {
+                    true => escaped.push(c),
+                    false => plain.push((c, c)),
                 }
             }
             start += 1;
@@ -620,11 +653,7 @@ pub(crate) fn canonical_char_alternatives(ranges: &[(char, char)]) -> Vec<Vec<Sy
         }
     }
     let mut alternatives = char_ranges_to_alternatives(&merge_ranges(plain));
-    alternatives.extend(escaped.into_iter().map(|(prefix, last)| {
-        let mut sequence = literal_symbols(&prefix);
-        sequence.push(Symbol::Bytes(last));
-        sequence
-    }));
+    alternatives.extend(grouped_escapes(escaped));
     alternatives
 }
 

@@ -18,9 +18,9 @@ use std::collections::HashMap;
 use regex_automata::dfa::{dense, Automaton};
 use regex_automata::util::primitives::StateID;
 
-use super::json::{byte, canonical_escape, needs_escape};
+use super::json::{byte, grouped_escapes, needs_escape};
 use super::regex::{number_state, search_dfa, PatternRefusal};
-use crate::grammar::ir::{literal_symbols, utf8_pending_after, ByteSet, RuleId, Symbol};
+use crate::grammar::ir::{utf8_pending_after, ByteSet, RuleId, Symbol};
 
 /// Most product states one object's keys may need.
 pub const MAX_KEY_STATES: usize = 4096;
@@ -212,12 +212,9 @@ impl KeyAutomaton {
                 if !plain.is_empty() {
                     alternatives.push(vec![Symbol::Bytes(*plain), Symbol::Rule(ids[*target])]);
                 }
-                for &b in escaped {
-                    if let Some(escape) = canonical_escape(b as char) {
-                        let mut sequence = literal_symbols(escape.as_bytes());
-                        sequence.push(Symbol::Rule(ids[*target]));
-                        alternatives.push(sequence);
-                    }
+                for mut sequence in grouped_escapes(escaped.iter().map(|&b| char::from(b))) {
+                    sequence.push(Symbol::Rule(ids[*target]));
+                    alternatives.push(sequence);
                 }
             }
             builder.define(*id, alternatives);
@@ -305,12 +302,5 @@ mod tests {
         // Inside a character a key cannot end.
         assert_eq!(ends(&[b'a', 0xC3]), Some(None));
         assert_eq!(ends(&[b'l', 0xE4, 0xB8]), Some(None));
-    }
-
-    #[test]
-    fn the_escape_check_agrees_with_the_escapes_written() {
-        for b in 0..0x80u8 {
-            assert_eq!(needs_escape(b), canonical_escape(b as char).is_some(), "byte {b:#04x}");
-        }
     }
 }

@@ -1,11 +1,14 @@
 //! Unit tests: every keyword enforced, every refusal naming keyword and location.
 
+use std::collections::BTreeSet;
+
 use serde_json::{json, Value};
 
+use super::json::{canonical_escape, grouped_escapes, needs_escape};
 use super::{any_json, compile_schema, review_schema, Verdict};
 use crate::grammar::automaton::CompiledGrammar;
 use crate::grammar::check::{check_input, CheckOutcome};
-use crate::grammar::ir::Grammar;
+use crate::grammar::ir::{Grammar, Symbol};
 use crate::grammar::limits::Limits;
 
 fn compiled(grammar: Grammar) -> CompiledGrammar {
@@ -715,4 +718,51 @@ fn extra_keys_take_exactly_the_canonical_escapes() {
     assert_rejects(&grammar, &[
         r#"{"\u000a":1}"#, r#"{"\u0061":1}"#, r#"{"\u001F":1}"#, r#"{"\u0020":1}"#, r#"{"\/":1}"#, r#"{"\u0008":1}"#,
     ]);
+}
+
+#[test]
+fn the_escape_check_agrees_with_the_escapes_written() {
+    for b in 0..0x80u8 {
+        assert_eq!(needs_escape(b), canonical_escape(char::from(b)).is_some(), "byte {b:#04x}");
+    }
+}
+
+/// The escapes of a set of characters are read by a few alternatives (a literal prefix, then
+/// a set of last bytes): together they read each escape of the set and nothing else.
+#[test]
+fn grouped_escapes_read_exactly_the_escapes_of_their_characters() {
+    let every: Vec<char> = (0..0x80u8).map(char::from).collect();
+    let some: Vec<char> = vec!['"', '\n', '\u{1}', '\u{1f}', 'a'];
+    for (chars, groups_expected) in [(every, 3), (some, 3)] {
+        let expected: BTreeSet<Vec<u8>> =
+            chars.iter().filter_map(|&c| canonical_escape(c)).map(|escape| escape.as_bytes().to_vec()).collect();
+        let groups = grouped_escapes(chars.iter().copied());
+        assert_eq!(groups.len(), groups_expected, "{groups:?}");
+        let mut read = BTreeSet::new();
+        for sequence in &groups {
+            let Some((Symbol::Bytes(lasts), prefix)) = sequence.split_last() else { panic!("no last byte set: {sequence:?}") };
+            let prefix: Vec<u8> = prefix
+                .iter()
+                .map(|symbol| match symbol {
+                    Symbol::Bytes(set) if set.len() == 1 => set.iter().next().unwrap_or_default(),
+                    other => panic!("not a literal byte: {other:?}"),
+                })
+                .collect();
+            read.extend(lasts.iter().map(|last| [prefix.as_slice(), &[last]].concat()));
+        }
+        assert_eq!(read, expected);
+    }
+}
+
+/// Pattern strings and pattern-matched keys read control characters through grouped escapes:
+/// exactly serde_json's escape for each, nothing else.
+#[test]
+fn pattern_strings_and_pattern_keys_take_exactly_the_canonical_escapes() {
+    let grammar = schema(json!({"type": "string", "pattern": "^a.*$"}));
+    // `.` is any character but a newline.
+    assert_accepts(&grammar, &[r#""a\t""#, r#""a\u0001\u001f""#, r#""a\"\\""#, r#""a\u0010b""#]);
+    assert_rejects(&grammar, &[r#""a\n""#, r#""a\u0009""#, r#""a\u001F""#, r#""a\u0061""#, r#""a\/""#, r#""\t""#]);
+    let grammar = schema(json!({"type": "object", "patternProperties": {"^x": {"type": "integer"}}, "additionalProperties": false}));
+    assert_accepts(&grammar, &[r#"{"x\n":1}"#, r#"{"x\u0001":1}"#, r#"{"x\t\"":2}"#]);
+    assert_rejects(&grammar, &[r#"{"x\u000a":1}"#, r#"{"x\u001F":1}"#, r#"{"\nx":1}"#, r#"{"x\n":"1"}"#]);
 }
