@@ -276,7 +276,8 @@ impl CompiledGrammar {
             symbols,
             alt_starts,
             alt_ranges,
-            rule_names: grammar.rules.iter().map(|r| r.name.clone()).collect(),
+            // Moved, not copied: the source grammar is dropped below.
+            rule_names: grammar.rules.iter_mut().map(|r| std::mem::take(&mut r.name)).collect(),
             whitespace_budget: grammar.whitespace_budget,
             byte_class,
             class_representatives,
@@ -729,14 +730,19 @@ pub(crate) fn find_left_recursion(grammar: &Grammar) -> Option<Vec<usize>> {
         Symbol::Whitespace => true,
         Symbol::Rule(id) => nullable.get(id.index()).copied().unwrap_or(false),
     };
-    // Edges: rule -> rules it can call before reading any byte.
-    let mut edges: Vec<Vec<usize>> = vec![Vec::new(); rule_count];
-    for (index, rule) in grammar.rules.iter().enumerate() {
+    // Edges: rule -> rules it can call before reading any byte; rule `r`'s are
+    // `edges[edge_starts[r]..edge_starts[r + 1]]` (one allocation, not one per rule).
+    let mut edges: Vec<usize> = Vec::new();
+    let mut edge_starts: Vec<usize> = Vec::with_capacity(rule_count + 1);
+    edge_starts.push(0);
+    let mut called = Vec::new();
+    for rule in &grammar.rules {
+        called.clear();
         for alternative in &rule.alternatives {
             for symbol in alternative {
                 if let Symbol::Rule(id) = symbol {
                     if id.index() < rule_count {
-                        edges[index].push(id.index());
+                        called.push(id.index());
                     }
                 }
                 if !symbol_nullable(symbol, &nullable) {
@@ -744,22 +750,26 @@ pub(crate) fn find_left_recursion(grammar: &Grammar) -> Option<Vec<usize>> {
                 }
             }
         }
-        edges[index].sort_unstable();
-        edges[index].dedup();
+        called.sort_unstable();
+        called.dedup();
+        edges.extend_from_slice(&called);
+        edge_starts.push(edges.len());
     }
+    let successors = |rule: usize| edges.get(edge_starts[rule]..edge_starts[rule + 1]).unwrap_or_default();
     // Iterative depth-first search with colours; a grey successor closes a cycle.
     const WHITE: u8 = 0;
     const GREY: u8 = 1;
     const BLACK: u8 = 2;
     let mut colour = vec![WHITE; rule_count];
+    let mut path: Vec<(usize, usize)> = Vec::new();
     for start in 0..rule_count {
         if colour[start] != WHITE {
             continue;
         }
-        let mut path: Vec<(usize, usize)> = vec![(start, 0)];
+        path.push((start, 0));
         colour[start] = GREY;
         while let Some(&mut (node, ref mut next_edge)) = path.last_mut() {
-            if let Some(&successor) = edges[node].get(*next_edge) {
+            if let Some(&successor) = successors(node).get(*next_edge) {
                 *next_edge += 1;
                 match colour[successor] {
                     WHITE => {
