@@ -463,26 +463,46 @@ impl CompiledGrammar {
         byte: u8,
         out: &mut StepStacks,
     ) -> Result<(), StepOverflow> {
-        let is_whitespace = WHITESPACE_BYTES.contains(&byte);
+        self.step_telling_alike(config, byte, out).map(|_| ())
+    }
+
+    /// [`CompiledGrammar::step_with`], returning the bytes it treats exactly as it treats
+    /// `byte` from `config`: a step depends on the byte only through which stacks' top
+    /// terminals accept it, so every byte that the same stacks accept reaches the same
+    /// configuration. Lets the state table fill a whole row from one step where the grammar's
+    /// byte classes (made for every terminal at once) split what this configuration does not.
+    /// Worked out in the pass that steps, not in a second one over the stacks.
+    pub(crate) fn step_telling_alike(
+        &self,
+        config: &[u32],
+        byte: u8,
+        out: &mut StepStacks,
+    ) -> Result<ByteSet, StepOverflow> {
         out.clear();
+        let mut alike = ByteSet::ALL;
         for (ws_used, frames) in decode(config) {
             let Some((&top, below)) = frames.split_last() else {
                 continue;
             };
-            match self.symbols[top as usize] {
-                FlatSymbol::Bytes(set) if set.contains(byte) => {
-                    out.hash_prefixes(below);
-                    self.continue_at(below, top + 1, ws_used, out)?
+            let (accepted, is_whitespace) = match self.symbols[top as usize] {
+                FlatSymbol::Bytes(set) => (set, false),
+                FlatSymbol::Whitespace if ws_used < self.whitespace_budget => (whitespace_set(), true),
+                _ => continue,
+            };
+            if !accepted.contains(byte) {
+                alike = alike.minus(&accepted);
+                continue;
+            }
+            alike = alike.intersect(&accepted);
+            out.hash_prefixes(below);
+            if is_whitespace {
+                let used = ws_used + 1;
+                if used < self.whitespace_budget {
+                    out.push_on_prefix(below, &[top], used);
                 }
-                FlatSymbol::Whitespace if is_whitespace && ws_used < self.whitespace_budget => {
-                    out.hash_prefixes(below);
-                    let used = ws_used + 1;
-                    if used < self.whitespace_budget {
-                        out.push_on_prefix(below, &[top], used);
-                    }
-                    self.continue_at(below, top + 1, used, out)?;
-                }
-                _ => {}
+                self.continue_at(below, top + 1, used, out)?;
+            } else {
+                self.continue_at(below, top + 1, ws_used, out)?;
             }
             if out.len() > self.limits.max_stacks.saturating_mul(4) {
                 return Err(StepOverflow::TooManyStacks);
@@ -496,26 +516,7 @@ impl CompiledGrammar {
             return Err(StepOverflow::StateTooLarge);
         }
         out.encode();
-        Ok(())
-    }
-
-    /// The bytes [`CompiledGrammar::step_with`] treats exactly as it treats `byte` from
-    /// `config`: a step depends on the byte only through which stacks' top terminals accept
-    /// it, so every byte that the same stacks accept reaches the same configuration. Lets the
-    /// state table fill a whole row from one step where the grammar's byte classes (made for
-    /// every terminal at once) split what this configuration does not.
-    pub(crate) fn bytes_stepping_alike(&self, config: &[u32], byte: u8) -> ByteSet {
-        let mut alike = ByteSet::ALL;
-        for (ws_used, frames) in decode(config) {
-            let Some(&top) = frames.last() else { continue };
-            let accepted = match self.symbols[top as usize] {
-                FlatSymbol::Bytes(set) => set,
-                FlatSymbol::Whitespace if ws_used < self.whitespace_budget => whitespace_set(),
-                _ => continue,
-            };
-            alike = if accepted.contains(byte) { alike.intersect(&accepted) } else { alike.minus(&accepted) };
-        }
-        alike
+        Ok(alike)
     }
 
     /// Adds to `out` the stacks reached from the stack `below` + `position` without reading a

@@ -271,21 +271,25 @@ impl StateTable {
     fn fill(&mut self, index: usize, state: u32, byte: u8) -> u32 {
         let config = config_in(&self.config_words, &self.config_starts, state);
         let step_buffer = &mut self.step_buffer;
-        let Some((stepped, alike)) = on_grammar(&self.lent, &self.grammar, |grammar| {
-            (grammar.step_with(config, byte, step_buffer), grammar.bytes_stepping_alike(config, byte))
-        }) else {
+        let Some(stepped) =
+            on_grammar(&self.lent, &self.grammar, |grammar| grammar.step_telling_alike(config, byte, step_buffer))
+        else {
             return DEAD;
         };
-        let target = match stepped {
+        let (target, alike) = match stepped {
+            // Only this byte's own transition is known then: the limit stops the step early.
             Err(_) => {
                 self.overflows += 1;
-                DEAD
+                (DEAD, ByteSet::EMPTY)
             }
-            Ok(()) => match self.intern_step_result() {
-                Some(id) => id,
+            Ok(alike) => match self.intern_step_result() {
+                Some(id) => (id, alike),
                 None => return FULL,
             },
         };
+        if let Some(slot) = self.transitions.get_mut(index) {
+            *slot = target;
+        }
         // Every class this configuration does not tell apart from `byte` goes where it went:
         // a state inside a key or a string body sees a handful of cases, where the grammar
         // has a class per letter of every name it holds.
