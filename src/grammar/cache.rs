@@ -335,16 +335,14 @@ impl StateTable {
 
     fn push_state(&mut self, config: &[u32], hash: u64) -> u32 {
         let id = self.len() as u32;
-        self.accepting.push(config_is_accepting(config));
-        self.can_continue.push(config_can_continue(config));
+        let reading = on_grammar(&self.lent, &self.grammar, |grammar| grammar.reading(config));
+        self.accepting.push(reading.as_ref().map_or_else(|| config_is_accepting(config), |r| r.accepting));
+        self.can_continue.push(reading.as_ref().map_or_else(|| config_can_continue(config), |r| r.can_continue));
         self.skip_sets.push(None);
         self.mask_states.push(MaskRoot::UNKNOWN);
         // Classes no stack can read are dead from the start: a fresh state's walk then steps
         // only the few classes that lead somewhere, not every class of the grammar.
-        let readable = on_grammar(&self.lent, &self.grammar, |grammar| {
-            grammar.allowed_bytes(config)
-        })
-        .unwrap_or(ByteSet::ALL);
+        let readable = reading.map_or(ByteSet::ALL, |r| r.readable);
         self.transitions.extend(self.class_bytes.iter().map(|&byte| {
             if readable.contains(byte) {
                 UNKNOWN
