@@ -276,20 +276,18 @@ impl StateTable {
         else {
             return DEAD;
         };
-        let (target, alike) = match stepped {
+        let alike = match stepped {
             // Only this byte's own transition is known then: the limit stops the step early.
             Err(_) => {
                 self.overflows += 1;
-                (DEAD, ByteSet::EMPTY)
+                if let Some(slot) = self.transitions.get_mut(index) {
+                    *slot = DEAD;
+                }
+                return DEAD;
             }
-            Ok(alike) => match self.intern_step_result() {
-                Some(id) => (id, alike),
-                None => return FULL,
-            },
+            Ok(alike) => alike,
         };
-        if let Some(slot) = self.transitions.get_mut(index) {
-            *slot = target;
-        }
+        let Some(target) = self.intern_step_result() else { return FULL };
         // Every class this configuration does not tell apart from `byte` goes where it went:
         // a state inside a key or a string body sees a handful of cases, where the grammar
         // has a class per letter of every name it holds.

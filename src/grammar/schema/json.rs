@@ -547,12 +547,6 @@ fn hex_set() -> ByteSet {
     ByteSet::range(b'0', b'9').union(&ByteSet::range(b'a', b'f')).union(&ByteSet::range(b'A', b'F'))
 }
 
-/// Whether the byte (as a character) is written as an escape: [`canonical_escape`] is
-/// `Some` for it. Checked without making the escape.
-pub(crate) fn needs_escape(b: u8) -> bool {
-    b < 0x20 || b == b'"' || b == b'\\'
-}
-
 /// A character's canonical JSON escape: at most six bytes (`\u001f`), kept inline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Escape {
@@ -639,9 +633,9 @@ pub(crate) fn canonical_char_alternatives(ranges: &[(char, char)]) -> Vec<Vec<Sy
         // Characters needing an escape are all below 0x5D; walk them one by one.
         while start <= end && start <= 0x5C {
             if let Some(c) = char::from_u32(start) {
-                match needs_escape(start as u8) {
-                    true => escaped.push(c),
-                    false => plain.push((c, c)),
+                match canonical_escape(c) {
+                    Some(_) => escaped.push(c),
+                    None => plain.push((c, c)),
                 }
             }
             start += 1;

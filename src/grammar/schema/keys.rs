@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use regex_automata::dfa::{dense, Automaton};
 use regex_automata::util::primitives::StateID;
 
-use super::json::{byte, grouped_escapes, needs_escape};
+use super::json::{byte, canonical_escape, grouped_escapes};
 use super::regex::{number_state, search_dfa, PatternRefusal};
 use crate::grammar::ir::{utf8_pending_after, ByteSet, RuleId, Symbol};
 
@@ -158,7 +158,7 @@ impl KeyAutomaton {
                         &mut transitions[last]
                     }
                 };
-                if needs_escape(b) {
+                if canonical_escape(char::from(b)).is_some() {
                     entry.2.push(b);
                 } else {
                     entry.1.insert(b);

@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{json, Value};
 
-use super::json::{canonical_escape, grouped_escapes, needs_escape};
+use super::json::{canonical_escape, grouped_escapes};
 use super::{any_json, compile_schema, review_schema, Verdict};
 use crate::grammar::automaton::CompiledGrammar;
 use crate::grammar::check::{check_input, CheckOutcome};
@@ -718,13 +718,6 @@ fn extra_keys_take_exactly_the_canonical_escapes() {
     assert_rejects(&grammar, &[
         r#"{"\u000a":1}"#, r#"{"\u0061":1}"#, r#"{"\u001F":1}"#, r#"{"\u0020":1}"#, r#"{"\/":1}"#, r#"{"\u0008":1}"#,
     ]);
-}
-
-#[test]
-fn the_escape_check_agrees_with_the_escapes_written() {
-    for b in 0..0x80u8 {
-        assert_eq!(needs_escape(b), canonical_escape(char::from(b)).is_some(), "byte {b:#04x}");
-    }
 }
 
 /// The escapes of a set of characters are read by a few alternatives (a literal prefix, then
