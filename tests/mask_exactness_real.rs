@@ -94,18 +94,60 @@ fn string_masks_match_the_definition() {
         let trie = Arc::new(TokenTrie::new(vocabulary.pieces(), vocabulary.end_of_generation()));
         let mut seed = 0x2545_F491_4F6C_DD1Du64;
         for prefix in prefixes {
-            let mut matcher = Matcher::new(Arc::clone(&grammar), Arc::clone(&trie));
-            let mut text: Vec<u8> = Vec::new();
-            while text.len() < prefix.len() {
-                let rest = &prefix.as_bytes()[text.len()..];
-                let token = (0..vocabulary.len() as u32)
-                    .filter(|&t| !vocabulary.piece(t).is_empty() && rest.starts_with(vocabulary.piece(t)))
-                    .max_by_key(|&t| vocabulary.piece(t).len())
-                    .expect("every byte is a token");
-                matcher.commit(token).expect("the prefix is valid");
-                text.extend_from_slice(vocabulary.piece(token));
-            }
+            let (mut matcher, mut text) = matcher_after(&vocabulary, &grammar, &trie, prefix);
             check_seeded_steps(&vocabulary, &grammar, &mut matcher, &mut text, &mut seed, 2, &format!("{model} {prefix:?}"));
+        }
+    }
+}
+
+/// A matcher that has read `prefix`, greedily token by token, and the bytes it read.
+fn matcher_after(vocabulary: &Vocabulary, grammar: &Arc<CompiledGrammar>, trie: &Arc<TokenTrie>, prefix: &str) -> (Matcher, Vec<u8>) {
+    let mut matcher = Matcher::new(Arc::clone(grammar), Arc::clone(trie));
+    let mut text: Vec<u8> = Vec::new();
+    while text.len() < prefix.len() {
+        let rest = &prefix.as_bytes()[text.len()..];
+        let token = (0..vocabulary.len() as u32)
+            .filter(|&t| !vocabulary.piece(t).is_empty() && rest.starts_with(vocabulary.piece(t)))
+            .max_by_key(|&t| vocabulary.piece(t).len())
+            .expect("every byte is a token");
+        matcher.commit(token).expect("the prefix is valid");
+        text.extend_from_slice(vocabulary.piece(token));
+    }
+    (matcher, text)
+}
+
+/// Between values, where a mask walk reads the vocabulary's whitespace tokens as runs and
+/// passes over the bytes after a run that the state is known to refuse: after a colon, a
+/// comma and an opening bracket, with the document's whitespace budget whole, half spent
+/// and nearly spent (where a run can spend the rest and the run state no longer stands for
+/// the state after it).
+#[test]
+fn masks_between_values_match_the_definition() {
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "id": {"type": "integer"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "on": {"type": "boolean"}
+        },
+        "required": ["id", "tags", "on"]
+    });
+    let budget = llamay::grammar::schema::WHITESPACE_BUDGET as usize;
+    let spent = |bytes: usize| " ".repeat(bytes);
+    let prefixes = [
+        "{\"id\":".to_string(),
+        format!("{{{}\"id\": 7,", spent(budget / 2)),
+        format!("{{\"id\": 7, \"tags\":{}[", spent(budget - 8)),
+        format!("{{\"id\": 7,{}\"tags\": [\"a\"],", spent(budget - 5)),
+    ];
+    let grammar = Arc::new(CompiledGrammar::new(compile_schema(&schema).unwrap(), &Limits::default()).unwrap());
+    for model in ["smollm2:135m", "gemma3:270m"] {
+        let vocabulary = load_vocabulary(model).expect("model in the store (scripts/setup)");
+        let trie = Arc::new(TokenTrie::new(vocabulary.pieces(), vocabulary.end_of_generation()));
+        let mut seed = 0x51AF_D7ED_558C_CD1Du64;
+        for prefix in &prefixes {
+            let (mut matcher, mut text) = matcher_after(&vocabulary, &grammar, &trie, prefix);
+            check_seeded_steps(&vocabulary, &grammar, &mut matcher, &mut text, &mut seed, 3, &format!("{model} {prefix:?}"));
         }
     }
 }

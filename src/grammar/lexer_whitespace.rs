@@ -12,7 +12,9 @@
 //! byte. The byte that ends the run steps the run state itself when every token below is too
 //! short to tell the two apart (the budget left after the run outlasts it), so a quote after
 //! four spaces and after eight lead to the same state; only where a token could run the
-//! budget out is the run's real state made: in one step, since the run only spent budget.
+//! budget out is the run's real state made: in one step, since the run only spent budget,
+//! and never for a byte the run state refuses (the real state has the same stacks, so it
+//! refuses the byte too).
 //!
 //! Key types: [`RunPath`] (a walk's states and offsets per depth), [`RunStates`] (per
 //! matcher: which states are run states, and their budgets left). Cost: a state is
@@ -136,6 +138,11 @@ impl Matcher {
         }
         if offset == 0 || self.whitespace_left(caches, state).saturating_sub(offset) > remaining {
             return (caches.table.next(state, byte), 0);
+        }
+        // The run's real state has the run state's stacks with more budget used: a byte that
+        // ends the run is refused by both alike, and then needs no real state made.
+        if caches.table.known_next(state, byte) == Some(DEAD) {
+            return (DEAD, 0);
         }
         let real = caches.table.with_whitespace_spent(state, offset);
         if real == FULL || real == DEAD {

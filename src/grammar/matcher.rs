@@ -431,14 +431,15 @@ impl Matcher {
             }
             let (cursor, end) = &mut depth_children[open];
             if *cursor != NOT_WIDE.0 {
-                let (state, plain) = (path.states[open], path.offsets[open] == 0);
+                let state = path.states[open];
                 let wide = &trie.wide_children;
                 while *cursor < *end {
                     let at = *cursor as usize;
                     let passed = (wide.nodes[at] as usize) < index;
                     let byte = wide.bytes[at];
-                    // Only where `step_path` would step the table itself (see there).
-                    let dies = || plain && byte > b' ' && caches.table.known_next(state, byte) == Some(DEAD);
+                    // Also inside a whitespace run: a byte that ends it is refused after the
+                    // run exactly where the run state refuses it (see `step_run`).
+                    let dies = || byte > b' ' && caches.table.known_next(state, byte) == Some(DEAD);
                     if !passed && !dies() {
                         break;
                     }
