@@ -98,7 +98,9 @@ impl Matcher {
         let parent = path.states[depth - 1];
         let offset = path.offsets[depth - 1];
         // Every whitespace byte is at most a space: the walks' common case is one compare.
-        let (next, offset) = if offset == 0 && byte > b' ' {
+        // After a run, the run's real state has the run state's stacks with more budget
+        // used, so a byte the run state is known to refuse is refused after the run too.
+        let (next, offset) = if byte > b' ' && (offset == 0 || caches.table.known_next(parent, byte) == Some(DEAD)) {
             (caches.table.next(parent, byte), 0)
         } else {
             // Bytes from this one to the end of the longest token below.
@@ -138,11 +140,6 @@ impl Matcher {
         }
         if offset == 0 || self.whitespace_left(caches, state).saturating_sub(offset) > remaining {
             return (caches.table.next(state, byte), 0);
-        }
-        // The run's real state has the run state's stacks with more budget used: a byte that
-        // ends the run is refused by both alike, and then needs no real state made.
-        if caches.table.known_next(state, byte) == Some(DEAD) {
-            return (DEAD, 0);
         }
         let real = caches.table.with_whitespace_spent(state, offset);
         if real == FULL || real == DEAD {
