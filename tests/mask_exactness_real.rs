@@ -68,8 +68,10 @@ fn check_seeded_steps(
 }
 
 /// Inside JSON Schema strings (where masks come from the vocabulary's loop tables, and where
-/// tokens that end inside a character count as staying in the string): after each prefix,
-/// read greedily token by token, and a few seeded steps on.
+/// tokens that end inside a character count as staying in the string) and beside them (a
+/// string owing a first character, whose mask is the body's corrected where the two differ,
+/// non-ASCII first characters included): after each prefix, read greedily token by token,
+/// and a few seeded steps on.
 #[test]
 fn string_masks_match_the_definition() {
     let schema = serde_json::json!({
@@ -77,9 +79,10 @@ fn string_masks_match_the_definition() {
         "properties": {
             "name": {"type": "string"},
             "any": {},
-            "short": {"type": "string", "maxLength": 5}
+            "short": {"type": "string", "maxLength": 5},
+            "first": {"type": "string", "minLength": 1}
         },
-        "required": ["name", "any", "short"]
+        "required": ["name", "any", "short", "first"]
     });
     let prefixes = [
         "{\"name\": \"",
@@ -87,6 +90,8 @@ fn string_masks_match_the_definition() {
         "{\"name\": \"x\", \"any\": \"",
         "{\"name\": \"x\", \"any\": \"\u{65e5}\u{672c}",
         "{\"name\": \"x\", \"any\": \"y\", \"short\": \"ab",
+        // Beside the string body: one character is owed before the body's loop.
+        "{\"name\": \"x\", \"any\": \"y\", \"short\": \"\", \"first\": \"",
     ];
     let grammar = Arc::new(CompiledGrammar::new(compile_schema(&schema).unwrap(), &Limits::default()).unwrap());
     for model in ["smollm2:135m", "gemma3:270m"] {
