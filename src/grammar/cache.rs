@@ -24,7 +24,7 @@ use std::hash::BuildHasherDefault;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use super::automaton::{
-    config_can_continue, config_hash, config_is_accepting, CompiledGrammar, StepOverflow, StepStacks, WordHasher,
+    config_can_continue, config_hash, config_is_accepting, CompiledGrammar, Reading, StepOverflow, StepStacks, WordHasher,
 };
 use super::ir::ByteSet;
 use super::mask::TokenMask;
@@ -333,16 +333,22 @@ impl StateTable {
 
     fn push_state(&mut self, config: &[u32], hash: u64) -> u32 {
         let id = self.len() as u32;
-        let reading = on_grammar(&self.lent, &self.grammar, |grammar| grammar.reading(config));
-        self.accepting.push(reading.as_ref().map_or_else(|| config_is_accepting(config), |r| r.accepting));
-        self.can_continue.push(reading.as_ref().map_or_else(|| config_can_continue(config), |r| r.can_continue));
+        // Without the grammar at hand, every class is left to be stepped.
+        let reading = on_grammar(&self.lent, &self.grammar, |grammar| grammar.reading(config)).unwrap_or_else(|| {
+            Reading {
+                readable: ByteSet::ALL,
+                accepting: config_is_accepting(config),
+                can_continue: config_can_continue(config),
+            }
+        });
+        self.accepting.push(reading.accepting);
+        self.can_continue.push(reading.can_continue);
         self.skip_sets.push(None);
         self.mask_states.push(MaskRoot::UNKNOWN);
         // Classes no stack can read are dead from the start: a fresh state's walk then steps
         // only the few classes that lead somewhere, not every class of the grammar.
-        let readable = reading.map_or(ByteSet::ALL, |r| r.readable);
         self.transitions.extend(self.class_bytes.iter().map(|&byte| {
-            if readable.contains(byte) {
+            if reading.readable.contains(byte) {
                 UNKNOWN
             } else {
                 DEAD
