@@ -438,7 +438,7 @@ impl Matcher {
                     let passed = (wide.nodes[at] as usize) < index;
                     let byte = wide.bytes[at];
                     // Also inside a whitespace run: a byte that ends it is refused after the
-                    // run exactly where the run state refuses it (see `step_run`).
+                    // run exactly where the run state refuses it (see `step_path`).
                     let dies = || byte > b' ' && caches.table.known_next(state, byte) == Some(DEAD);
                     if !passed && !dies() {
                         break;
