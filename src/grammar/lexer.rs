@@ -45,6 +45,10 @@ pub(crate) const EXIT_SHARE: usize = 4;
 /// followed no further than this anyway (see the matcher's `CHAIN_MAX`).
 pub(crate) const BOUNDED_CHARS_MAX: usize = 32;
 
+/// The byte that marks a subtree (of the token trie or an exit trie) holding a token or an
+/// exit that is not valid UTF-8. Skip sets are made of bytes from 1 up, so none covers it.
+pub(crate) const INVALID_MARK: u8 = 0;
+
 /// One node of the exit trie, in depth-first preorder like the token trie's nodes.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ExitNode {
@@ -64,6 +68,9 @@ pub(crate) struct LoopExits {
     pub(crate) within: TokenMask,
     /// The distinct exits as a flat trie.
     pub(crate) nodes: Vec<ExitNode>,
+    /// Per node: the bytes of its subtree, its own included, with [`INVALID_MARK`] where an
+    /// exit in it is not valid UTF-8; a walk allows a subtree whole where a skip set covers it.
+    pub(crate) subtree_bytes: Vec<ByteSet>,
     /// Per node and one past the end: where the tokens whose exit ends at that node start in
     /// `tokens`.
     token_starts: Vec<u32>,
@@ -93,6 +100,14 @@ impl LoopExits {
             self.tokens.get(start..end).unwrap_or_default(),
             self.prefix_chars.get(start..end).unwrap_or_default(),
         )
+    }
+
+    /// The tokens whose exit runs through node `index`: those of its subtree.
+    pub(crate) fn tokens_under(&self, index: usize) -> &[u32] {
+        let end = self.nodes.get(index).map_or(index, |node| node.subtree_end as usize);
+        let start = self.token_starts.get(index).copied().unwrap_or(0) as usize;
+        let end = self.token_starts.get(end).copied().unwrap_or(0) as usize;
+        self.tokens.get(start..end).unwrap_or_default()
     }
 
     /// The tokens within the loop of at most `chars` characters, or `None` past
@@ -126,6 +141,7 @@ impl LoopExits {
         let mut token_starts: Vec<u32> = Vec::with_capacity(exits.len() * 2 + 1);
         let mut tokens: Vec<u32> = Vec::with_capacity(exits.len());
         let mut prefix_chars: Vec<u16> = Vec::with_capacity(exits.len());
+        let mut subtree_bytes: Vec<ByteSet> = Vec::with_capacity(exits.len() * 2);
         // Open nodes along the current path; path[d] is at depth d + 1.
         let mut path: Vec<usize> = Vec::new();
         let mut previous: &[u8] = &[];
@@ -156,6 +172,14 @@ impl LoopExits {
                     depth: offset as u16 + 1,
                     longest: 0,
                 });
+                subtree_bytes.push(ByteSet::single(byte));
+            }
+            // The exit starts a character, so it is valid UTF-8 from any character on in it
+            // exactly when it is valid whole.
+            if std::str::from_utf8(exit).is_err() {
+                if let Some(last) = subtree_bytes.last_mut() {
+                    last.insert(INVALID_MARK);
+                }
             }
             for &open in &path {
                 nodes[open].longest = nodes[open].longest.max(exit.len() as u16);
@@ -172,9 +196,20 @@ impl LoopExits {
             nodes[open].subtree_end = end;
         }
         token_starts.push(tokens.len() as u32);
+        // Children come after their parent in preorder: a backward pass folds each node's
+        // bytes into its children's.
+        for index in (0..nodes.len()).rev() {
+            let end = nodes[index].subtree_end as usize;
+            let mut child = index + 1;
+            while child < end {
+                subtree_bytes[index] = subtree_bytes[index].union(&subtree_bytes[child]);
+                child = nodes[child].subtree_end as usize;
+            }
+        }
         LoopExits {
             within,
             nodes,
+            subtree_bytes,
             token_starts,
             tokens,
             prefix_chars,

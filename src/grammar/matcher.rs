@@ -84,6 +84,9 @@ pub struct Matcher {
     /// Successors read off a mask state (`state_after_via_mask_state`), for the same.
     #[cfg(test)]
     successors_via_mask_state: usize,
+    /// Exit subtrees a skip set allowed whole (`walk_exits`), for the same.
+    #[cfg(test)]
+    exit_subtrees_skipped: usize,
     /// States made while checking tokens longer than the horizon one by one, for the same.
     #[cfg(test)]
     long_check_states: usize,
@@ -121,6 +124,8 @@ impl Matcher {
             bounded_loop_masks: 0,
             #[cfg(test)]
             successors_via_mask_state: 0,
+            #[cfg(test)]
+            exit_subtrees_skipped: 0,
             #[cfg(test)]
             long_check_states: 0,
             computed_this_step: false,

@@ -220,3 +220,41 @@ fn a_loops_utf8_characters_are_worked_out_once_for_every_loop_with_its_top_frame
         assert!(new_states[1] * 2 < new_states[0], "new states per loop: {new_states:?}");
     }
 }
+
+/// Extra keys that must not hold a word (a `patternProperties` entry named like a keyword,
+/// with the schema `false`): the key's loop is left by the word's first letter, so every
+/// token holding that letter is an exit. Past the letter the walk is back in the loop, where
+/// the loop's skip set allows the rest of an exit whole instead of stepping it to its end;
+/// masks stay exact on the way into the word, at its last letter and after it.
+#[test]
+fn exits_back_in_their_loop_are_allowed_by_its_skip_set() {
+    let mut vocabulary: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+    let mut rng = TestRng::new(13);
+    let plain = ["the", "x", "e", " ", "-", "\u{e9}", "\u{3053}", "1", "mor"];
+    let rare = ["a", "ad", "add", "itional", "Propertie", "s", "\"", "\\n", "\":"];
+    // The word's letters must be rare next to the loop's, or the key's states would share a
+    // closed skip set instead of a loop with tables.
+    for count in 0..3000 {
+        let mut token = match count % 64 {
+            0 => rare[rng.below(rare.len())].as_bytes().to_vec(),
+            _ => Vec::new(),
+        };
+        for _ in 0..1 + rng.below(3) {
+            token.extend_from_slice(plain[rng.below(plain.len())].as_bytes());
+        }
+        vocabulary.push(token);
+    }
+    vocabulary.extend(rare.iter().chain(&plain).map(|piece| piece.as_bytes().to_vec()));
+    vocabulary.push(Vec::new());
+    let eog = vec![vocabulary.len() as u32 - 1];
+    let schema = serde_json::json!({"type": "object", "patternProperties": {
+        ".*": {"type": "array", "items": {"type": "string"}}, "additionalProperties": false}});
+    let grammar = schema_grammar(&schema, &Limits::default());
+    let trie = Arc::new(TokenTrie::new(&vocabulary, &eog));
+    let mut matcher = Matcher::new(grammar, trie.clone());
+    let steps: [&[u8]; 12] =
+        [b"{", b"\"", b"the", b"a", b"x", b"add", b"itional", b"Propertie", b"x", b"\":", b"[", b"]"];
+    check_sequence("no keyword in keys", &mut matcher, &vocabulary, &eog, &steps);
+    assert!(trie.loop_tables_built() > 0, "no loop tables were built");
+    assert!(matcher.exit_subtrees_skipped > 0, "no exit subtree was allowed by a skip set");
+}

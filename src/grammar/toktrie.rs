@@ -28,7 +28,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::ir::{starts_character, whitespace_slots, ByteSet, WHITESPACE_BYTES};
-use super::lexer::{character_count, completable_within, whole_characters_within, LexemeTables, LoopExits, EXIT_SHARE};
+use super::lexer::{
+    character_count, completable_within, whole_characters_within, LexemeTables, LoopExits, EXIT_SHARE,
+    INVALID_MARK,
+};
 use super::mask::TokenMask;
 
 pub(crate) const NO_TOKEN: u32 = u32::MAX;
@@ -183,9 +186,6 @@ impl WideChildren {
         wide
     }
 }
-
-/// The byte that marks a subtree holding a token that is not valid UTF-8.
-pub(crate) const INVALID_MARK: u8 = 0;
 
 impl TokenTrie {
     /// `token_bytes[id]` is the text of token `id` (empty for control tokens); `eog_tokens`
