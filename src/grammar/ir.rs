@@ -132,6 +132,21 @@ pub(crate) fn whitespace_slots(bytes: &[u8]) -> u8 {
     slots
 }
 
+/// [`whitespace_slots`] of a set of bytes: 0 when it holds a byte other than whitespace.
+pub(crate) fn whitespace_slots_of_set(bytes: &ByteSet) -> u8 {
+    let mut slots = 0u8;
+    for (slot, &byte) in WHITESPACE_BYTES.iter().enumerate() {
+        if bytes.contains(byte) {
+            slots |= 1 << slot;
+        }
+    }
+    if bytes.len() == slots.count_ones() {
+        slots
+    } else {
+        0
+    }
+}
+
 /// One element of an alternative.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Symbol {

@@ -408,9 +408,7 @@ impl Matcher {
                 continue;
             }
             if mine == DEAD {
-                let first = trie.first_token.get(index).copied().unwrap_or(0) as usize;
-                let last = trie.first_token.get(subtree_end).copied().unwrap_or(0) as usize;
-                for &token in trie.preorder_tokens.get(first..last).unwrap_or_default() {
+                for &token in trie.tokens_between(index, subtree_end) {
                     mask.unset(token);
                 }
                 index = subtree_end;

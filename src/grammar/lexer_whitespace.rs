@@ -16,13 +16,17 @@
 //! and never for a byte the run state refuses (the real state has the same stacks, so it
 //! refuses the byte too).
 //!
+//! A subtree of the trie made only of whitespace bytes that a run state reads by spending
+//! budget, none of its tokens long enough to spend the budget left, is allowed whole without
+//! a walk: the indentation tokens under every value's start.
+//!
 //! Key types: [`RunPath`] (a walk's states and offsets per depth), [`RunStates`] (per
 //! matcher: which states are run states, and their budgets left). Cost: a state is
 //! classified once per whitespace byte (a table step and a comparison of two
 //! configurations); a byte inside a run costs two array lookups.
 
 use super::super::automaton::is_whitespace_shift;
-use super::super::ir::{whitespace_slot, WHITESPACE_BYTES};
+use super::super::ir::{whitespace_slot, whitespace_slots_of_set, ByteSet, WHITESPACE_BYTES};
 use super::super::cache::{SharedCaches, DEAD, FULL};
 use super::super::toktrie::LongToken;
 use super::Matcher;
@@ -146,6 +150,28 @@ impl Matcher {
             return (real, 0);
         }
         (caches.table.next(real, byte), 0)
+    }
+
+    /// Whether every token of a trie subtree whose bytes are `bytes` is allowed where a walk
+    /// stands at `state` with `offset` whitespace bytes read past it, the longest token being
+    /// `rest` bytes from there: the bytes are whitespace that `state` reads only by spending
+    /// budget, and the run stays exact to the end of that token (see `step_run`). Saves
+    /// stepping a vocabulary's indentation tokens one by one from every value's start.
+    pub(super) fn run_covers(
+        &mut self,
+        caches: &mut SharedCaches,
+        state: u32,
+        offset: u32,
+        bytes: &ByteSet,
+        rest: u32,
+    ) -> bool {
+        let slots = whitespace_slots_of_set(bytes);
+        if slots == 0 || self.grammar.whitespace_budget() == 0 {
+            return false;
+        }
+        let shifts = (0..WHITESPACE_BYTES.len())
+            .all(|slot| slots & (1 << slot) == 0 || self.reads_as_shift(caches, state, slot) == Some(true));
+        shifts && offset.saturating_add(rest) < self.whitespace_left(caches, state)
     }
 
     /// Whether long `token` (its bytes `bytes`, from the caller's trie: no reference count

@@ -90,6 +90,9 @@ pub struct Matcher {
     /// States made while checking tokens longer than the horizon one by one, for the same.
     #[cfg(test)]
     long_check_states: usize,
+    /// Trie subtrees of whitespace a run allowed whole (`run_covers`), for the same.
+    #[cfg(test)]
+    run_subtrees_allowed: usize,
     /// Whether this step needed a new mask (for the hit rate).
     computed_this_step: bool,
     stats: MaskStats,
@@ -128,6 +131,8 @@ impl Matcher {
             exit_subtrees_skipped: 0,
             #[cfg(test)]
             long_check_states: 0,
+            #[cfg(test)]
+            run_subtrees_allowed: 0,
             computed_this_step: false,
             stats: MaskStats::default(),
         };
@@ -468,16 +473,31 @@ impl Matcher {
                     .is_some_and(|bytes| is_subset(bytes, &skips.bytes))
             {
                 let end = node.subtree_end as usize;
-                let first = trie.first_token.get(index).copied().unwrap_or(0) as usize;
-                let last = trie.first_token.get(end).copied().unwrap_or(0) as usize;
                 if !(depth_within[depth - 1] && is_subset(&skips.bytes, &within_bytes)) {
-                    mask.set_all(trie.preorder_tokens.get(first..last).unwrap_or_default());
+                    mask.set_all(trie.tokens_between(index, end));
                 }
                 index = end;
                 continue;
             }
             let parent = path.states[depth - 1];
             let parent_in_run = path.offsets[depth - 1] > 0;
+            // Indentation tokens under a state that reads whitespace by spending budget: allowed
+            // whole while the budget outlasts the longest of them.
+            if node.byte <= b' ' && depth_pending[depth - 1] == 0 {
+                let rest = (u32::from(subtree_max_len.get(index).copied().unwrap_or(u16::MAX)) + 1)
+                    .saturating_sub(depth as u32);
+                let bytes = subtree_bytes.get(index).unwrap_or(&ByteSet::ALL);
+                if self.run_covers(caches, parent, path.offsets[depth - 1], bytes, rest) {
+                    let end = node.subtree_end as usize;
+                    mask.set_all(trie.tokens_between(index, end));
+                    index = end;
+                    #[cfg(test)]
+                    {
+                        self.run_subtrees_allowed += 1;
+                    }
+                    continue;
+                }
+            }
             let longest = || u32::from(subtree_max_len.get(index).copied().unwrap_or(u16::MAX));
             let next = self.step_path(caches, &mut path, depth, node.byte, longest);
             if next == DEAD {

@@ -51,6 +51,8 @@ fn masks_are_exact_through_whitespace_runs() {
     let (twenty, forty) = (" ".repeat(20), " ".repeat(40));
     let sequence: [&[u8]; 6] = [b"[", twenty.as_bytes(), b"1", forty.as_bytes(), b",", b"   "];
     check_sequence("budget", &mut matcher, &vocabulary, &eog, &sequence);
+    // Runs of spaces alone (the subtree under a space holds 40 of them) were allowed whole.
+    assert!(matcher.run_subtrees_allowed > 0, "no whitespace subtree was allowed whole");
     matcher.compute_mask();
     assert!(matcher.is_allowed(vocabulary.iter().position(|t| t == b"1").unwrap_or(0) as u32));
     let five = vocabulary.iter().position(|t| t == b"     ").unwrap_or(0) as u32;

@@ -435,9 +435,7 @@ impl TokenTrie {
                 }
             }
         };
-        let first = self.first_token.get(index).copied().unwrap_or(0) as usize;
-        let last = self.first_token.get(end).copied().unwrap_or(0) as usize;
-        let most_exits = (last - first) / EXIT_SHARE;
+        let most_exits = self.tokens_between(index, end).len() / EXIT_SHARE;
         // Every token under a node whose byte is not in the set has an exit: counting those
         // of the first two levels is cheap and turns most sets that would not pay away
         // before any work (bytes above ASCII sort last, so the walk would find them last).
@@ -449,11 +447,7 @@ impl TokenTrie {
                 break;
             };
             let subtree_end = node.subtree_end as usize;
-            let tokens = || {
-                let first = self.first_token.get(index).copied().unwrap_or(0) as usize;
-                let last = self.first_token.get(subtree_end).copied().unwrap_or(0) as usize;
-                self.preorder_tokens.get(first..last).unwrap_or_default()
-            };
+            let tokens = || self.tokens_between(index, subtree_end);
             // The mark of an invalid token is never in a loop's bytes.
             let inside = self.subtree_bytes.get(index).is_some_and(|subtree| {
                 (0..4).all(|word| subtree.0[word] & !loop_bytes.0[word] == 0)
@@ -521,9 +515,7 @@ impl TokenTrie {
                     (0..4).all(|word| subtree.0[word] & !bytes.0[word] == 0)
                 });
                 if within {
-                    let first = self.first_token.get(index).copied().unwrap_or(0) as usize;
-                    let last = self.first_token.get(end).copied().unwrap_or(0) as usize;
-                    mask.set_all(self.preorder_tokens.get(first..last).unwrap_or_default());
+                    mask.set_all(self.tokens_between(index, end));
                     index = end;
                     continue;
                 }
@@ -552,11 +544,7 @@ impl TokenTrie {
     /// byte outside `loop_bytes` among the nodes' own bytes or their children's: a lower
     /// bound on the exits there, counted from subtree token ranges alone.
     fn exits_at_least(&self, start: usize, end: usize, loop_bytes: &ByteSet) -> usize {
-        let tokens_under = |index: usize, subtree_end: usize| {
-            let first = self.first_token.get(index).copied().unwrap_or(0) as usize;
-            let last = self.first_token.get(subtree_end).copied().unwrap_or(0) as usize;
-            last - first
-        };
+        let tokens_under = |index: usize, subtree_end: usize| self.tokens_between(index, subtree_end).len();
         let mut count = 0;
         let mut index = start;
         while let Some(node) = self.nodes.get(index).filter(|_| index < end) {
@@ -602,6 +590,14 @@ impl TokenTrie {
     #[cfg(test)]
     pub(crate) fn loop_tables_built(&self) -> usize {
         self.lexemes.built()
+    }
+
+    /// The tokens of the nodes from `start` up to node `end`: a subtree's when `end` is where
+    /// it ends.
+    pub(crate) fn tokens_between(&self, start: usize, end: usize) -> &[u32] {
+        let first = self.first_token.get(start).copied().unwrap_or(0) as usize;
+        let last = self.first_token.get(end).copied().unwrap_or(0) as usize;
+        self.preorder_tokens.get(first..last).unwrap_or_default()
     }
 
     /// Gives every token with the same bytes as another the other's bit in `mask`: a walk of
