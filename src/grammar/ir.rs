@@ -119,6 +119,12 @@ pub(crate) fn whitespace_slot(byte: u8) -> Option<usize> {
     WHITESPACE_BYTES.iter().position(|&w| w == byte)
 }
 
+/// Whether `byte` is not one of [`WHITESPACE_BYTES`]: one compare for all but control bytes.
+#[inline]
+pub(crate) fn is_not_whitespace(byte: u8) -> bool {
+    byte > b' ' || whitespace_slot(byte).is_none()
+}
+
 /// Which of [`WHITESPACE_BYTES`] `bytes` holds, bit `i` for `WHITESPACE_BYTES[i]`, when it is
 /// made only of them; 0 otherwise (and for no bytes).
 pub(crate) fn whitespace_slots(bytes: &[u8]) -> u8 {

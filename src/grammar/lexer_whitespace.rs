@@ -26,7 +26,7 @@
 //! configurations); a byte inside a run costs two array lookups.
 
 use super::super::automaton::is_whitespace_shift;
-use super::super::ir::{whitespace_slot, whitespace_slots_of_set, ByteSet, WHITESPACE_BYTES};
+use super::super::ir::{is_not_whitespace, whitespace_slot, whitespace_slots_of_set, ByteSet, WHITESPACE_BYTES};
 use super::super::cache::{SharedCaches, DEAD, FULL};
 use super::super::toktrie::LongToken;
 use super::Matcher;
@@ -101,10 +101,9 @@ impl Matcher {
     ) -> u32 {
         let parent = path.states[depth - 1];
         let offset = path.offsets[depth - 1];
-        // Every whitespace byte is at most a space: the walks' common case is one compare.
         // After a run, the run's real state has the run state's stacks with more budget
         // used, so a byte the run state is known to refuse is refused after the run too.
-        let (next, offset) = if byte > b' ' && (offset == 0 || caches.table.known_next(parent, byte) == Some(DEAD)) {
+        let (next, offset) = if is_not_whitespace(byte) && (offset == 0 || caches.table.known_next(parent, byte) == Some(DEAD)) {
             (caches.table.next(parent, byte), 0)
         } else {
             // Bytes from this one to the end of the longest token below.

@@ -17,7 +17,7 @@ use super::automaton::CompiledGrammar;
 use super::check::describe_expected;
 use super::cache::{CacheRegistry, MaskRoot, SharedCaches, SkipSet, DEAD, FULL};
 use super::error::GrammarError;
-use super::ir::{starts_character, utf8_pending_after, ByteSet};
+use super::ir::{is_not_whitespace, starts_character, utf8_pending_after, ByteSet};
 use super::lexer::character_count;
 use super::mask::TokenMask;
 use super::stats::MaskStats;
@@ -449,7 +449,7 @@ impl Matcher {
                     let byte = wide.bytes[at];
                     // Also inside a whitespace run: a byte that ends it is refused after the
                     // run exactly where the run state refuses it (see `step_path`).
-                    let dies = || byte > b' ' && caches.table.known_next(state, byte) == Some(DEAD);
+                    let dies = || is_not_whitespace(byte) && caches.table.known_next(state, byte) == Some(DEAD);
                     if !passed && !dies() {
                         break;
                     }
