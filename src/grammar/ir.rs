@@ -74,6 +74,13 @@ impl ByteSet {
         ByteSet(std::array::from_fn(|i| self.0[i] & !other.0[i]))
     }
 
+    /// Whether every byte of `self` is in `other`.
+    #[inline]
+    pub fn is_subset_of(&self, other: &ByteSet) -> bool {
+        (self.0[0] & !other.0[0]) | (self.0[1] & !other.0[1]) | (self.0[2] & !other.0[2]) | (self.0[3] & !other.0[3])
+            == 0
+    }
+
     pub fn is_empty(&self) -> bool {
         self.0.iter().all(|w| *w == 0)
     }

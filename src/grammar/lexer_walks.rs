@@ -19,7 +19,7 @@ use super::super::ir::{utf8_pending_after, ByteSet};
 use super::super::lexer::{LoopExits, BOUNDED_CHARS_MAX};
 use super::super::mask::TokenMask;
 use super::super::toktrie::NO_TOKEN;
-use super::{is_subset, Matcher, CHAIN_MAX};
+use super::{Matcher, CHAIN_MAX};
 
 impl Matcher {
     /// The mask of `root`, computed: from the vocabulary's tables of the loop `root` is in,
@@ -259,7 +259,7 @@ impl Matcher {
                 let rest = u32::from(node.longest) + 1 - depth as u32;
                 if skips.is_some_and(|skips| {
                     rest <= skips.capacity
-                        && exits.subtree_bytes.get(index).is_some_and(|bytes| is_subset(bytes, &skips.bytes))
+                        && exits.subtree_bytes.get(index).is_some_and(|bytes| bytes.is_subset_of(&skips.bytes))
                 }) {
                     mask.set_all(exits.tokens_under(index));
                     index = node.subtree_end as usize;

@@ -470,10 +470,10 @@ impl Matcher {
             if trie.subtree_max_chars.get(index).is_some_and(fits)
                 && subtree_bytes
                     .get(index)
-                    .is_some_and(|bytes| is_subset(bytes, &skips.bytes))
+                    .is_some_and(|bytes| bytes.is_subset_of(&skips.bytes))
             {
                 let end = node.subtree_end as usize;
-                if !(depth_within[depth - 1] && is_subset(&skips.bytes, &within_bytes)) {
+                if !(depth_within[depth - 1] && skips.bytes.is_subset_of(&within_bytes)) {
                     mask.set_all(trie.tokens_between(index, end));
                 }
                 index = end;
@@ -755,15 +755,6 @@ impl Matcher {
     }
 }
 
-
-#[inline]
-fn is_subset(bytes: &ByteSet, of: &ByteSet) -> bool {
-    (bytes.0[0] & !of.0[0])
-        | (bytes.0[1] & !of.0[1])
-        | (bytes.0[2] & !of.0[2])
-        | (bytes.0[3] & !of.0[3])
-        == 0
-}
 
 #[path = "lexer_walks.rs"]
 mod lexer_walks;

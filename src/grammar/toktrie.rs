@@ -449,9 +449,7 @@ impl TokenTrie {
             let subtree_end = node.subtree_end as usize;
             let tokens = || self.tokens_between(index, subtree_end);
             // The mark of an invalid token is never in a loop's bytes.
-            let inside = self.subtree_bytes.get(index).is_some_and(|subtree| {
-                (0..4).all(|word| subtree.0[word] & !loop_bytes.0[word] == 0)
-            });
+            let inside = self.subtree_bytes.get(index).is_some_and(|subtree| subtree.is_subset_of(loop_bytes));
             if inside {
                 within.set_all(tokens());
                 index = subtree_end;
@@ -511,9 +509,7 @@ impl TokenTrie {
             let mut index = 0usize;
             while let Some(node) = self.nodes.get(index) {
                 let end = node.subtree_end as usize;
-                let within = self.subtree_bytes.get(index).is_some_and(|subtree| {
-                    (0..4).all(|word| subtree.0[word] & !bytes.0[word] == 0)
-                });
+                let within = self.subtree_bytes.get(index).is_some_and(|subtree| subtree.is_subset_of(bytes));
                 if within {
                     mask.set_all(self.tokens_between(index, end));
                     index = end;
