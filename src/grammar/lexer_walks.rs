@@ -15,7 +15,7 @@
 use std::sync::Arc;
 
 use super::super::cache::{SharedCaches, DEAD, FULL};
-use super::super::ir::{utf8_pending_after, ByteSet};
+use super::super::ir::{starts_character, ByteSet};
 use super::super::lexer::{LoopExits, BOUNDED_CHARS_MAX};
 use super::super::mask::TokenMask;
 use super::super::toktrie::NO_TOKEN;
@@ -245,16 +245,15 @@ impl Matcher {
         let nodes = &exits.nodes[..];
         let mut path = std::mem::take(&mut self.exit_path);
         path.start(exits.max_depth + 1, root);
-        // pending[d]: continuation bytes still owed after the node at depth d (an exit
-        // starts a character).
-        let mut pending = vec![0u8; exits.max_depth + 1];
         let mut index = 0usize;
         while let Some(node) = nodes.get(index) {
             let depth = node.depth as usize;
             // Where the walk is back in a state with a skip set (the loop itself, after a
             // character that left it for a moment), a subtree the set covers is allowed
             // whole: an exit holding a common letter would otherwise be stepped to its end.
-            if path.offsets[depth - 1] == 0 && pending[depth - 1] == 0 {
+            // The set covers only valid UTF-8 subtrees (see `INVALID_MARK`), and in those the
+            // node starts a character exactly when no continuation byte is owed before it.
+            if path.offsets[depth - 1] == 0 && starts_character(node.byte) {
                 let skips = caches.table.known_skip_set(path.states[depth - 1]);
                 let rest = u32::from(node.longest) + 1 - depth as u32;
                 if skips.is_some_and(|skips| {
@@ -285,7 +284,6 @@ impl Matcher {
                 continue;
             }
             mask.set_all(exits.tokens_at(index));
-            pending[depth] = utf8_pending_after(pending[depth - 1], node.byte);
             index += 1;
         }
         let root = path.states[0];
