@@ -16,7 +16,9 @@ same for both), streaming chat of --tokens tokens; and one client greedy with a 
 (constrained/plain is that rate over the plain greedy rate of the same server). Then llamay's
 per-token time split by phase, read from its `/v1/stats` around each scenario. In the paired mode,
 last, --decode-requests non-streaming generations from one raw prompt on each server compare the
-per-token step alone, as each server times it (prefill and chat template left out).
+per-token step alone, as each server times it (prefill and chat template left out). With
+--profile-runs N, each server then runs the four-client greedy scenario N times under `perf record`
+and both CPU splits are printed side by side (perf_split.py's buckets).
 
 tok/s is generated tokens over the wall time of the level (4 clients: the aggregate); TTFT is from
 sending the request to the first chunk carrying text. Ratios are llamay / llama-server (higher is
@@ -35,6 +37,7 @@ import itertools
 import json
 import os
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -42,6 +45,8 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+
+import perf_split
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROMPTS = [
@@ -330,6 +335,38 @@ def measure_generation(servers, model, args):
     return {name: statistics.median(values) for name, values in times.items()}
 
 
+def profile(servers, model, args):
+    """Each server's CPU time by bucket (perf_split's) while it runs --profile-runs of the four-client
+    greedy scenario under `perf record`, one server after the other: the split the two servers
+    spend a batched step on, side by side."""
+    shares, tops, rates = {}, {}, {}
+    for name, server in servers.items():
+        data = tempfile.NamedTemporaryFile(prefix=f"peer-{name}-", suffix=".perf", delete=False).name
+        recorder = subprocess.Popen(["perf", "record", "-q", "-p", str(server.process.pid), "-o", data],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            rates[name] = [run_level(server.port, model, 4, args.requests, args.tokens, GREEDY)["tok_s"]
+                           for _ in range(args.profile_runs)]
+        finally:
+            recorder.send_signal(signal.SIGINT)
+            recorder.wait()
+        shares[name], tops[name] = perf_split.split(data)
+        os.unlink(data)
+        settle(server)
+    names = list(servers)
+    print("CPU time by bucket under perf, four clients greedy (perf's own sampling slows both):\n")
+    print("| bucket | " + " | ".join(names) + " |")
+    print("|---" * (len(names) + 1) + "|")
+    buckets = sorted({b for s in shares.values() for b in s}, key=lambda b: -shares[names[0]].get(b, 0))
+    for bucket in buckets:
+        print(f"| {bucket} | " + " | ".join(f"{shares[n].get(bucket, 0):.1f}%" for n in names) + " |")
+    for name in names:
+        hottest = ", ".join(f"{symbol.split('] ', 1)[-1].strip()[:40]} {percent:.1f}%"
+                            for percent, _, symbol, _ in tops[name][:5])
+        print(f"\n{name}, tok/s under perf " + "/".join(f"{r:.1f}" for r in rates[name]) + f"; hottest: {hottest}")
+    print()
+
+
 def start(which, args, gguf, llama_server, model):
     if which == "llama-server":
         argv = lambda port: [llama_server, "-m", gguf, "--host", "127.0.0.1", "--port", str(port),
@@ -461,7 +498,10 @@ def run_paired(args, gguf, llama_server, model, results):
                 results[which].append(r)
                 print_round(model, round_index, which, r, f"load {load_before:.1f} -> {os.getloadavg()[0]:.1f}, "
                             f"{rest_cpu[which] * 100:.1f}% of a core while resting")
-        return measure_generation(servers, model, args) if args.decode_requests else None
+        generation = measure_generation(servers, model, args) if args.decode_requests else None
+        if args.profile_runs:
+            profile(servers, model, args)
+        return generation
     finally:
         for server in servers.values():
             server.stop()
@@ -483,6 +523,9 @@ def main():
                         help="more llama-server flags")
     parser.add_argument("--decode-requests", type=int, default=6,
                         help="paired non-streaming requests timing generation alone (0: skip)")
+    parser.add_argument("--profile-runs", type=int, default=0,
+                        help="after the rounds, run the four-client greedy scenario this many times on each "
+                             "server under `perf record` and print both CPU splits (needs perf; 0: skip)")
     parser.add_argument("--sequential", action="store_true",
                         help="one server at a time: all scenarios on one, stop it, then the other")
     parser.add_argument("--same-prompts", action="store_true",
@@ -490,6 +533,8 @@ def main():
     args = parser.parse_args()
     global SAME_PROMPTS
     SAME_PROMPTS = args.same_prompts
+    if args.profile_runs and (args.sequential or not shutil.which("perf")):
+        raise SystemExit("--profile-runs needs perf (apt-get install linux-perf) and the paired mode")
     if not os.access(args.llamay, os.X_OK):
         raise SystemExit(f"{args.llamay} is not built (cargo build --release)")
     llama_server = find_llama_server(args.llama_server)

@@ -23,7 +23,7 @@ LIBRARIES = [("barrier (threads waiting)", r"^libgomp")]
 BUCKETS = [
     ("barrier (threads waiting)", r"ggml_barrier|ggml_graph_compute_thread_sync|ggml_graph_compute_poll|sched_yield|gomp_|GOMP_"),
     ("logits copy", r"ggml_backend_tensor_get|llama_context::output_reorder|get_logits"),
-    ("llama_decode (ggml/llama.cpp)", r"^ggml|^llama|llama_|ggml_|quantize_|dequantize_|simd_gemm|^_ZN\d*llama|\[unknown\].*libllama"),
+    ("llama_decode (ggml/llama.cpp)", r"^ggml|^llama|llama_|ggml_|quantize_|dequantize_|simd_gemm|tinyBLAS|llamafile_sgemm|^_ZN\d*llama|\[unknown\].*libllama"),
     ("sampling", r"llm::sampling|top_k_of|argmax|rand::|StdRng|ChaCha"),
     ("mask (constraint)", r"llamay::grammar|Matcher|TokenTrie|toktrie"),
     ("detokenize", r"llm::detok|Utf8Stream|StopStrings|Vocabulary::piece|sampler::SequenceSampler"),
@@ -34,8 +34,8 @@ BUCKETS = [
 ]
 
 
-def main():
-    data = sys.argv[1] if len(sys.argv) > 1 else "perf.data"
+def split(data):
+    """(share per bucket, the hottest symbols) of one `perf record` file."""
     report = subprocess.run(
         ["perf", "report", "-i", data, "--no-children", "--stdio", "--sort", "dso,symbol", "--percent-limit", "0.01",
          "-g", "none"],
@@ -54,6 +54,11 @@ def main():
         shares[bucket] += percent
         if len(top) < 12:
             top.append((percent, library, symbol, bucket))
+    return dict(shares), top
+
+
+def main():
+    shares, top = split(sys.argv[1] if len(sys.argv) > 1 else "perf.data")
     print(f"{'share':>7}  bucket")
     for name, share in sorted(shares.items(), key=lambda item: -item[1]):
         print(f"{share:6.1f}%  {name}")
