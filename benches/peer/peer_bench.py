@@ -341,17 +341,20 @@ def profile(servers, model, args):
     spend a batched step on, side by side."""
     shares, tops, rates = {}, {}, {}
     for name, server in servers.items():
-        data = tempfile.NamedTemporaryFile(prefix=f"peer-{name}-", suffix=".perf", delete=False).name
-        recorder = subprocess.Popen(["perf", "record", "-q", "-p", str(server.process.pid), "-o", data],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        handle, data = tempfile.mkstemp(prefix=f"peer-{name}-", suffix=".perf")
+        os.close(handle)
         try:
-            rates[name] = [run_level(server.port, model, 4, args.requests, args.tokens, GREEDY)["tok_s"]
-                           for _ in range(args.profile_runs)]
+            recorder = subprocess.Popen(["perf", "record", "-q", "-p", str(server.process.pid), "-o", data],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                rates[name] = [run_level(server.port, model, 4, args.requests, args.tokens, GREEDY)["tok_s"]
+                               for _ in range(args.profile_runs)]
+            finally:
+                recorder.send_signal(signal.SIGINT)
+                recorder.wait()
+            shares[name], tops[name] = perf_split.split(data)
         finally:
-            recorder.send_signal(signal.SIGINT)
-            recorder.wait()
-        shares[name], tops[name] = perf_split.split(data)
-        os.unlink(data)
+            os.unlink(data)
         settle(server)
     names = list(servers)
     print("CPU time by bucket under perf, four clients greedy (perf's own sampling slows both):\n")
