@@ -2,8 +2,8 @@
 //!
 //! Owns model loading ([`Model`]), the vocabulary as bytes ([`Vocabulary`]), chat templates
 //! ([`template`]), batched decode over parallel sequences ([`Context`]), incremental
-//! detokenization ([`detok`]), sampling with a constraint hook ([`sampling`]) and the persistent
-//! CPU threadpool each context computes on ([`threadpool`]).
+//! detokenization ([`detok`]), sampling with a constraint hook ([`sampling`]) and the CPU
+//! threadpool each context computes on, with its thread-count tuner ([`threadpool`]).
 //! Everything above this module speaks in token ids (`u32`), bytes and strings.
 
 mod backend;

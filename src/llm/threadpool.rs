@@ -1,24 +1,31 @@
-//! A persistent ggml CPU threadpool attached to one context, so decoding reuses the same worker
-//! threads for every graph.
+//! The ggml CPU threadpool attached to each context, and the tuner that picks its thread count
+//! for every generation step.
 //!
-//! Without OpenMP (llama-cpp-2 is built with `default-features = false`) and without an attached
-//! pool, ggml creates and frees a threadpool for every graph it computes: every decoded token
-//! starts and joins `threads - 1` OS threads, and the caller spins in `ggml_barrier` until the new
-//! threads are scheduled (73% of decode time under perf on a 2-core machine). llama.cpp's own
-//! tools create one pool per context and attach it; this does the same through the sys bindings.
+//! llama.cpp is built with OpenMP (llama-cpp-2's `openmp` feature, as llama-server is built):
+//! ggml then computes every graph on the calling thread's OpenMP team, which libgomp keeps alive
+//! between graphs, and the attached pool carries only the thread count. Without OpenMP and
+//! without an attached pool, ggml started and joined its worker threads for every graph (73% of
+//! decode time in `ggml_barrier` on a 2-core machine); with a persistent non-OpenMP pool
+//! attached, that cost was gone, but on a free machine its workers' polling and barriers
+//! still lost to OpenMP's spin-wait. Measured with SmolLM2 on a 2-core AVX2 machine, each
+//! build paired with llama-server in the same run (ratios: llamay / llama-server):
 //!
-//! OpenMP (llama-server's choice, llama-cpp-2's `openmp` feature) was measured against this pool
-//! with the peer bench, same machine and session, both models, in both its modes: the ratios to
-//! llama-server differed by no more than one binary's own round-to-round spread (up to ~0.15x),
-//! and in both directions, so neither wins here. The pool stays: it needs no libgomp at run
-//! time, and the thread tuner below already handles the contended machine where OpenMP's
-//! spin-wait is known to suffer.
+//! | load on the machine | scenario | OpenMP | persistent pool |
+//! |---|---|---|---|
+//! | none | one sequence's decode step (two runs) | 1.09x, 0.97x | 0.99x, 0.94x |
+//! | none | one client, streaming chat | 1.03x | 0.92x |
+//! | none | four clients, streaming chat | 1.00x | 0.91x |
+//! | a process using half a core | four clients | 1.00x | 1.15x |
+//! | a process using half a core | one client | 0.98x | 0.99x |
 //!
-//! Key type: [`CpuThreadpool`]. Cost: `threads - 1` OS threads per context for its lifetime; they
-//! poll for new work after each graph (ggml's default poll level; when none comes, about 0.25 s
-//! of a core here) and then sleep on a condition. Poll level 0 (sleep at once) measured the same
-//! per generated token as the default, on a free machine and with another process burning 20%
-//! or all of a core, so the default stays.
+//! OpenMP is level with llama-server in every row, as the same threading model should be; the
+//! pool wins only with four clients on a contended machine. On a machine loaded far beyond its
+//! cores, [`ThreadTuner`] moves generation steps to one thread, whichever threading model runs
+//! them. Cost: libgomp at run time (part of GCC's runtime, there wherever llamay is compiled).
+//!
+//! Key type: [`CpuThreadpool`]. Cost: OpenMP's `threads - 1` worker threads per decoding thread
+//! (shared by the contexts that thread decodes); after each graph they spin briefly
+//! (libgomp's default) and then sleep.
 //!
 //! `llama-cpp-2` 0.1.160 keeps the raw `llama_context` pointer crate-private; its `Debug` output is
 //! the one place it shows it. [`context_pointer`] reads it there and checks it against the
