@@ -18,10 +18,11 @@
 //! | a process using half a core | four clients | 1.00x | 1.15x |
 //! | a process using half a core | one client | 0.98x | 0.99x |
 //!
-//! OpenMP is level with llama-server in every row, as the same threading model should be; the
-//! pool wins only with four clients on a contended machine. On a machine loaded far beyond its
-//! cores, [`ThreadTuner`] moves generation steps to one thread, whichever threading model runs
-//! them. Cost: libgomp at run time (part of GCC's runtime, there wherever llamay is compiled).
+//! OpenMP stays within one run's round-to-round spread of llama-server in every row, as the same
+//! threading model should; the pool wins only with four clients on a contended machine. On a
+//! machine loaded far beyond its cores, [`ThreadTuner`] moves generation steps to one thread,
+//! whichever threading model runs them. Cost: libgomp at run time (part of GCC's runtime, there
+//! wherever llamay is compiled).
 //!
 //! Key type: [`CpuThreadpool`]. Cost: OpenMP's `threads - 1` worker threads per decoding thread
 //! (shared by the contexts that thread decodes); after each graph they spin briefly
