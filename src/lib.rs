@@ -9,7 +9,8 @@ pub mod config;
 pub mod core;
 pub mod error;
 pub mod gguf;
-pub mod grammar;
+/// The constraint engine, a crate of its own (`src/grammar`): pure, with no dependency on the rest.
+pub use llamay_grammar as grammar;
 pub mod llm;
 pub mod pull;
 pub mod store;

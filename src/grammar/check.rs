@@ -1,6 +1,7 @@
 //! Whole inputs against a compiled grammar, for people: [`check_input`] says whether a text
 //! matches and, when not, where and what was expected there ([`CheckOutcome`]);
-//! [`describe_expected`] and [`describe_byte_set`] render what the automaton accepts next.
+//! [`describe_expected`] and [`describe_byte_set`] render what the automaton accepts next;
+//! [`BytePath`] walks a grammar byte by byte, for tools and tests that explore its sentences.
 //!
 //! Cost: a byte step per input byte (uncached: a check runs once per input).
 
@@ -60,6 +61,44 @@ pub fn check_input(grammar: &CompiledGrammar, input: &[u8]) -> CheckOutcome {
     } else {
         CheckOutcome::Incomplete {
             expected: describe_expected(grammar, &config),
+        }
+    }
+}
+
+/// A position in a grammar reached byte by byte, uncached: what may come next, whether the bytes
+/// so far are a whole sentence. For random walks in tests and for tools, not for decoding (the
+/// [`crate::Matcher`] caches what this recomputes).
+#[derive(Clone)]
+pub struct BytePath<'g> {
+    grammar: &'g CompiledGrammar,
+    config: Vec<u32>,
+}
+
+impl<'g> BytePath<'g> {
+    /// The grammar's start, before any byte.
+    pub fn new(grammar: &'g CompiledGrammar) -> Self {
+        BytePath { grammar, config: grammar.initial_config().to_vec() }
+    }
+
+    /// The bytes that keep the walk alive.
+    pub fn allowed(&self) -> ByteSet {
+        self.grammar.allowed_bytes(&self.config)
+    }
+
+    /// Whether the bytes so far are a complete sentence.
+    pub fn is_accepting(&self) -> bool {
+        config_is_accepting(&self.config)
+    }
+
+    /// Takes `byte`; false (and the walk unchanged) when the grammar refuses it or a limit
+    /// would be exceeded.
+    pub fn push(&mut self, byte: u8) -> bool {
+        match self.grammar.step(&self.config, byte) {
+            Ok(next) if !next.is_empty() => {
+                self.config = next;
+                true
+            }
+            _ => false,
         }
     }
 }

@@ -7,7 +7,8 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
 use super::*;
-use crate::grammar::automaton::{config_is_accepting, CompiledGrammar};
+use crate::grammar::automaton::CompiledGrammar;
+use crate::grammar::BytePath;
 use crate::grammar::check::{check_input, CheckOutcome};
 use crate::grammar::limits::Limits;
 use crate::tools::parse_calls;
@@ -186,15 +187,15 @@ fn embedding_renumbers_rule_references() {
 /// Walks the automaton to a random sentence, preferring bytes that close strings and
 /// structures so walks end; `None` when a walk runs past `max_len`.
 fn random_sentence(grammar: &CompiledGrammar, rng: &mut StdRng, max_len: usize) -> Option<String> {
-    let mut config = grammar.initial_config().to_vec();
+    let mut path = BytePath::new(grammar);
     let mut out = Vec::new();
     loop {
-        if config_is_accepting(&config) && rng.gen_bool(0.5) {
+        if path.is_accepting() && rng.gen_bool(0.5) {
             break;
         }
-        let allowed: Vec<u8> = grammar.allowed_bytes(&config).iter().collect();
+        let allowed: Vec<u8> = path.allowed().iter().collect();
         if allowed.is_empty() || out.len() > max_len {
-            return if config_is_accepting(&config) { String::from_utf8(out).ok() } else { None };
+            return if path.is_accepting() { String::from_utf8(out).ok() } else { None };
         }
         let closers: Vec<u8> = allowed.iter().copied().filter(|b| b"\"}],".contains(b)).collect();
         let byte = if !closers.is_empty() && rng.gen_bool(0.3) {
@@ -202,7 +203,9 @@ fn random_sentence(grammar: &CompiledGrammar, rng: &mut StdRng, max_len: usize) 
         } else {
             allowed[rng.gen_range(0..allowed.len())]
         };
-        config = grammar.step(&config, byte).ok()?;
+        if !path.push(byte) {
+            return None;
+        }
         out.push(byte);
     }
     String::from_utf8(out).ok()

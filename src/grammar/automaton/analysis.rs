@@ -7,7 +7,7 @@
 //! symbols and a depth-first search over the rules.
 
 use super::{whitespace_set, FlatSymbol};
-use crate::grammar::ir::{rules_satisfying, ByteSet, Grammar, Symbol};
+use crate::ir::{rules_satisfying, ByteSet, Grammar, Symbol};
 
 /// Splits the 256 byte values into classes that every terminal of the grammar treats alike.
 /// Distinct sets are found by sorting (a grammar repeats a few dozen sets over many thousand

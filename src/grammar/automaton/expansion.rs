@@ -226,9 +226,9 @@ impl CompiledGrammar {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::grammar::gbnf::compile_gbnf;
-    use crate::grammar::ir::{Grammar, GrammarBuilder, Symbol};
-    use crate::grammar::limits::Limits;
+    use crate::gbnf::compile_gbnf;
+    use crate::ir::{Grammar, GrammarBuilder, Symbol};
+    use crate::limits::Limits;
 
     fn stacks_of(expansion: &Expansion) -> (Vec<Vec<u32>>, bool) {
         (expansion.stacks().map(<[u32]>::to_vec).collect(), expansion.completes)
@@ -248,7 +248,7 @@ mod tests {
 
     #[test]
     fn assembled_expansions_are_the_followed_ones() {
-        let corpus = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/gbnf");
+        let corpus = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/gbnf");
         for name in ["arithmetic", "c", "chess", "json", "list", "english"] {
             let source = std::fs::read(format!("{corpus}/{name}.gbnf")).unwrap_or_else(|e| panic!("{name}: {e}"));
             let grammar = compile_gbnf(&source, &Limits::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -258,7 +258,7 @@ mod tests {
             "a": {"type": "array", "items": {"type": "string", "maxLength": 5}, "maxItems": 3},
             "b": {"anyOf": [{"type": "integer", "minimum": 3}, {"type": "null"}]}},
             "additionalProperties": {"type": "boolean"}});
-        let ir = crate::grammar::schema::compile_schema(&schema).unwrap_or_else(|e| panic!("{e}"));
+        let ir = crate::schema::compile_schema(&schema).unwrap_or_else(|e| panic!("{e}"));
         let grammar = CompiledGrammar::new(ir, &Limits::default()).unwrap_or_else(|e| panic!("{e}"));
         assert_assembled_as_followed("schema", &grammar);
     }
@@ -272,12 +272,12 @@ mod tests {
         let mut builder = GrammarBuilder::new();
         let rules: Vec<_> = (0..=depth).map(|i| builder.declare(&format!("r{i}"))).collect();
         let maybe = builder.declare("maybe");
-        builder.define(maybe, vec![vec![Symbol::Bytes(crate::grammar::ir::ByteSet::single(b'm'))], vec![]]);
+        builder.define(maybe, vec![vec![Symbol::Bytes(crate::ir::ByteSet::single(b'm'))], vec![]]);
         for i in 0..depth {
-            let close = Symbol::Bytes(crate::grammar::ir::ByteSet::single(b')'));
+            let close = Symbol::Bytes(crate::ir::ByteSet::single(b')'));
             builder.define(rules[i], vec![vec![Symbol::Rule(maybe), Symbol::Rule(rules[i + 1]), close]]);
         }
-        builder.define(rules[depth], vec![vec![Symbol::Bytes(crate::grammar::ir::ByteSet::single(b'a'))]]);
+        builder.define(rules[depth], vec![vec![Symbol::Bytes(crate::ir::ByteSet::single(b'a'))]]);
         let ir: Grammar = builder.finish(rules[0], 0);
         let grammar = CompiledGrammar::new(ir, &Limits::default()).unwrap_or_else(|e| panic!("{e}"));
         assert_assembled_as_followed("nested", &grammar);

@@ -27,7 +27,7 @@ use super::numbers::{number_rule, NumberSpec};
 use super::regex::{pattern_rule, LengthBounds, PatternRefusal};
 use super::union::{ObjectShape, ObjectUnions};
 use super::SchemaError;
-use crate::grammar::ir::{literal_symbols, RuleId, Symbol};
+use crate::ir::{literal_symbols, RuleId, Symbol};
 
 pub const MAX_ALTERNATIVES: usize = 256;
 pub const MAX_PROPERTIES: usize = 64;

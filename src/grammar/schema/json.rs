@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::Value;
 
-use crate::grammar::ir::{
+use crate::ir::{
     char_ranges_to_alternatives, complement_char_ranges, literal_symbols, ByteSet, GrammarBuilder, RuleId, Symbol,
 };
 

@@ -20,7 +20,7 @@ use regex_automata::util::primitives::StateID;
 
 use super::json::{byte, canonical_escape, grouped_escapes};
 use super::regex::{number_state, search_dfa, PatternRefusal};
-use crate::grammar::ir::{utf8_pending_after, ByteSet, RuleId, Symbol};
+use crate::ir::{utf8_pending_after, ByteSet, RuleId, Symbol};
 
 /// Most product states one object's keys may need.
 pub const MAX_KEY_STATES: usize = 4096;
@@ -188,7 +188,7 @@ impl KeyAutomaton {
     /// grammar-wide pruning pass.
     pub fn lower(
         &self,
-        builder: &mut crate::grammar::ir::GrammarBuilder,
+        builder: &mut crate::ir::GrammarBuilder,
         value_for: &HashMap<u64, Option<RuleId>>,
     ) -> RuleId {
         let ids: Vec<RuleId> = (0..self.states.len())

@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::hash::Hash;
 
 use super::json::RuleSink;
-use crate::grammar::ir::{ByteSet, RuleId, Symbol};
+use crate::ir::{ByteSet, RuleId, Symbol};
 
 /// Which class of equivalent states each state of an automaton belongs to.
 pub struct Partition {

@@ -51,7 +51,7 @@ use std::fmt;
 
 use serde_json::Value;
 
-use crate::grammar::ir::{Grammar, RuleId, Symbol};
+use crate::ir::{Grammar, RuleId, Symbol};
 
 pub use formats::FormatMode;
 pub use json::WHITESPACE_BUDGET;
@@ -179,7 +179,7 @@ pub fn review_schema_with(schema: &Value, formats: FormatMode) -> SchemaReport {
 /// Rules are moved, not copied: on large schemas this pass touches every symbol.
 fn prune(mut grammar: Grammar) -> Option<Grammar> {
     let count = grammar.rules.len();
-    let productive = crate::grammar::ir::rules_satisfying(&grammar, |symbol| match symbol {
+    let productive = crate::ir::rules_satisfying(&grammar, |symbol| match symbol {
         Symbol::Bytes(set) => !set.is_empty(),
         _ => true,
     });
@@ -210,7 +210,7 @@ fn prune(mut grammar: Grammar) -> Option<Grammar> {
             }
         }
     }
-    let mut old_rules: Vec<Option<crate::grammar::ir::Rule>> = grammar.rules.into_iter().map(Some).collect();
+    let mut old_rules: Vec<Option<crate::ir::Rule>> = grammar.rules.into_iter().map(Some).collect();
     let rules = order
         .iter()
         .filter_map(|&old| old_rules[old].take())

@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use super::json::{byte, RuleSink};
 use super::minimize::SmallNfa;
-use crate::grammar::ir::{ByteSet, RuleId, Symbol};
+use crate::ir::{ByteSet, RuleId, Symbol};
 
 /// Integers are exact up to this many digits; bounds beyond it are clamped.
 pub const MAX_INTEGER_DIGITS: usize = 18;

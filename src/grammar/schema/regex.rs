@@ -22,7 +22,7 @@ use regex_syntax::ast::{self, Ast};
 use regex_syntax::hir::{Hir, HirKind, Look};
 
 use super::json::{byte, canonical_escape, RuleSink};
-use crate::grammar::ir::{literal_symbols, ByteSet, RuleId, Symbol};
+use crate::ir::{literal_symbols, ByteSet, RuleId, Symbol};
 
 /// The spec's bound on the DFA of one pattern.
 pub const MAX_DFA_STATES: usize = 2_000;

@@ -6,12 +6,12 @@ use serde_json::{json, Value};
 
 use super::compile_schema;
 use super::tests::{assert_accepts, assert_rejects, schema};
-use crate::grammar::ir::Grammar;
+use crate::ir::Grammar;
 
 /// The digit rules of a compiled number: each alternative is empty or one byte set then a
 /// rule, and no byte leads two ways from one rule (so a digit read leaves one parse stack).
 fn deterministic_digit_rules(grammar: &Grammar) -> usize {
-    use crate::grammar::ir::{ByteSet, Symbol};
+    use crate::ir::{ByteSet, Symbol};
     let digit_rules: Vec<_> = grammar.rules.iter().filter(|rule| rule.name.ends_with("-digit")).collect();
     for rule in &digit_rules {
         let mut seen = ByteSet::EMPTY;

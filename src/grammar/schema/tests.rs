@@ -6,10 +6,10 @@ use serde_json::{json, Value};
 
 use super::json::{canonical_escape, grouped_escapes};
 use super::{any_json, compile_schema, review_schema, Verdict};
-use crate::grammar::automaton::CompiledGrammar;
-use crate::grammar::check::{check_input, CheckOutcome};
-use crate::grammar::ir::{Grammar, Symbol};
-use crate::grammar::limits::Limits;
+use crate::automaton::CompiledGrammar;
+use crate::check::{check_input, CheckOutcome};
+use crate::ir::{Grammar, Symbol};
+use crate::limits::Limits;
 
 fn compiled(grammar: Grammar) -> CompiledGrammar {
     match CompiledGrammar::new(grammar, &Limits::default()) {
@@ -357,8 +357,8 @@ mod walks {
     use serde_json::Value;
 
     use super::super::compile_schema;
-    use crate::grammar::automaton::{config_is_accepting, CompiledGrammar};
-    use crate::grammar::limits::Limits;
+    use crate::automaton::{config_is_accepting, CompiledGrammar};
+    use crate::limits::Limits;
 
     const FIXTURES: &[(&str, &str)] = &[
         ("order.json", include_str!("../../../testdata/schemas/order.json")),
@@ -409,8 +409,8 @@ mod walks {
         let Some(document) = walk(&grammar, choices) else {
             return Ok(());
         };
-        let recheck = crate::grammar::check::check_input(&grammar, &document);
-        prop_assert_eq!(&recheck, &crate::grammar::check::CheckOutcome::Match, "{}: the walk and check_input disagree on {:?}", name, String::from_utf8_lossy(&document));
+        let recheck = crate::check::check_input(&grammar, &document);
+        prop_assert_eq!(&recheck, &crate::check::CheckOutcome::Match, "{}: the walk and check_input disagree on {:?}", name, String::from_utf8_lossy(&document));
         let text = String::from_utf8(document).map_err(|e| TestCaseError::fail(format!("{name}: not UTF-8: {e}")))?;
         let value: Value = match serde_json::from_str(&text) {
             Ok(value) => value,
@@ -434,7 +434,7 @@ mod walks {
         let jsonschema::error::ValidationErrorKind::MultipleOf { multiple_of } = &error.kind else {
             return false;
         };
-        crate::grammar::schema::is_decimal_multiple(&error.instance, *multiple_of)
+        crate::schema::is_decimal_multiple(&error.instance, *multiple_of)
     }
 
     proptest! {
@@ -467,8 +467,8 @@ mod fuzz {
     use serde_json::{json, Map, Value};
 
     use super::super::compile_schema;
-    use crate::grammar::automaton::CompiledGrammar;
-    use crate::grammar::limits::Limits;
+    use crate::automaton::CompiledGrammar;
+    use crate::limits::Limits;
 
     fn number() -> impl Strategy<Value = Value> {
         prop_oneof![
@@ -696,7 +696,7 @@ fn shared_bounded_strings_numbers_and_patterns_keep_each_use_exact() {
 
 #[test]
 fn multiples_are_decided_in_decimal() {
-    use crate::grammar::schema::is_decimal_multiple;
+    use crate::schema::is_decimal_multiple;
     use serde_json::json;
     assert!(is_decimal_multiple(&json!(2.22), 0.01), "2.22 / 0.01 is not whole in binary floating point");
     assert!(is_decimal_multiple(&json!(-1.5), 0.5));

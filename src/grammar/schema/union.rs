@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::json::{byte, canonical_json_string, RuleSink};
-use crate::grammar::ir::{literal_symbols, GrammarBuilder, RuleId, Symbol};
+use crate::ir::{literal_symbols, GrammarBuilder, RuleId, Symbol};
 
 /// Most states one merged object may have; past it the alternatives stay a plain choice.
 pub const MAX_UNION_STATES: usize = 512;

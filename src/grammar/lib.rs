@@ -26,7 +26,7 @@ pub mod toktrie;
 mod reference_tests;
 
 pub use automaton::CompiledGrammar;
-pub use check::{check_input, CheckOutcome};
+pub use check::{check_input, BytePath, CheckOutcome};
 pub use error::{GrammarError, Location};
 pub use gbnf::{compile_gbnf, parse_gbnf};
 pub use limits::Limits;

@@ -30,7 +30,6 @@ use super::ir::ByteSet;
 use super::mask::TokenMask;
 use super::toktrie::TokenTrie;
 
-#[path = "cache_skip_sets.rs"]
 mod skip_sets;
 
 pub(crate) use skip_sets::SkipSet;

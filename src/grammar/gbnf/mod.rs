@@ -725,5 +725,4 @@ fn describe(location: Location) -> String {
 }
 
 #[cfg(test)]
-#[path = "gbnf_tests.rs"]
 mod tests;

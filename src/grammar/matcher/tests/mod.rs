@@ -5,10 +5,10 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::grammar::gbnf::compile_gbnf;
-use crate::grammar::limits::Limits;
+use crate::gbnf::compile_gbnf;
+use crate::limits::Limits;
 
-const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/gbnf");
+const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/gbnf");
 
 /// xorshift64*: deterministic and dependency-free.
 pub(crate) struct TestRng(u64);
@@ -131,7 +131,7 @@ fn allowed_by_definition(
 
 /// The grammar of a JSON Schema under `limits`, for tests that walk one.
 fn schema_grammar(schema: &serde_json::Value, limits: &Limits) -> Arc<CompiledGrammar> {
-    let ir = crate::grammar::schema::compile_schema(schema).unwrap_or_else(|e| panic!("{schema}: {e}"));
+    let ir = crate::schema::compile_schema(schema).unwrap_or_else(|e| panic!("{schema}: {e}"));
     Arc::new(CompiledGrammar::new(ir, limits).unwrap_or_else(|e| panic!("{schema}: {e}")))
 }
 
@@ -526,7 +526,7 @@ fn commit_refuses_and_keeps_state_eog_only_when_accepting() {
 fn shared_parts_are_send_and_sync_and_matchers_are_send() {
     fn shared<T: Send + Sync>() {}
     fn owned<T: Send>() {}
-    shared::<crate::grammar::automaton::CompiledGrammar>();
+    shared::<crate::automaton::CompiledGrammar>();
     shared::<TokenTrie>();
     owned::<Matcher>();
 }
@@ -665,8 +665,6 @@ fn check_sequence(name: &str, matcher: &mut Matcher, vocabulary: &[Vec<u8>], eog
     }
 }
 
-#[path = "matcher_whitespace_tests.rs"]
 mod whitespace;
 
-#[path = "matcher_loop_tests.rs"]
 mod loops;

@@ -696,5 +696,4 @@ pub(crate) struct Reading {
 }
 
 #[cfg(test)]
-#[path = "automaton_tests.rs"]
 mod tests;

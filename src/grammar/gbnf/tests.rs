@@ -1,9 +1,9 @@
 //! Tests of the GBNF front end: the sample corpus, the dialect, and every refusal.
 
 use super::*;
-use crate::grammar::check::{check_input, CheckOutcome};
+use crate::check::{check_input, CheckOutcome};
 
-const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/gbnf");
+const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/gbnf");
 
 fn compile(source: &str) -> CompiledGrammar {
     match compile_gbnf(source.as_bytes(), &Limits::default()) {
@@ -306,7 +306,7 @@ fn tight_limits_are_enforced() {
     assert!(matches!(error, GrammarError::TooLarge { .. }), "{error}");
 }
 
-const TESTDATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/grammars");
+const TESTDATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/grammars");
 
 fn testdata(name: &str) -> Result<CompiledGrammar, GrammarError> {
     let path = format!("{TESTDATA}/{name}");

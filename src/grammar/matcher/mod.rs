@@ -756,17 +756,13 @@ impl Matcher {
 }
 
 
-#[path = "lexer_walks.rs"]
 mod lexer_walks;
 
-#[path = "matcher_successors.rs"]
 mod successors;
 
-#[path = "lexer_whitespace.rs"]
 mod lexer_whitespace;
 
 use lexer_whitespace::{RunPath, RunStates};
 
 #[cfg(test)]
-#[path = "matcher_tests.rs"]
 mod tests;

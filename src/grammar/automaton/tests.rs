@@ -2,8 +2,8 @@
 //! ambiguity and the wording of what was expected.
 
 use super::*;
-use crate::grammar::check::{check_input, describe_byte_set, CheckOutcome};
-use crate::grammar::ir::{literal_symbols, GrammarBuilder};
+use crate::check::{check_input, describe_byte_set, CheckOutcome};
+use crate::ir::{literal_symbols, GrammarBuilder};
 
 fn compile(grammar: Grammar) -> CompiledGrammar {
     match CompiledGrammar::new(grammar, &Limits::default()) {
@@ -382,7 +382,7 @@ fn bytes_told_alike_step_to_the_same_configuration() {
         },
         "additionalProperties": {"type": "number"}
     });
-    let grammar = match crate::grammar::schema::compile_schema(&schema) {
+    let grammar = match crate::schema::compile_schema(&schema) {
         Ok(grammar) => compile(grammar),
         Err(error) => panic!("schema refused: {error}"),
     };

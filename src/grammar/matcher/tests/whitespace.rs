@@ -79,7 +79,7 @@ fn a_run_after_a_number_is_checked_against_the_budget_left() {
 /// document, reach the budget exactly, or pass it.
 #[test]
 fn a_whitespace_run_can_end_the_document() {
-    use crate::grammar::ir::{literal_symbols, GrammarBuilder, Symbol};
+    use crate::ir::{literal_symbols, GrammarBuilder, Symbol};
     let mut vocabulary: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
     for text in ["[ ", "1 ", "]  ", "] \n ", " ]\n", " \t", "  1", "\n\n", "   ", "    ", "]\n\n\n\n\n\n"] {
         vocabulary.push(text.as_bytes().to_vec());
@@ -115,7 +115,7 @@ fn a_whitespace_run_can_end_the_document() {
 /// consider working out a skip set (which would follow the run a state per byte).
 #[test]
 fn a_mask_at_a_whitespace_run_makes_no_state_per_run_length() {
-    use crate::grammar::automaton::is_whitespace_shift;
+    use crate::automaton::is_whitespace_shift;
     // Runs of every length that end the token, mixing all four whitespace bytes: hundreds
     // of trie nodes alive below the state after `[`, none of which could spend its budget.
     let (mut vocabulary, eog) = synthetic_vocabulary(7, 500);
@@ -216,7 +216,7 @@ fn long_runs_inside_a_bounded_string_are_stepped_from_its_loop() {
 /// checks make no state (the current one's would be a new state per position).
 #[test]
 fn long_whitespace_tokens_are_classified_from_the_lowered_mask_state() {
-    use crate::grammar::schema::WHITESPACE_BUDGET;
+    use crate::schema::WHITESPACE_BUDGET;
     let (mut vocabulary, eog) = synthetic_vocabulary(11, 500);
     // Up to past the budget: the 64-space token spends it exactly.
     for length in 1..=70 {
