@@ -96,6 +96,17 @@ pub enum StoreError {
     Db { context: String, source: sled::Error },
     #[error("the model store entry '{key}' is corrupt: {reason}")]
     Corrupt { key: String, reason: String },
+    #[error(
+        "the disk holding the model store is full (could not {context}); nothing was registered \
+         and the partial copy was deleted: free space, then try again"
+    )]
+    DiskFull { context: String },
+}
+
+/// Whether `error` says the disk (or the user's quota) is full.
+pub fn is_disk_full(error: &io::Error) -> bool {
+    error.kind() == io::ErrorKind::StorageFull
+        || matches!(error.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
 }
 
 impl From<InvalidModelName> for StoreError {
@@ -107,11 +118,19 @@ impl From<InvalidModelName> for StoreError {
 impl StoreError {
     fn io(context: impl Into<String>) -> impl FnOnce(io::Error) -> StoreError {
         let context = context.into();
-        move |source| StoreError::Io { context, source }
+        move |source| match is_disk_full(&source) {
+            true => StoreError::DiskFull { context },
+            false => StoreError::Io { context, source },
+        }
     }
 
     fn db(context: &'static str) -> impl Fn(sled::Error) -> StoreError {
-        move |source| StoreError::Db { context: context.to_string(), source }
+        move |source| match &source {
+            sled::Error::Io(io) if is_disk_full(io) => {
+                StoreError::DiskFull { context: context.to_string() }
+            }
+            _ => StoreError::Db { context: context.to_string(), source },
+        }
     }
 
     fn from_gguf(path: &Path, error: GgufError) -> StoreError {
@@ -442,11 +461,12 @@ impl Store {
             COUNTER.fetch_add(1, Ordering::Relaxed)
         );
         let path = self.blobs.join(unique);
-        let mut file = File::options()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|source| StoreError::NotWritable { path: self.home.clone(), source })?;
+        let mut file = File::options().write(true).create_new(true).open(&path).map_err(|source| {
+            match is_disk_full(&source) {
+                true => StoreError::DiskFull { context: format!("create {}", path.display()) },
+                false => StoreError::NotWritable { path: self.home.clone(), source },
+            }
+        })?;
         let mut partial = PartialBlob { path, hex: String::new(), size: 0, keep: false };
         let label = format!("importing {}", origin.display());
         let (hex, size) = hash::hash_copy(source, &mut file, &label, expected_bytes, progress)

@@ -25,13 +25,13 @@ use crate::error::{CoreError, ErrorCode};
 /// Progress objects buffered before a slow client makes the pull wait.
 const PROGRESS_BUFFER: usize = 64;
 
+/// Ollama's clients also send `"insecure"`: it is accepted and changes nothing, since only the
+/// operator allows plain http (`insecure_registries`).
 #[derive(Debug, Deserialize)]
 pub struct PullRequest {
     pub model: Option<String>,
     /// The field's older name, still sent by some clients.
     pub name: Option<String>,
-    #[serde(default)]
-    pub insecure: bool,
     pub stream: Option<bool>,
 }
 
@@ -212,10 +212,9 @@ pub async fn pull(
         let admin = admin(&state)?;
         // A name that cannot be pulled is a 400 before any stream starts.
         admin.local_name(&model)?;
-        let insecure = body.insecure;
         Ok::<_, CoreError>(
             run_with_progress(body.stream.unwrap_or(true), move |progress| {
-                admin.pull(&model, insecure, progress)
+                admin.pull(&model, progress)
             })
             .await,
         )
