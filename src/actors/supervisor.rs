@@ -4,8 +4,9 @@
 //! evicts the idle model that expires soonest and never one with requests in flight; requests that
 //! must wait sit in a bounded queue (full -> [`ErrorCode::Overloaded`], a 503 with `Retry-After`).
 //! Loaded models are keyed by their normalised [`ModelName`], so every spelling of a model (`m`,
-//! `M:LATEST`) shares one copy. A deleted model is retired ([`Retire`]): never granted again,
-//! freed now if idle, else when its running requests end.
+//! `M:LATEST`) shares one copy. A request for a model the loader says is not installed is a 404
+//! before anything is evicted for it. A deleted model is retired ([`Retire`]): never granted
+//! again, freed now if idle, else when its running requests end.
 //!
 //! Key types: [`Supervisor`] (an actix actor), [`Acquire`] -> [`ModelLease`] (dropping the lease
 //! releases the model), [`Snapshot`] -> [`SupervisorStatus`] for `/api/ps` and `/v1/stats`,

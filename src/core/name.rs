@@ -80,18 +80,10 @@ impl ModelName {
         if input.contains("..") {
             return Err(invalid("it contains '..'"));
         }
-        // A ':' after the last '/' starts the tag; one before it is the host's port.
-        let last_slash = input.rfind('/');
-        let (path, tag) = match input.rfind(':') {
-            Some(colon) if last_slash.is_none_or(|slash| colon > slash) => {
-                (&input[..colon], &input[colon + 1..])
-            }
-            _ => (input, DEFAULT_TAG),
-        };
-        if path.is_empty() {
+        let (parts, tag) = written_parts(input);
+        if parts == [""] {
             return Err(invalid("the name is empty (the form is NAME or NAME:TAG)"));
         }
-        let parts: Vec<&str> = path.split('/').collect();
         if parts.len() > 3 {
             return Err(invalid(
                 "it has more than three '/'-separated parts (the form is [HOST/][NAMESPACE/]NAME[:TAG])",
@@ -108,7 +100,7 @@ impl ModelName {
             [host, namespace, model] => (Some(*host), Some(*namespace), *model),
             _ => return Err(invalid("it has more than three '/'-separated parts")),
         };
-        if host.is_none() && path.contains(':') {
+        if host.is_none() && parts.iter().any(|part| part.contains(':')) {
             return Err(invalid(
                 "it has more than one ':' (the form is NAME or NAME:TAG)",
             ));
@@ -250,6 +242,20 @@ fn check_part(part: &str, what: &str) -> Result<(), String> {
         return Err(format!("the {what} must start with a letter or digit"));
     }
     Ok(())
+}
+
+/// The `/`-separated parts of `[HOST/][NAMESPACE/]NAME[:TAG]` and its tag (`latest` when it
+/// has none), as written: nothing checked, case kept. A `:` after the last `/` starts the tag;
+/// one before it is the host's port.
+pub fn written_parts(input: &str) -> (Vec<&str>, &str) {
+    let last_slash = input.rfind('/');
+    let (path, tag) = match input.rfind(':') {
+        Some(colon) if last_slash.is_none_or(|slash| colon > slash) => {
+            (&input[..colon], &input[colon + 1..])
+        }
+        _ => (input, DEFAULT_TAG),
+    };
+    (path.split('/').collect(), tag)
 }
 
 /// A registry host: a DNS name or IPv4 address with an optional `:PORT`.

@@ -13,6 +13,7 @@
 
 use super::policy::InsecureRegistries;
 use super::PullError;
+use crate::core::name::written_parts;
 use crate::store::{ModelName, DEFAULT_TAG};
 
 /// Ollama's public registry, used for names without a host.
@@ -54,19 +55,13 @@ impl RegistrySettings {
         settings
     }
 
-    /// Whether `url` may be fetched over plain http: its host is on the operator's list, or it
-    /// is the default registry the operator configured with `http://`.
+    /// Whether `url` may be fetched over plain http (see [`RegistrySettings::http_allowed`]).
     pub fn allows_http(&self, url: &reqwest::Url) -> bool {
-        self.insecure.allows_url(url)
-            || reqwest::Url::parse(&self.default_registry).is_ok_and(|registry| {
-                registry.scheme() == "http"
-                    && registry.host_str() == url.host_str()
-                    && registry.port_or_known_default() == url.port_or_known_default()
-            })
+        self.http_allowed().allows_url(url)
     }
 
-    /// The operator's http allowance as one list, for redirects: theirs, plus the default
-    /// registry when it was configured with `http://`.
+    /// Where plain http may go: the operator's list, plus the default registry when the
+    /// operator configured it with `http://`.
     pub fn http_allowed(&self) -> InsecureRegistries {
         match reqwest::Url::parse(&self.default_registry) {
             Ok(registry) if registry.scheme() == "http" => {
@@ -171,12 +166,7 @@ impl PullSource {
         }
         // The one name rule first; the parts below keep their case for the registry's URLs.
         ModelName::parse(input).map_err(|e| invalid(&e.reason))?;
-        let (path, tag) = match input.rsplit_once(':') {
-            // A ':' before the last '/' is a host's port, not a tag.
-            Some((path, tag)) if !tag.contains('/') => (path, tag),
-            _ => (input, DEFAULT_TAG),
-        };
-        let parts: Vec<&str> = path.split('/').collect();
+        let (parts, tag) = written_parts(input);
         let (host, namespace, repository) = match parts.as_slice() {
             [repository] => (None, DEFAULT_NAMESPACE, *repository),
             [namespace, repository] => (None, *namespace, *repository),
