@@ -142,3 +142,19 @@ def test_deleting_a_model_while_it_answers_lets_the_answer_finish():
         assert counter("llamay_model_loads_total") == loads, "deleting loads nothing"
     finally:
         requests.delete(f"{BASE}/api/delete", json={"model": COPY}, timeout=30)
+
+
+def test_a_context_answers_to_any_spelling_of_its_model():
+    made = requests.post(f"{BASE}/v1/contexts", json={
+        "model": MODEL.upper(), "messages": [{"role": "user", "content": "Remember: the word is bread."}]}, timeout=120)
+    assert made.status_code == 201, made.text
+    context = made.json()
+    try:
+        assert context["model"] == MODEL
+        for spelling in [MODEL, MODEL.upper()]:
+            answer = requests.post(f"{BASE}/v1/chat/completions", timeout=120, json={
+                "model": spelling, "messages": [{"role": "user", "content": "The word?"}], "max_tokens": 4,
+                "llamay_context": context["id"]})
+            assert answer.status_code == 200, (spelling, answer.text)
+    finally:
+        requests.delete(f"{BASE}/v1/contexts/{context['id']}", timeout=10)

@@ -13,13 +13,11 @@
 
 use super::policy::InsecureRegistries;
 use super::PullError;
-use crate::core::name::written_parts;
+use crate::core::name::{written_parts, DEFAULT_NAMESPACE};
 use crate::store::{ModelName, DEFAULT_TAG};
 
 /// Ollama's public registry, used for names without a host.
 pub const DEFAULT_REGISTRY: &str = "https://registry.ollama.ai";
-/// The namespace of names without one.
-pub const DEFAULT_NAMESPACE: &str = "library";
 /// Environment variable naming the registry used for names without a host.
 pub const REGISTRY_ENV: &str = "LLAMAY_REGISTRY";
 
