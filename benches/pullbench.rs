@@ -50,7 +50,7 @@ fn main() {
     registry.publish("library", "bench", "latest", vec![model_layer, params]);
     let settings = RegistrySettings {
         default_registry: registry.url(),
-        insecure: false,
+        insecure: llamay::pull::policy::InsecureRegistries::none(),
     };
 
     let scratch = tempfile::tempdir().expect("scratch directory");

@@ -144,4 +144,16 @@ impl ModelLoader for StoreLoader {
         let (path, info) = self.locate(name)?;
         load_any_model(&path, info, &self.settings)
     }
+
+    /// An operator's file, or a store entry: one lookup, no file read.
+    fn check_installed(&self, name: &str) -> Result<(), CoreError> {
+        let name = ModelName::parse(name)?;
+        if self.files.contains_key(&name) {
+            return Ok(());
+        }
+        self.store
+            .resolve(&name)
+            .map(drop)
+            .map_err(|_| CoreError::model_not_found(&name.to_string()))
+    }
 }
