@@ -1,7 +1,7 @@
 """Model pulls, copies, deletes and creates against the running daemon, with the official ollama
 client and with the llamay CLI as a client of the daemon.
 
-The registry is the local one in tests/support/registry.rs (examples/test_registry.rs), serving
+The registry is the local one in tests/support/src/registry.rs (examples/test_registry.rs), serving
 the store's own SmolLM2 GGUF, so the pulled model shares its blob with smollm2:135m: deleting
 the pulled name must leave that blob alone. run.sh lets the daemon reach 127.0.0.1 over plain
 http (-insecure-registry 127.0.0.1); a pulled model keeps the registry's host in its name.

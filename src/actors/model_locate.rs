@@ -91,17 +91,6 @@ pub fn load_vocabulary(reference: &str) -> Result<crate::llm::Vocabulary, String
     Ok(model.vocabulary().as_ref().clone())
 }
 
-/// `LLAMAY_VOCAB_JSON` (comma-separated vocabulary files or model names), by default the two
-/// models scripts/setup installs.
-pub fn benchmark_vocabularies() -> Vec<String> {
-    std::env::var("LLAMAY_VOCAB_JSON")
-        .unwrap_or_else(|_| "smollm2:135m,gemma3:270m".into())
-        .split(',')
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-        .collect()
-}
-
 fn info_from_facts(name: &str, facts: &crate::gguf::GgufFacts, size: u64, digest: String) -> ModelInfo {
     ModelInfo {
         name: name.to_string(),

@@ -12,8 +12,6 @@
 //! Costs: one thread per connection; blobs backed by a file are streamed from it in 256 KiB
 //! reads, never held in memory. Plain HTTP/1.1, one request per connection (`Connection: close`).
 
-#![allow(dead_code)]
-
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};

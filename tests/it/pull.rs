@@ -1,4 +1,4 @@
-//! Pulls from a local registry speaking Ollama's protocol (tests/support/registry.rs), with the
+//! Pulls from a local registry speaking Ollama's protocol (tests/support/src/registry.rs), with the
 //! real SmolLM2 GGUF from the store as the model layer, into scratch stores on disk: progress
 //! steps, registration with the params/system/template/license layers, the errors a person
 //! meets (404, 401, unknown schema, digest mismatch, a full disk), retries over cut connections
@@ -9,10 +9,8 @@
 //!
 //! Needs smollm2:135m in the store ($LLAMAY_HOME, else ~/.llamay).
 
-mod support;
-
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,7 +22,8 @@ use llamay::pull::reference::RegistrySettings;
 use llamay::pull::service::pull_error;
 use llamay::pull::{pull, PullError};
 use llamay::store::{ModelName, Store};
-use support::registry::{
+use llamay_test_support::process::llamay_command;
+use llamay_test_support::registry::{
     Layer, TestRegistry, MEDIA_LICENSE, MEDIA_MODEL, MEDIA_PARAMS, MEDIA_SYSTEM, MEDIA_TEMPLATE,
 };
 
@@ -371,14 +370,13 @@ fn a_url_pull_checks_the_gguf_and_names_the_model_after_the_file() {
 /// `llamay pull` killed with SIGKILL mid-download, then pulled again: the second pull resumes.
 #[test]
 fn kill_9_mid_pull_then_pull_again_resumes() {
-    let binary = Path::new(env!("CARGO_BIN_EXE_llamay"));
     let (registry, model) = registry();
     let dir = tempfile::tempdir().expect("scratch dir");
     registry
         .faults()
         .slow_chunk_micros
         .store(20_000, Ordering::Release);
-    let mut child = Command::new(binary)
+    let mut child = llamay_command()
         .args(["pull", "smollm2-local"])
         .env("LLAMAY_HOME", dir.path())
         .env("LLAMAY_REGISTRY", registry.url())
