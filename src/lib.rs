@@ -12,6 +12,7 @@ pub mod gguf;
 /// The constraint engine, a crate of its own (`src/grammar`): pure, with no dependency on the rest.
 pub use llamay_grammar as grammar;
 pub mod llm;
+pub mod platform;
 pub mod pull;
 pub mod store;
 pub mod api;

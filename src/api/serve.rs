@@ -38,37 +38,8 @@ pub fn serve_blocking(
     loader: Arc<dyn ModelLoader>,
     catalog: Arc<dyn ModelCatalog>,
 ) -> io::Result<()> {
-    limit_heap_retention();
+    crate::platform::limit_heap_retention(crate::config::environment());
     actix_web::rt::System::new().block_on(serve(config, loader, catalog))
-}
-
-/// Allocator arenas a daemon keeps (glibc's default is 8 per core). One: with two, a 10-minute
-/// soak of the store-backed daemon still grew 28% as its thread count rose; with one it held flat.
-/// The daemon's hot path (llama.cpp's compute) allocates little, so one lock costs little.
-const MALLOC_ARENAS: i32 = 1;
-/// Blocks at least this large are mapped and unmapped on their own (glibc's default start).
-const MALLOC_MMAP_THRESHOLD: i32 = 256 * 1024;
-
-/// Keeps glibc's heap from growing with the daemon's age. By default it gives each thread that
-/// allocates concurrently an arena of its own (up to 8 per core), and raises its mmap threshold
-/// to the largest block freed so far (up to 32 MiB), after which the transient megabytes of a
-/// large body, a long prompt's tokens or a model load are carved from those arenas and stay
-/// resident as fragments once freed: a soak with model switches grew by a fifth in minutes.
-/// One arena and a fixed threshold return large blocks to the system as they are freed.
-/// `MALLOC_ARENA_MAX` / `MALLOC_MMAP_THRESHOLD_` in the environment still win.
-fn limit_heap_retention() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
-            // SAFETY: mallopt only sets allocator parameters; called before the daemon's
-            // threads start.
-            unsafe { libc::mallopt(libc::M_ARENA_MAX, MALLOC_ARENAS) };
-        }
-        if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_none() {
-            // SAFETY: as above.
-            unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD) };
-        }
-    }
 }
 
 /// Runs [`serve_with_admin`] in a fresh actix system.
@@ -79,7 +50,7 @@ pub fn serve_blocking_with_admin(
     admin: Arc<dyn ModelAdmin>,
     snapshots: Option<Arc<crate::actors::snapshots::SnapshotShelf>>,
 ) -> io::Result<()> {
-    limit_heap_retention();
+    crate::platform::limit_heap_retention(crate::config::environment());
     actix_web::rt::System::new().block_on(async move {
         serve_with_stores(config, loader, catalog, Some(admin), snapshots).await
     })

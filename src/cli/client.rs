@@ -16,12 +16,7 @@ use serde_json::{json, Value};
 
 use super::CliError;
 
-/// The address `llamay serve` listens on by default.
-const DEFAULT_ADDR: &str = "localhost:11435";
-/// Environment variable naming the daemon's address (the same one `serve` reads).
-const ADDR_ENV: &str = "LLAMAY_ADDR";
-/// Environment variable holding the daemon's API key, when it requires one.
-const API_KEY_ENV: &str = "LLAMAY_API_KEY";
+use crate::config::{ADDR_ENV, DEFAULT_ADDR};
 
 /// A daemon that answered.
 pub struct Daemon {
@@ -51,19 +46,11 @@ fn failure(response: Response) -> CliError {
 impl Daemon {
     /// The daemon at the configured address, if one answers.
     pub fn find() -> Option<Daemon> {
-        let addr = std::env::var(ADDR_ENV)
-            .ok()
-            .filter(|a| !a.trim().is_empty());
-        let addr = addr.unwrap_or_else(|| DEFAULT_ADDR.to_string());
-        let base = if addr.starts_with("http://") || addr.starts_with("https://") {
-            addr.trim_end_matches('/').to_string()
-        } else {
-            format!("http://{addr}")
-        };
+        let environment = crate::config::environment();
+        let base = environment.daemon_base_url();
         // A daemon that requires a key gets the one `serve` reads from the environment.
         let mut headers = reqwest::header::HeaderMap::new();
-        let key = std::env::var(API_KEY_ENV).ok().filter(|k| !k.is_empty());
-        if let Some(value) = key.and_then(|k| format!("Bearer {k}").parse().ok()) {
+        if let Some(value) = environment.api_key().and_then(|k| format!("Bearer {k}").parse().ok()) {
             headers.insert(reqwest::header::AUTHORIZATION, value);
         }
         let probe = Client::builder()

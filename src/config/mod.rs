@@ -18,10 +18,14 @@ use crate::core::KeepAlive;
 use crate::llm::KvType;
 
 mod args;
+mod environment;
 #[cfg(test)]
 mod tests;
 mod values;
 
+pub use environment::{
+    environment, Environment, ADDR_ENV, API_KEY_ENV, DEFAULT_ADDR, HOME_ENV, REGISTRY_ENV,
+};
 pub use args::{normalize_single_dash_flags, ServeArgs, SINGLE_DASH_LONG_FLAGS};
 pub use values::parse_formats;
 use values::{
@@ -135,7 +139,7 @@ impl std::fmt::Debug for Secret {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            addr: "localhost:11435".into(),
+            addr: DEFAULT_ADDR.into(),
             model: None,
             max_loaded: 2,
             keep_alive: KeepAlive::For(Duration::from_secs(300)),

@@ -19,7 +19,7 @@ use crate::store::{ModelName, DEFAULT_TAG};
 /// Ollama's public registry, used for names without a host.
 pub const DEFAULT_REGISTRY: &str = "https://registry.ollama.ai";
 /// Environment variable naming the registry used for names without a host.
-pub const REGISTRY_ENV: &str = "LLAMAY_REGISTRY";
+pub use crate::config::REGISTRY_ENV;
 
 /// Which registry answers names without a host, and which registries plain http may reach.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,10 +45,8 @@ impl RegistrySettings {
     /// Ollama's.
     pub fn from_env() -> RegistrySettings {
         let mut settings = RegistrySettings::default();
-        if let Ok(value) = std::env::var(REGISTRY_ENV) {
-            if !value.trim().is_empty() {
-                settings.default_registry = registry_base(value.trim(), false);
-            }
+        if let Some(value) = crate::config::environment().registry() {
+            settings.default_registry = registry_base(value, false);
         }
         settings
     }

@@ -59,7 +59,7 @@ pub const MANIFESTS_TREE: &str = "manifests";
 /// Key, in sled's default tree, of the id this store's daemon puts in its context ids.
 pub const DAEMON_ID_KEY: &[u8] = b"daemon_id";
 /// Environment variable overriding the store's home.
-pub const HOME_ENV: &str = "LLAMAY_HOME";
+pub use crate::config::HOME_ENV;
 const BLOB_PREFIX: &str = "sha256-";
 const DIGEST_PREFIX: &str = "sha256:";
 const PARTIAL_PREFIX: &str = ".partial-";
@@ -175,18 +175,6 @@ impl Manifest {
     }
 }
 
-/// The store home given `$LLAMAY_HOME` and `$HOME`.
-fn home_from(
-    llamay_home: Option<std::ffi::OsString>,
-    user_home: Option<std::ffi::OsString>,
-) -> PathBuf {
-    match (llamay_home, user_home) {
-        (Some(home), _) if !home.is_empty() => PathBuf::from(home),
-        (_, Some(user_home)) if !user_home.is_empty() => PathBuf::from(user_home).join(".llamay"),
-        _ => PathBuf::from(".llamay"),
-    }
-}
-
 fn is_sha256_hex(text: &str) -> bool {
     text.len() == 64 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
@@ -221,7 +209,7 @@ impl std::fmt::Debug for Store {
 impl Store {
     /// `$LLAMAY_HOME` when set and non-empty, else `~/.llamay`.
     pub fn default_home() -> PathBuf {
-        home_from(std::env::var_os(HOME_ENV), std::env::var_os("HOME"))
+        crate::config::environment().store_home()
     }
 
     /// Opens (creating if needed) the store at `home`, runs pending migrations, sweeps

@@ -45,7 +45,7 @@ pub(super) fn probe_is_leftover(path: &Path) -> bool {
         .and_then(|name| name.strip_prefix(PROBE_PREFIX))
         .and_then(|rest| rest.split('-').next())
         .and_then(|pid| pid.parse::<u32>().ok());
-    if writer.is_some_and(|pid| !process_exists(pid)) {
+    if writer.is_some_and(|pid| !crate::platform::process_exists(pid)) {
         return true;
     }
     let age = fs::symlink_metadata(path)
@@ -55,14 +55,3 @@ pub(super) fn probe_is_leftover(path: &Path) -> bool {
     age.is_some_and(|age| age > PROBE_GRACE)
 }
 
-/// Whether a process with this id exists (signal 0 checks without sending anything; EPERM
-/// means it exists under another user).
-fn process_exists(pid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
-    if pid <= 0 {
-        return false;
-    }
-    // SAFETY: kill with signal 0 sends nothing; it only reports whether the process exists.
-    let result = unsafe { libc::kill(pid, 0) };
-    result == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
-}

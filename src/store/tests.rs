@@ -462,15 +462,6 @@ fn model_path_resolves_names_to_blobs_and_passes_paths_through() {
 }
 
 #[test]
-fn the_default_home_follows_llamay_home() {
-    let chosen = home_from(Some("/somewhere/else".into()), Some("/root".into()));
-    assert_eq!(chosen, PathBuf::from("/somewhere/else"));
-    assert_eq!(home_from(Some("".into()), Some("/root".into())), PathBuf::from("/root/.llamay"));
-    assert_eq!(home_from(None, Some("/home/u".into())), PathBuf::from("/home/u/.llamay"));
-    assert_eq!(home_from(None, None), PathBuf::from(".llamay"));
-}
-
-#[test]
 fn gguf_facts_of_real_models_in_the_store() {
     let Some(home) = std::env::var_os(HOME_ENV).filter(|h| !h.is_empty()) else {
         println!(
