@@ -82,6 +82,7 @@ fn rpc_proc(name: &CStr) -> Result<*mut c_void, RpcError> {
     if reg.is_null() {
         return Err(RpcError::NotCompiled);
     }
+    // SAFETY: `reg` is the live RPC registry just found; `name` is NUL-terminated.
     let address = unsafe { sys::ggml_backend_reg_get_proc_address(reg, name.as_ptr()) };
     if address.is_null() {
         return Err(RpcError::NotCompiled);
@@ -316,7 +317,9 @@ pub fn connect(endpoints: &[String], ratios: Option<&[f64]>) -> Result<&'static 
             }
             sys::ggml_backend_reg_dev_get(reg, 0)
         };
+        // SAFETY: queries of ggml's device list, with indices below its count.
         let device_index = (0..unsafe { sys::ggml_backend_dev_count() })
+            // SAFETY: as above.
             .find(|&i| unsafe { sys::ggml_backend_dev_get(i) } == device)
             .ok_or_else(|| RpcError::NoDevice {
                 worker: endpoint.clone(),
@@ -373,6 +376,10 @@ struct DeviceHead {
 /// Devices whose memory query [`advertise_memory`] replaced: (device address, free, total).
 static ADVERTISED: Mutex<Vec<(usize, u64, u64)>> = Mutex::new(Vec::new());
 
+/// ggml's memory query for the devices in [`ADVERTISED`].
+///
+/// # Safety
+/// Called by ggml only, as a device's `get_memory`, with `free` and `total` null or writable.
 unsafe extern "C" fn advertised_memory(
     device: sys::ggml_backend_dev_t,
     free: *mut usize,
@@ -653,6 +660,9 @@ pub fn block_count(path: &Path, architecture: &str) -> Result<(u32, BlockBytes),
 /// message into the log, naming the workers, before the process ends, so a service manager's
 /// log says why the daemon stopped.
 pub fn install_abort_report() {
+    /// # Safety
+    /// Called by ggml only, with `message` null or a NUL-terminated string; it never unwinds
+    /// (nothing in it panics across the boundary: lossy text, a poisoned-free read, eprintln).
     unsafe extern "C" fn report(message: *const c_char) {
         let text = if message.is_null() {
             String::new()
