@@ -5,8 +5,7 @@
 //! Blobs live outside sled as files `blobs/sha256-<hex>`. Opening a tree is idempotent, so
 //! running this twice is harmless.
 
-use crate::store::migrate::Migration;
-use crate::store::MANIFESTS_TREE;
+use crate::{Migration, MANIFESTS_TREE};
 
 pub struct Initial;
 

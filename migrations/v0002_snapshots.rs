@@ -8,8 +8,7 @@
 //! route a context to its daemon. Opening a tree is idempotent and the id is only written when
 //! absent, so running this twice is harmless.
 
-use crate::store::migrate::Migration;
-use crate::store::{DAEMON_ID_KEY, SNAPSHOTS_TREE};
+use crate::{Migration, DAEMON_ID_KEY, SNAPSHOTS_TREE};
 
 pub struct Snapshots;
 

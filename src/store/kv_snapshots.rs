@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use super::{hash, is_sha256_hex, unix_now, Silent, Store, StoreError, BLOB_PREFIX, DIGEST_PREFIX};
 
 /// Name of the sled tree holding snapshot manifests.
-pub const SNAPSHOTS_TREE: &str = "snapshots";
+pub use llamay_migrations::SNAPSHOTS_TREE;
 
 /// One stored snapshot.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,5 +1,5 @@
-//! Store schema migrations: one file per version under `migrations/`, each a [`Migration`],
-//! applied in order when the store opens.
+//! Store schema migrations: the history is the `llamay-migrations` crate in `migrations/` (one
+//! module per version, each a [`Migration`]); this module applies it in order when the store opens.
 //!
 //! The store's schema version is a big-endian `u64` under [`SCHEMA_VERSION_KEY`] in sled's
 //! default tree; a fresh store is version 0. [`run`] applies every migration whose version is
@@ -12,27 +12,10 @@ use std::path::Path;
 
 use super::StoreError;
 
-#[path = "../../migrations/v0001_initial.rs"]
-mod v0001_initial;
-#[path = "../../migrations/v0002_snapshots.rs"]
-mod v0002_snapshots;
+pub use llamay_migrations::{Migration, MIGRATIONS};
 
 /// Key of the schema version in sled's default tree.
 pub const SCHEMA_VERSION_KEY: &[u8] = b"schema_version";
-
-/// One step of the store's schema history.
-pub trait Migration: Sync {
-    /// The schema version the store has once this migration has run (1, 2, ...).
-    fn version(&self) -> u64;
-    /// One line saying what the migration changes, for logs and errors.
-    fn description(&self) -> &'static str;
-    /// Brings a store at `version() - 1` to `version()`. Must be safe to run twice.
-    fn apply(&self, db: &sled::Db) -> sled::Result<()>;
-}
-
-/// Every migration, oldest first.
-pub static MIGRATIONS: &[&dyn Migration] =
-    &[&v0001_initial::Initial, &v0002_snapshots::Snapshots];
 
 /// The schema version this build writes.
 pub fn current_version() -> u64 {

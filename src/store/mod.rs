@@ -55,9 +55,9 @@ pub use pulled::{BlobSource, ModelExtras};
 pub use table::{human_age, human_size, render_list_table, UnixSeconds};
 
 /// Name of the sled tree holding manifests.
-pub const MANIFESTS_TREE: &str = "manifests";
+pub use llamay_migrations::MANIFESTS_TREE;
 /// Key, in sled's default tree, of the id this store's daemon puts in its context ids.
-pub const DAEMON_ID_KEY: &[u8] = b"daemon_id";
+pub use llamay_migrations::DAEMON_ID_KEY;
 /// Environment variable overriding the store's home.
 pub use crate::config::HOME_ENV;
 const BLOB_PREFIX: &str = "sha256-";
