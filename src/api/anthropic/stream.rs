@@ -225,40 +225,36 @@ mod tests {
         assert_eq!(parsed[5].1["usage"]["output_tokens"], 1);
     }
 
-    fn names(parsed: &[(String, Value)]) -> Vec<&str> {
-        parsed.iter().map(|(event, _)| event.as_str()).collect()
+    /// The events of a stream fed `events`, and their names in one line.
+    fn stream_of(events: Vec<StreamEvent>) -> (Vec<(String, Value)>, String) {
+        let mut stream = MessageStream::new("msg_1".into(), "m".into());
+        let mut frames = stream.start();
+        for event in events {
+            frames.extend(stream.event(event));
+        }
+        let parsed: Vec<(String, Value)> = frames.iter().map(parse).collect();
+        let names = parsed.iter().map(|(event, _)| event.as_str()).collect::<Vec<_>>().join(" ");
+        (parsed, names)
     }
 
-    fn weather_call() -> ToolCall {
-        ToolCall {
-            id: "call_0123456789ab".into(),
-            name: "get_weather".into(),
-            arguments: json!({"city": "Pune"}),
-        }
+    fn weather_call_done() -> StreamEvent {
+        StreamEvent::Done(Completion {
+            finish_reason: FinishReason::ToolCalls,
+            tool_calls: vec![ToolCall {
+                id: "call_0123456789ab".into(),
+                name: "get_weather".into(),
+                arguments: json!({"city": "Pune"}),
+            }],
+            ..Completion::default()
+        })
     }
 
     #[test]
     fn a_forced_call_streams_as_its_tool_use_block_alone() {
-        let mut stream = MessageStream::new("msg_1".into(), "m".into());
-        let done = Completion {
-            finish_reason: FinishReason::ToolCalls,
-            tool_calls: vec![weather_call()],
-            ..Completion::default()
-        };
-        let mut frames = stream.start();
-        frames.extend(stream.event(StreamEvent::Done(done)));
-        let parsed: Vec<(String, Value)> = frames.iter().map(parse).collect();
+        let (parsed, names) = stream_of(vec![weather_call_done()]);
         assert_eq!(
-            names(&parsed),
-            [
-                "message_start",
-                "content_block_start",
-                "ping",
-                "content_block_delta",
-                "content_block_stop",
-                "message_delta",
-                "message_stop"
-            ]
+            names,
+            "message_start content_block_start ping content_block_delta content_block_stop message_delta message_stop"
         );
         assert_eq!(parsed[1].1["index"], 0);
         assert_eq!(parsed[1].1["content_block"]["type"], "tool_use");
@@ -272,30 +268,12 @@ mod tests {
 
     #[test]
     fn calls_after_text_come_whole_after_the_text_block() {
-        let mut stream = MessageStream::new("msg_1".into(), "m".into());
-        let mut frames = stream.start();
-        frames.extend(stream.event(StreamEvent::Delta { text: "Let me look.".into() }));
-        let done = Completion {
-            finish_reason: FinishReason::ToolCalls,
-            tool_calls: vec![weather_call()],
-            ..Completion::default()
-        };
-        frames.extend(stream.event(StreamEvent::Done(done)));
-        let parsed: Vec<(String, Value)> = frames.iter().map(parse).collect();
+        let text = StreamEvent::Delta { text: "Let me look.".into() };
+        let (parsed, names) = stream_of(vec![text, weather_call_done()]);
         assert_eq!(
-            names(&parsed),
-            [
-                "message_start",
-                "content_block_start",
-                "ping",
-                "content_block_delta",
-                "content_block_stop",
-                "content_block_start",
-                "content_block_delta",
-                "content_block_stop",
-                "message_delta",
-                "message_stop"
-            ]
+            names,
+            "message_start content_block_start ping content_block_delta content_block_stop \
+             content_block_start content_block_delta content_block_stop message_delta message_stop"
         );
         assert_eq!(parsed[1].1["content_block"]["type"], "text");
         assert_eq!(parsed[5].1["index"], 1);
@@ -304,15 +282,9 @@ mod tests {
 
     #[test]
     fn an_empty_answer_has_one_empty_text_block() {
-        let mut stream = MessageStream::new("msg_1".into(), "m".into());
-        let mut frames = stream.start();
-        frames.extend(stream.event(StreamEvent::Delta { text: String::new() }));
-        frames.extend(stream.event(StreamEvent::Done(Completion::default())));
-        let parsed: Vec<(String, Value)> = frames.iter().map(parse).collect();
-        assert_eq!(
-            names(&parsed),
-            ["message_start", "content_block_start", "ping", "content_block_stop", "message_delta", "message_stop"]
-        );
+        let nothing = StreamEvent::Delta { text: String::new() };
+        let (parsed, names) = stream_of(vec![nothing, StreamEvent::Done(Completion::default())]);
+        assert_eq!(names, "message_start content_block_start ping content_block_stop message_delta message_stop");
         assert_eq!(parsed[1].1["content_block"], json!({"type": "text", "text": ""}));
     }
 
