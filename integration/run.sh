@@ -6,6 +6,7 @@
 #   integration/run.sh                 all tests
 #   integration/run.sh -k eviction     pytest arguments pass through
 #   integration/run.sh --bench         the load benchmark instead of the tests
+#   integration/run.sh --bench ttft    time to first token with tools offered vs without
 #
 # Environment: LLAMAY_BIN (default target/release/llamay), LLAMAY_MODEL (smollm2:135m),
 # LLAMAY_OTHER_MODEL (gemma3:270m, for eviction; its tests skip when it is not installed),
@@ -61,7 +62,12 @@ export LLAMAY_BIN="$bin"
 status=0
 if [ "${1:-}" = "--bench" ]; then
   shift
-  "$venv/bin/python" integration/bench_load.py "$@" || status=$?
+  bench=integration/bench_load.py
+  if [ "${1:-}" = "ttft" ]; then
+    shift
+    bench=integration/bench_ttft.py
+  fi
+  "$venv/bin/python" "$bench" "$@" || status=$?
 else
   # Test files named on the command line replace the default of the whole directory.
   targets=(integration)

@@ -36,6 +36,11 @@ pub struct GgufFacts {
     pub chat_template: Option<String>,
     /// `general.name`.
     pub name: Option<String>,
+    /// Whether the model is an embedding encoder: a `<architecture>.pooling_type`, or
+    /// `<architecture>.attention.causal` false (what the loader serves as an embedding model).
+    /// `None` in facts recorded before this was read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub embedding: Option<bool>,
 }
 
 /// Why a file could not be read as GGUF; displays as `<path>: <reason>`.
@@ -77,7 +82,8 @@ const MAX_KEPT_STRING: u64 = 1 << 20;
 const MAX_KEY_LEN: u64 = 64 * 1024;
 /// ggml tensors have at most four dimensions.
 const MAX_TENSOR_DIMS: u32 = 4;
-/// How many `*.context_length` keys we remember while we wait to learn the architecture.
+/// How many `*.context_length` (and `*.pooling_type`, `*.attention.causal`) keys we remember
+/// while we wait to learn the architecture.
 const MAX_CONTEXT_CANDIDATES: usize = 16;
 const DEFAULT_ALIGNMENT: u64 = 32;
 
@@ -217,7 +223,8 @@ fn read_value<R: Read + Seek>(
         INT16 => Value::Signed(i64::from(i16::from_le_bytes(reader.bytes::<2>(&what)?))),
         INT32 => Value::Signed(i64::from(i32::from_le_bytes(reader.bytes::<4>(&what)?))),
         INT64 => Value::Signed(i64::from_le_bytes(reader.bytes::<8>(&what)?)),
-        FLOAT32 | FLOAT64 | BOOL => {
+        BOOL => Value::Unsigned(u64::from(reader.bytes::<1>(&what)?[0])),
+        FLOAT32 | FLOAT64 => {
             reader.skip(fixed_width(value_type).unwrap_or(1), &what)?;
             Value::Ignored
         }
@@ -366,6 +373,8 @@ struct Metadata {
     file_type: Option<u64>,
     alignment: Option<u64>,
     context_lengths: Vec<(String, u64)>,
+    /// `*.pooling_type` keys, and `*.attention.causal` keys that are false.
+    embedding_keys: Vec<String>,
 }
 
 impl Metadata {
@@ -392,6 +401,11 @@ impl Metadata {
                     ))
                 }
             },
+            _ if key.ends_with(".pooling_type") || (key.ends_with(".attention.causal") && unsigned == Some(0)) => {
+                if self.embedding_keys.len() < MAX_CONTEXT_CANDIDATES {
+                    self.embedding_keys.push(key);
+                }
+            }
             _ if key.ends_with(".context_length") => {
                 if let Some(length) = unsigned {
                     if self.context_lengths.len() < MAX_CONTEXT_CANDIDATES {
@@ -470,6 +484,9 @@ fn parse<R: Read + Seek>(reader: &mut Bounded<R>) -> Parsed<GgufFacts> {
     let context_key = format!("{architecture}.context_length");
     let context_length =
         metadata.context_lengths.iter().find(|(key, _)| *key == context_key).map(|(_, v)| *v);
+    let embedding = [format!("{architecture}.pooling_type"), format!("{architecture}.attention.causal")]
+        .iter()
+        .any(|key| metadata.embedding_keys.contains(key));
     let quantization = match metadata.file_type {
         Some(file_type) => file_type_name(file_type)
             .map(str::to_string)
@@ -484,6 +501,7 @@ fn parse<R: Read + Seek>(reader: &mut Bounded<R>) -> Parsed<GgufFacts> {
         has_chat_template: metadata.chat_template.is_some(),
         chat_template: metadata.chat_template,
         name: metadata.name,
+        embedding: Some(embedding),
     })
 }
 

@@ -1,9 +1,12 @@
 //! Wiring for `llamay serve`: the real model loader (store -> llama.cpp -> model worker) and the
 //! store as the API's model catalog, handed to the daemon in `api::serve`.
 //!
-//! Key types: [`StoreCatalog`]. Cost: nothing beyond what the loader and the store do.
+//! Key types: [`StoreCatalog`]. Cost: nothing beyond what the loader and the store do, but
+//! for a model whose facts were recorded before they said whether it is an embedding model:
+//! its file's header is read once (well under a megabyte) and the answer remembered.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use crate::actors::model::{StoreLoader, WorkerSettings};
 use crate::config::Config;
@@ -17,11 +20,39 @@ pub struct StoreCatalog {
     store: Arc<Store>,
     /// Facts of served files, read once at start-up (no digest: the file is not hashed).
     files: Vec<Manifest>,
+    /// Whether a blob is an embedding model, by digest, for manifests recorded before their
+    /// facts said so.
+    embedding_blobs: Mutex<HashMap<String, bool>>,
 }
 
 impl StoreCatalog {
     pub fn new(store: Arc<Store>) -> Self {
-        Self { store, files: Vec::new() }
+        Self { store, files: Vec::new(), embedding_blobs: Mutex::new(HashMap::new()) }
+    }
+
+    /// Whether the model is an embedding model: from its facts, or, for facts recorded before
+    /// they said so, from its file's header (read once per blob; unreadable reads as a chat
+    /// model, which is what every model was listed as before).
+    fn is_embedding(&self, manifest: &Manifest) -> bool {
+        if let Some(embedding) = manifest.facts.embedding {
+            return embedding;
+        }
+        let remembered = self.embedding_blobs.lock().ok().and_then(|blobs| blobs.get(&manifest.digest).copied());
+        if let Some(embedding) = remembered {
+            return embedding;
+        }
+        let embedding = crate::gguf::read_gguf_facts(&self.store.blob_path(manifest))
+            .ok()
+            .and_then(|facts| facts.embedding)
+            .unwrap_or(false);
+        if let Ok(mut blobs) = self.embedding_blobs.lock() {
+            blobs.insert(manifest.digest.clone(), embedding);
+        }
+        embedding
+    }
+
+    fn entry(&self, manifest: &Manifest) -> CatalogEntry {
+        entry(manifest, self.is_embedding(manifest))
     }
 
     /// Lists the GGUF file at `path` under `name`, ahead of a store model of that name.
@@ -55,7 +86,7 @@ fn parameter_size(count: u64) -> String {
     }
 }
 
-fn entry(manifest: &Manifest) -> CatalogEntry {
+fn entry(manifest: &Manifest, embedding: bool) -> CatalogEntry {
     CatalogEntry {
         name: manifest.name.to_string(),
         size_bytes: manifest.size,
@@ -64,6 +95,7 @@ fn entry(manifest: &Manifest) -> CatalogEntry {
         family: manifest.facts.architecture.clone(),
         parameter_size: parameter_size(manifest.facts.parameter_count),
         quantization_level: manifest.facts.quantization.clone(),
+        capabilities: crate::core::capabilities_of(embedding),
     }
 }
 
@@ -72,7 +104,7 @@ impl ModelCatalog for StoreCatalog {
         let manifests = self.store.list().map_err(|e| CoreError::internal(e.to_string()))?;
         let shadowed = |m: &Manifest| self.files.iter().any(|file| file.name == m.name);
         let stored = manifests.iter().filter(|m| !shadowed(m));
-        Ok(self.files.iter().chain(stored).map(entry).collect())
+        Ok(self.files.iter().chain(stored).map(|manifest| self.entry(manifest)).collect())
     }
 
     fn describe(&self, name: &str) -> Result<ModelDescription, CoreError> {
@@ -89,7 +121,7 @@ impl ModelCatalog for StoreCatalog {
             metadata.insert(format!("{}.context_length", facts.architecture), length.into());
         }
         Ok(ModelDescription {
-            entry: entry(&manifest),
+            entry: self.entry(&manifest),
             parameter_count: facts.parameter_count,
             context_length: facts.context_length.unwrap_or(0),
             template: facts.chat_template.clone(),
@@ -197,4 +229,36 @@ pub fn run(mut config: Config, store: Arc<Store>) -> std::io::Result<()> {
     };
     let admin = Arc::new(crate::pull::service::StoreAdmin::new(store, registries));
     crate::api::serve::serve_blocking_with_admin(config, loader, catalog, admin, Some(snapshots))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::testing::{GgufBuilder, TestValue};
+
+    #[test]
+    fn capabilities_come_from_the_models_facts_even_ones_recorded_before_they_said() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Arc::new(Store::open(&dir.path().join("home")).expect("open store"));
+        let import = |file: &str, name: &str, builder: GgufBuilder| {
+            let path = dir.path().join(file);
+            builder.write_to(&path);
+            store.import_file(&path, &ModelName::parse(name).expect("name")).expect("import")
+        };
+        import("chat.gguf", "chat:1m", GgufBuilder::llama_like());
+        let encoder = GgufBuilder::llama_like()
+            .kv("general.architecture", TestValue::Str("bert".into()))
+            .kv("bert.pooling_type", TestValue::U32(1));
+        let embedder = import("embed.gguf", "embed:1m", encoder);
+        let catalog = StoreCatalog::new(Arc::clone(&store));
+        let listed: HashMap<String, Vec<&str>> =
+            catalog.list().expect("list").into_iter().map(|entry| (entry.name, entry.capabilities)).collect();
+        assert_eq!(listed["chat:1m"], ["completion", "tools"]);
+        assert_eq!(listed["embed:1m"], ["embedding"]);
+        assert_eq!(catalog.describe("embed:1m").expect("describe").entry.capabilities, ["embedding"]);
+        // A manifest recorded before facts said: the blob's header tells.
+        let mut legacy = embedder.clone();
+        legacy.facts.embedding = None;
+        assert!(catalog.is_embedding(&legacy));
+    }
 }

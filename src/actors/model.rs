@@ -22,7 +22,7 @@ use super::prefix::SlotCache;
 use super::sampler::{SequenceSampler, Step};
 use crate::core::{
     Completion, ConstraintKind, CoreError, FinishReason, ModelInfo, ModelTotals, PromptInput, Role, StepSplit,
-    StreamEvent, Timings, ToolSpec, Usage, ValidGenerateRequest,
+    StreamEvent, Timings, Usage, ValidGenerateRequest,
 };
 use crate::grammar::{CompiledGrammar, Limits};
 use crate::grammar::matcher::Matcher;
@@ -43,13 +43,9 @@ struct Job {
     prompt: Vec<u32>,
     sampler: SequenceSampler,
     constraint: Option<ConstraintKind>,
-    /// With tools offered the answer is held back and read for calls at the end, since a
-    /// partial call is nothing a client can act on.
-    held: Option<String>,
-    offered: Vec<ToolSpec>,
-    /// `parallel_tool_calls: false`: a forced grammar allows one call, and under `"auto"`
-    /// only the first call the model wrote is kept.
-    single_call: bool,
+    /// With tools offered: text streams once it can no longer be a call, calls are held back
+    /// and read when the answer ends (a partial call is nothing a client can act on).
+    tools: Option<crate::tools::ToolOutput>,
     /// A streamed answer of a conversation with calls in it (tools not offered): the model may
     /// imitate the call markup, which is taken out on the way.
     markup: Option<crate::tools::MarkupFilter>,
@@ -201,7 +197,7 @@ impl LlamaModelHandle {
                 if tools.is_empty() && !has_tool_history {
                     let messages: Vec<TemplateMessage> = messages.iter().map(template_message).collect();
                     let prompt = self.model.tokenize_chat(&messages, None).map_err(template_error)?;
-                    return Ok(Prepared { prompt, forced: None, offered: Vec::new(), filters_markup: false });
+                    return Ok(Prepared { prompt, forced: None, tools: None, filters_markup: false });
                 }
                 let plan = crate::tools::plan_tool_use(
                     messages,
@@ -215,13 +211,15 @@ impl LlamaModelHandle {
                     .model
                     .tokenize_chat(&rendered, plan.template_tools.as_deref())
                     .map_err(template_error)?;
+                self.check_room_to_name_a_tool(&plan, request.sampling.max_tokens)?;
+                let tools = plan.output();
                 let forced = match plan.forced {
                     Some(grammar) => Some(Arc::new(
                         CompiledGrammar::new(grammar, &Limits::default()).map_err(|e| CoreError::bad_request(e.to_string()))?,
                     )),
                     None => None,
                 };
-                Ok(Prepared { prompt, forced, offered: plan.offered, filters_markup: true })
+                Ok(Prepared { prompt, forced, tools, filters_markup: true })
             }
             PromptInput::Raw { prompt, system, template: true } => {
                 let mut messages = Vec::new();
@@ -230,13 +228,29 @@ impl LlamaModelHandle {
                 }
                 messages.push(TemplateMessage::new("user", prompt.clone()));
                 let prompt = self.model.tokenize_chat(&messages, None).map_err(template_error)?;
-                Ok(Prepared { prompt, forced: None, offered: Vec::new(), filters_markup: false })
+                Ok(Prepared { prompt, forced: None, tools: None, filters_markup: false })
             }
             PromptInput::Raw { prompt, template: false, .. } => {
                 let prompt = self.model.tokenize(prompt, true, false).map_err(template_error)?;
-                Ok(Prepared { prompt, forced: None, offered: Vec::new(), filters_markup: false })
+                Ok(Prepared { prompt, forced: None, tools: None, filters_markup: false })
             }
         }
+    }
+
+    /// Refuses a forced call among several tools whose token budget cannot hold the text that
+    /// names even the shortest of them: the answer could be no call at all.
+    fn check_room_to_name_a_tool(&self, plan: &crate::tools::ToolPlan, budget: Option<u32>) -> Result<(), CoreError> {
+        let (Some(naming), Some(budget)) = (plan.shortest_naming(), budget) else { return Ok(()) };
+        let needed = self.model.tokenize(&naming, false, false).map_err(|e| CoreError::internal(e.to_string()))?.len();
+        if (budget as usize) < needed {
+            return Err(CoreError::invalid(format!(
+                "max_tokens is {budget}, too few for a forced tool call: naming one of the {} tools it may \
+                 call takes {needed} tokens with this model; raise max_tokens (num_predict on Ollama's routes)",
+                plan.forced_tools.len()
+            ))
+            .with_param("max_tokens"));
+        }
+        Ok(())
     }
 }
 
@@ -266,8 +280,8 @@ struct Prepared {
     prompt: Vec<u32>,
     /// A forced tool call's grammar; it replaces the request's own constraint.
     forced: Option<Arc<CompiledGrammar>>,
-    /// Tools whose calls are read back from the answer (the answer is then held back).
-    offered: Vec<ToolSpec>,
+    /// How the answer is watched for calls, when the request offers tools.
+    tools: Option<crate::tools::ToolOutput>,
     /// Whether the prompt described tools or earlier calls, so the answer may carry markup.
     filters_markup: bool,
 }
@@ -377,7 +391,7 @@ impl LlamaModelHandle {
             context: None,
         };
         let used = ContextUse { record, mode: ContextMode::Create, appended: Vec::new() };
-        let prepared = Prepared { prompt, forced: None, offered: Vec::new(), filters_markup: false };
+        let prepared = Prepared { prompt, forced: None, tools: None, filters_markup: false };
         self.submit_prepared(request, Some(used), prepared, op)
     }
 
@@ -388,7 +402,7 @@ impl LlamaModelHandle {
         prepared: Prepared,
         state_op: StateOp,
     ) -> Result<Generation, CoreError> {
-        let Prepared { prompt, forced, offered, filters_markup } = prepared;
+        let Prepared { prompt, forced, tools, filters_markup } = prepared;
         let context = request.num_ctx.map_or(self.per_sequence_ctx, |n| n.min(self.per_sequence_ctx));
         if prompt.len() as u32 >= context {
             return Err(CoreError::prompt_too_long(prompt.len(), context as usize));
@@ -421,10 +435,8 @@ impl LlamaModelHandle {
             prompt,
             sampler,
             constraint: constraint_kind,
-            held: (!offered.is_empty()).then(String::new),
-            markup: (filters_markup && offered.is_empty()).then(crate::tools::MarkupFilter::default),
-            offered,
-            single_call: !request.parallel_tool_calls,
+            markup: (filters_markup && tools.is_none()).then(crate::tools::MarkupFilter::default),
+            tools,
             events,
             cancel,
             submitted: Instant::now(),
@@ -637,22 +649,28 @@ fn step(context: &mut Context<'_>, live: &mut [Option<Live>], cache: &mut kv::Sl
                 if let Some(transcript) = entry.job.transcript.as_mut() {
                     transcript.push_str(&text);
                 }
-                match entry.job.held.as_mut() {
-                    Some(held) => held.push_str(&text),
-                    None => {
-                        let filtered_at = Instant::now();
-                        let text = match entry.job.markup.as_mut() {
-                            Some(filter) => filter.push(&text),
-                            None => text,
-                        };
-                        let sent_at = Instant::now();
-                        split.detokenize += sent_at.duration_since(filtered_at);
-                        // A failed send means the client is gone; the next step sees the
-                        // closed channel and frees the slot.
-                        if !text.is_empty() {
-                            let _ = entry.job.events.blocking_send(StreamEvent::Delta { text });
-                        }
-                        split.deliver += sent_at.elapsed();
+                let filtered_at = Instant::now();
+                // With tools offered, text that may still become a call is held; a call that
+                // repeats one already made ends the calls.
+                let (text, repeated_call) = match (entry.job.tools.as_mut(), entry.job.markup.as_mut()) {
+                    (Some(tools), _) => {
+                        let pushed = tools.push(&text);
+                        (pushed.text, pushed.stop)
+                    }
+                    (None, Some(filter)) => (filter.push(&text), false),
+                    (None, None) => (text, false),
+                };
+                let sent_at = Instant::now();
+                split.detokenize += sent_at.duration_since(filtered_at);
+                // A failed send means the client is gone; the next step sees the
+                // closed channel and frees the slot.
+                if !text.is_empty() {
+                    let _ = entry.job.events.blocking_send(StreamEvent::Delta { text });
+                }
+                split.deliver += sent_at.elapsed();
+                if repeated_call {
+                    if let Some(entry) = live[*index].take() {
+                        cache.retire(*index, entry, FinishReason::Stop, String::new(), context, shared);
                     }
                 }
             }
@@ -724,12 +742,8 @@ fn finish(mut job: Job, reason: FinishReason, text: String, timings: Timings, pr
             context.record.end_commit();
         }
     }
-    let answer = match job.held.take() {
-        Some(mut held) => {
-            held.push_str(&text);
-            let forced = job.constraint == Some(ConstraintKind::Tool);
-            crate::tools::finish_tool_answer(&held, &job.offered, job.single_call, forced, reason)
-        }
+    let answer = match job.tools.take() {
+        Some(tools) => tools.finish(&text, reason),
         None => {
             let content = match job.markup.as_mut() {
                 Some(filter) => filter.push(&text) + &filter.finish(),

@@ -414,8 +414,10 @@ async fn listing_routes_stats_health_and_the_rest() {
     let models = call!(app, get, "/v1/models").json();
     assert_eq!(models["object"], "list");
     assert_eq!(models["data"][1]["id"], "other:2m");
+    assert_eq!(tags["models"][0]["capabilities"], json!(["completion", "tools"]));
     let show = call!(app, post, "/api/show", json!({"model": "tiny:1m"}));
     assert_eq!(show.json()["details"]["quantization_level"], "Q8_0");
+    assert_eq!(show.json()["capabilities"], json!(["completion", "tools"]));
     assert_eq!(
         call!(app, post, "/api/show", json!({"name": "nope"})).status,
         StatusCode::NOT_FOUND

@@ -44,6 +44,7 @@ fn entry(name: &str) -> CatalogEntry {
         family: "llama".into(),
         parameter_size: "1M".into(),
         quantization_level: "Q8_0".into(),
+        capabilities: crate::core::capabilities_of(false),
     }
 }
 

@@ -16,7 +16,7 @@ pub mod response;
 pub use crate::error::{CoreError, ErrorCode};
 pub use admin::{CreateModel, ModelAdmin, ModelDefaults, ProgressSink, PullProgress};
 pub use keepalive::KeepAlive;
-pub use model::{CatalogEntry, ModelCatalog, ModelDescription, ModelInfo, ModelTotals, StepSplit};
+pub use model::{capabilities_of, CatalogEntry, ModelCatalog, ModelDescription, ModelInfo, ModelTotals, StepSplit};
 pub use model::DevicePlacement;
 pub use response::generation_failed;
 pub use name::{InvalidModelName, ModelName};

@@ -125,6 +125,20 @@ pub struct CatalogEntry {
     /// Human parameter size (`135M`, `1.6B`).
     pub parameter_size: String,
     pub quantization_level: String,
+    /// What the model can be asked for, in Ollama's words ([`capabilities_of`]).
+    pub capabilities: Vec<&'static str>,
+}
+
+/// What a model can be asked for, as Ollama's `/api/show` and `/api/tags` list it: an
+/// embedding model (`embedding`, told by its GGUF) embeds; any other completes and takes tools
+/// (through its template's own tools section, or the convention llamay describes them in).
+/// Never `insert` (no fill-in-the-middle) nor `vision` (no image input).
+pub fn capabilities_of(embedding: bool) -> Vec<&'static str> {
+    if embedding {
+        vec!["embedding"]
+    } else {
+        vec!["completion", "tools"]
+    }
 }
 
 /// One installed model in detail, for `/api/show`.

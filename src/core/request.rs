@@ -186,6 +186,8 @@ pub struct Constraint {
 pub enum ConstraintSource {
     Gbnf { text: String },
     Schema { schema: serde_json::Value, enforce_formats: bool },
+    /// JSON mode (`json_object`, `format: "json"`, `llamay_format: "json"`, `-json`): a JSON
+    /// object at the top level, any JSON inside it.
     AnyJson,
 }
 
@@ -229,7 +231,7 @@ impl ConstraintSource {
                 CompiledGrammar::new(ir, limits).map_err(automaton)
             }
             ConstraintSource::AnyJson => {
-                CompiledGrammar::new(crate::grammar::schema::any_json(), limits).map_err(automaton)
+                CompiledGrammar::new(crate::grammar::schema::any_json_object(), limits).map_err(automaton)
             }
         }
     }

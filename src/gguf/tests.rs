@@ -59,6 +59,24 @@ fn context_length_follows_the_architecture_key_not_another_one() {
 }
 
 #[test]
+fn an_embedding_model_is_told_by_its_pooling_type_or_non_causal_attention() {
+    assert_eq!(facts_of(&GgufBuilder::llama_like().build()).expect("valid").embedding, Some(false));
+    let bert = |extra: (&str, TestValue)| {
+        GgufBuilder::llama_like()
+            .kv("general.architecture", TestValue::Str("bert".into()))
+            .kv(extra.0, extra.1)
+            .build()
+    };
+    let pooled = facts_of(&bert(("bert.pooling_type", TestValue::U32(1)))).expect("valid");
+    assert_eq!(pooled.embedding, Some(true));
+    let bidirectional = facts_of(&bert(("bert.attention.causal", TestValue::Bool(false)))).expect("valid");
+    assert_eq!(bidirectional.embedding, Some(true));
+    // Another architecture's keys, and causal attention, say nothing.
+    assert_eq!(facts_of(&bert(("llama.pooling_type", TestValue::U32(1)))).expect("valid").embedding, Some(false));
+    assert_eq!(facts_of(&bert(("bert.attention.causal", TestValue::Bool(true)))).expect("valid").embedding, Some(false));
+}
+
+#[test]
 fn missing_optional_keys_give_none_and_quantization_falls_back_to_the_dominant_type() {
     let bytes = GgufBuilder::empty()
         .kv("general.architecture", TestValue::Str("gemma3".into()))

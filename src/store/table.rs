@@ -123,6 +123,7 @@ mod tests {
                 has_chat_template: false,
                 chat_template: None,
                 name: None,
+                embedding: Some(false),
             },
             added_at,
             extras: Default::default(),

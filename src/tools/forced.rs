@@ -1,6 +1,7 @@
 //! The grammar of a forced tool call (`tool_choice` `required` or a named tool): one or more
 //! `<tool_call>\n{"name": "<tool>", "arguments": <args>}\n</tool_call>` blocks separated by
-//! `\n` (exactly one when parallel calls are off), where `<tool>` is an offered name and
+//! `\n` (exactly one when parallel calls are off, or when the choice names the tool: OpenAI's
+//! "call exactly one specific function"), where `<tool>` is an offered name and
 //! `<args>` matches that tool's own `parameters` schema. Each schema is compiled on its own by
 //! the JSON Schema front end and embedded as sub-rules ([`embed_grammar`]), so the arguments of
 //! every call are constrained by the schema of the tool it names.
@@ -44,16 +45,22 @@ pub fn embed_grammar(builder: &mut GrammarBuilder, grammar: Grammar, prefix: &st
 }
 
 /// The grammar for a forced call. `choice` picks the tools (`Required`, or `Auto`: all of them;
-/// `Named`: that one); `parallel: false` allows exactly one call. Refuses a choice naming a
-/// tool not offered, and a tool whose schema the constraint cannot honour (naming the tool,
-/// the keyword and where it is in `parameters`).
+/// `Named`: that one, called once); `parallel: false` allows exactly one call. Refuses a choice
+/// naming a tool not offered, and a tool whose schema the constraint cannot honour (naming the
+/// tool, the keyword and where it is in `parameters`).
 pub fn forced_call_grammar(tools: &[ToolSpec], choice: &ToolChoice, parallel: bool) -> Result<Grammar, ToolError> {
     let selected = selected_tools(tools, choice)?;
     let compiled = selected
         .into_iter()
         .map(|tool| Ok((tool, compile_arguments_schema(tool)?)))
         .collect::<Result<Vec<_>, ToolError>>()?;
-    Ok(assemble_forced_grammar(compiled, parallel))
+    Ok(assemble_forced_grammar(compiled, allows_several_calls(choice, parallel)))
+}
+
+/// Whether an answer under `choice` may hold more than one call: not when parallel calls are
+/// off, and not when the choice names the tool, which asks for that one call.
+pub(crate) fn allows_several_calls(choice: &ToolChoice, parallel: bool) -> bool {
+    parallel && !matches!(choice, ToolChoice::Named(_))
 }
 
 /// The tools a forced `choice` lets the model call, after checking the choice.

@@ -106,6 +106,17 @@ fn a_named_choice_restricts_to_that_tool() {
 }
 
 #[test]
+fn a_named_choice_is_one_call_even_with_parallel_calls_allowed() {
+    let named = compiled(&weather_tools(), &ToolChoice::Named("get_weather".into()), true);
+    let one = weather_call("Paris", "c");
+    assert!(accepts(&named, &one));
+    match check_input(&named, format!("{one}\n{}", weather_call("Paris", "c")).as_bytes()) {
+        CheckOutcome::Mismatch { offset, .. } => assert_eq!(offset, one.len()),
+        other => panic!("a second call to a named tool must be refused, got {other:?}"),
+    }
+}
+
+#[test]
 fn a_tool_without_parameters_takes_an_empty_object() {
     let tools = vec![ToolSpec { name: "now".into(), description: None, parameters: Value::Null }];
     let grammar = compiled(&tools, &ToolChoice::Required, false);

@@ -1,19 +1,22 @@
 //! Tool calls, the pure part (issue 6): validating the tools a request offers and its
 //! `tool_choice`, describing the tools to a model in the Hermes `<tool_call>` convention,
 //! rendering earlier calls and their results back into prompt text, building the grammar that
-//! forces a call whose arguments match the tool's own schema, and reading calls back out of
-//! generated text, a call cut off by the token budget included, with the model's call markup
-//! kept out of what a client reads. The API shapes and the model actor call these; nothing here knows HTTP,
-//! llama.cpp or any one API's wire format.
+//! forces a call whose arguments match the tool's own schema, watching an answer as it is
+//! written (text streams once it can no longer be a call; a repeated call ends the answer),
+//! and reading calls back out of generated text, a call cut off by the token budget included,
+//! with the model's call markup kept out of what a client reads. The API shapes and the model
+//! actor call these; nothing here knows HTTP, llama.cpp or any one API's wire format.
 //!
 //! Key types: [`ToolPlan`] (the `tool_choice` table applied to one request: messages to render,
-//! template tools, forced grammar), [`ToolError`] (every refusal, each a 400), [`ParsedOutput`]
-//! (text and calls read from an answer). Costs: validation and parsing are linear in their input; the forced-call
-//! grammar costs one compiled JSON Schema per offered tool plus a handful of wrapper rules.
+//! template tools, forced grammar), [`ToolOutput`] (an answer as it is written), [`ToolError`]
+//! (every refusal, each a 400), [`ParsedOutput`] (text and calls read from an answer). Costs:
+//! validation and parsing are linear in their input; the forced-call grammar costs one compiled
+//! JSON Schema per offered tool plus a handful of wrapper rules.
 
 mod answer;
 mod forced;
 mod markup;
+mod output;
 mod parse;
 mod partial;
 mod plan;
@@ -23,6 +26,7 @@ mod validate;
 use crate::core::{CoreError, ErrorCode};
 
 pub use answer::{finish_tool_answer, ToolAnswer};
+pub use output::{Pushed, ToolOutput};
 pub use forced::{compile_arguments_schema, embed_grammar, forced_call_grammar};
 pub use markup::{strip_markup, MarkupFilter};
 pub use parse::{anthropic_call_id, openai_call_id, parse_calls, parse_calls_with_ids, ParsedOutput};

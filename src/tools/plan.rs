@@ -7,7 +7,8 @@
 
 use serde_json::Value;
 
-use super::forced::{assemble_forced_grammar, compile_arguments_schema};
+use super::forced::{allows_several_calls, assemble_forced_grammar, compile_arguments_schema};
+use super::output::ToolOutput;
 use super::prompt::{messages_for_plain_template, tools_as_template_json};
 use super::validate::{validate_choice, validate_tools};
 use super::ToolError;
@@ -25,6 +26,10 @@ pub struct ToolPlan {
     /// The grammar of a forced call (`required` or a named tool); it replaces any other
     /// constraint on the request.
     pub forced: Option<Grammar>,
+    /// The tools a forced call may name (empty when nothing is forced).
+    pub forced_tools: Vec<String>,
+    /// The answer keeps at most one call (`parallel_tool_calls: false`, or a named tool).
+    pub single_call: bool,
     /// The tools calls may be read back for (none with `tool_choice: "none"`).
     pub offered: Vec<ToolSpec>,
 }
@@ -33,6 +38,23 @@ impl ToolPlan {
     /// Whether the answer should be read for calls at all.
     pub fn reads_calls(&self) -> bool {
         !self.offered.is_empty()
+    }
+
+    /// How the answer is watched as the model writes it, when it is read for calls.
+    pub fn output(&self) -> Option<ToolOutput> {
+        self.reads_calls()
+            .then(|| ToolOutput::new(self.offered.clone(), self.single_call, self.forced_tools.clone()))
+    }
+
+    /// When a forced call may name one of several tools: the shortest text that names one
+    /// (the call's opening and the shortest name). A token budget that cannot hold it leaves
+    /// no call to answer with, so the request is refused rather than answered empty.
+    pub fn shortest_naming(&self) -> Option<String> {
+        if self.forced_tools.len() < 2 {
+            return None;
+        }
+        let shortest = self.forced_tools.iter().min_by_key(|name| name.len())?;
+        Some(format!("{}\n{{\"name\": {}", super::markup::OPEN_TAG, Value::String(shortest.clone())))
     }
 }
 
@@ -53,30 +75,29 @@ pub fn plan_tool_use(
     let compiled =
         tools.iter().map(|tool| Ok((tool, compile_arguments_schema(tool)?))).collect::<Result<Vec<_>, ToolError>>()?;
     // validate_choice has made sure a forced choice has tools, and a named one is offered.
-    let forced = match choice {
-        ToolChoice::Required => Some(assemble_forced_grammar(compiled, parallel)),
+    let several = allows_several_calls(choice, parallel);
+    let (forced, forced_tools) = match choice {
+        ToolChoice::Required => {
+            let names = tools.iter().map(|tool| tool.name.clone()).collect();
+            (Some(assemble_forced_grammar(compiled, several)), names)
+        }
         ToolChoice::Named(name) => {
             let named = compiled.into_iter().filter(|(tool, _)| &tool.name == name).collect();
-            Some(assemble_forced_grammar(named, parallel))
+            (Some(assemble_forced_grammar(named, several)), vec![name.clone()])
         }
-        ToolChoice::Auto | ToolChoice::None => None,
+        ToolChoice::Auto | ToolChoice::None => (None, Vec::new()),
     };
     let offered: Vec<ToolSpec> = match choice {
         ToolChoice::None => Vec::new(),
         _ => tools.to_vec(),
     };
     let native = template_handles_tools && forced.is_none() && !offered.is_empty();
-    let plan = if native {
-        ToolPlan {
-            messages: messages.to_vec(),
-            template_tools: Some(tools_as_template_json(&offered)),
-            forced,
-            offered,
-        }
+    let (messages, template_tools) = if native {
+        (messages.to_vec(), Some(tools_as_template_json(&offered)))
     } else {
-        ToolPlan { messages: messages_for_plain_template(messages, &offered), template_tools: None, forced, offered }
+        (messages_for_plain_template(messages, &offered), None)
     };
-    Ok(plan)
+    Ok(ToolPlan { messages, template_tools, forced, forced_tools, single_call: !several, offered })
 }
 
 #[cfg(test)]
@@ -141,6 +162,20 @@ mod tests {
             let outcome = check_input(&grammar, status.as_bytes());
             assert_eq!(outcome == CheckOutcome::Match, status_allowed, "{choice:?}: {outcome:?}");
         }
+    }
+
+    #[test]
+    fn a_named_choice_keeps_one_call_and_knows_its_tool() {
+        let named = plan_tool_use(&[], &tools(), &ToolChoice::Named("issue_refund".into()), true, false).expect("plan");
+        assert!(named.single_call);
+        assert_eq!(named.forced_tools, ["issue_refund"]);
+        assert_eq!(named.shortest_naming(), None, "one tool: a cut call still names it");
+        let required = plan_tool_use(&[], &tools(), &ToolChoice::Required, true, false).expect("plan");
+        assert!(!required.single_call);
+        assert_eq!(required.forced_tools, ["get_order_status", "issue_refund"]);
+        assert_eq!(required.shortest_naming().as_deref(), Some("<tool_call>\n{\"name\": \"issue_refund\""));
+        let auto = plan_tool_use(&[], &tools(), &ToolChoice::Auto, false, false).expect("plan");
+        assert!(auto.single_call && auto.forced_tools.is_empty() && auto.shortest_naming().is_none());
     }
 
     #[test]

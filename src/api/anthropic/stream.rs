@@ -1,7 +1,10 @@
 //! Anthropic Messages streaming as a pure state machine: core events in, named SSE events out.
-//! Sequence: `message_start`, `content_block_start` (text, index 0), `ping`,
-//! `content_block_delta`*, `content_block_stop`, then one start/delta/stop triple per tool call,
-//! `message_delta` (stop reason, usage), `message_stop`. An error part way is an `error` event.
+//! Sequence: `message_start`; a text block (`content_block_start`, `content_block_delta`*,
+//! `content_block_stop`) opened by the first text; one start/delta/stop triple per tool call;
+//! `message_delta` (stop reason, usage), `message_stop`. `ping` follows the first block's
+//! start, as Anthropic sends it. An answer of calls alone (a forced call) has no text block, as
+//! its non-streamed answer has none; an answer with neither has one empty text block. An error
+//! part way is an `error` event.
 
 use actix_web::web::Bytes;
 use serde_json::{json, Value};
@@ -45,6 +48,8 @@ pub fn tool_use_block(call: &ToolCall) -> Value {
 pub struct MessageStream {
     id: String,
     model: String,
+    /// Whether the text block (index 0) has been opened.
+    text_open: bool,
     finished: bool,
 }
 
@@ -53,30 +58,50 @@ impl MessageStream {
         MessageStream {
             id,
             model,
+            text_open: false,
             finished: false,
         }
     }
 
-    fn finish(&self, completion: Completion) -> Vec<Bytes> {
+    /// The start of a block; the first one is followed by `ping`, as Anthropic sends it.
+    fn block_start(index: usize, block: Value) -> Vec<Bytes> {
+        let mut frames = vec![sse_frame(
+            Some("content_block_start"),
+            &json!({"type": "content_block_start", "index": index, "content_block": block}),
+        )];
+        if index == 0 {
+            frames.push(sse_frame(Some("ping"), &json!({"type": "ping"})));
+        }
+        frames
+    }
+
+    fn finish(&mut self, completion: Completion) -> Vec<Bytes> {
         if let FinishReason::Error(message) = &completion.finish_reason {
             return vec![sse_frame(
                 Some("error"),
                 &json!({"type": "error", "error": {"type": "api_error", "message": message}}),
             )];
         }
-        let mut frames = vec![sse_frame(
-            Some("content_block_stop"),
-            &json!({"type": "content_block_stop", "index": 0}),
-        )];
+        let mut frames = Vec::new();
+        if !self.text_open && completion.tool_calls.is_empty() {
+            frames.extend(Self::block_start(0, json!({"type": "text", "text": ""})));
+            self.text_open = true;
+        }
+        if self.text_open {
+            frames.push(sse_frame(
+                Some("content_block_stop"),
+                &json!({"type": "content_block_stop", "index": 0}),
+            ));
+        }
+        let first_call = usize::from(self.text_open);
         for (offset, call) in with_anthropic_ids(&completion.tool_calls)
             .iter()
             .enumerate()
         {
-            let index = offset + 1;
-            frames.push(sse_frame(
-                Some("content_block_start"),
-                &json!({"type": "content_block_start", "index": index,
-                        "content_block": {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}}),
+            let index = offset + first_call;
+            frames.extend(Self::block_start(
+                index,
+                json!({"type": "tool_use", "id": call.id, "name": call.name, "input": {}}),
             ));
             frames.push(sse_frame(
                 Some("content_block_delta"),
@@ -105,19 +130,12 @@ impl MessageStream {
 
 impl StreamTranslator for MessageStream {
     fn start(&mut self) -> Vec<Bytes> {
-        vec![
-            sse_frame(
-                Some("message_start"),
-                &json!({"type": "message_start", "message": {
-                    "id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": [],
-                    "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 0, "output_tokens": 0}}}),
-            ),
-            sse_frame(
-                Some("content_block_start"),
-                &json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
-            ),
-            sse_frame(Some("ping"), &json!({"type": "ping"})),
-        ]
+        vec![sse_frame(
+            Some("message_start"),
+            &json!({"type": "message_start", "message": {
+                "id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": [],
+                "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 0, "output_tokens": 0}}}),
+        )]
     }
 
     fn event(&mut self, event: StreamEvent) -> Vec<Bytes> {
@@ -126,10 +144,18 @@ impl StreamTranslator for MessageStream {
         }
         match event {
             StreamEvent::Delta { text } if text.is_empty() => Vec::new(),
-            StreamEvent::Delta { text } => vec![sse_frame(
-                Some("content_block_delta"),
-                &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
-            )],
+            StreamEvent::Delta { text } => {
+                let mut frames = Vec::new();
+                if !self.text_open {
+                    frames.extend(Self::block_start(0, json!({"type": "text", "text": ""})));
+                    self.text_open = true;
+                }
+                frames.push(sse_frame(
+                    Some("content_block_delta"),
+                    &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
+                ));
+                frames
+            }
             StreamEvent::Done(completion) => {
                 self.finished = true;
                 self.finish(completion)
@@ -199,29 +225,67 @@ mod tests {
         assert_eq!(parsed[5].1["usage"]["output_tokens"], 1);
     }
 
-    #[test]
-    fn tool_calls_come_whole_after_the_text_block() {
+    /// The events of a stream fed `events`, and their names in one line.
+    fn stream_of(events: Vec<StreamEvent>) -> (Vec<(String, Value)>, String) {
         let mut stream = MessageStream::new("msg_1".into(), "m".into());
-        let call = ToolCall {
-            id: "call_0123456789ab".into(),
-            name: "get_weather".into(),
-            arguments: json!({"city": "Pune"}),
-        };
-        let done = Completion {
+        let mut frames = stream.start();
+        for event in events {
+            frames.extend(stream.event(event));
+        }
+        let parsed: Vec<(String, Value)> = frames.iter().map(parse).collect();
+        let names = parsed.iter().map(|(event, _)| event.as_str()).collect::<Vec<_>>().join(" ");
+        (parsed, names)
+    }
+
+    fn weather_call_done() -> StreamEvent {
+        StreamEvent::Done(Completion {
             finish_reason: FinishReason::ToolCalls,
-            tool_calls: vec![call],
+            tool_calls: vec![ToolCall {
+                id: "call_0123456789ab".into(),
+                name: "get_weather".into(),
+                arguments: json!({"city": "Pune"}),
+            }],
             ..Completion::default()
-        };
-        let parsed: Vec<(String, Value)> = stream
-            .event(StreamEvent::Done(done))
-            .iter()
-            .map(parse)
-            .collect();
+        })
+    }
+
+    #[test]
+    fn a_forced_call_streams_as_its_tool_use_block_alone() {
+        let (parsed, names) = stream_of(vec![weather_call_done()]);
+        assert_eq!(
+            names,
+            "message_start content_block_start ping content_block_delta content_block_stop message_delta message_stop"
+        );
+        assert_eq!(parsed[1].1["index"], 0);
+        assert_eq!(parsed[1].1["content_block"]["type"], "tool_use");
         assert_eq!(parsed[1].1["content_block"]["name"], "get_weather");
         let id = parsed[1].1["content_block"]["id"].as_str().unwrap();
         assert!(id.starts_with("toolu_") && id.len() == 30, "{id}");
-        assert_eq!(parsed[2].1["delta"]["partial_json"], "{\"city\":\"Pune\"}");
-        assert_eq!(parsed[4].1["delta"]["stop_reason"], "tool_use");
+        assert_eq!(parsed[3].1["delta"]["partial_json"], "{\"city\":\"Pune\"}");
+        assert_eq!(parsed[3].1["index"], 0);
+        assert_eq!(parsed[5].1["delta"]["stop_reason"], "tool_use");
+    }
+
+    #[test]
+    fn calls_after_text_come_whole_after_the_text_block() {
+        let text = StreamEvent::Delta { text: "Let me look.".into() };
+        let (parsed, names) = stream_of(vec![text, weather_call_done()]);
+        assert_eq!(
+            names,
+            "message_start content_block_start ping content_block_delta content_block_stop \
+             content_block_start content_block_delta content_block_stop message_delta message_stop"
+        );
+        assert_eq!(parsed[1].1["content_block"]["type"], "text");
+        assert_eq!(parsed[5].1["index"], 1);
+        assert_eq!(parsed[5].1["content_block"]["type"], "tool_use");
+    }
+
+    #[test]
+    fn an_empty_answer_has_one_empty_text_block() {
+        let nothing = StreamEvent::Delta { text: String::new() };
+        let (parsed, names) = stream_of(vec![nothing, StreamEvent::Done(Completion::default())]);
+        assert_eq!(names, "message_start content_block_start ping content_block_stop message_delta message_stop");
+        assert_eq!(parsed[1].1["content_block"], json!({"type": "text", "text": ""}));
     }
 
     #[test]

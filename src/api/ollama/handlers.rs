@@ -125,6 +125,7 @@ pub async fn tags(state: web::Data<AppState>) -> HttpResponse {
                     size: entry.size_bytes,
                     digest: entry.digest.trim_start_matches("sha256:").to_string(),
                     details: details(&entry),
+                    capabilities: entry.capabilities.clone(),
                 })
                 .collect(),
         }),
@@ -196,7 +197,7 @@ pub async fn show(
             "template": defaults.template.clone().or(description.template).unwrap_or_default(),
             "details": details(&description.entry),
             "model_info": description.metadata,
-            "capabilities": ["completion"],
+            "capabilities": description.entry.capabilities,
             "modified_at": timestamp(description.entry.modified_at),
         })))
     };

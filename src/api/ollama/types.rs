@@ -138,6 +138,8 @@ pub struct TagEntry {
     pub size: u64,
     pub digest: String,
     pub details: ModelDetails,
+    /// What the model can be asked for (Ollama lists them beside `details`).
+    pub capabilities: Vec<&'static str>,
 }
 
 #[derive(Debug, Serialize)]

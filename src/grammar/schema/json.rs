@@ -33,7 +33,8 @@ pub(crate) fn byte(b: u8) -> Symbol {
 /// A grammar under construction plus the shared JSON rules built so far.
 pub(crate) struct RuleSink {
     pub builder: GrammarBuilder,
-    any_value: Option<RuleId>,
+    /// Any value, and the object alternative of it (JSON mode's top level).
+    any_value: Option<(RuleId, RuleId)>,
     any_string: Option<RuleId>,
     string_char: Option<RuleId>,
     canonical_char: Option<RuleId>,
@@ -74,11 +75,22 @@ impl RuleSink {
 
     /// Any RFC 8259 value.
     pub fn any_value(&mut self) -> RuleId {
-        if let Some(id) = self.any_value {
-            return id;
+        self.any_value_rules().0
+    }
+
+    /// Any JSON object (whose members hold any value).
+    pub fn any_object(&mut self) -> RuleId {
+        self.any_value_rules().1
+    }
+
+    /// The any-value rule and its object alternative, built once.
+    fn any_value_rules(&mut self) -> (RuleId, RuleId) {
+        if let Some(rules) = self.any_value {
+            return rules;
         }
         let value = self.builder.declare("json-value");
-        self.any_value = Some(value);
+        let object = self.builder.declare("json-object");
+        self.any_value = Some((value, object));
         let string = self.any_string();
         let number = self.any_number();
         let pair = self.add(
@@ -94,8 +106,8 @@ impl RuleSink {
         // The empty forms are separate alternatives so that two whitespace spots never touch
         // (`{ }` would otherwise split its spaces between them in many ways).
         let members = self.bounded_list("json-members", vec![Symbol::Rule(pair)], 1, None);
-        let object = self.add(
-            "json-object",
+        self.builder.define(
+            object,
             vec![
                 vec![byte(b'{'), Symbol::Whitespace, byte(b'}')],
                 vec![byte(b'{'), Symbol::Whitespace, Symbol::Rule(members), Symbol::Whitespace, byte(b'}')],
@@ -121,7 +133,7 @@ impl RuleSink {
                 literal_symbols(b"null"),
             ],
         );
-        value
+        (value, object)
     }
 
     /// One character of a JSON string as written: any unescaped character, or any escape.

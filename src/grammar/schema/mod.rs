@@ -2,7 +2,7 @@
 //! table says: enforced, ignored (parsed, listed, not enforced) or refused with an error that
 //! names the keyword and where it is.
 //!
-//! Public API: [`any_json`] (RFC 8259 JSON), [`compile_schema`] (a schema to a
+//! Public API: [`any_json`] (RFC 8259 JSON), [`any_json_object`] (JSON mode), [`compile_schema`] (a schema to a
 //! [`Grammar`]), [`review_schema`] (every keyword with its verdict, for `llamay schema
 //! check`), [`SchemaError`]. Locations are dotted paths from the root (`properties.a`,
 //! `$defs.line.properties.qty`, `anyOf.1`); the root is written `(root)`.
@@ -91,11 +91,21 @@ fn document(value: RuleId) -> Vec<Vec<Symbol>> {
     vec![vec![Symbol::Whitespace, Symbol::Rule(value)]]
 }
 
-/// Any RFC 8259 JSON document (`-json`, `format: "json"`, `json_object`).
+/// Any RFC 8259 JSON document.
 pub fn any_json() -> Grammar {
     let mut sink = json::RuleSink::new();
     let value = sink.any_value();
     let root = sink.add("root", document(value));
+    sink.builder.finish(root, WHITESPACE_BUDGET)
+}
+
+/// A JSON object at the top level, anything inside it (JSON mode: `-json`, `format: "json"`,
+/// `json_object`): every client of a JSON mode reads an object, as llama.cpp's server and
+/// Ollama compile theirs. Bounded as [`any_json`] is: the same number digits and whitespace budget.
+pub fn any_json_object() -> Grammar {
+    let mut sink = json::RuleSink::new();
+    let object = sink.any_object();
+    let root = sink.add("root", document(object));
     sink.builder.finish(root, WHITESPACE_BUDGET)
 }
 

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use serde_json::{json, Value};
 
 use super::json::{canonical_escape, grouped_escapes};
-use super::{any_json, compile_schema, review_schema, Verdict};
+use super::{any_json, any_json_object, compile_schema, review_schema, Verdict};
 use crate::automaton::CompiledGrammar;
 use crate::check::{check_input, CheckOutcome};
 use crate::ir::{Grammar, Symbol};
@@ -60,6 +60,20 @@ fn any_json_accepts_json_and_rejects_the_rest() {
         ],
     );
     assert_rejects(&grammar, &["{", "01", "[1,]", "{\"a\"}", "\"\\x\"", "tru", "\"\\ud800\"", "1.", "\"a\nb\""]);
+}
+
+#[test]
+fn json_mode_is_an_object_at_the_top_level_with_any_json_inside() {
+    let grammar = compiled(any_json_object());
+    assert_accepts(
+        &grammar,
+        &["{}", " { }", "{\"a\": [1, 2, {\"b\": null}], \"c\": \"x\"}", "{\"n\": -1.5e+3, \"t\": true}"],
+    );
+    assert_rejects(&grammar, &["1.1121111111111111E+00", "[]", "[{}]", "\"a\"", "null", "true", "{", "{\"a\"}"]);
+    // The same bounds as any JSON: number digits and the whitespace budget.
+    assert!(!accepts(&grammar, "{\"a\": 12345678901234567}"));
+    assert!(accepts(&grammar, &format!("{{{}\"a\": 1}}", " ".repeat(60))));
+    assert!(!accepts(&grammar, &format!("{{{}\"a\": 1}}", " ".repeat(70))));
 }
 
 #[test]
