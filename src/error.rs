@@ -50,6 +50,12 @@ pub enum ErrorCode {
     Conflict,
     /// An RPC worker a model is split over is lost or unreachable; retry when it is back.
     RpcWorkerLost,
+    /// The request's `Host` is not one a loopback-bound daemon answers (DNS rebinding).
+    HostNotAllowed,
+    /// A snapshot's stored state or record is damaged: nothing can be restored from it.
+    SnapshotDamaged,
+    /// The daemon holds as many contexts as it may (`max_contexts`); delete some first.
+    ContextLimit,
 }
 
 impl ErrorCode {
@@ -64,11 +70,13 @@ impl ErrorCode {
             | ErrorCode::PromptTooLong
             | ErrorCode::InvalidModelName => 400,
             ErrorCode::Unauthorized => 401,
+            ErrorCode::HostNotAllowed => 403,
             ErrorCode::RequestTimeout => 408,
             ErrorCode::ModelNotFound | ErrorCode::RouteNotFound | ErrorCode::NotOffered => 404,
             ErrorCode::ContextNotFound => 404,
-            ErrorCode::Conflict => 409,
+            ErrorCode::Conflict | ErrorCode::SnapshotDamaged => 409,
             ErrorCode::PayloadTooLarge => 413,
+            ErrorCode::ContextLimit => 507,
             ErrorCode::Overloaded | ErrorCode::ShuttingDown => 503,
             ErrorCode::RpcWorkerLost => 503,
             ErrorCode::ModelLoadFailed | ErrorCode::Internal => 500,
@@ -80,12 +88,14 @@ impl ErrorCode {
         match self.status() {
             400 => "Bad Request",
             401 => "Unauthorized",
+            403 => "Forbidden",
             408 => "Request Timeout",
             404 => "Not Found",
             409 => "Conflict",
             413 => "Payload Too Large",
             429 => "Too Many Requests",
             503 => "Service Unavailable",
+            507 => "Insufficient Storage",
             _ => "Internal Server Error",
         }
     }
@@ -113,6 +123,9 @@ impl ErrorCode {
             ErrorCode::ContextNotFound => "context_not_found",
             ErrorCode::Conflict => "conflict",
             ErrorCode::RpcWorkerLost => "rpc_worker_lost",
+            ErrorCode::HostNotAllowed => "host_not_allowed",
+            ErrorCode::SnapshotDamaged => "snapshot_damaged",
+            ErrorCode::ContextLimit => "context_limit_reached",
         }
     }
 
@@ -121,6 +134,7 @@ impl ErrorCode {
         match self.status() {
             400 | 408 => "invalid_request_error",
             401 => "authentication_error",
+            403 => "permission_error",
             404 => "not_found_error",
             409 => "invalid_request_error",
             413 => "request_too_large",
@@ -227,6 +241,9 @@ mod tests {
             ErrorCode::ContextNotFound,
             ErrorCode::Conflict,
             ErrorCode::RpcWorkerLost,
+            ErrorCode::HostNotAllowed,
+            ErrorCode::SnapshotDamaged,
+            ErrorCode::ContextLimit,
         ];
         for code in all {
             let retryable = matches!(code.status(), 429 | 503);
@@ -237,5 +254,7 @@ mod tests {
         assert_eq!(ErrorCode::Unauthorized.status(), 401);
         assert_eq!(ErrorCode::Unauthorized.anthropic_type(), "authentication_error");
         assert_eq!(ErrorCode::RequestTimeout.status_text(), "Request Timeout");
+        assert_eq!(ErrorCode::HostNotAllowed.anthropic_type(), "permission_error");
+        assert_eq!(ErrorCode::ContextLimit.status_text(), "Insufficient Storage");
     }
 }

@@ -207,20 +207,20 @@ impl LlamaModelHandle {
                     messages,
                     tools,
                     &request.tool_choice,
-                    request.parallel_tool_calls,
                     self.model.chat_template().handles_tools(),
-                )?;
+                );
+                let forced = match &request.constraint {
+                    _ if !plan.forces_call => None,
+                    // The API compiled it on its compile pool.
+                    Some(constraint) if constraint.kind == ConstraintKind::Tool => Some(Arc::clone(&constraint.grammar)),
+                    // Submitted without the API (a runner process, the CLI): compiled here.
+                    _ => forced_call_grammar(tools, request)?,
+                };
                 let rendered: Vec<TemplateMessage> = plan.messages.iter().map(template_message).collect();
                 let prompt = self
                     .model
                     .tokenize_chat(&rendered, plan.template_tools.as_deref())
                     .map_err(template_error)?;
-                let forced = match plan.forced {
-                    Some(grammar) => Some(Arc::new(
-                        CompiledGrammar::new(grammar, &Limits::default()).map_err(|e| CoreError::bad_request(e.to_string()))?,
-                    )),
-                    None => None,
-                };
                 Ok(Prepared { prompt, forced, offered: plan.offered, filters_markup: true })
             }
             PromptInput::Raw { prompt, system, template: true } => {
@@ -238,6 +238,15 @@ impl LlamaModelHandle {
             }
         }
     }
+}
+
+/// The grammar of a forced call compiled here, for requests that did not come through the API.
+fn forced_call_grammar(tools: &[ToolSpec], request: &ValidGenerateRequest) -> Result<Option<Arc<CompiledGrammar>>, CoreError> {
+    let Some(grammar) = crate::tools::compile_tool_use(tools, &request.tool_choice, request.parallel_tool_calls)? else {
+        return Ok(None);
+    };
+    let compiled = CompiledGrammar::new(grammar, &Limits::default()).map_err(|e| CoreError::bad_request(e.to_string()))?;
+    Ok(Some(Arc::new(compiled)))
 }
 
 /// A split as the API shows it: each device, its layers and bytes.

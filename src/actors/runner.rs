@@ -29,7 +29,7 @@ use tokio::sync::mpsc;
 use super::messages::{CancelToken, Generation, LoadedModel, ModelLoader};
 use super::model::{StoreLoader, WorkerSettings};
 use crate::core::{
-    Completion, ConstraintSource, ContextRequest, CoreError, DevicePlacement, FinishReason,
+    Completion, ConstraintKind, ConstraintSource, ContextRequest, CoreError, DevicePlacement, FinishReason,
     ModelInfo, ModelTotals, PromptInput, SamplingParams, StepSplit, StreamEvent, ToolChoice,
     ValidGenerateRequest,
 };
@@ -115,6 +115,8 @@ impl WireRequest {
         };
         let constraint = match &request.constraint {
             None => None,
+            // A forced call's grammar is made again from the tools by the runner's worker.
+            Some(constraint) if constraint.kind == ConstraintKind::Tool => None,
             Some(constraint) => match &constraint.source {
                 Some(source) => Some(ConstraintSource::clone(source)),
                 None => return Err(refuse("a constraint compiled without its source")),

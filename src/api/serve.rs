@@ -146,7 +146,12 @@ pub async fn serve_with_stores(
         config.max_body_bytes,
     );
     app_state.api_key = config.api_key.as_ref().map(|key| ApiKey::new(&key.0));
+    app_state.compile_pool = Arc::new(super::compile_pool::CompilePool::new(
+        config.compile_threads,
+        config.compile_queue,
+    ));
     app_state.origins = config.origins.clone();
+    app_state.host_check = super::host_check::HostCheck::new(&config.addr, &config.allowed_hosts);
     app_state.request_body_timeout = config.request_body_timeout;
     app_state.formats = config.formats;
     app_state.rpc_workers = config.rpc.clone();
@@ -169,6 +174,8 @@ pub async fn serve_with_stores(
         app_state.contexts.set_daemon_id(id);
     }
     app_state.contexts.set_memory_limit(config.context_memory);
+    app_state.contexts.set_max_contexts(config.max_contexts);
+    app_state.contexts.start_sweeper()?;
     let state = web::Data::new(app_state);
     let limits = HttpLimits {
         client_request_timeout: config.client_request_timeout,

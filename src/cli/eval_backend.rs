@@ -321,7 +321,7 @@ impl Local {
         let mut request = self.request(input, 1, None);
         request.sampling.temperature = 0.0;
         self.finish_job(request, used)?;
-        self.registry.insert(Arc::clone(&record));
+        self.registry.insert(Arc::clone(&record)).map_err(model_error)?;
         let tokens = record.tokens().len() as u32;
         self.parent = Some(record);
         Ok(tokens)

@@ -139,6 +139,16 @@ pub(super) fn valid_origin(origin: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']' | '_'))
 }
 
+/// `*`, or a `Host` name as a client sends it: a name or IP address, an optional port.
+pub(super) fn valid_host_name(host: &str) -> bool {
+    host == "*"
+        || (!host.is_empty()
+            && host.len() <= 255
+            && host
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']' | '_')))
+}
+
 /// A key a header can carry unchanged: visible ASCII, no spaces, bounded.
 pub(super) fn valid_api_key(key: &str) -> bool {
     (1..=1024).contains(&key.len()) && key.bytes().all(|b| b.is_ascii_graphic())
