@@ -1,9 +1,9 @@
 //! Context snapshots and parking (issue 11) with the real binary, the real SmolLM2 and a real
 //! store on disk: a snapshot restored after a daemon restart answers exactly as the context did
-//! before; a damaged blob, a snapshot of another model file and an unwritable store are refused
-//! with the reason and change nothing; a hundred contexts on four sequences all answer from
-//! their own state (parked in memory or on disk, and written back); a context survives its model being
-//! unloaded and loaded again.
+//! before; a damaged blob (409 snapshot_damaged), a snapshot of another model file (409) and an
+//! unwritable store (500) are refused with the reason and change nothing; a hundred contexts
+//! on four sequences all answer from their own state (parked in memory or on disk, and written
+//! back); a context survives its model being unloaded and loaded again.
 //!
 //! Each daemon gets its own store (a temporary `LLAMAY_HOME`) and serves the SmolLM2 file from
 //! the default store by path, so the tests never hold the shared store. Every wait is bounded;
@@ -300,7 +300,8 @@ fn damaged_and_foreign_snapshots_are_refused_and_an_unwritable_store_changes_not
 
     let daemon = start(home.path(), &model, &["-parallel", "2"]);
     let (status, refused) = post(&daemon, "/v1/contexts", json!({"snapshot": snap}));
-    assert_eq!(status, 500, "{refused}");
+    assert_eq!(status, 409, "a damaged snapshot is a conflict, not a daemon fault: {refused}");
+    assert_eq!(refused["error"]["code"], "snapshot_damaged", "{refused}");
     let message = refused["error"]["message"].as_str().unwrap_or_default();
     assert!(
         message.contains("damaged") && message.contains("nothing was restored"),
