@@ -202,6 +202,8 @@ pub fn build_app(
         .wrap(actix_web::middleware::from_fn(host_check::check_host))
         // Outermost, so requests refused by auth, CORS or the body timeout are counted too.
         .wrap(actix_web::middleware::from_fn(metrics::count_requests))
+        // A connection whose response is still going out is not idle (see `head_deadline`).
+        .wrap(actix_web::middleware::from_fn(head_deadline::track_answers))
 }
 
 /// Unknown routes answer in the shape of the API their path belongs to.
