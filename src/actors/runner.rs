@@ -60,6 +60,12 @@ pub struct WireSettings {
     pub sequences: u32,
     pub kv_type: String,
     pub flash_attention: bool,
+    #[serde(default = "default_max_queue")]
+    pub max_queue: usize,
+}
+
+fn default_max_queue() -> usize {
+    super::model::DEFAULT_MAX_QUEUE
 }
 
 impl WireSettings {
@@ -72,6 +78,7 @@ impl WireSettings {
             sequences: c.sequences,
             kv_type: c.kv_type.to_string(),
             flash_attention: c.flash_attention,
+            max_queue: settings.max_queue,
         }
     }
 
@@ -85,6 +92,7 @@ impl WireSettings {
                 kv_type: self.kv_type.parse().map_err(CoreError::internal)?,
                 flash_attention: self.flash_attention,
             },
+            max_queue: self.max_queue,
         })
     }
 }
@@ -251,6 +259,7 @@ pub enum FromRunner {
     },
     /// Sent after each request ends.
     Counters {
+        /// Requests in a sequence or waiting for one.
         in_use: usize,
         totals: WireTotals,
     },
@@ -562,7 +571,11 @@ impl LoadedModel for RunnerModel {
     }
 
     fn sequences_in_use(&self) -> usize {
-        self.state.in_use.load(Ordering::Acquire)
+        self.state.in_use.load(Ordering::Acquire).min(self.info.parallel as usize)
+    }
+
+    fn queue_depth(&self) -> usize {
+        self.state.in_use.load(Ordering::Acquire).saturating_sub(self.info.parallel as usize)
     }
 
     fn totals(&self) -> ModelTotals {

@@ -224,6 +224,7 @@ impl Local {
                 kv_type: settings.kv,
                 flash_attention: true,
             },
+            ..WorkerSettings::default()
         };
         let handle =
             LlamaModelHandle::start(Arc::new(loaded), info, &worker).map_err(model_error)?;

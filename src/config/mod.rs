@@ -151,7 +151,7 @@ impl Default for Config {
             kv: KvType::F16,
             parallel: 4,
             grammar_file: None,
-            max_queue: 512,
+            max_queue: crate::actors::model::DEFAULT_MAX_QUEUE,
             compile_threads: default_compile_threads(),
             compile_queue: crate::api::DEFAULT_COMPILE_QUEUE,
             max_body_bytes: 8 * 1024 * 1024,
