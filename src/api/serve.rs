@@ -21,6 +21,7 @@ use actix_web::web;
 
 use super::auth::ApiKey;
 use super::head_deadline::{ConnectionLoad, HeadDeadlineIo};
+use super::host_check::Listener;
 use super::limits::HttpLimits;
 use super::{build_app, AppState};
 use crate::actors::messages::ModelLoader;
@@ -312,9 +313,11 @@ pub fn start_http(
                 .client_disconnect_timeout(CLIENT_DISCONNECT_TIMEOUT)
                 .h1_allow_half_closed(true)
                 .local_addr(local)
-                // Requests report to their connection's wrapper while they are answered.
-                .on_connect_ext(|io: &HeadDeadlineIo<TcpStream>, data| {
+                // Requests report to their connection's wrapper while they are answered, and
+                // learn which address they came in on (the Host check).
+                .on_connect_ext(move |io: &HeadDeadlineIo<TcpStream>, data| {
                     data.insert(io.activity());
+                    data.insert(Listener(local));
                 })
                 .h1(map_config(app, |_| AppConfig::default()));
             fn_service(move |io: TcpStream| {
