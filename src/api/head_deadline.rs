@@ -23,9 +23,14 @@
 //! would keep every new one, `/health` included, waiting in the listen backlog until the idle
 //! ones time out.
 //!
+//! An idle connection costs nothing until connections run short: it waits on the load's
+//! pressure signal (woken once when shedding starts), and only then runs its [`IDLE_CHECK`]
+//! timer. (Waking it on a timer all along would also restart actix's keep-alive timer, which
+//! actix re-arms on every wake-up of an idle connection.)
+//!
 //! Key types: [`HeadDeadlineIo`], [`ConnectionLoad`], [`ConnectionActivity`]. Cost: one pass
-//! over the bytes of each head, one timer per connection while a head is arriving, and one
-//! wake-up per [`IDLE_CHECK`] per idle connection.
+//! over the bytes of each head, one timer per connection while a head is arriving, and while
+//! shedding one timer per idle connection.
 
 use std::future::Future;
 use std::io;
@@ -40,6 +45,8 @@ use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
 use actix_web::web::Bytes;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::futures::OwnedNotified;
+use tokio::sync::Notify;
 use tokio::time::{sleep, Sleep};
 
 /// How long a connection is idle before it may be shed, and how often an idle one checks.
@@ -56,6 +63,8 @@ pub struct ConnectionLoad {
     shed_above: usize,
     shed_down_to: usize,
     shedding: AtomicBool,
+    /// Wakes the idle connections when shedding starts.
+    pressure: Arc<Notify>,
 }
 
 impl ConnectionLoad {
@@ -67,6 +76,7 @@ impl ConnectionLoad {
             shed_above: (max_connections * 3 / 4).max(1),
             shed_down_to: max_connections / 2,
             shedding: AtomicBool::new(false),
+            pressure: Arc::new(Notify::new()),
         }
     }
 
@@ -82,7 +92,9 @@ impl ConnectionLoad {
     fn pressed(&self) -> bool {
         let open = self.open();
         if open >= self.shed_above {
-            self.shedding.store(true, Ordering::Release);
+            if !self.shedding.swap(true, Ordering::AcqRel) {
+                self.pressure.notify_waiters();
+            }
         } else if open <= self.shed_down_to {
             self.shedding.store(false, Ordering::Release);
         }
@@ -129,9 +141,11 @@ pub struct HeadDeadlineIo<IO> {
     deadline: Option<Pin<Box<Sleep>>>,
     load: Arc<ConnectionLoad>,
     activity: Arc<ConnectionActivity>,
-    /// Runs while the connection is idle: when it fires, the connection is shed if
-    /// connections run short, else it runs again.
+    /// Runs while the connection is idle and connections run short: when it fires, the
+    /// connection is shed if they still do.
     idle: Option<Pin<Box<Sleep>>>,
+    /// Waited on while the connection is idle and connections do not run short.
+    pressure: Option<Pin<Box<OwnedNotified>>>,
 }
 
 impl<IO> HeadDeadlineIo<IO> {
@@ -139,6 +153,8 @@ impl<IO> HeadDeadlineIo<IO> {
     /// `limit` of its first byte.
     pub fn new(io: IO, limit: Duration, load: Arc<ConnectionLoad>) -> Self {
         load.open.fetch_add(1, Ordering::AcqRel);
+        // The connection that makes them run short wakes the idle ones.
+        load.pressed();
         HeadDeadlineIo {
             io,
             limit,
@@ -147,6 +163,7 @@ impl<IO> HeadDeadlineIo<IO> {
             load,
             activity: Arc::new(ConnectionActivity::default()),
             idle: None,
+            pressure: None,
         }
     }
 
@@ -216,31 +233,60 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> HeadDeadlineIo<IO> {
         late
     }
 
-    /// Whether this connection is to be shed: idle for [`IDLE_CHECK`] while connections run
-    /// short. Otherwise an idle connection's check is (re)armed, registering this task.
+    /// Whether this connection is to be shed now: idle for [`IDLE_CHECK`] while connections
+    /// run short. Otherwise an idle connection waits, with this task's waker registered, on
+    /// the pressure signal (not short) or on its check (short).
     fn idle_is_shed(&mut self, cx: &mut Context<'_>) -> bool {
         if self.phase != Phase::Awaiting || self.activity.answering() {
             self.idle = None;
+            self.pressure = None;
             return false;
         }
-        loop {
-            let check = self.idle.get_or_insert_with(|| Box::pin(sleep(IDLE_CHECK)));
+        // At most: notified, then the check fires, then short no more and waiting again.
+        for _ in 0..3 {
+            if self.idle.is_none() {
+                // Created before looking, so a signal sent in between is not missed.
+                let signal = self
+                    .pressure
+                    .get_or_insert_with(|| Box::pin(Arc::clone(&self.load.pressure).notified_owned()));
+                if !self.load.pressed() {
+                    if signal.as_mut().poll(cx).is_pending() {
+                        return false;
+                    }
+                    self.pressure = None;
+                    continue;
+                }
+                self.pressure = None;
+                self.idle = Some(Box::pin(sleep(IDLE_CHECK)));
+            }
+            let Some(check) = self.idle.as_mut() else { continue };
             if check.as_mut().poll(cx).is_pending() {
                 return false;
             }
+            self.idle = None;
             if self.load.pressed() {
-                self.idle = None;
                 self.phase = Phase::Expired;
                 return true;
             }
-            self.idle = None;
         }
+        false
     }
 }
 
 impl<IO> Drop for HeadDeadlineIo<IO> {
     fn drop(&mut self) {
         self.load.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl<IO: AsyncRead + AsyncWrite + Unpin> HeadDeadlineIo<IO> {
+    /// After a response went out the connection may be idle: actix reads again only when
+    /// woken, so the idle watch registers this task now (and wakes it if the connection is
+    /// already to go).
+    fn watch_after_write(&mut self, cx: &mut Context<'_>) {
+        if self.idle_is_shed(cx) {
+            cx.waker().wake_by_ref();
+        }
     }
 }
 
@@ -296,6 +342,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for HeadDeadlineIo<IO> {
         let written = Pin::new(&mut this.io).poll_write(cx, buf);
         if let Poll::Ready(Ok(n)) = written {
             this.observe_write(&buf[..n]);
+            this.watch_after_write(cx);
         }
         written
     }
@@ -310,6 +357,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for HeadDeadlineIo<IO> {
         if let (Poll::Ready(Ok(n)), Some(first)) = (&written, bufs.iter().find(|b| !b.is_empty())) {
             if *n > 0 {
                 this.observe_write(&first[..(*n).min(first.len())]);
+                this.watch_after_write(cx);
             }
         }
         written
