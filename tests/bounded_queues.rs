@@ -34,14 +34,7 @@ struct Daemon {
 
 /// SmolLM2's file, linked (or copied) into `dir` as `smollm2.gguf`.
 fn model_file(dir: &Path) -> PathBuf {
-    let store = llamay::store::Store::open(&llamay::store::Store::default_home()).expect("store");
-    let (path, _) = llamay::actors::model::locate_model("smollm2:135m", Some(&store))
-        .expect("smollm2:135m (scripts/setup)");
-    let target = dir.join("smollm2.gguf");
-    if std::fs::hard_link(&path, &target).is_err() {
-        std::fs::copy(&path, &target).expect("copy the model");
-    }
-    target
+    process::link_model_file("smollm2:135m", dir, "smollm2.gguf")
 }
 
 /// `llamay serve` with SmolLM2 on one thread, `env` set, once `/health` answers.

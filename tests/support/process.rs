@@ -4,7 +4,8 @@
 //! each test or bench that starts a process, so none carries its own copy.
 //!
 //! Key items: [`Process`], [`llamay_command`], [`llama_server_binary`],
-//! [`start_llama_server`], [`free_port`], [`wait_for_port`], [`wait_for_health`].
+//! [`start_llama_server`], [`link_model_file`], [`free_port`], [`wait_for_port`],
+//! [`wait_for_health`].
 //! Cost: a poll every 100-200 ms while waiting.
 
 #![allow(dead_code)]
@@ -89,6 +90,20 @@ pub fn start_llama_server(binary: &Path, model: &Path, threads: i32) -> Result<(
     } else {
         Err("llama-server did not answer /health within 120 s".into())
     }
+}
+
+/// The store model `reference`'s file (from the default store, where scripts/setup imports
+/// the test models), linked (or copied) into `dir` as `file_name`, so a daemon can serve it by
+/// path from a store of its own.
+pub fn link_model_file(reference: &str, dir: &Path, file_name: &str) -> PathBuf {
+    let store = llamay::store::Store::open(&llamay::store::Store::default_home()).expect("store");
+    let (path, _) = llamay::actors::model::locate_model(reference, Some(&store))
+        .unwrap_or_else(|e| panic!("{reference} (scripts/setup): {e}"));
+    let target = dir.join(file_name);
+    if std::fs::hard_link(&path, &target).is_err() {
+        std::fs::copy(&path, &target).expect("copy the model");
+    }
+    target
 }
 
 /// A loopback port nothing listens on right now.
