@@ -481,9 +481,7 @@ impl LlamaModelHandle {
         }
         Ok(generation)
     }
-}
 
-impl LlamaModelHandle {
     /// Counts one more request in (a sequence or the queue), or refuses it with 503 when
     /// `max_queue` requests already wait for a sequence.
     fn reserve_place(&self) -> Result<(), CoreError> {

@@ -60,12 +60,7 @@ pub struct WireSettings {
     pub sequences: u32,
     pub kv_type: String,
     pub flash_attention: bool,
-    #[serde(default = "default_max_queue")]
     pub max_queue: usize,
-}
-
-fn default_max_queue() -> usize {
-    super::model::DEFAULT_MAX_QUEUE
 }
 
 impl WireSettings {

@@ -17,11 +17,10 @@
 //! waits for a request head with no request of its own being answered (a response still
 //! streaming keeps it busy: [`track_answers`] counts them through the connection's data). When
 //! the daemon holds [`ConnectionLoad::shed_above`] connections (three quarters of
-//! `max_connections`), those idle for [`IDLE_CHECK`] are closed until half the cap is free, and a
-//! head that starts meanwhile has
-//! [`PRESSED_HEAD_LIMIT`] to arrive: otherwise a client holding a thousand idle connections
-//! would keep every new one, `/health` included, waiting in the listen backlog until the idle
-//! ones time out.
+//! `max_connections`), those idle for [`IDLE_CHECK`] are closed until half the cap is free, and
+//! a head that starts meanwhile has [`PRESSED_HEAD_LIMIT`] to arrive: otherwise a client holding
+//! a thousand idle connections would keep every new one, `/health` included, waiting in the
+//! listen backlog until the idle ones time out.
 //!
 //! An idle connection costs nothing until connections run short: it waits on the load's
 //! pressure signal (woken once when shedding starts), and only then runs its [`IDLE_CHECK`]
@@ -188,6 +187,7 @@ impl<IO> HeadDeadlineIo<IO> {
                 Phase::Awaiting => {
                     self.deadline = Some(Box::pin(sleep(self.head_limit())));
                     self.idle = None;
+                    self.pressure = None;
                     0
                 }
                 Phase::InHead { line_end } => line_end,
@@ -271,15 +271,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> HeadDeadlineIo<IO> {
         }
         false
     }
-}
 
-impl<IO> Drop for HeadDeadlineIo<IO> {
-    fn drop(&mut self) {
-        self.load.open.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-impl<IO: AsyncRead + AsyncWrite + Unpin> HeadDeadlineIo<IO> {
     /// After a response went out the connection may be idle: actix reads again only when
     /// woken, so the idle watch registers this task now (and wakes it if the connection is
     /// already to go).
@@ -287,6 +279,12 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> HeadDeadlineIo<IO> {
         if self.idle_is_shed(cx) {
             cx.waker().wake_by_ref();
         }
+    }
+}
+
+impl<IO> Drop for HeadDeadlineIo<IO> {
+    fn drop(&mut self) {
+        self.load.open.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

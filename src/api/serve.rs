@@ -80,6 +80,8 @@ const FILES_BESIDES_CONNECTIONS: u64 = 256;
 /// many systems start services at 1024, which `max_connections` alone would use up), and
 /// warns when the hard limit is lower still.
 fn raise_open_file_limit(connections: usize) {
+    #[cfg(not(unix))]
+    let _ = connections;
     #[cfg(unix)]
     {
         let needed = (connections as u64).saturating_add(FILES_BESIDES_CONNECTIONS);

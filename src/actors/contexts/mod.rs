@@ -147,7 +147,7 @@ struct Standing {
 /// How many listed contexts are in each residence, kept as records change (never counted by
 /// a scan), and how many are listed at all.
 #[derive(Debug, Default)]
-pub(crate) struct Census {
+struct Census {
     by_residence: [AtomicUsize; 4],
     listed: AtomicUsize,
 }

@@ -261,7 +261,7 @@ impl Metrics {
             &mut out,
             "llamay_constraint_compile_cache_hits_total",
             "counter",
-            "Schemas and grammars found compiled in the cache.",
+            "Schemas, grammars and tool lists found compiled in the cache.",
         );
         sample(
             &mut out,
@@ -273,7 +273,7 @@ impl Metrics {
             &mut out,
             "llamay_constraint_compile_cache_misses_total",
             "counter",
-            "Schemas and grammars compiled.",
+            "Schemas, grammars and tool lists compiled (cache misses).",
         );
         sample(
             &mut out,
