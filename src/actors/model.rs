@@ -494,12 +494,12 @@ impl LlamaModelHandle {
                 CoreError::new(
                     crate::error::ErrorCode::Overloaded,
                     format!(
-                        "{} requests are already waiting for one of the {} sequences of {} \
-                         (max_queue {}); retry shortly",
-                        in_use.saturating_sub(self.slots),
-                        self.slots,
+                        "{} has as many requests waiting for a free sequence as max_queue {} allows \
+                         ({} waiting, {} sequences busy); retry shortly",
                         self.info.name,
-                        self.max_queue
+                        self.max_queue,
+                        in_use.saturating_sub(self.slots),
+                        self.slots
                     ),
                 )
             })

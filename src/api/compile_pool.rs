@@ -126,9 +126,9 @@ impl CompilePool {
                     CoreError::new(
                         ErrorCode::Overloaded,
                         format!(
-                            "{} schema or grammar compiles are already waiting for the {} compile \
-                             threads (compile_queue {}); retry shortly",
-                            self.queue, self.threads, self.queue
+                            "the compile queue is full: as many schemas and grammars wait for the \
+                             {} compile threads as compile_queue {} allows; retry shortly",
+                            self.threads, self.queue
                         ),
                     )
                 }
