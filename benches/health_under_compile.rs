@@ -18,10 +18,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::blocking::Client;
 
-#[path = "../tests/support/process.rs"]
-mod process;
-
-use process::{free_port, wait_for_health, Process};
+use llamay_test_support::process::{self, free_port, wait_for_health, Process};
 
 /// The `const` string's length: about 7 MB of body.
 const CONST_BYTES: usize = 7 * 1000 * 1000;

@@ -56,6 +56,8 @@ pub enum ErrorCode {
     SnapshotDamaged,
     /// The daemon holds as many contexts as it may (`max_contexts`); delete some first.
     ContextLimit,
+    /// The disk holding the model store is full (a pull or an import).
+    InsufficientStorage,
 }
 
 impl ErrorCode {
@@ -76,10 +78,10 @@ impl ErrorCode {
             ErrorCode::ContextNotFound => 404,
             ErrorCode::Conflict | ErrorCode::SnapshotDamaged => 409,
             ErrorCode::PayloadTooLarge => 413,
-            ErrorCode::ContextLimit => 507,
             ErrorCode::Overloaded | ErrorCode::ShuttingDown => 503,
             ErrorCode::RpcWorkerLost => 503,
             ErrorCode::ModelLoadFailed | ErrorCode::Internal => 500,
+            ErrorCode::ContextLimit | ErrorCode::InsufficientStorage => 507,
         }
     }
 
@@ -126,6 +128,7 @@ impl ErrorCode {
             ErrorCode::HostNotAllowed => "host_not_allowed",
             ErrorCode::SnapshotDamaged => "snapshot_damaged",
             ErrorCode::ContextLimit => "context_limit_reached",
+            ErrorCode::InsufficientStorage => "insufficient_storage",
         }
     }
 
@@ -244,6 +247,7 @@ mod tests {
             ErrorCode::HostNotAllowed,
             ErrorCode::SnapshotDamaged,
             ErrorCode::ContextLimit,
+            ErrorCode::InsufficientStorage,
         ];
         for code in all {
             let retryable = matches!(code.status(), 429 | 503);
@@ -256,5 +260,7 @@ mod tests {
         assert_eq!(ErrorCode::RequestTimeout.status_text(), "Request Timeout");
         assert_eq!(ErrorCode::HostNotAllowed.anthropic_type(), "permission_error");
         assert_eq!(ErrorCode::ContextLimit.status_text(), "Insufficient Storage");
+        assert_eq!(ErrorCode::InsufficientStorage.status(), 507);
+        assert_eq!(ErrorCode::InsufficientStorage.status_text(), "Insufficient Storage");
     }
 }

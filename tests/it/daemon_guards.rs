@@ -13,52 +13,42 @@
 
 use std::io::Read;
 use std::net::TcpStream;
-use std::path::Path;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use llamay_test_support::daemon::Daemon;
 use reqwest::blocking::Client;
 use reqwest::header::HOST;
 use serde_json::Value;
 
-#[path = "support/process.rs"]
-mod process;
-
-use process::{free_port, wait_for_health, Process};
-
-struct Daemon {
-    _process: Process,
-    port: u16,
+/// A daemon with the empty store it was started over, removed after it stops.
+struct Served {
+    daemon: Daemon,
     _home: tempfile::TempDir,
 }
 
-impl Daemon {
-    fn base(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+impl Served {
+    fn base(&self) -> &str {
+        &self.daemon.base
+    }
+
+    fn port(&self) -> u16 {
+        let (_, port) = self.daemon.addr().rsplit_once(':').expect("host:port");
+        port.parse().expect("port")
     }
 }
 
-/// `llamay serve` on `bind_ip` with `args`, stderr to `stderr` (or nowhere), once `/health`
-/// answers.
-fn start(bind_ip: &str, args: &[&str], stderr: Option<&Path>) -> Daemon {
+/// `llamay serve` on `bind_ip` with `args`, logging at info, once `/health` answers.
+fn start(bind_ip: &str, args: &[&str]) -> Served {
     let home = tempfile::tempdir().expect("home");
-    let port = free_port();
-    let mut command = process::llamay_command();
-    command
-        .env("LLAMAY_HOME", home.path())
+    let daemon = Daemon::builder()
+        .bind_ip(bind_ip)
+        .home(home.path())
         .env("RUST_LOG", "info")
-        .args(["serve", "-addr", &format!("{bind_ip}:{port}")])
         .args(args)
-        .stdout(Stdio::null());
-    match stderr {
-        Some(path) => command.stderr(std::fs::File::create(path).expect("log file")),
-        None => command.stderr(Stdio::null()),
-    };
-    let daemon = Daemon { _process: Process(command.spawn().expect("serve")), port, _home: home };
-    assert!(wait_for_health(&daemon.base(), Duration::from_secs(60)), "the daemon did not start");
-    daemon
+        .start();
+    Served { daemon, _home: home }
 }
 
 fn with_host(client: &Client, url: String, host: &str) -> (u16, Value) {
@@ -69,9 +59,9 @@ fn with_host(client: &Client, url: String, host: &str) -> (u16, Value) {
 
 #[test]
 fn a_loopback_bind_answers_loopback_and_added_hosts_and_refuses_others_in_each_shape() {
-    let daemon = start("127.0.0.1", &["-allowed-hosts", "box.lan,proxy.example"], None);
+    let daemon = start("127.0.0.1", &["-allowed-hosts", "box.lan,proxy.example"]);
     let client = Client::new();
-    let port = daemon.port;
+    let port = daemon.port();
     let tags = format!("{}/api/tags", daemon.base());
     for host in [
         format!("localhost:{port}"),
@@ -114,7 +104,7 @@ fn a_loopback_bind_answers_loopback_and_added_hosts_and_refuses_others_in_each_s
 
 #[test]
 fn a_bind_beyond_loopback_leaves_the_host_to_the_api_key() {
-    let daemon = start("0.0.0.0", &[], None);
+    let daemon = start("0.0.0.0", &[]);
     let (status, body) =
         with_host(&Client::new(), format!("{}/api/tags", daemon.base()), "attacker.example");
     assert_eq!(status, 200, "{body}");
@@ -159,10 +149,10 @@ fn health_answers_while_one_client_holds_many_idle_connections() {
         "max_connections = 64\nclient_request_timeout = \"30s\"\nhttp_keep_alive = \"30s\"\n",
     )
     .expect("write config");
-    let daemon = start("127.0.0.1", &["-config", &config.path().display().to_string()], None);
+    let daemon = start("127.0.0.1", &["-config", &config.path().display().to_string()]);
     let (stop, closed) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
     let holder = {
-        let (stop, closed, port) = (Arc::clone(&stop), Arc::clone(&closed), daemon.port);
+        let (stop, closed, port) = (Arc::clone(&stop), Arc::clone(&closed), daemon.port());
         std::thread::spawn(move || hold_idle_connections(port, 200, stop, closed))
     };
     std::thread::sleep(Duration::from_secs(2));
@@ -190,18 +180,12 @@ fn health_answers_while_one_client_holds_many_idle_connections() {
 
 #[test]
 fn logs_have_no_colour_codes_in_a_file_and_are_json_lines_when_asked() {
-    let dir = tempfile::tempdir().expect("dir");
-    let text_log = dir.path().join("text.log");
-    let daemon = start("127.0.0.1", &[], Some(&text_log));
-    drop(daemon);
-    let text = std::fs::read_to_string(&text_log).expect("log");
+    // The daemon's stderr is a file: the log a service manager keeps.
+    let text = start("127.0.0.1", &[]).daemon.log();
     assert!(text.contains("llamay serving"), "{text}");
     assert!(!text.contains('\u{1b}'), "escape codes in a log file: {text:?}");
 
-    let json_log = dir.path().join("json.log");
-    let daemon = start("127.0.0.1", &["-log-format", "json"], Some(&json_log));
-    drop(daemon);
-    let lines = std::fs::read_to_string(&json_log).expect("log");
+    let lines = start("127.0.0.1", &["-log-format", "json"]).daemon.log();
     let mut serving = None;
     for line in lines.lines().filter(|line| !line.trim().is_empty()) {
         let entry: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));

@@ -10,66 +10,51 @@
 //! Each daemon has its own store (a temporary `LLAMAY_HOME`) and serves the SmolLM2 file from
 //! the default store by path; every wait is bounded, every process stopped on drop.
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use llamay_test_support::daemon::Daemon;
+use llamay_test_support::http;
 use reqwest::blocking::Client;
+use reqwest::Method;
 use serde_json::{json, Value};
-
-#[path = "support/process.rs"]
-mod process;
-
-use process::{free_port, wait_for_health, Process};
 
 /// The name `serve -m <dir>/smollm2.gguf` serves the file under, as the daemon spells it.
 const MODEL: &str = "smollm2:latest";
 
-struct Daemon {
-    _process: Process,
-    base: String,
+/// A daemon with the store and the model file it was started over, removed after it stops.
+struct Served {
+    daemon: Daemon,
     _home: tempfile::TempDir,
     _files: tempfile::TempDir,
 }
 
-/// SmolLM2's file, linked (or copied) into `dir` as `smollm2.gguf`.
-fn model_file(dir: &Path) -> PathBuf {
-    process::link_model_file("smollm2:135m", dir, "smollm2.gguf")
-}
-
 /// `llamay serve` with SmolLM2 on one thread, `env` set, once `/health` answers.
-fn start(extra: &[&str], env: &[(&str, &str)]) -> Daemon {
+fn start(extra: &[&str], env: &[(&str, &str)]) -> Served {
     let home = tempfile::tempdir().expect("home");
     let files = tempfile::tempdir().expect("files");
-    let model = model_file(files.path());
-    let port = free_port();
-    let mut command = process::llamay_command();
-    command
-        .env("LLAMAY_HOME", home.path())
-        .args(["serve", "-m"])
-        .arg(&model)
-        .args(["-addr", &format!("127.0.0.1:{port}"), "-t", "1", "-context", "2048"])
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+    let model = crate::model_files::link_model_file("smollm2:135m", files.path(), "smollm2.gguf");
+    let mut builder = Daemon::builder()
+        .home(home.path())
+        .model(&model)
+        .args(["-t", "1", "-context", "2048"])
+        .args(extra);
     for (key, value) in env {
-        command.env(key, value);
+        builder = builder.env(key, value);
     }
-    let base = format!("http://127.0.0.1:{port}");
-    let daemon = Daemon { _process: Process(command.spawn().expect("serve")), base, _home: home, _files: files };
-    assert!(wait_for_health(&daemon.base, Duration::from_secs(120)), "the daemon did not start");
-    daemon
+    Served { daemon: builder.start(), _home: home, _files: files }
 }
 
-fn stats(client: &Client, daemon: &Daemon) -> Value {
-    client.get(format!("{}/v1/stats", daemon.base)).send().expect("stats").json().expect("json")
+fn stats(daemon: &Daemon) -> Value {
+    let (status, stats) = daemon.get("/v1/stats");
+    assert_eq!(status, 200, "{stats}");
+    stats
 }
 
 /// Polls `/v1/stats` until `done` holds (at most 60 s); the last stats either way.
-fn wait_for_stats(client: &Client, daemon: &Daemon, done: impl Fn(&Value) -> bool) -> Value {
+fn wait_for_stats(daemon: &Daemon, done: impl Fn(&Value) -> bool) -> Value {
     let start = Instant::now();
     loop {
-        let now = stats(client, daemon);
+        let now = stats(daemon);
         if done(&now) || start.elapsed() > Duration::from_secs(60) {
             return now;
         }
@@ -79,8 +64,9 @@ fn wait_for_stats(client: &Client, daemon: &Daemon, done: impl Fn(&Value) -> boo
 
 #[test]
 fn past_max_queue_a_loaded_model_answers_503_with_retry_after_in_each_shape() {
-    let daemon = start(&["-parallel", "1"], &[("LLAMAY_MAX_QUEUE", "1")]);
-    let client = Client::builder().timeout(Duration::from_secs(120)).build().expect("client");
+    let served = start(&["-parallel", "1"], &[("LLAMAY_MAX_QUEUE", "1")]);
+    let daemon = &served.daemon;
+    let client = daemon.client();
 
     // The one sequence: a streamed answer held to 4,000 letters, cut at 1,500 tokens.
     let busy = client
@@ -92,12 +78,12 @@ fn past_max_queue_a_loaded_model_answers_503_with_retry_after_in_each_shape() {
         .send()
         .expect("the long request starts");
     assert_eq!(busy.status().as_u16(), 200);
-    let running = wait_for_stats(&client, &daemon, |s| s["models"][0]["sequences_in_use"] == 1);
+    let running = wait_for_stats(daemon, |s| s["models"][0]["sequences_in_use"] == 1);
     assert_eq!(running["models"][0]["sequences_in_use"], 1, "{running}");
 
     // The one place in the queue.
     let waiting = {
-        let (client, base) = (client.clone(), daemon.base.clone());
+        let (client, base): (Client, String) = (client.clone(), daemon.base.clone());
         std::thread::spawn(move || {
             client
                 .post(format!("{base}/api/generate"))
@@ -106,7 +92,7 @@ fn past_max_queue_a_loaded_model_answers_503_with_retry_after_in_each_shape() {
                 .map(|response| response.status().as_u16())
         })
     };
-    let queued = wait_for_stats(&client, &daemon, |s| s["queue_depth"] == 1);
+    let queued = wait_for_stats(daemon, |s| s["queue_depth"] == 1);
     assert_eq!(queued["queue_depth"], 1, "the waiting request is counted: {queued}");
     assert_eq!(queued["models"][0]["queue_depth"], 1, "{queued}");
     assert_eq!(queued["models"][0]["sequences_in_use"], 1, "{queued}");
@@ -141,30 +127,21 @@ fn past_max_queue_a_loaded_model_answers_503_with_retry_after_in_each_shape() {
     // The client of the long answer leaves: its sequence goes to the waiting request.
     drop(busy);
     assert_eq!(waiting.join().expect("thread").expect("answer"), 200);
-    let idle = wait_for_stats(&client, &daemon, |s| s["queue_depth"] == 0 && s["models"][0]["sequences_in_use"] == 0);
+    let idle = wait_for_stats(daemon, |s| s["queue_depth"] == 0 && s["models"][0]["sequences_in_use"] == 0);
     assert_eq!((idle["queue_depth"].as_u64(), idle["models"][0]["sequences_in_use"].as_u64()), (Some(0), Some(0)), "{idle}");
-}
-
-fn call(client: &Client, method: reqwest::Method, url: String, body: Option<Value>) -> (u16, Value) {
-    let mut request = client.request(method, url);
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    let response = request.send().expect("answer");
-    let status = response.status().as_u16();
-    (status, response.json().unwrap_or(Value::Null))
 }
 
 #[test]
 fn contexts_are_capped_at_max_contexts_and_listed_a_page_at_a_time() {
-    let daemon = start(&["-parallel", "2"], &[("LLAMAY_MAX_CONTEXTS", "5")]);
-    let client = Client::builder().timeout(Duration::from_secs(120)).build().expect("client");
+    let served = start(&["-parallel", "2"], &[("LLAMAY_MAX_CONTEXTS", "5")]);
+    let daemon = &served.daemon;
+    let client = daemon.client();
     let contexts = format!("{}/v1/contexts", daemon.base);
-    let create = || call(&client, reqwest::Method::POST, contexts.clone(), Some(json!({"model": MODEL, "prompt": "Once upon a time"})));
+    let create = || http::call(client, Method::POST, &contexts, Some(&json!({"model": MODEL, "prompt": "Once upon a time"})));
     let (status, first) = create();
     assert_eq!(status, 201, "{first}");
     let first_id = first["id"].as_str().expect("id").to_string();
-    let fork = |n: usize| call(&client, reqwest::Method::POST, format!("{contexts}/{first_id}/fork?n={n}"), None);
+    let fork = |n: usize| http::call(client, Method::POST, &format!("{contexts}/{first_id}/fork?n={n}"), None);
     let (status, forked) = fork(4);
     assert_eq!(status, 201, "{forked}");
 
@@ -174,7 +151,7 @@ fn contexts_are_capped_at_max_contexts_and_listed_a_page_at_a_time() {
     assert!(refused["error"]["message"].as_str().unwrap_or_default().contains("max_contexts 5"), "{refused}");
     let (status, refused) = fork(1);
     assert_eq!(status, 507, "{refused}");
-    let counted = stats(&client, &daemon);
+    let counted = stats(daemon);
     assert_eq!((counted["contexts"]["total"].as_u64(), counted["contexts"]["max_contexts"].as_u64()), (Some(5), Some(5)), "{counted}");
 
     // Three pages of two, oldest first, each after the last id of the one before.
@@ -185,7 +162,7 @@ fn contexts_are_capped_at_max_contexts_and_listed_a_page_at_a_time() {
             Some(id) => format!("?limit=2&after={id}"),
             None => "?limit=2".to_string(),
         };
-        let (status, page) = call(&client, reqwest::Method::GET, format!("{contexts}{query}"), None);
+        let (status, page) = http::call(client, Method::GET, &format!("{contexts}{query}"), None);
         assert_eq!(status, 200, "{page}");
         assert_eq!(page["has_more"], expect_more, "{page}");
         let ids: Vec<String> = page["data"].as_array().expect("data").iter().map(|c| c["id"].as_str().unwrap_or("").to_string()).collect();
@@ -198,12 +175,12 @@ fn contexts_are_capped_at_max_contexts_and_listed_a_page_at_a_time() {
     let mut expected = vec![first_id.clone()];
     expected.extend(children.iter().cloned());
     assert_eq!(listed, expected, "every context once, in creation order");
-    let (status, refused) = call(&client, reqwest::Method::GET, format!("{contexts}?limit=0"), None);
+    let (status, refused) = http::call(client, Method::GET, &format!("{contexts}?limit=0"), None);
     assert_eq!((status, refused["error"]["param"].as_str()), (400, Some("limit")), "{refused}");
-    let (status, refused) = call(&client, reqwest::Method::GET, format!("{contexts}?after=ctx_gone"), None);
+    let (status, refused) = http::call(client, Method::GET, &format!("{contexts}?after=ctx_gone"), None);
     assert_eq!((status, refused["error"]["param"].as_str()), (404, Some("after")), "{refused}");
 
-    let (status, _) = call(&client, reqwest::Method::DELETE, format!("{contexts}/{}", children[0]), None);
+    let (status, _) = http::call(client, Method::DELETE, &format!("{contexts}/{}", children[0]), None);
     assert_eq!(status, 200);
     let (status, made) = create();
     assert_eq!(status, 201, "deleting one makes room: {made}");
