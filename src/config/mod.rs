@@ -26,7 +26,7 @@ pub use args::{normalize_single_dash_flags, ServeArgs, SINGLE_DASH_LONG_FLAGS};
 pub use values::parse_formats;
 use values::{
     parse_env, parse_keepalive, parse_kv, parse_memory, parse_on_off, parse_split, parse_timeout,
-    split_origins, split_workers, valid_api_key, valid_host_name, valid_origin, valid_registry_host,
+    split_origins, split_workers, valid_api_key, valid_host_and_port, valid_origin,
 };
 
 /// How log lines are written.
@@ -557,7 +557,8 @@ impl Config {
         if !(1..=1_000_000).contains(&self.max_contexts) {
             return invalid("max_contexts", self.max_contexts.to_string(), "1 to 1000000");
         }
-        if let Some(host) = self.allowed_hosts.iter().find(|host| !valid_host_name(host)) {
+        let refused_host = |host: &&String| host.as_str() != "*" && !valid_host_and_port(host);
+        if let Some(host) = self.allowed_hosts.iter().find(refused_host) {
             return invalid(
                 "allowed_hosts",
                 host.clone(),
@@ -619,7 +620,7 @@ impl Config {
                 return invalid("split", shown, "ratios 0 or more, not all 0");
             }
         }
-        if let Some(host) = self.insecure_registries.iter().find(|h| !valid_registry_host(h)) {
+        if let Some(host) = self.insecure_registries.iter().find(|h| !valid_host_and_port(h)) {
             return invalid(
                 "insecure_registries",
                 host.clone(),
