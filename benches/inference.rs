@@ -214,6 +214,7 @@ fn main() {
         let model = Arc::new(Model::load(&path).expect("model loads"));
         let settings = WorkerSettings {
             context: ContextParams { n_ctx: 1024, threads, batch: 512, sequences: 1, kv_type: KvType::F16, flash_attention: true },
+            ..WorkerSettings::default()
         };
         let handle = LlamaModelHandle::start(model, info, &settings).expect("worker starts");
         let backend = llamay::llm::llama_backend().expect("backend");

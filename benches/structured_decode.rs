@@ -344,6 +344,7 @@ fn main() {
                 kv_type: KvType::F16,
                 flash_attention: true,
             },
+            ..WorkerSettings::default()
         };
         let handle = LlamaModelHandle::start(model, info, &settings).expect("worker starts");
         let server = peer.as_deref().map(|binary| PeerServer::start(binary, &path, threads));

@@ -50,6 +50,12 @@ pub enum ErrorCode {
     Conflict,
     /// An RPC worker a model is split over is lost or unreachable; retry when it is back.
     RpcWorkerLost,
+    /// The request's `Host` is not one a loopback-bound daemon answers (DNS rebinding).
+    HostNotAllowed,
+    /// A snapshot's stored state or record is damaged: nothing can be restored from it.
+    SnapshotDamaged,
+    /// The daemon holds as many contexts as it may (`max_contexts`); delete some first.
+    ContextLimit,
     /// The disk holding the model store is full (a pull or an import).
     InsufficientStorage,
 }
@@ -66,15 +72,16 @@ impl ErrorCode {
             | ErrorCode::PromptTooLong
             | ErrorCode::InvalidModelName => 400,
             ErrorCode::Unauthorized => 401,
+            ErrorCode::HostNotAllowed => 403,
             ErrorCode::RequestTimeout => 408,
             ErrorCode::ModelNotFound | ErrorCode::RouteNotFound | ErrorCode::NotOffered => 404,
             ErrorCode::ContextNotFound => 404,
-            ErrorCode::Conflict => 409,
+            ErrorCode::Conflict | ErrorCode::SnapshotDamaged => 409,
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::Overloaded | ErrorCode::ShuttingDown => 503,
             ErrorCode::RpcWorkerLost => 503,
             ErrorCode::ModelLoadFailed | ErrorCode::Internal => 500,
-            ErrorCode::InsufficientStorage => 507,
+            ErrorCode::ContextLimit | ErrorCode::InsufficientStorage => 507,
         }
     }
 
@@ -83,6 +90,7 @@ impl ErrorCode {
         match self.status() {
             400 => "Bad Request",
             401 => "Unauthorized",
+            403 => "Forbidden",
             408 => "Request Timeout",
             404 => "Not Found",
             409 => "Conflict",
@@ -117,6 +125,9 @@ impl ErrorCode {
             ErrorCode::ContextNotFound => "context_not_found",
             ErrorCode::Conflict => "conflict",
             ErrorCode::RpcWorkerLost => "rpc_worker_lost",
+            ErrorCode::HostNotAllowed => "host_not_allowed",
+            ErrorCode::SnapshotDamaged => "snapshot_damaged",
+            ErrorCode::ContextLimit => "context_limit_reached",
             ErrorCode::InsufficientStorage => "insufficient_storage",
         }
     }
@@ -126,6 +137,7 @@ impl ErrorCode {
         match self.status() {
             400 | 408 => "invalid_request_error",
             401 => "authentication_error",
+            403 => "permission_error",
             404 => "not_found_error",
             409 => "invalid_request_error",
             413 => "request_too_large",
@@ -232,6 +244,9 @@ mod tests {
             ErrorCode::ContextNotFound,
             ErrorCode::Conflict,
             ErrorCode::RpcWorkerLost,
+            ErrorCode::HostNotAllowed,
+            ErrorCode::SnapshotDamaged,
+            ErrorCode::ContextLimit,
             ErrorCode::InsufficientStorage,
         ];
         for code in all {
@@ -243,6 +258,8 @@ mod tests {
         assert_eq!(ErrorCode::Unauthorized.status(), 401);
         assert_eq!(ErrorCode::Unauthorized.anthropic_type(), "authentication_error");
         assert_eq!(ErrorCode::RequestTimeout.status_text(), "Request Timeout");
+        assert_eq!(ErrorCode::HostNotAllowed.anthropic_type(), "permission_error");
+        assert_eq!(ErrorCode::ContextLimit.status_text(), "Insufficient Storage");
         assert_eq!(ErrorCode::InsufficientStorage.status(), 507);
         assert_eq!(ErrorCode::InsufficientStorage.status_text(), "Insufficient Storage");
     }

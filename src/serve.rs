@@ -192,6 +192,7 @@ pub fn run(mut config: Config, store: Arc<Store>) -> std::io::Result<()> {
             kv_type: config.kv,
             flash_attention: config.flash_attention,
         },
+        max_queue: config.max_queue,
     };
     if !config.rpc.is_empty() {
         check_rpc_workers(&config.rpc, &config.split)?;

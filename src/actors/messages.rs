@@ -58,8 +58,12 @@ pub trait LoadedModel: Send + Sync {
             record.id
         )))
     }
-    /// Sequences decoding or waiting for a slot right now.
+    /// Sequences decoding right now.
     fn sequences_in_use(&self) -> usize;
+    /// Requests waiting for a free sequence right now (bounded by `max_queue`).
+    fn queue_depth(&self) -> usize {
+        0
+    }
     /// What each device holds when the model is split over RPC workers (empty: all local).
     fn placement(&self) -> Vec<crate::core::DevicePlacement> {
         Vec::new()

@@ -1,6 +1,9 @@
 //! The model actor: a dedicated thread that owns one llama.cpp context and, every step, decodes
 //! one batch holding all live sequences (continuous batching). A request that arrives while
 //! others generate joins at the next step; a finished or cancelled one leaves and frees its slot.
+//! Requests beyond the free sequences wait in the worker's queue, at most `max_queue` of them
+//! (more are refused at submit with 503); a waiting request whose client left is dropped at
+//! the next step.
 //!
 //! Key types: [`LlamaModelHandle`] (the [`LoadedModel`] the supervisor holds), [`WorkerSettings`],
 //! [`StoreLoader`] (the real [`ModelLoader`](super::messages::ModelLoader): store name -> file
@@ -22,7 +25,7 @@ use super::prefix::SlotCache;
 use super::sampler::{SequenceSampler, Step};
 use crate::core::{
     Completion, ConstraintKind, CoreError, FinishReason, ModelInfo, ModelTotals, PromptInput, Role, StepSplit,
-    StreamEvent, Timings, Usage, ValidGenerateRequest,
+    StreamEvent, Timings, ToolSpec, Usage, ValidGenerateRequest,
 };
 use crate::grammar::{CompiledGrammar, Limits};
 use crate::grammar::matcher::Matcher;
@@ -32,10 +35,22 @@ use crate::llm::template::TemplateMessage;
 use crate::llm::{BatchEntry, Context, ContextParams, Model};
 use crate::tools::ToolAnswer;
 
-/// How a model's context is set up when it loads.
+/// Requests that may wait for a free sequence of one loaded model when the config names no
+/// `max_queue`.
+pub const DEFAULT_MAX_QUEUE: usize = 512;
+
+/// How a model's context is set up when it loads, and how many requests may wait for it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkerSettings {
     pub context: ContextParams,
+    /// Requests that may wait for a free sequence; more are refused with 503 (`max_queue`).
+    pub max_queue: usize,
+}
+
+impl Default for WorkerSettings {
+    fn default() -> Self {
+        WorkerSettings { context: ContextParams::default(), max_queue: DEFAULT_MAX_QUEUE }
+    }
 }
 
 /// A request waiting for, or holding, a sequence slot.
@@ -89,6 +104,7 @@ struct Live {
 /// Counters shared between the handle (which reads them) and the worker (which writes them).
 #[derive(Default)]
 struct Shared {
+    /// Requests submitted and not yet finished: in a sequence, or waiting for one.
     in_use: AtomicUsize,
     totals: Mutex<ModelTotals>,
 }
@@ -104,6 +120,10 @@ pub struct LlamaModelHandle {
     shared: Arc<Shared>,
     worker: Option<JoinHandle<()>>,
     per_sequence_ctx: u32,
+    /// Sequences decoded together.
+    slots: usize,
+    /// Requests that may wait for a sequence beyond those in one.
+    max_queue: usize,
     /// The context settings, reused by the reranking context (issue 14).
     context_params: ContextParams,
     /// This model as a reranker, started on the first `/rerank` that names it.
@@ -167,6 +187,8 @@ impl LlamaModelHandle {
             shared,
             worker: Some(worker),
             per_sequence_ctx,
+            slots: settings.context.sequences.max(1) as usize,
+            max_queue: settings.max_queue,
             context_params: settings.context.clone(),
             scorer: OnceLock::new(),
         })
@@ -205,21 +227,21 @@ impl LlamaModelHandle {
                     &request.tool_choice,
                     request.parallel_tool_calls,
                     self.model.chat_template().handles_tools(),
-                )?;
+                );
+                let forced = match &request.constraint {
+                    _ if !plan.forces_call => None,
+                    // The API compiled it on its compile pool.
+                    Some(constraint) if constraint.kind == ConstraintKind::Tool => Some(Arc::clone(&constraint.grammar)),
+                    // Submitted without the API (a runner process, the CLI): compiled here.
+                    _ => forced_call_grammar(tools, request)?,
+                };
                 let rendered: Vec<TemplateMessage> = plan.messages.iter().map(template_message).collect();
                 let prompt = self
                     .model
                     .tokenize_chat(&rendered, plan.template_tools.as_deref())
                     .map_err(template_error)?;
                 self.check_room_to_name_a_tool(&plan, request.sampling.max_tokens)?;
-                let tools = plan.output();
-                let forced = match plan.forced {
-                    Some(grammar) => Some(Arc::new(
-                        CompiledGrammar::new(grammar, &Limits::default()).map_err(|e| CoreError::bad_request(e.to_string()))?,
-                    )),
-                    None => None,
-                };
-                Ok(Prepared { prompt, forced, tools, filters_markup: true })
+                Ok(Prepared { prompt, forced, tools: plan.output(), filters_markup: true })
             }
             PromptInput::Raw { prompt, system, template: true } => {
                 let mut messages = Vec::new();
@@ -252,6 +274,15 @@ impl LlamaModelHandle {
         }
         Ok(())
     }
+}
+
+/// The grammar of a forced call compiled here, for requests that did not come through the API.
+fn forced_call_grammar(tools: &[ToolSpec], request: &ValidGenerateRequest) -> Result<Option<Arc<CompiledGrammar>>, CoreError> {
+    let Some(grammar) = crate::tools::compile_tool_use(tools, &request.tool_choice, request.parallel_tool_calls)? else {
+        return Ok(None);
+    };
+    let compiled = CompiledGrammar::new(grammar, &Limits::default()).map_err(|e| CoreError::bad_request(e.to_string()))?;
+    Ok(Some(Arc::new(compiled)))
 }
 
 /// A split as the API shows it: each device, its layers and bytes.
@@ -332,7 +363,11 @@ impl LoadedModel for LlamaModelHandle {
     }
 
     fn sequences_in_use(&self) -> usize {
-        self.shared.in_use.load(Ordering::Acquire)
+        self.shared.in_use.load(Ordering::Acquire).min(self.slots)
+    }
+
+    fn queue_depth(&self) -> usize {
+        self.shared.in_use.load(Ordering::Acquire).saturating_sub(self.slots)
     }
 
     fn placement(&self) -> Vec<crate::core::DevicePlacement> {
@@ -447,13 +482,39 @@ impl LlamaModelHandle {
             context_tokens: Vec::new(),
             state_op,
         };
-        let jobs = self.jobs.as_ref().ok_or_else(|| CoreError::internal("the model is shutting down"))?;
-        self.shared.in_use.fetch_add(1, Ordering::AcqRel);
+        let jobs = self
+            .jobs
+            .as_ref()
+            .ok_or_else(|| CoreError::new(crate::error::ErrorCode::ShuttingDown, "the model is unloading"))?;
+        self.reserve_place()?;
         if jobs.send(job).is_err() {
             self.shared.in_use.fetch_sub(1, Ordering::AcqRel);
             return Err(CoreError::internal("the model thread has stopped"));
         }
         Ok(generation)
+    }
+
+    /// Counts one more request in (a sequence or the queue), or refuses it with 503 when
+    /// `max_queue` requests already wait for a sequence.
+    fn reserve_place(&self) -> Result<(), CoreError> {
+        let capacity = self.slots + self.max_queue;
+        self.shared
+            .in_use
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < capacity).then_some(n + 1))
+            .map(drop)
+            .map_err(|in_use| {
+                CoreError::new(
+                    crate::error::ErrorCode::Overloaded,
+                    format!(
+                        "{} has as many requests waiting for a free sequence as max_queue {} allows \
+                         ({} waiting, {} sequences busy); retry shortly",
+                        self.info.name,
+                        self.max_queue,
+                        in_use.saturating_sub(self.slots),
+                        self.slots
+                    ),
+                )
+            })
     }
 }
 
@@ -512,6 +573,7 @@ fn run_worker(mut context: Context<'_>, inbox: std_mpsc::Receiver<Job>, shared: 
             cache.park_all(&mut context);
             return;
         }
+        drop_abandoned(&mut waiting, shared);
         for (index, slot) in live.iter_mut().enumerate() {
             if slot.as_ref().is_some_and(|l| l.job.cancel.is_cancelled() || l.job.events.is_closed()) {
                 if let Some(entry) = slot.take() {
@@ -521,6 +583,20 @@ fn run_worker(mut context: Context<'_>, inbox: std_mpsc::Receiver<Job>, shared: 
         }
         cache.admit(&mut context, &mut live, &mut waiting, shared);
         step(&mut context, &mut live, &mut cache, shared);
+    }
+}
+
+/// Ends waiting jobs whose client went away, so they stop counting against `max_queue` while
+/// every sequence is busy. O(waiting), itself at most `max_queue`.
+fn drop_abandoned(waiting: &mut VecDeque<Job>, shared: &Shared) {
+    let abandoned = |job: &Job| job.cancel.is_cancelled() || job.events.is_closed();
+    if !waiting.iter().any(abandoned) {
+        return;
+    }
+    let (gone, kept): (VecDeque<Job>, VecDeque<Job>) = waiting.drain(..).partition(abandoned);
+    *waiting = kept;
+    for job in gone {
+        finish(job, FinishReason::Cancelled, String::new(), Timings::default(), 0, shared);
     }
 }
 

@@ -13,7 +13,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Weak};
 
 use super::{end_live, next_waiting, Job, Live, LlamaModelHandle, Prepared, Shared, StateOp};
-use crate::actors::contexts::{ContextContent, ContextMode, ContextRecord, ContextUse, Residence};
+use crate::actors::contexts::{tools_in_effect, ContextContent, ContextMode, ContextRecord, ContextUse, Residence};
 use crate::actors::prefix::{Placement, SlotCache};
 use crate::core::{CoreError, FinishReason, PromptInput, ValidGenerateRequest};
 use crate::llm::Context;
@@ -362,29 +362,18 @@ impl LlamaModelHandle {
         }
         let body = used.record.body();
         match (&body.content, &request.input) {
-            (
-                ContextContent::Chat { messages, tools },
-                PromptInput::Chat {
-                    messages: more,
-                    tools: own_tools,
-                },
-            ) => {
+            (ContextContent::Chat { messages, .. }, PromptInput::Chat { messages: more, .. }) => {
                 let mut continued = request.clone();
                 let mut all = messages.clone();
                 all.extend(more.iter().cloned());
-                let tools = if own_tools.is_empty() {
-                    tools.clone()
-                } else {
-                    own_tools.clone()
-                };
                 continued.input = PromptInput::Chat {
                     messages: all,
-                    tools,
+                    tools: tools_in_effect(request, Some(used)),
                 };
                 self.prepare(&continued)
             }
             (
-                ContextContent::Chat { messages, tools },
+                ContextContent::Chat { messages, .. },
                 PromptInput::Raw {
                     prompt,
                     template: true,
@@ -399,7 +388,7 @@ impl LlamaModelHandle {
                 ));
                 continued.input = PromptInput::Chat {
                     messages: all,
-                    tools: tools.clone(),
+                    tools: tools_in_effect(request, Some(used)),
                 };
                 self.prepare(&continued)
             }

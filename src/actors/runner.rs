@@ -29,7 +29,7 @@ use tokio::sync::mpsc;
 use super::messages::{CancelToken, Generation, LoadedModel, ModelLoader};
 use super::model::{StoreLoader, WorkerSettings};
 use crate::core::{
-    Completion, ConstraintSource, ContextRequest, CoreError, DevicePlacement, FinishReason,
+    Completion, ConstraintKind, ConstraintSource, ContextRequest, CoreError, DevicePlacement, FinishReason,
     ModelInfo, ModelTotals, PromptInput, SamplingParams, StepSplit, StreamEvent, ToolChoice,
     ValidGenerateRequest,
 };
@@ -60,6 +60,7 @@ pub struct WireSettings {
     pub sequences: u32,
     pub kv_type: String,
     pub flash_attention: bool,
+    pub max_queue: usize,
 }
 
 impl WireSettings {
@@ -72,6 +73,7 @@ impl WireSettings {
             sequences: c.sequences,
             kv_type: c.kv_type.to_string(),
             flash_attention: c.flash_attention,
+            max_queue: settings.max_queue,
         }
     }
 
@@ -85,6 +87,7 @@ impl WireSettings {
                 kv_type: self.kv_type.parse().map_err(CoreError::internal)?,
                 flash_attention: self.flash_attention,
             },
+            max_queue: self.max_queue,
         })
     }
 }
@@ -115,6 +118,8 @@ impl WireRequest {
         };
         let constraint = match &request.constraint {
             None => None,
+            // A forced call's grammar is made again from the tools by the runner's worker.
+            Some(constraint) if constraint.kind == ConstraintKind::Tool => None,
             Some(constraint) => match &constraint.source {
                 Some(source) => Some(ConstraintSource::clone(source)),
                 None => return Err(refuse("a constraint compiled without its source")),
@@ -249,6 +254,7 @@ pub enum FromRunner {
     },
     /// Sent after each request ends.
     Counters {
+        /// Requests in a sequence or waiting for one.
         in_use: usize,
         totals: WireTotals,
     },
@@ -564,7 +570,11 @@ impl LoadedModel for RunnerModel {
     }
 
     fn sequences_in_use(&self) -> usize {
-        self.state.in_use.load(Ordering::Acquire)
+        self.state.in_use.load(Ordering::Acquire).min(self.info.parallel as usize)
+    }
+
+    fn queue_depth(&self) -> usize {
+        self.state.in_use.load(Ordering::Acquire).saturating_sub(self.info.parallel as usize)
     }
 
     fn totals(&self) -> ModelTotals {

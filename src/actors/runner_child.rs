@@ -171,7 +171,7 @@ fn submit(
         send(
             &output,
             &FromRunner::Counters {
-                in_use: model.sequences_in_use(),
+                in_use: model.sequences_in_use() + model.queue_depth(),
                 totals: WireTotals::from_totals(model.totals()),
             },
         );

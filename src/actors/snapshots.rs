@@ -66,10 +66,14 @@ fn store_content(content: &ContextContent) -> serde_json::Value {
 /// The context content a snapshot recorded.
 pub fn snapshot_content(manifest: &SnapshotManifest) -> Result<ContextContent, CoreError> {
     let stored: StoredContent = serde_json::from_value(manifest.content.clone()).map_err(|e| {
-        CoreError::internal(format!(
-            "snapshot {}: its recorded conversation cannot be read ({e})",
-            manifest.id
-        ))
+        CoreError::new(
+            ErrorCode::SnapshotDamaged,
+            format!(
+                "snapshot {}: its recorded conversation cannot be read ({e}); nothing was restored \
+                 (delete the snapshot and take it again)",
+                manifest.id
+            ),
+        )
     })?;
     Ok(match stored {
         StoredContent::Chat { messages, tools } => ContextContent::Chat {
@@ -89,8 +93,16 @@ pub fn snapshot_content(manifest: &SnapshotManifest) -> Result<ContextContent, C
     })
 }
 
+/// A store failure as the API answers it: a damaged snapshot (its manifest unreadable, its
+/// blob missing or changed) is 409 `snapshot_damaged`, naming the damage; anything else is the
+/// daemon's own trouble (500).
 fn store_error(action: &str, error: StoreError) -> CoreError {
-    CoreError::internal(format!("could not {action}: {error}"))
+    match error {
+        StoreError::Corrupt { .. } => {
+            CoreError::new(ErrorCode::SnapshotDamaged, format!("could not {action}: {error}"))
+        }
+        other => CoreError::internal(format!("could not {action}: {other}")),
+    }
 }
 
 fn not_found(id: &str) -> CoreError {
@@ -161,8 +173,9 @@ impl SnapshotShelf {
     }
 
     /// The state of `manifest`, for a model whose file has digest `model_digest`: 409 when the
-    /// snapshot was taken on another file, 500 naming the damage when the blob's SHA-256 does
-    /// not match its manifest.
+    /// snapshot was taken on another file, and 409 `snapshot_damaged` naming the damage when its
+    /// blob is missing or its SHA-256 does not match the manifest (the request is fine; the
+    /// stored snapshot is not, until it is deleted and taken again).
     pub fn state_for(
         &self,
         manifest: &SnapshotManifest,

@@ -143,7 +143,7 @@ pub struct LoadedModelStatus {
     pub info: ModelInfo,
     pub requests_in_flight: usize,
     pub sequences_in_use: usize,
-    /// Requests waiting in the queue for this model.
+    /// Requests waiting for this model: to load, or for a free sequence.
     pub queue_depth: usize,
     /// When it unloads if nothing uses it; for a busy model, when it would if its requests ended
     /// now. `None` = kept forever.
@@ -525,7 +525,8 @@ impl Supervisor {
                     info: slot.model.info().clone(),
                     requests_in_flight: slot.refcount,
                     sequences_in_use: slot.model.sequences_in_use(),
-                    queue_depth: self.queue.iter().filter(|w| &w.model == name).count(),
+                    queue_depth: self.queue.iter().filter(|w| &w.model == name).count()
+                        + slot.model.queue_depth(),
                     expires_at: expires_in
                         .and_then(|d| chrono::Duration::from_std(d).ok())
                         .map(|d| wall_now + d),
@@ -539,9 +540,11 @@ impl Supervisor {
             })
             .collect();
         models.sort_by(|a, b| a.info.name.cmp(&b.info.name));
+        // Waiting for a model to load, and for a sequence of a loaded one.
+        let waiting_in_models: usize = self.loaded.values().map(|slot| slot.model.queue_depth()).sum();
         SupervisorStatus {
             models,
-            queue_depth: self.queue.len(),
+            queue_depth: self.queue.len() + waiting_in_models,
             loading: self.loading.clone(),
             max_loaded: self.config.max_loaded,
             max_queue: self.config.max_queue,

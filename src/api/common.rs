@@ -7,6 +7,7 @@
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix_web::http::header::{self, HeaderValue};
@@ -19,11 +20,10 @@ use serde::de::DeserializeOwned;
 use super::AppState;
 use crate::actors::messages::Generation;
 use crate::actors::supervisor::{acquire, ModelLease};
-use crate::api::constraint::{resolve_constraint, ConstraintSources};
+use crate::actors::contexts::{tools_in_effect, ContextUse};
+use crate::api::constraint::{resolve_constraint, ConstraintSources, ToolSources};
 use crate::api::metrics::GenerationObserver;
-use crate::core::{
-    Completion, FinishReason, StreamEvent, ValidGenerateRequest,
-};
+use crate::core::{Completion, Constraint, FinishReason, StreamEvent, ValidGenerateRequest};
 use crate::error::{CoreError, ErrorCode};
 
 /// Reads the body (up to `limit` bytes) and parses it as `T`. Any content type is accepted, as
@@ -119,26 +119,54 @@ pub async fn start_generation(
     request.sampling.limit_tokens(state.token_limits);
     // One name per model from here on: its context and its loaded copy are found by it.
     request.model = crate::core::ModelName::parse(&request.model)?.to_string();
-    request.constraint = resolve_constraint(constraint, &state.constraints, state.default_grammar.as_ref())?;
-    // An unknown context is refused before any model loads.
+    // An unknown context is refused before any model loads or anything compiles.
     let context = match request.context.as_ref() {
         Some(asked) => Some(crate::api::contexts::context_use(state, asked, &request)?),
         None => None,
     };
+    let tools = ToolSources {
+        tools: tools_in_effect(&request, context.as_ref()),
+        choice: request.tool_choice.clone(),
+        parallel: request.parallel_tool_calls,
+    };
+    request.constraint = compile_constraint(state, constraint, Some(tools)).await?;
     let lease = acquire(&state.supervisor, &request.model, request.keep_alive).await?;
-    // Submitting renders the template and tokenizes the prompt: CPU time that grows with the
-    // body (seconds for a few megabytes). On this HTTP worker it would stall every connection
-    // the worker serves, whose head and keep-alive timers then fire, so it runs on a blocking
-    // thread.
-    let model = std::sync::Arc::clone(lease.model());
-    let generation = web::block(move || match context {
+    let generation = submit_off_worker(&lease, request, context).await?;
+    let observer = state.metrics.observe_generation(&lease.model().info().name, arrived);
+    Ok(Started { generation, lease, observer })
+}
+
+/// The constraint a request runs under: from the cache on the HTTP worker when every part of
+/// it is there, else compiled on the compile pool (503 when its queue is full).
+pub async fn compile_constraint(
+    state: &AppState,
+    sources: ConstraintSources,
+    tools: Option<ToolSources>,
+) -> Result<Option<Constraint>, CoreError> {
+    let work = resolve_constraint(sources, tools, &state.constraints, state.default_grammar.as_ref())?;
+    if !work.needs_compile() {
+        return work.finish(&state.constraints);
+    }
+    let cache = Arc::clone(&state.constraints);
+    state.compile_pool.run(move || work.finish(&cache)).await
+}
+
+/// Submits a request to its leased model. Submitting renders the template and tokenizes the
+/// prompt: CPU time that grows with the body (seconds for a few megabytes). On an HTTP worker
+/// it would stall every connection the worker serves, whose head and keep-alive timers then
+/// fire, so it runs on a blocking thread.
+pub async fn submit_off_worker(
+    lease: &ModelLease,
+    request: ValidGenerateRequest,
+    context: Option<ContextUse>,
+) -> Result<Generation, CoreError> {
+    let model = Arc::clone(lease.model());
+    web::block(move || match context {
         Some(context) => model.submit_in_context(request, context),
         None => model.submit(request),
     })
     .await
-    .map_err(|e| CoreError::internal(format!("preparing the prompt stopped: {e}")))??;
-    let observer = state.metrics.observe_generation(&lease.model().info().name, arrived);
-    Ok(Started { generation, lease, observer })
+    .map_err(|e| CoreError::internal(format!("preparing the prompt stopped: {e}")))?
 }
 
 /// The whole answer of a non-streaming request.

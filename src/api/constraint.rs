@@ -1,12 +1,19 @@
 //! Structured output for every route: the request's schema, "any JSON" flag or GBNF text compiled
-//! into a [`Constraint`], the spec's refusals as 400s, and the daemon-wide `-grammar-file`.
+//! into a [`Constraint`], the tools it offers checked (and a forced call's grammar made), the
+//! spec's refusals as 400s, and the daemon-wide `-grammar-file`.
 //!
-//! Key items: [`ConstraintSources`] (what a shape found in its request), [`resolve_constraint`],
-//! [`parse_formats`] (`llamay_formats`: whether a schema's `format` is enforced),
-//! [`ConstraintCache`] (compiled grammars by the SHA-256 of their source and format mode,
-//! bounded; a full cache is cleared and counted). Costs: compiling a schema is milliseconds; repeats of the same schema or
-//! grammar hit the cache. Sources over [`MAX_CACHED_SOURCE_BYTES`] are compiled but not kept, so
-//! the cache's memory stays bounded by small grammars.
+//! Resolving is two steps so that no compile runs on an HTTP worker: [`resolve_constraint`]
+//! (cheap: conflicts, cache lookups) says what is left, and [`ConstraintWork::finish`] compiles
+//! it, on the compile pool (`compile_pool.rs`) when anything missed the cache.
+//!
+//! Key items: [`ConstraintSources`] (what a shape found in its request), [`ToolSources`],
+//! [`resolve_constraint`], [`ConstraintWork`], [`parse_formats`] (`llamay_formats`: whether a
+//! schema's `format` is enforced), [`ConstraintCache`] (compiled grammars by the SHA-256 of
+//! their source and format mode, bounded; a full cache is cleared and counted). Costs:
+//! compiling a schema is milliseconds to seconds; repeats of the same schema, grammar or tool
+//! list hit the cache. Sources over [`MAX_CACHED_SOURCE_BYTES`] are compiled but not kept (and
+//! not read past that size to make a key), so the cache's memory stays bounded by small
+//! grammars.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::core::{Constraint, ConstraintCompileError, ConstraintKind, ConstraintSource};
+use crate::core::{Constraint, ConstraintCompileError, ConstraintKind, ConstraintSource, ToolChoice, ToolSpec};
 use crate::error::{CoreError, ErrorCode};
 use crate::grammar::automaton::CompiledGrammar;
 use crate::grammar::limits::Limits;
@@ -56,9 +63,22 @@ pub fn parse_formats(value: Option<String>) -> Result<Option<FormatMode>, CoreEr
     }
 }
 
+/// The tools a request offers and how it lets them be used: their schemas are checked and,
+/// for a forced choice, made into the grammar of the call, on the compile pool.
+#[derive(Debug, Clone)]
+pub struct ToolSources {
+    pub tools: Vec<ToolSpec>,
+    pub choice: ToolChoice,
+    pub parallel: bool,
+}
+
+/// What a compile leaves for the next request with the same source: its grammar, or `None`
+/// for tools offered without a forced call (their schemas were checked; there is no grammar).
+type Compiled = Option<Arc<CompiledGrammar>>;
+
 /// Compiled grammars by their source text. Bounded: when full it is cleared (and counted).
 pub struct ConstraintCache {
-    entries: Mutex<HashMap<String, Arc<CompiledGrammar>>>,
+    entries: Mutex<HashMap<String, Compiled>>,
     capacity: usize,
     hits: AtomicU64,
     misses: AtomicU64,
@@ -86,35 +106,27 @@ impl ConstraintCache {
         }
     }
 
-    fn get_or_compile(
-        &self,
-        source: String,
-        compile: impl FnOnce() -> Result<CompiledGrammar, CoreError>,
-    ) -> Result<Arc<CompiledGrammar>, CoreError> {
-        if source.len() > MAX_CACHED_SOURCE_BYTES {
-            self.misses.fetch_add(1, Ordering::Relaxed);
-            return compile().map(Arc::new);
-        }
-        let key = hex::encode(Sha256::digest(source.as_bytes()));
-        if let Some(found) = self
-            .entries
-            .lock()
-            .ok()
-            .and_then(|entries| entries.get(&key).cloned())
-        {
-            self.hits.fetch_add(1, Ordering::Relaxed);
-            return Ok(found);
-        }
-        self.misses.fetch_add(1, Ordering::Relaxed);
-        let compiled = Arc::new(compile()?);
+    /// The compiled grammar kept under `key`, if any (counted as a hit or a miss).
+    fn lookup(&self, key: Option<&str>) -> Option<Compiled> {
+        let found = key.and_then(|key| {
+            self.entries
+                .lock()
+                .ok()
+                .and_then(|entries| entries.get(key).cloned())
+        });
+        let counter = if found.is_some() { &self.hits } else { &self.misses };
+        counter.fetch_add(1, Ordering::Relaxed);
+        found
+    }
+
+    fn keep(&self, key: String, compiled: Compiled) {
         if let Ok(mut entries) = self.entries.lock() {
             if entries.len() >= self.capacity {
                 entries.clear();
                 self.clears.fetch_add(1, Ordering::Relaxed);
             }
-            entries.insert(key, compiled.clone());
+            entries.insert(key, compiled);
         }
-        Ok(compiled)
     }
 
     pub fn stats(&self) -> ConstraintCacheStats {
@@ -128,13 +140,152 @@ impl ConstraintCache {
     }
 }
 
-/// The constraint for a request: its own if it sent one, else the daemon's `-grammar-file`.
-/// A grammar together with a schema (or "any JSON") is refused.
+/// The cache key of a source: its SHA-256, or `None` when the source is too large to keep
+/// (found out after at most [`MAX_CACHED_SOURCE_BYTES`] of it, so a huge schema costs the
+/// HTTP worker nothing here).
+fn cache_key(prefix: &str, body: KeyBody<'_>) -> Option<String> {
+    let mut text = Bounded { bytes: prefix.as_bytes().to_vec(), limit: MAX_CACHED_SOURCE_BYTES + prefix.len() };
+    match body {
+        KeyBody::Text(source) => std::io::Write::write_all(&mut text, source.as_bytes()).ok()?,
+        KeyBody::Json(value) => serde_json::to_writer(&mut text, value).ok()?,
+        KeyBody::Tools(tools) => serde_json::to_writer(&mut text, tools).ok()?,
+    }
+    Some(hex::encode(Sha256::digest(&text.bytes)))
+}
+
+enum KeyBody<'a> {
+    Text(&'a str),
+    Json(&'a serde_json::Value),
+    Tools(&'a [ToolSpec]),
+}
+
+/// A writer that refuses to grow past `limit` bytes.
+struct Bounded {
+    bytes: Vec<u8>,
+    limit: usize,
+}
+
+impl std::io::Write for Bounded {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > self.limit {
+            return Err(std::io::Error::other("larger than a cached source"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// One source to compile, and what its grammar becomes.
+enum Source {
+    Own {
+        kind: ConstraintKind,
+        source: ConstraintSource,
+        param: &'static str,
+    },
+    Tools(ToolSources),
+}
+
+impl Source {
+    /// The costly part: what the compile pool runs.
+    fn compile(&self) -> Result<Compiled, CoreError> {
+        match self {
+            Source::Own { kind, source, param } => {
+                let limits = Limits::default();
+                source.compile(&limits).map(|grammar| Some(Arc::new(grammar))).map_err(|e| refusal(*kind, param, e))
+            }
+            Source::Tools(sources) => {
+                let Some(grammar) = crate::tools::compile_tool_use(&sources.tools, &sources.choice, sources.parallel)?
+                else {
+                    return Ok(None);
+                };
+                let compiled = CompiledGrammar::new(grammar, &Limits::default())
+                    .map_err(|e| CoreError::bad_request(format!("tools: the forced call's grammar: {e}")))?;
+                Ok(Some(Arc::new(compiled)))
+            }
+        }
+    }
+
+    fn into_constraint(self, compiled: Compiled) -> Option<Constraint> {
+        let grammar = compiled?;
+        Some(match self {
+            Source::Own { kind, source, .. } => Constraint { kind, grammar, source: Some(Arc::new(source)) },
+            Source::Tools(_) => Constraint { kind: ConstraintKind::Tool, grammar, source: None },
+        })
+    }
+}
+
+/// A source with its cache key and, on a hit, its grammar.
+struct Step {
+    source: Source,
+    key: Option<String>,
+    found: Option<Compiled>,
+}
+
+impl Step {
+    fn new(source: Source, key: Option<String>, cache: &ConstraintCache) -> Self {
+        let found = cache.lookup(key.as_deref());
+        Step { source, key, found }
+    }
+
+    fn finish(self, cache: &ConstraintCache) -> Result<Option<Constraint>, CoreError> {
+        let compiled = match self.found {
+            Some(found) => found,
+            None => {
+                let compiled = self.source.compile()?;
+                if let Some(key) = self.key {
+                    cache.keep(key, compiled.clone());
+                }
+                compiled
+            }
+        };
+        Ok(self.source.into_constraint(compiled))
+    }
+}
+
+/// A request's constraint: found in the cache, or compiles left to do ([`Self::needs_compile`]:
+/// then on the compile pool, never an HTTP worker).
+pub struct ConstraintWork {
+    own: Option<Step>,
+    tools: Option<Step>,
+    default: Option<Constraint>,
+}
+
+impl ConstraintWork {
+    /// Whether anything is left to compile (a cache miss).
+    pub fn needs_compile(&self) -> bool {
+        [&self.own, &self.tools].into_iter().flatten().any(|step| step.found.is_none())
+    }
+
+    /// The constraint the request runs under: a forced call's grammar, else its own, else the
+    /// daemon's `-grammar-file`. Compiles what the cache did not have; the request's own
+    /// constraint first, so its refusal is reported even when a forced call replaces it.
+    pub fn finish(self, cache: &ConstraintCache) -> Result<Option<Constraint>, CoreError> {
+        let own = match self.own {
+            Some(step) => step.finish(cache)?,
+            None => self.default,
+        };
+        let forced = match self.tools {
+            Some(step) => step.finish(cache)?,
+            None => None,
+        };
+        Ok(forced.or(own))
+    }
+}
+
+/// What a request's constraint takes: its own if it sent one, else the daemon's
+/// `-grammar-file`, replaced by the grammar of a forced tool call. A grammar together with a
+/// schema (or "any JSON") is refused here; compile refusals come from
+/// [`ConstraintWork::finish`].
 pub fn resolve_constraint(
     sources: ConstraintSources,
+    tools: Option<ToolSources>,
     cache: &ConstraintCache,
     default_grammar: Option<&Constraint>,
-) -> Result<Option<Constraint>, CoreError> {
+) -> Result<ConstraintWork, CoreError> {
     let schema_param = sources
         .schema
         .as_ref()
@@ -147,28 +298,28 @@ pub fn resolve_constraint(
         )
         .with_param(*grammar_param));
     }
-    let limits = Limits::default();
-    let (kind, source, param, key) = if let Some((text, param)) = sources.grammar {
-        let key = format!("gbnf\u{0}{text}");
-        (ConstraintKind::Grammar, ConstraintSource::Gbnf { text }, param, key)
+    let own = if let Some((text, param)) = sources.grammar {
+        let key = cache_key("gbnf\u{0}", KeyBody::Text(&text));
+        let source = ConstraintSource::Gbnf { text };
+        Some(Step::new(Source::Own { kind: ConstraintKind::Grammar, source, param }, key, cache))
     } else if let Some((schema, param)) = sources.schema {
         let formats = sources.formats.unwrap_or_default();
         // The same schema compiles to a different grammar when formats are enforced.
-        let key = format!("schema\u{0}{formats:?}\u{0}{schema}");
-        (ConstraintKind::Schema, ConstraintSource::schema(schema, formats), param, key)
+        let key = cache_key(&format!("schema\u{0}{formats:?}\u{0}"), KeyBody::Json(&schema));
+        let source = ConstraintSource::schema(schema, formats);
+        Some(Step::new(Source::Own { kind: ConstraintKind::Schema, source, param }, key, cache))
     } else if let Some(param) = sources.any_json {
-        (ConstraintKind::Json, ConstraintSource::AnyJson, param, "json".into())
+        let key = cache_key("json", KeyBody::Text(""));
+        Some(Step::new(Source::Own { kind: ConstraintKind::Json, source: ConstraintSource::AnyJson, param }, key, cache))
     } else {
-        return Ok(default_grammar.cloned());
+        None
     };
-    let grammar = cache.get_or_compile(key, || {
-        source.compile(&limits).map_err(|e| refusal(kind, param, e))
-    })?;
-    Ok(Some(Constraint {
-        kind,
-        grammar,
-        source: Some(Arc::new(source)),
-    }))
+    let tools = tools.filter(|t| !t.tools.is_empty()).map(|tools| {
+        let prefix = format!("tools\u{0}{}\u{0}{:?}\u{0}", tools.parallel, tools.choice);
+        let key = cache_key(&prefix, KeyBody::Tools(&tools.tools));
+        Step::new(Source::Tools(tools), key, cache)
+    });
+    Ok(ConstraintWork { own, tools, default: default_grammar.cloned() })
 }
 
 /// The error a request gets when its constraint does not compile: a grammar's or a schema's
@@ -189,6 +340,11 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// Resolves and compiles inline, as the compile pool would.
+    fn resolve(sources: ConstraintSources, cache: &ConstraintCache) -> Result<Option<Constraint>, CoreError> {
+        resolve_constraint(sources, None, cache, None)?.finish(cache)
+    }
+
     fn grammar(text: String) -> ConstraintSources {
         ConstraintSources {
             grammar: Some((text, "grammar")),
@@ -201,7 +357,7 @@ mod tests {
         let cache = ConstraintCache::new(4);
         for _ in 0..2 {
             let constraint =
-                resolve_constraint(grammar("root ::= \"a\"".into()), &cache, None).unwrap();
+                resolve(grammar("root ::= \"a\"".into()), &cache).unwrap();
             assert_eq!(constraint.map(|c| c.kind), Some(ConstraintKind::Grammar));
         }
         let large = format!(
@@ -209,7 +365,7 @@ mod tests {
             "x".repeat(MAX_CACHED_SOURCE_BYTES)
         );
         for _ in 0..2 {
-            assert!(resolve_constraint(grammar(large.clone()), &cache, None)
+            assert!(resolve(grammar(large.clone()), &cache)
                 .unwrap()
                 .is_some());
         }
@@ -225,7 +381,7 @@ mod tests {
                 schema: Some((json!({"type": "integer", "minimum": n}), "format")),
                 ..Default::default()
             };
-            resolve_constraint(schema, &cache, None).unwrap();
+            resolve(schema, &cache).unwrap();
         }
         assert_eq!(cache.stats().clears, 1);
         assert_eq!(cache.stats().entries, 1);
@@ -240,20 +396,20 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            resolve_constraint(both, &cache, None).unwrap_err().code,
+            resolve(both, &cache).unwrap_err().code,
             ErrorCode::ConstraintConflict
         );
         let refused = ConstraintSources {
             schema: Some((json!({"if": {"type": "string"}}), "llamay_schema")),
             ..Default::default()
         };
-        let error = resolve_constraint(refused, &cache, None).unwrap_err();
+        let error = resolve(refused, &cache).unwrap_err();
         assert_eq!(
             (error.code, error.param.as_deref()),
             (ErrorCode::SchemaRefused, Some("llamay_schema"))
         );
         assert!(
-            resolve_constraint(ConstraintSources::default(), &cache, None)
+            resolve(ConstraintSources::default(), &cache)
                 .unwrap()
                 .is_none()
         );
@@ -270,12 +426,12 @@ mod tests {
     fn the_format_mode_is_part_of_the_cache_key() {
         let cache = ConstraintCache::new(8);
         let uuid = json!({"type": "string", "format": "uuid"});
-        let ignored = resolve_constraint(schema_with(uuid.clone(), None), &cache, None).unwrap().unwrap();
-        let enforced = resolve_constraint(schema_with(uuid.clone(), Some(FormatMode::Enforce)), &cache, None)
+        let ignored = resolve(schema_with(uuid.clone(), None), &cache).unwrap().unwrap();
+        let enforced = resolve(schema_with(uuid.clone(), Some(FormatMode::Enforce)), &cache)
             .unwrap()
             .unwrap();
         assert!(!Arc::ptr_eq(&ignored.grammar, &enforced.grammar));
-        let again = resolve_constraint(schema_with(uuid, Some(FormatMode::Enforce)), &cache, None).unwrap().unwrap();
+        let again = resolve(schema_with(uuid, Some(FormatMode::Enforce)), &cache).unwrap().unwrap();
         assert!(Arc::ptr_eq(&enforced.grammar, &again.grammar));
         let stats = cache.stats();
         assert_eq!((stats.entries, stats.hits, stats.misses), (2, 1, 2));
@@ -290,10 +446,80 @@ mod tests {
     fn enforcing_refuses_a_format_with_a_pattern_and_ignoring_does_not() {
         let cache = ConstraintCache::new(8);
         let both = json!({"type": "string", "format": "email", "pattern": "^a"});
-        assert!(resolve_constraint(schema_with(both.clone(), Some(FormatMode::Ignore)), &cache, None).is_ok());
-        let error = resolve_constraint(schema_with(both, Some(FormatMode::Enforce)), &cache, None).unwrap_err();
+        assert!(resolve(schema_with(both.clone(), Some(FormatMode::Ignore)), &cache).is_ok());
+        let error = resolve(schema_with(both, Some(FormatMode::Enforce)), &cache).unwrap_err();
         assert_eq!(error.code, ErrorCode::SchemaRefused);
         assert!(error.message.contains("format"), "{}", error.message);
+    }
+
+    #[test]
+    fn only_a_cache_miss_needs_the_compile_pool() {
+        let cache = ConstraintCache::new(8);
+        let schema = || ConstraintSources {
+            schema: Some((json!({"type": "integer"}), "format")),
+            ..Default::default()
+        };
+        let first = resolve_constraint(schema(), None, &cache, None).unwrap();
+        assert!(first.needs_compile());
+        first.finish(&cache).unwrap();
+        let again = resolve_constraint(schema(), None, &cache, None).unwrap();
+        assert!(!again.needs_compile());
+        assert_eq!(again.finish(&cache).unwrap().map(|c| c.kind), Some(ConstraintKind::Schema));
+        assert!(!resolve_constraint(ConstraintSources::default(), None, &cache, None).unwrap().needs_compile());
+    }
+
+    #[test]
+    fn a_huge_schema_gets_no_key_and_is_compiled_uncached() {
+        let huge = json!({"const": "x".repeat(4 * MAX_CACHED_SOURCE_BYTES)});
+        assert!(cache_key("schema\u{0}", KeyBody::Json(&huge)).is_none());
+        let cache = ConstraintCache::new(8);
+        let sources = ConstraintSources { schema: Some((huge, "format")), ..Default::default() };
+        let work = resolve_constraint(sources, None, &cache, None).unwrap();
+        assert!(work.needs_compile());
+        assert!(work.finish(&cache).unwrap().is_some());
+        assert_eq!(cache.stats().entries, 0);
+    }
+
+    fn weather_tools(choice: ToolChoice) -> ToolSources {
+        let tool = ToolSpec {
+            name: "get_weather".into(),
+            description: None,
+            parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+        };
+        ToolSources { tools: vec![tool], choice, parallel: false }
+    }
+
+    #[test]
+    fn a_forced_call_replaces_the_own_constraint_and_is_cached_with_its_tools() {
+        let cache = ConstraintCache::new(8);
+        let sources = || ConstraintSources { any_json: Some("format"), ..Default::default() };
+        let forced = resolve_constraint(sources(), Some(weather_tools(ToolChoice::Required)), &cache, None)
+            .unwrap()
+            .finish(&cache)
+            .unwrap()
+            .unwrap();
+        assert_eq!(forced.kind, ConstraintKind::Tool);
+        let call = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+        assert_eq!(crate::grammar::check_input(&forced.grammar, call.as_bytes()), crate::grammar::CheckOutcome::Match);
+        let again = resolve_constraint(sources(), Some(weather_tools(ToolChoice::Required)), &cache, None).unwrap();
+        assert!(!again.needs_compile(), "tools and choice hit the cache");
+        // Offered without a forced call: checked (and cached), the request's own constraint stays.
+        let auto = resolve_constraint(sources(), Some(weather_tools(ToolChoice::Auto)), &cache, None)
+            .unwrap()
+            .finish(&cache)
+            .unwrap();
+        assert_eq!(auto.map(|c| c.kind), Some(ConstraintKind::Json));
+        assert!(!resolve_constraint(sources(), Some(weather_tools(ToolChoice::Auto)), &cache, None)
+            .unwrap()
+            .needs_compile());
+        let mut bad = weather_tools(ToolChoice::Auto);
+        bad.tools[0].parameters = json!({"type": "object", "properties": {"city": {"if": {}}}});
+        let error = resolve_constraint(ConstraintSources::default(), Some(bad), &cache, None)
+            .unwrap()
+            .finish(&cache)
+            .unwrap_err();
+        assert_eq!(error.status(), 400);
+        assert!(error.message.contains("get_weather"), "{}", error.message);
     }
 
     #[test]

@@ -3,9 +3,14 @@
 //! route continues one with `llamay_context` (see [`context_use`]). Errors come in the OpenAI
 //! error shape, as on the other `/v1/` routes.
 //!
+//! `GET /v1/contexts` lists a page at a time, oldest first, as OpenAI lists: `limit` (1 to
+//! 1000, default [`DEFAULT_PAGE`]) and `after` (the last id of the previous page), answered with
+//! `has_more`, `first_id` and `last_id`. Past `max_contexts`, creating, forking and restoring
+//! answer 507.
+//!
 //! Key items: [`configure`] (the routes), [`context_use`] (a request's context, checked).
 //! Costs: creating prefills the prompt once on the model's worker; forking copies no KV state
-//! up front (a child's first request copies its parent's sequence); listing is O(contexts).
+//! up front (a child's first request copies its parent's sequence); a page is O(log n + limit).
 
 use std::sync::Arc;
 
@@ -14,15 +19,19 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::common::{collect, error_response, read_json, Started};
+use super::common::{collect, compile_constraint, error_response, read_json, submit_off_worker, Started};
+use super::constraint::{ConstraintSources, ToolSources};
 use super::AppState;
-use crate::actors::contexts::{ContextContent, ContextMode, ContextRecord, ContextUse};
+use crate::actors::contexts::{ContextContent, ContextMode, ContextRecord, ContextUse, MAX_PAGE};
 use crate::actors::supervisor::acquire;
 use crate::core::{
     ChatMessage, ContextRequest, KeepAlive, PromptInput, Role, SamplingParams, ToolChoice,
     ToolSpec, ValidGenerateRequest,
 };
 use crate::error::CoreError;
+
+/// Contexts a page lists when the request names no `limit`.
+pub const DEFAULT_PAGE: usize = 100;
 
 /// The routes, for `App::configure`.
 pub fn configure(config: &mut web::ServiceConfig) {
@@ -317,6 +326,8 @@ async fn create_context(
             .with_param("messages"));
         }
     };
+    // Refused before the prefill; the insert below checks again, as others may create meanwhile.
+    state.contexts.check_room(1)?;
     let record = state
         .contexts
         .new_record(&model, content, Arc::new(Vec::new()), keep_alive, None);
@@ -337,23 +348,67 @@ async fn create_context(
         context: None,
     };
     let arrived = std::time::Instant::now();
+    // The tools' schemas are checked (compiled) as a chat request's are, off the HTTP workers.
+    if let PromptInput::Chat { tools, .. } = &generate.input {
+        let offered = ToolSources { tools: tools.clone(), choice: ToolChoice::Auto, parallel: true };
+        compile_constraint(state, ConstraintSources::default(), Some(offered)).await?;
+    }
     let lease = acquire(&state.supervisor, &model, None).await?;
     let used = ContextUse {
         record: Arc::clone(&record),
         mode: ContextMode::Create,
         appended: Vec::new(),
     };
-    let generation = lease.model().submit_in_context(generate, used)?;
+    let generation = submit_off_worker(&lease, generate, Some(used)).await?;
     let observer = state.metrics.observe_generation(&lease.model().info().name, arrived);
     collect(Started { generation, lease, observer }).await?;
     record.touch();
-    state.contexts.insert(Arc::clone(&record));
+    state.contexts.insert(Arc::clone(&record))?;
     Ok((StatusCode::CREATED, describe(&record)))
 }
 
-async fn list(state: web::Data<AppState>) -> HttpResponse {
-    let data: Vec<Value> = state.contexts.list().iter().map(|r| describe(r)).collect();
-    HttpResponse::Ok().json(json!({"object": "list", "data": data}))
+/// `GET /v1/contexts`'s query.
+#[derive(Debug, Deserialize)]
+struct ListQuery {
+    limit: Option<String>,
+    after: Option<String>,
+}
+
+/// `limit` and `after` from the query string, checked.
+fn list_query(query: &str) -> Result<(usize, Option<String>), CoreError> {
+    let query = web::Query::<ListQuery>::from_query(query)
+        .map_err(|e| CoreError::invalid(format!("the query string is not valid: {e}")))?
+        .into_inner();
+    let limit = match query.limit.as_deref() {
+        None => DEFAULT_PAGE,
+        Some(text) => text
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_PAGE).contains(n))
+            .ok_or_else(|| {
+                CoreError::invalid(format!("limit is {text:?}; send a whole number from 1 to {MAX_PAGE}"))
+                    .with_param("limit")
+            })?,
+    };
+    Ok((limit, query.after.filter(|after| !after.is_empty())))
+}
+
+async fn list(state: web::Data<AppState>, request: HttpRequest) -> HttpResponse {
+    let listed = list_query(request.query_string()).and_then(|(limit, after)| {
+        let page = state.contexts.page(after.as_deref(), limit)?;
+        let data: Vec<Value> = page.contexts.iter().map(|r| describe(r)).collect();
+        Ok((
+            StatusCode::OK,
+            json!({
+                "object": "list",
+                "data": data,
+                "first_id": page.contexts.first().map(|r| r.id.clone()),
+                "last_id": page.contexts.last().map(|r| r.id.clone()),
+                "has_more": page.has_more,
+            }),
+        ))
+    });
+    respond(listed)
 }
 
 async fn get(state: web::Data<AppState>, id: web::Path<String>) -> HttpResponse {
@@ -411,13 +466,13 @@ async fn fork(
 /// Context counts per state, for `/v1/stats`.
 pub fn stats(state: &AppState) -> Value {
     let counts = state.contexts.counts();
-    let total: usize = counts.values().sum();
     json!({
-        "total": total,
-        "hot": counts.get("hot").copied().unwrap_or(0),
-        "parked": counts.get("parked").copied().unwrap_or(0),
-        "stored": counts.get("stored").copied().unwrap_or(0),
-        "cold": counts.get("cold").copied().unwrap_or(0),
+        "total": counts.total,
+        "max_contexts": state.contexts.max_contexts(),
+        "hot": counts.hot,
+        "parked": counts.parked,
+        "stored": counts.stored,
+        "cold": counts.cold,
         "parked_bytes": state.contexts.parking().used(),
         "parked_limit_bytes": state.contexts.parking().limit(),
         "spilled_to_disk": state.contexts.parking().spilled(),
@@ -437,6 +492,15 @@ mod tests {
             fork_count("n=eight").unwrap_err().code,
             ErrorCode::InvalidRequest
         );
+    }
+
+    #[test]
+    fn list_queries_take_a_limit_and_an_after() {
+        assert_eq!(list_query("").unwrap(), (DEFAULT_PAGE, None));
+        assert_eq!(list_query("limit=5&after=ctx_a_b").unwrap(), (5, Some("ctx_a_b".into())));
+        for bad in ["limit=0", "limit=1001", "limit=ten"] {
+            assert_eq!(list_query(bad).unwrap_err().param.as_deref(), Some("limit"), "{bad}");
+        }
     }
 
     #[test]

@@ -39,7 +39,9 @@ pub struct HttpLimits {
     pub request_body_timeout: Duration,
     /// How long an idle keep-alive connection stays open.
     pub keep_alive: Duration,
-    /// Connections open at once, over all workers; more wait in the listen backlog.
+    /// Connections kept open at once, over all workers: from three quarters of it on, idle
+    /// connections are shed, and up to twice as many are accepted meanwhile (see
+    /// `head_deadline`), so a new client never waits behind idle ones.
     pub max_connections: usize,
 }
 

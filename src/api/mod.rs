@@ -8,6 +8,7 @@
 pub mod anthropic;
 pub mod auth;
 pub mod common;
+pub mod compile_pool;
 pub mod constraint;
 pub mod limits;
 pub mod contexts;
@@ -21,6 +22,7 @@ pub mod snapshots;
 pub mod stats;
 pub mod tool_wire;
 pub mod head_deadline;
+pub mod host_check;
 
 #[cfg(test)]
 mod route_tests;
@@ -45,6 +47,8 @@ use constraint::ConstraintCache;
 
 /// Compiled constraints kept for reuse (schemas and grammars sent again and again).
 pub const CONSTRAINT_CACHE_ENTRIES: usize = 64;
+/// Compiles that may wait for a compile thread when the config names no `compile_queue`.
+pub const DEFAULT_COMPILE_QUEUE: usize = 64;
 
 /// What every handler shares.
 pub struct AppState {
@@ -52,7 +56,9 @@ pub struct AppState {
     pub catalog: Arc<dyn ModelCatalog>,
     /// `-grammar-file`, applied to requests that bring no constraint of their own.
     pub default_grammar: Option<Constraint>,
-    pub constraints: ConstraintCache,
+    pub constraints: Arc<ConstraintCache>,
+    /// Where schemas and grammars compile, off the HTTP workers.
+    pub compile_pool: Arc<compile_pool::CompilePool>,
     pub max_body_bytes: usize,
     pub started_at: Instant,
     pub shutting_down: AtomicBool,
@@ -62,6 +68,8 @@ pub struct AppState {
     pub api_key: Option<auth::ApiKey>,
     /// Browser origins allowed to call (CORS); none by default.
     pub origins: Vec<String>,
+    /// The `Host` names answered on a loopback listener (see [`host_check`]).
+    pub host_check: host_check::HostCheck,
     /// Time a request's body may take to arrive (see [`limits`]).
     pub request_body_timeout: Duration,
     /// Pull, copy, delete and create; `None` when the daemon has no writable store.
@@ -93,13 +101,18 @@ impl AppState {
             supervisor,
             catalog,
             default_grammar,
-            constraints: ConstraintCache::new(CONSTRAINT_CACHE_ENTRIES),
+            constraints: Arc::new(ConstraintCache::new(CONSTRAINT_CACHE_ENTRIES)),
+            compile_pool: Arc::new(compile_pool::CompilePool::new(
+                crate::config::default_compile_threads(),
+                DEFAULT_COMPILE_QUEUE,
+            )),
             max_body_bytes,
             started_at: Instant::now(),
             shutting_down: AtomicBool::new(false),
             token_limits: TokenLimits::default(),
             api_key: None,
             origins: Vec::new(),
+            host_check: host_check::HostCheck::default(),
             request_body_timeout: limits::HttpLimits::default().request_body_timeout,
             admin: None,
             metrics: Arc::new(metrics::Metrics::new()),
@@ -177,8 +190,8 @@ pub fn build_app(
     >,
 > {
     let cors = auth::cors(&state.origins);
-    // The last wrap runs first: CORS, then the key, then the body is read (so a client without
-    // the key cannot make the daemon wait for or buffer a body).
+    // The last wrap runs first: the Host check, CORS, then the key, then the body is read (so a
+    // client without the key cannot make the daemon wait for or buffer a body).
     App::new()
         .app_data(state)
         .configure(configure)
@@ -186,8 +199,11 @@ pub fn build_app(
         .wrap(actix_web::middleware::from_fn(limits::read_body_in_time))
         .wrap(actix_web::middleware::from_fn(auth::require_api_key))
         .wrap(cors)
+        .wrap(actix_web::middleware::from_fn(host_check::check_host))
         // Outermost, so requests refused by auth, CORS or the body timeout are counted too.
         .wrap(actix_web::middleware::from_fn(metrics::count_requests))
+        // A connection whose response is still going out is not idle (see `head_deadline`).
+        .wrap(actix_web::middleware::from_fn(head_deadline::track_answers))
 }
 
 /// Unknown routes answer in the shape of the API their path belongs to.

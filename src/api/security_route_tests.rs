@@ -539,7 +539,7 @@ async fn a_client_sending_its_headers_too_slowly_is_dropped() {
     let answer = blocking(move || {
         trickle_until_closed(
             addr,
-            b"GET /health HTTP/1.1\r\nHost: x\r\n",
+            b"GET /health HTTP/1.1\r\nHost: localhost\r\n",
             b"X-Slow: aaaaaaaaaaaaaaaa\r\n",
         )
     })
@@ -554,7 +554,7 @@ async fn a_client_sending_its_headers_too_slowly_is_dropped() {
 #[actix_web::test]
 async fn a_client_sending_its_body_too_slowly_gets_408_and_is_dropped() {
     let (server, addr) = serving(short_limits()).await;
-    let head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n{\"model\": \"tiny:1m\", ";
+    let head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n{\"model\": \"tiny:1m\", ";
     let answer = blocking(move || trickle_until_closed(addr, head, b" ")).await;
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     assert!(
@@ -568,7 +568,7 @@ async fn a_client_sending_its_body_too_slowly_gets_408_and_is_dropped() {
 async fn an_idle_keep_alive_connection_is_closed() {
     let (server, addr) = serving(short_limits()).await;
     let answer = blocking(move || {
-        trickle_until_closed(addr, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n", b"")
+        trickle_until_closed(addr, b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n", b"")
     })
     .await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
@@ -600,7 +600,7 @@ fn read_response(stream: &mut TcpStream, wait: Duration) -> Option<String> {
 }
 
 #[actix_web::test]
-async fn connections_over_the_cap_wait_until_one_closes() {
+async fn an_idle_connection_makes_room_when_connections_run_short() {
     let limits = HttpLimits {
         keep_alive: Duration::from_secs(30),
         max_connections: 1,
@@ -608,19 +608,70 @@ async fn connections_over_the_cap_wait_until_one_closes() {
     };
     let (server, addr) = serving(limits).await;
     blocking(move || {
-        let request = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+        let request = b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n";
         let mut first = TcpStream::connect(addr).unwrap_or_else(|e| panic!("{e}"));
         first.write_all(request).unwrap_or_else(|e| panic!("{e}"));
         let answer = read_response(&mut first, PATIENCE);
         assert!(answer.is_some_and(|a| a.starts_with("HTTP/1.1 200")));
-        // The first connection stays open (keep-alive), so the second is not served...
+        // The first connection stays open (keep-alive 30 s) and idle; the second, past the
+        // cap, is answered at once rather than waiting for it...
         let mut second = TcpStream::connect(addr).unwrap_or_else(|e| panic!("{e}"));
         second.write_all(request).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(read_response(&mut second, Duration::from_secs(1)), None);
-        // ...until the first one goes.
-        drop(first);
         let answer = read_response(&mut second, PATIENCE);
         assert!(answer.is_some_and(|a| a.starts_with("HTTP/1.1 200")));
+        // ...and the idle one is closed to make room, long before its keep-alive ends.
+        assert!(closes_within(&mut first, Duration::from_secs(10)), "the idle connection was kept");
+    })
+    .await;
+    server.stop(false).await;
+}
+
+/// Whether the server closes `stream` within `wait` (reading nothing more from it).
+fn closes_within(stream: &mut TcpStream, wait: Duration) -> bool {
+    let started = Instant::now();
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(100)));
+    let mut buffer = [0u8; 256];
+    while started.elapsed() < wait {
+        match stream.read(&mut buffer) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+#[actix_web::test]
+async fn a_streaming_answer_is_not_shed_while_idle_connections_are() {
+    let limits = HttpLimits {
+        keep_alive: Duration::from_secs(30),
+        client_request_timeout: Duration::from_secs(30),
+        max_connections: 1,
+        ..short_limits()
+    };
+    let (server, addr) = serving(limits).await;
+    blocking(move || {
+        // A stream that sends a word every 50 ms until its client leaves.
+        let body = br#"{"model": "tiny:1m", "stream": true, "messages": [{"role": "user", "content": "SLOW"}]}"#;
+        let head = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        let mut streaming = TcpStream::connect(addr).unwrap_or_else(|e| panic!("{e}"));
+        streaming.write_all(head.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+        streaming.write_all(body).unwrap_or_else(|e| panic!("{e}"));
+        let answer = read_response(&mut streaming, PATIENCE);
+        assert!(answer.is_some_and(|a| a.starts_with("HTTP/1.1 200")));
+        // An idle connection puts the daemon over its cap of one.
+        let mut idle = TcpStream::connect(addr).unwrap_or_else(|e| panic!("{e}"));
+        assert!(closes_within(&mut idle, Duration::from_secs(10)), "the idle connection was kept");
+        // Three times the idle allowance later, the stream still flows.
+        std::thread::sleep(super::head_deadline::IDLE_CHECK * 3);
+        let _ = streaming.set_read_timeout(Some(Duration::from_secs(5)));
+        let mut buffer = [0u8; 1024];
+        let flowing = streaming.read(&mut buffer).is_ok_and(|n| n > 0);
+        assert!(flowing, "the streaming answer was cut");
     })
     .await;
     server.stop(false).await;
@@ -638,7 +689,7 @@ async fn a_second_request_whose_headers_trickle_on_a_kept_alive_connection_is_dr
     let answer = blocking(move || {
         trickle_until_closed(
             addr,
-            b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n",
+            b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n",
             b"GET /health HTTP/1.1\r\nX-Slow: aaaaaaaaaaaaaaaa\r\n",
         )
     })
@@ -659,7 +710,7 @@ async fn requests_sent_whole_on_a_kept_alive_connection_are_all_answered() {
         let mut stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("{e}"));
         for _ in 0..3 {
             stream
-                .write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                .write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
                 .unwrap_or_else(|e| panic!("{e}"));
             let answer = read_response(&mut stream, PATIENCE);
             assert!(answer.is_some_and(|a| a.contains("HTTP/1.1 200")));

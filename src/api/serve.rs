@@ -1,8 +1,9 @@
 //! `llamay serve`: starts the supervisor, preloads `-m`, prints the spec's banner (the structured
 //! `llamay serving` log line and the route table), serves until SIGINT or SIGTERM, then stops
 //! accepting, fails waiting requests, lets running ones finish (up to a grace period), and unloads.
-//! The HTTP server gets the connection limits ([`HttpLimits`]) and the app its API key and
-//! allowed origins; binding beyond loopback without a key is warned about at start-up.
+//! The HTTP server gets the connection limits ([`HttpLimits`]; the open-file limit is raised to
+//! cover them) and the app its API key, allowed origins and `Host` check; binding beyond
+//! loopback without a key is warned about at start-up.
 //!
 //! Key items: [`serve`] (async, inside an actix system), [`serve_blocking`] (makes the system),
 //! [`start_http`] (the configured server on given addresses, also started by tests).
@@ -19,7 +20,8 @@ use actix_web::rt::net::TcpStream;
 use actix_web::web;
 
 use super::auth::ApiKey;
-use super::head_deadline::HeadDeadlineIo;
+use super::head_deadline::{ConnectionLoad, HeadDeadlineIo};
+use super::host_check::Listener;
 use super::limits::HttpLimits;
 use super::{build_app, AppState};
 use crate::actors::messages::ModelLoader;
@@ -117,7 +119,12 @@ pub async fn serve_with_stores(
         config.max_body_bytes,
     );
     app_state.api_key = config.api_key.as_ref().map(|key| ApiKey::new(&key.0));
+    app_state.compile_pool = Arc::new(super::compile_pool::CompilePool::new(
+        config.compile_threads,
+        config.compile_queue,
+    ));
     app_state.origins = config.origins.clone();
+    app_state.host_check = super::host_check::HostCheck::new(&config.addr, &config.allowed_hosts);
     app_state.request_body_timeout = config.request_body_timeout;
     app_state.formats = config.formats;
     app_state.rpc_workers = config.rpc.clone();
@@ -140,6 +147,8 @@ pub async fn serve_with_stores(
         app_state.contexts.set_daemon_id(id);
     }
     app_state.contexts.set_memory_limit(config.context_memory);
+    app_state.contexts.set_max_contexts(config.max_contexts);
+    app_state.contexts.start_sweeper()?;
     let state = web::Data::new(app_state);
     let limits = HttpLimits {
         client_request_timeout: config.client_request_timeout,
@@ -147,6 +156,7 @@ pub async fn serve_with_stores(
         keep_alive: config.http_keep_alive,
         max_connections: config.max_connections,
     };
+    crate::platform::raise_open_file_limit(limits.max_connections.saturating_mul(ACCEPT_HEADROOM));
     let (server, bound) = start_http(state.clone(), &limits, &config.socket_addrs()?)?;
     warn_if_exposed(&bound, state.api_key.is_some());
     let bound: Vec<String> = bound.iter().map(ToString::to_string).collect();
@@ -190,11 +200,16 @@ pub fn start_http(
     limits: &HttpLimits,
     addrs: &[SocketAddr],
 ) -> io::Result<(actix_web::dev::Server, Vec<SocketAddr>)> {
-    // actix caps connections per worker; split the cap so the total is what was asked for.
+    // actix stops accepting at its cap, and what waits in the listen backlog then waits behind
+    // every idle connection ahead of it. So actix may accept up to twice `max_connections`
+    // (split over its workers, as it caps each), and from three quarters of `max_connections`
+    // on idle connections are shed instead: a new client is accepted at once and answered,
+    // while idle ones make room.
+    let accepted = limits.max_connections.saturating_mul(ACCEPT_HEADROOM);
     let workers = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
-        .clamp(1, limits.max_connections.max(1));
-    let per_worker = limits.max_connections.div_ceil(workers).max(1);
+        .clamp(1, accepted.max(1));
+    let per_worker = accepted.div_ceil(workers).max(1);
     // Built from actix's parts rather than `HttpServer` so that each connection's socket can be
     // wrapped in `HeadDeadlineIo`, which times the heads of later requests too.
     let mut builder = actix_server::Server::build()
@@ -205,13 +220,16 @@ pub fn start_http(
         .shutdown_timeout(SHUTDOWN_GRACE_SECONDS);
     let shutdown = builder.graceful_shutdown_signal();
     let limits = *limits;
+    // One count over every listener and worker: idle connections are shed near the cap.
+    let load = Arc::new(ConnectionLoad::new(limits.max_connections));
     let mut bound = Vec::new();
     for addr in addrs {
         let listener = bind_listener(*addr)?;
         let local = listener.local_addr()?;
         bound.push(local);
-        let (state, shutdown) = (state.clone(), shutdown.clone());
+        let (state, shutdown, load) = (state.clone(), shutdown.clone(), Arc::clone(&load));
         builder = builder.listen(format!("llamay-{local}"), listener, move || {
+            let load = Arc::clone(&load);
             let shutdown = shutdown.clone();
             let app = build_app(state.clone())
                 .into_factory()
@@ -228,10 +246,16 @@ pub fn start_http(
                 .client_disconnect_timeout(CLIENT_DISCONNECT_TIMEOUT)
                 .h1_allow_half_closed(true)
                 .local_addr(local)
+                // Requests report to their connection's wrapper while they are answered, and
+                // learn which address they came in on (the Host check).
+                .on_connect_ext(move |io: &HeadDeadlineIo<TcpStream>, data| {
+                    data.insert(io.activity());
+                    data.insert(Listener(local));
+                })
                 .h1(map_config(app, |_| AppConfig::default()));
             fn_service(move |io: TcpStream| {
                 let peer = io.peer_addr().ok();
-                let io = HeadDeadlineIo::new(io, limits.client_request_timeout);
+                let io = HeadDeadlineIo::new(io, limits.client_request_timeout, Arc::clone(&load));
                 std::future::ready(Ok::<_, actix_http::error::DispatchError>((io, peer)))
             })
             .and_then(http)
@@ -239,6 +263,9 @@ pub fn start_http(
     }
     Ok((builder.run(), bound))
 }
+
+/// Connections actix may hold, as a multiple of `max_connections`, while idle ones are shed.
+pub const ACCEPT_HEADROOM: usize = 2;
 
 /// How long a closing connection waits for the client to finish (actix-web's default).
 const CLIENT_DISCONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);

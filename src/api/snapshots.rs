@@ -157,6 +157,7 @@ pub async fn restore(
         .with_param("model"));
     }
     let content = snapshot_content(&manifest)?;
+    state.contexts.check_room(1)?;
     let arrived = std::time::Instant::now();
     let lease = acquire(&state.supervisor, &manifest.model, None).await?;
     let digest = lease.model().info().digest.clone();
@@ -185,7 +186,7 @@ pub async fn restore(
     })
     .await?;
     record.touch();
-    state.contexts.insert(Arc::clone(&record));
+    state.contexts.insert(Arc::clone(&record))?;
     let mut shown = describe(&record);
     shown["snapshot"] = json!(manifest.id);
     Ok((StatusCode::CREATED, shown))

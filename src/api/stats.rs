@@ -1,5 +1,6 @@
-//! `GET /v1/stats` (loaded models with size, expiry, sequences in use and queue depth; per-model
-//! totals and tok/s; the constraint caches) and `GET /health` for service managers.
+//! `GET /v1/stats` (loaded models with size, expiry, sequences in use and queue depth, the
+//! queue counting requests waiting for a load and for a free sequence; per-model totals and
+//! tok/s; the constraint caches and the compile pool) and `GET /health` for service managers.
 
 use std::sync::atomic::Ordering;
 
@@ -65,6 +66,7 @@ pub async fn stats(state: web::Data<AppState>) -> HttpResponse {
         "loading": status.loading,
         "models": models,
         "compiled_constraints": state.constraints.stats(),
+        "compile_pool": state.compile_pool.stats(),
         "rpc_workers": state.rpc_workers,
         "embed_model": state.embed_model,
         "rerank_model": state.rerank_model,

@@ -224,6 +224,7 @@ impl Local {
                 kv_type: settings.kv,
                 flash_attention: true,
             },
+            ..WorkerSettings::default()
         };
         let handle =
             LlamaModelHandle::start(Arc::new(loaded), info, &worker).map_err(model_error)?;
@@ -321,7 +322,7 @@ impl Local {
         let mut request = self.request(input, 1, None);
         request.sampling.temperature = 0.0;
         self.finish_job(request, used)?;
-        self.registry.insert(Arc::clone(&record));
+        self.registry.insert(Arc::clone(&record)).map_err(model_error)?;
         let tokens = record.tokens().len() as u32;
         self.parent = Some(record);
         Ok(tokens)

@@ -105,12 +105,18 @@ enum Command {
     Eval(eval::EvalArgs),
 }
 
+/// Log lines to stderr: text, coloured only when stderr is a terminal (a service manager's
+/// log file or journal gets no escape codes), or one JSON object a line.
 pub fn init_logging(json: bool) {
+    use std::io::IsTerminal;
     // RUST_LOG=llama-cpp-2=info shows llama.cpp's own log.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new(format!("info,{}", llamay::llm::QUIET_LLAMA_LOGS))
     });
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(!json && std::io::stderr().is_terminal());
     let _ = if json { builder.json().try_init() } else { builder.try_init() };
 }
 

@@ -164,6 +164,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
     let n_ctx = ctx_size.unwrap_or_else(|| 4096.min(model.context_train().max(256)));
     let settings = WorkerSettings {
         context: ContextParams { n_ctx, threads: threads as i32, batch: 512, sequences: 1, kv_type: kv, flash_attention: true },
+        ..WorkerSettings::default()
     };
     let handle = LlamaModelHandle::start(Arc::new(model), info, &settings).map_err(|e| CliError::Model(e.to_string()))?;
 

@@ -48,6 +48,13 @@ pub struct ServeArgs {
     /// Browser origins allowed to call the API (CORS), comma-separated; `*` allows any.
     #[arg(long = "origins")]
     pub origins: Option<String>,
+    /// `Host` names answered on a loopback address besides localhost, 127.0.0.1 and [::1]
+    /// (comma-separated; `*`: any): the names a reverse proxy or /etc/hosts alias uses.
+    #[arg(long = "allowed-hosts")]
+    pub allowed_hosts: Option<String>,
+    /// Log lines as `text` (colours only on a terminal) or `json` (one object a line).
+    #[arg(long = "log-format")]
+    pub log_format: Option<String>,
     /// RPC workers (`llamay rpc-worker`) to split every model's layers over, host:port,...
     #[arg(long = "rpc")]
     pub rpc: Option<String>,
@@ -105,6 +112,9 @@ pub const SINGLE_DASH_LONG_FLAGS: &[&str] = &[
     // serve: security
     "api-key",
     "origins",
+    "allowed-hosts",
+    // serve: logs
+    "log-format",
     // doctor
     "repair",
     // pull

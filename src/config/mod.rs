@@ -30,7 +30,7 @@ pub use args::{normalize_single_dash_flags, ServeArgs, SINGLE_DASH_LONG_FLAGS};
 pub use values::parse_formats;
 use values::{
     parse_env, parse_keepalive, parse_kv, parse_memory, parse_on_off, parse_split, parse_timeout,
-    split_origins, split_workers, valid_api_key, valid_origin, valid_registry_host,
+    split_origins, split_workers, valid_api_key, valid_host_and_port, valid_origin,
 };
 
 /// How log lines are written.
@@ -84,7 +84,13 @@ pub struct Config {
     pub kv: KvType,
     pub parallel: u32,
     pub grammar_file: Option<PathBuf>,
+    /// Requests that may wait at once: for a model to load, and, per loaded model, for one of
+    /// its sequences; more are refused with 503.
     pub max_queue: usize,
+    /// Threads that compile schemas and grammars off the HTTP workers.
+    pub compile_threads: usize,
+    /// Compiles that may wait for one of those threads; more are refused with 503.
+    pub compile_queue: usize,
     pub max_body_bytes: usize,
     pub log_format: LogFormat,
     /// `max_tokens` of a request that names none.
@@ -114,6 +120,10 @@ pub struct Config {
     pub split: Vec<f64>,
     /// Bytes of parked context state kept in memory (contexts, issue 11).
     pub context_memory: u64,
+    /// Named contexts held at once; creating more is refused with 507.
+    pub max_contexts: usize,
+    /// `Host` names a loopback-bound daemon answers besides its loopback ones (`*`: any).
+    pub allowed_hosts: Vec<String>,
     /// Put in context ids so a proxy can route a context to its daemon; `None`: the id the
     /// store drew once (stable across restarts).
     pub daemon_id: Option<String>,
@@ -148,7 +158,9 @@ impl Default for Config {
             kv: KvType::F16,
             parallel: 4,
             grammar_file: None,
-            max_queue: 512,
+            max_queue: crate::actors::model::DEFAULT_MAX_QUEUE,
+            compile_threads: default_compile_threads(),
+            compile_queue: crate::api::DEFAULT_COMPILE_QUEUE,
             max_body_bytes: 8 * 1024 * 1024,
             log_format: LogFormat::Text,
             default_max_tokens: crate::core::TokenLimits::default().default_max_tokens,
@@ -164,6 +176,8 @@ impl Default for Config {
             rpc: Vec::new(),
             split: Vec::new(),
             context_memory: crate::actors::contexts::DEFAULT_CONTEXT_MEMORY,
+            max_contexts: crate::actors::contexts::DEFAULT_MAX_CONTEXTS,
+            allowed_hosts: Vec::new(),
             daemon_id: None,
             embed: None,
             rerank: None,
@@ -182,6 +196,14 @@ pub fn default_threads() -> usize {
         .max(1)
 }
 
+/// Half the logical CPUs, between 2 and 8: a costly schema then holds one thread while
+/// another compiles the next request's, and compiles never take every core from decoding.
+pub fn default_compile_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(2, |n| n.get() / 2)
+        .clamp(2, 8)
+}
+
 /// The TOML file's keys; all optional, unknown keys refused so a typo is not silently ignored.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -196,6 +218,8 @@ struct FileConfig {
     parallel: Option<u32>,
     grammar_file: Option<PathBuf>,
     max_queue: Option<usize>,
+    compile_threads: Option<usize>,
+    compile_queue: Option<usize>,
     max_body_bytes: Option<usize>,
     log_format: Option<String>,
     default_max_tokens: Option<u32>,
@@ -211,6 +235,8 @@ struct FileConfig {
     rpc: Option<Vec<String>>,
     split: Option<Vec<f64>>,
     context_memory: Option<toml::Value>,
+    max_contexts: Option<usize>,
+    allowed_hosts: Option<Vec<String>>,
     daemon_id: Option<String>,
     embed: Option<String>,
     rerank: Option<String>,
@@ -295,6 +321,8 @@ impl Config {
             self.grammar_file = file.grammar_file;
         }
         set(&mut self.max_queue, file.max_queue);
+        set(&mut self.compile_threads, file.compile_threads);
+        set(&mut self.compile_queue, file.compile_queue);
         set(&mut self.max_body_bytes, file.max_body_bytes);
         if let Some(format) = file.log_format {
             self.log_format = format.parse()?;
@@ -335,6 +363,8 @@ impl Config {
             };
             self.context_memory = parse_memory("context_memory", &text)?;
         }
+        set(&mut self.max_contexts, file.max_contexts);
+        set(&mut self.allowed_hosts, file.allowed_hosts);
         if file.daemon_id.is_some() {
             self.daemon_id = file.daemon_id;
         }
@@ -369,6 +399,8 @@ impl Config {
             self.grammar_file = Some(PathBuf::from(path));
         }
         parse_env(env, "LLAMAY_MAX_QUEUE", "max_queue", &mut self.max_queue)?;
+        parse_env(env, "LLAMAY_COMPILE_THREADS", "compile_threads", &mut self.compile_threads)?;
+        parse_env(env, "LLAMAY_COMPILE_QUEUE", "compile_queue", &mut self.compile_queue)?;
         parse_env(
             env,
             "LLAMAY_MAX_BODY_BYTES",
@@ -412,6 +444,10 @@ impl Config {
         if let Some(text) = env("LLAMAY_CONTEXT_MEMORY") {
             self.context_memory = parse_memory("context_memory", &text)?;
         }
+        parse_env(env, "LLAMAY_MAX_CONTEXTS", "max_contexts", &mut self.max_contexts)?;
+        if let Some(hosts) = env("LLAMAY_ALLOWED_HOSTS") {
+            self.allowed_hosts = split_origins(&hosts);
+        }
         if let Some(id) = env("LLAMAY_DAEMON_ID") {
             self.daemon_id = Some(id);
         }
@@ -450,6 +486,12 @@ impl Config {
         }
         if let Some(origins) = &args.origins {
             self.origins = split_origins(origins);
+        }
+        if let Some(hosts) = &args.allowed_hosts {
+            self.allowed_hosts = split_origins(hosts);
+        }
+        if let Some(format) = &args.log_format {
+            self.log_format = format.parse()?;
         }
         if let Some(text) = &args.flash_attn {
             self.flash_attention = parse_on_off("flash_attention", text)?;
@@ -510,6 +552,23 @@ impl Config {
         if !(1..=1_000_000).contains(&self.max_queue) {
             return invalid("max_queue", self.max_queue.to_string(), "1 to 1000000");
         }
+        if !(1..=64).contains(&self.compile_threads) {
+            return invalid("compile_threads", self.compile_threads.to_string(), "1 to 64");
+        }
+        if !(1..=100_000).contains(&self.compile_queue) {
+            return invalid("compile_queue", self.compile_queue.to_string(), "1 to 100000");
+        }
+        if !(1..=1_000_000).contains(&self.max_contexts) {
+            return invalid("max_contexts", self.max_contexts.to_string(), "1 to 1000000");
+        }
+        let refused_host = |host: &&String| host.as_str() != "*" && !valid_host_and_port(host);
+        if let Some(host) = self.allowed_hosts.iter().find(refused_host) {
+            return invalid(
+                "allowed_hosts",
+                host.clone(),
+                "host names or IP addresses (a port is ignored; no scheme or path), or *",
+            );
+        }
         if !(1024..=1 << 30).contains(&self.max_body_bytes) {
             return invalid(
                 "max_body_bytes",
@@ -565,7 +624,7 @@ impl Config {
                 return invalid("split", shown, "ratios 0 or more, not all 0");
             }
         }
-        if let Some(host) = self.insecure_registries.iter().find(|h| !valid_registry_host(h)) {
+        if let Some(host) = self.insecure_registries.iter().find(|h| !valid_host_and_port(h)) {
             return invalid(
                 "insecure_registries",
                 host.clone(),

@@ -361,6 +361,42 @@ fn split_ratios_need_one_per_device_and_rpc_workers() {
 }
 
 #[test]
+fn limits_and_allowed_hosts_come_from_the_file_env_and_flags_and_are_checked() {
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    writeln!(
+        file,
+        "compile_threads = 3\ncompile_queue = 10\nmax_contexts = 7\nallowed_hosts = [\"box.lan\"]\nlog_format = \"json\""
+    )
+    .unwrap();
+    let args = ServeArgs { config: Some(file.path().into()), ..Default::default() };
+    let config = Config::load_with_env(&args, no_env).unwrap();
+    assert_eq!((config.compile_threads, config.compile_queue, config.max_contexts), (3, 10, 7));
+    assert_eq!((config.allowed_hosts.clone(), config.log_format), (vec!["box.lan".to_string()], LogFormat::Json));
+    let env = |k: &str| (k == "LLAMAY_ALLOWED_HOSTS").then(|| "a.example, b.example:8080".to_string());
+    assert_eq!(Config::load_with_env(&args, env).unwrap().allowed_hosts, ["a.example", "b.example:8080"]);
+    let flags = ServeArgs { allowed_hosts: Some("*".into()), log_format: Some("text".into()), ..args };
+    let config = Config::load_with_env(&flags, env).unwrap();
+    assert_eq!((config.allowed_hosts, config.log_format), (vec!["*".to_string()], LogFormat::Text));
+    for (args, key) in [
+        (ServeArgs { allowed_hosts: Some("http://a.example/".into()), ..Default::default() }, "allowed_hosts"),
+        (ServeArgs { log_format: Some("yaml".into()), ..Default::default() }, "log_format"),
+    ] {
+        assert!(matches!(Config::load_with_env(&args, no_env), Err(ConfigError::Invalid { key: k, .. }) if k == key));
+    }
+    for (variable, key) in [
+        ("LLAMAY_COMPILE_THREADS", "compile_threads"),
+        ("LLAMAY_COMPILE_QUEUE", "compile_queue"),
+        ("LLAMAY_MAX_CONTEXTS", "max_contexts"),
+    ] {
+        let zero = |k: &str| (k == variable).then(|| "0".to_string());
+        assert!(
+            matches!(Config::load_with_env(&ServeArgs::default(), zero), Err(ConfigError::Invalid { key: k, .. }) if k == key),
+            "{variable}"
+        );
+    }
+}
+
+#[test]
 fn insecure_registries_come_from_the_operator_only() {
     assert!(Config::load_with_env(&ServeArgs::default(), no_env).unwrap().insecure_registries.is_empty());
     let mut file = tempfile::NamedTempFile::new().unwrap();

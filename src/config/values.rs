@@ -25,8 +25,9 @@ pub(super) fn parse_split(text: &str) -> Result<Vec<f64>, ConfigError> {
         .collect()
 }
 
-/// A registry `host` or `host:port` (`[v6]` or `[v6]:port`) as a model name writes it.
-pub(super) fn valid_registry_host(text: &str) -> bool {
+/// A `host` or `host:port` (`[v6]` or `[v6]:port`), as a model name writes a registry and a
+/// client writes `Host`.
+pub(super) fn valid_host_and_port(text: &str) -> bool {
     let (host, port) = match text.rsplit_once(':') {
         Some((host, port)) if !host.contains(':') || host.ends_with(']') => (host, Some(port)),
         _ => (text, None),

@@ -1,9 +1,9 @@
 //! The operating-system calls llamay makes outside llama.cpp, in one place so that every
-//! `unsafe` block outside `llm/` is here: the allocator's tuning for a long-lived daemon and a
-//! process-existence check for lock files. Both are Linux/Unix specifics with a portable
+//! `unsafe` block outside `llm/` is here: the allocator's tuning for a long-lived daemon, the
+//! open-file limit its connections need, and a process-existence check for lock files. Both are Linux/Unix specifics with a portable
 //! fallback.
 //!
-//! Key functions: [`limit_heap_retention`], [`process_exists`]. Cost: one system call each.
+//! Key functions: [`limit_heap_retention`], [`raise_open_file_limit`], [`process_exists`]. Cost: one system call each.
 
 /// Allocator arenas a daemon keeps (glibc's default is 8 per core). One: with two, a 10-minute
 /// soak of the store-backed daemon still grew 28% as its thread count rose; with one it held flat.
@@ -37,6 +37,46 @@ pub fn limit_heap_retention(environment: &crate::config::Environment) {
     }
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     let _ = environment;
+}
+
+/// Files the daemon keeps open besides its connections: models, the store, pipes, logs.
+const FILES_BESIDES_CONNECTIONS: u64 = 256;
+
+/// Raises the soft limit on open files to what `connections` need (at most the hard limit;
+/// many systems start services at 1024, which `max_connections` alone would use up), and
+/// warns when the hard limit is lower still.
+pub fn raise_open_file_limit(connections: usize) {
+    #[cfg(not(unix))]
+    let _ = connections;
+    #[cfg(unix)]
+    {
+        let needed = (connections as u64).saturating_add(FILES_BESIDES_CONNECTIONS);
+        let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: getrlimit writes one rlimit into the struct we own.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+            return;
+        }
+        let current = limit.rlim_cur as u64;
+        if current >= needed {
+            return;
+        }
+        let raised = needed.min(limit.rlim_max as u64);
+        if raised > current {
+            limit.rlim_cur = raised as libc::rlim_t;
+            // SAFETY: setrlimit reads the struct we own; raising the soft limit up to the hard
+            // one needs no privilege.
+            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
+                return;
+            }
+        }
+        if raised < needed {
+            tracing::warn!(
+                open_files = raised,
+                needed,
+                "the open-file limit is below what max_connections needs; connections past it wait to be accepted (raise the hard limit: ulimit -Hn, LimitNOFILE=)"
+            );
+        }
+    }
 }
 
 /// Whether a process with this id exists (signal 0 checks without sending anything; EPERM

@@ -31,7 +31,7 @@ pub use forced::{compile_arguments_schema, embed_grammar, forced_call_grammar};
 pub use markup::{strip_markup, MarkupFilter};
 pub use parse::{anthropic_call_id, openai_call_id, parse_calls, parse_calls_with_ids, ParsedOutput};
 pub use partial::{close_json_prefix, read_cut_off_call, CutOffCall};
-pub use plan::{plan_tool_use, ToolPlan};
+pub use plan::{compile_tool_use, plan_tool_use, ToolPlan};
 pub use prompt::{
     calls_as_template_json, hermes_tools_prompt, messages_for_plain_template, render_calls_as_text, render_tool_result,
     tools_as_template_json,

@@ -21,6 +21,7 @@ fn start_smollm2() -> LlamaModelHandle {
     let model = Arc::new(Model::load(&path).expect("model loads"));
     let settings = WorkerSettings {
         context: ContextParams { n_ctx: 4096, threads: 1, batch: 512, sequences: 4, kv_type: KvType::F32, flash_attention: false },
+        ..WorkerSettings::default()
     };
     LlamaModelHandle::start(model, info, &settings).expect("worker")
 }

@@ -41,7 +41,7 @@ fn through_worker(model: &Arc<Model>, name: &str, prompt: &str, constraint: Cons
     let store = Store::open(&Store::default_home()).expect("store");
     let (_, info) = locate_model(name, Some(&store)).expect("model in the store (scripts/setup)");
     let handle =
-        LlamaModelHandle::start(Arc::clone(model), info, &WorkerSettings { context: params() }).expect("worker");
+        LlamaModelHandle::start(Arc::clone(model), info, &WorkerSettings { context: params(), ..WorkerSettings::default() }).expect("worker");
     let input = PromptInput::Raw { prompt: prompt.into(), system: None, template: true };
     let sampling =
         SamplingParams { temperature: 0.0, repeat_penalty: 1.0, max_tokens: Some(MAX_TOKENS), ..Default::default() };

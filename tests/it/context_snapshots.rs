@@ -1,9 +1,9 @@
 //! Context snapshots and parking (issue 11) with the real binary, the real SmolLM2 and a real
 //! store on disk: a snapshot restored after a daemon restart answers exactly as the context did
-//! before; a damaged blob, a snapshot of another model file and an unwritable store are refused
-//! with the reason and change nothing; a hundred contexts on four sequences all answer from
-//! their own state (parked in memory or on disk, and written back); a context survives its model being
-//! unloaded and loaded again.
+//! before; a damaged blob (409 snapshot_damaged), a snapshot of another model file (409) and an
+//! unwritable store (500) are refused with the reason and change nothing; a hundred contexts
+//! on four sequences all answer from their own state (parked in memory or on disk, and written
+//! back); a context survives its model being unloaded and loaded again.
 //!
 //! Each daemon gets its own store (a temporary `LLAMAY_HOME`) and serves the SmolLM2 file from
 //! the default store by path, so the tests never hold the shared store. Every wait is bounded;
@@ -20,14 +20,7 @@ const MODEL: &str = "smollm2";
 
 /// SmolLM2's file, linked (or copied) into `dir` as `smollm2.gguf`.
 fn model_file(dir: &Path) -> PathBuf {
-    let store = llamay::store::Store::open(&llamay::store::Store::default_home()).expect("store");
-    let (path, _) = llamay::actors::model::locate_model("smollm2:135m", Some(&store))
-        .expect("smollm2:135m (scripts/setup)");
-    let target = dir.join("smollm2.gguf");
-    if std::fs::hard_link(&path, &target).is_err() {
-        std::fs::copy(&path, &target).expect("copy the model");
-    }
-    target
+    crate::model_files::link_model_file("smollm2:135m", dir, "smollm2.gguf")
 }
 
 /// `llamay serve` over the store at `home`, with f32 KV and flash attention off (so a restored
@@ -230,7 +223,8 @@ fn damaged_and_foreign_snapshots_are_refused_and_an_unwritable_store_changes_not
 
     let daemon = start(home.path(), &model, &["-parallel", "2"]);
     let (status, refused) = daemon.post("/v1/contexts", &json!({"snapshot": snap}));
-    assert_eq!(status, 500, "{refused}");
+    assert_eq!(status, 409, "a damaged snapshot is a conflict, not a daemon fault: {refused}");
+    assert_eq!(refused["error"]["code"], "snapshot_damaged", "{refused}");
     let message = refused["error"]["message"].as_str().unwrap_or_default();
     assert!(
         message.contains("damaged") && message.contains("nothing was restored"),

@@ -36,6 +36,7 @@ fn start_daemon() -> String {
             sequences: 2,
             ..ContextParams::default()
         },
+        ..WorkerSettings::default()
     };
     let loader = Arc::new(StoreLoader::new(Arc::clone(&store), settings));
     let config = SupervisorConfig {

@@ -7,10 +7,12 @@
 //!
 //! All: `cargo test --release --test it`; one subject: `cargo test --release --test it rpc::`.
 
+mod bounded_queues;
 mod cli_run;
 mod constrained_generation;
 mod constrained_greedy_reference;
 mod context_snapshots;
+mod daemon_guards;
 mod embed_actor;
 mod embed_real;
 mod embed_routes;
@@ -20,6 +22,7 @@ mod json_schema_suite;
 mod llm_real;
 mod mask_exactness_real;
 mod metrics;
+mod model_files;
 mod prefix_reuse;
 mod pull;
 mod rpc;

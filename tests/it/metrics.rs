@@ -35,6 +35,7 @@ fn state() -> web::Data<AppState> {
             sequences: 2,
             ..ContextParams::default()
         },
+        ..WorkerSettings::default()
     };
     let loader = Arc::new(StoreLoader::new(Arc::clone(&store), settings));
     let config = SupervisorConfig {

@@ -32,6 +32,7 @@ fn worker(sequences: u32, batch: u32) -> LlamaModelHandle {
             kv_type: KvType::F32,
             flash_attention: false,
         },
+        ..WorkerSettings::default()
     };
     LlamaModelHandle::start(model, info, &settings).expect("worker")
 }

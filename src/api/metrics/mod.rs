@@ -261,7 +261,7 @@ impl Metrics {
             &mut out,
             "llamay_constraint_compile_cache_hits_total",
             "counter",
-            "Schemas and grammars found compiled in the cache.",
+            "Schemas, grammars and tool lists found compiled in the cache.",
         );
         sample(
             &mut out,
@@ -273,7 +273,7 @@ impl Metrics {
             &mut out,
             "llamay_constraint_compile_cache_misses_total",
             "counter",
-            "Schemas and grammars compiled.",
+            "Schemas, grammars and tool lists compiled (cache misses).",
         );
         sample(
             &mut out,
@@ -293,6 +293,22 @@ impl Metrics {
             &[],
             compiled.entries as f64,
         );
+
+        let pool = state.compile_pool.stats();
+        let gauges = [
+            ("llamay_compile_running", "gauge", "Schema and grammar compiles running on the compile pool.", pool.running as f64),
+            ("llamay_compile_waiting", "gauge", "Compiles waiting for a compile thread.", pool.waiting as f64),
+            (
+                "llamay_compile_refused_total",
+                "counter",
+                "Compiles refused with 503 because compile_queue were already waiting.",
+                pool.refused as f64,
+            ),
+        ];
+        for (name, kind, help, value) in gauges {
+            family(&mut out, name, kind, help);
+            sample(&mut out, name, &[], value);
+        }
 
         if let Some(status) = status {
             render_supervisor(&mut out, status);
@@ -370,14 +386,28 @@ fn render_supervisor(out: &mut String, status: &SupervisorStatus) {
         out,
         "llamay_queue_depth",
         "gauge",
-        "Requests waiting for a model to load.",
+        "Requests waiting: for a model to load, or for a free sequence of a loaded one.",
     );
     sample(out, "llamay_queue_depth", &[], status.queue_depth as f64);
     family(
         out,
+        "llamay_model_queue_depth",
+        "gauge",
+        "Requests waiting for a loaded model, by model.",
+    );
+    for model in &status.models {
+        sample(
+            out,
+            "llamay_model_queue_depth",
+            &[("model", &model.info.name)],
+            model.queue_depth as f64,
+        );
+    }
+    family(
+        out,
         "llamay_queue_capacity",
         "gauge",
-        "Requests that may wait at once before 503s.",
+        "Requests that may wait at once (for a load, and for each loaded model) before 503s.",
     );
     sample(out, "llamay_queue_capacity", &[], status.max_queue as f64);
     family(out, "llamay_models_loaded", "gauge", "Models loaded now.");

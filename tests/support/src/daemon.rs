@@ -27,7 +27,9 @@ pub const STOP_LIMIT: Duration = Duration::from_secs(60);
 /// What `llamay serve` is started with; [`DaemonBuilder::start`] runs it.
 pub struct DaemonBuilder {
     command: Command,
-    addr: String,
+    /// The host `-addr` binds: 127.0.0.1 unless [`DaemonBuilder::bind_ip`] says otherwise.
+    bind_ip: String,
+    port: u16,
 }
 
 impl DaemonBuilder {
@@ -51,6 +53,13 @@ impl DaemonBuilder {
         self
     }
 
+    /// Listens on `ip` (`0.0.0.0`: every interface) instead of 127.0.0.1; requests still go
+    /// to the loopback address.
+    pub fn bind_ip(mut self, ip: &str) -> Self {
+        self.bind_ip = ip.to_string();
+        self
+    }
+
     /// The store at `home` (`LLAMAY_HOME`) instead of the one the tests run with.
     pub fn home(self, home: impl AsRef<Path>) -> Self {
         self.env("LLAMAY_HOME", home.as_ref())
@@ -62,16 +71,18 @@ impl DaemonBuilder {
         let log_dir = tempfile::tempdir().expect("a directory for the daemon's log");
         let log = log_dir.path().join("serve.log");
         let log_file = File::create(&log).expect("the daemon's log file");
+        let addr = format!("127.0.0.1:{}", self.port);
         let child = self
             .command
+            .args(["-addr", &format!("{}:{}", self.bind_ip, self.port)])
             .stdout(Stdio::null())
             .stderr(log_file)
             .spawn()
             .expect("llamay serve starts");
         let mut daemon = Daemon {
             process: Process(child),
-            base: format!("http://{}", self.addr),
-            addr: self.addr,
+            base: format!("http://{addr}"),
+            addr,
             client: http::client(),
             log,
             _log_dir: log_dir,
@@ -110,13 +121,13 @@ impl Daemon {
     /// `llamay serve` on a free loopback port (`-addr`), with the environment of
     /// [`llamay_command`]; the builder adds the rest.
     pub fn builder() -> DaemonBuilder {
-        let addr = format!("127.0.0.1:{}", free_port());
         let mut command = llamay_command();
-        command.args(["serve", "-addr", &addr]);
-        DaemonBuilder { command, addr }
+        command.arg("serve");
+        DaemonBuilder { command, bind_ip: "127.0.0.1".to_string(), port: free_port() }
     }
 
-    /// `127.0.0.1:PORT`, as `-addr` and `LLAMAY_ADDR` take it.
+    /// `127.0.0.1:PORT`, as `-addr` and `LLAMAY_ADDR` take it (with the daemon's port when
+    /// it binds beyond loopback).
     pub fn addr(&self) -> &str {
         &self.addr
     }
