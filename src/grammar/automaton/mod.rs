@@ -162,7 +162,9 @@ impl StepOverflow {
             }
             StepOverflow::TooManyStacks => {
                 format!(
-                    "more than {} parse stacks alive at once (an ambiguous grammar)",
+                    "more than {} parse stacks alive at once (that many ways to read the same \
+                     bytes were still open: alternatives that begin alike, or repetitions that \
+                     can split the same text in several ways)",
                     limits.max_stacks
                 )
             }
