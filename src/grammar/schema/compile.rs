@@ -434,7 +434,9 @@ impl<'a> Compiler<'a> {
             return Ok(*found);
         }
         let rule = number_rule(&mut self.sink, &spec).map_err(|too_complex| {
-            let location = merged.step.location.clone().or_else(|| merged.bound_location.clone()).unwrap_or_else(|| "".into());
+            let (step, bound) = (merged.step.location.clone(), merged.bound_location.clone());
+            let location = if too_complex.keyword == "multipleOf" { step.or(bound) } else { bound.or(step) };
+            let location = location.unwrap_or_else(|| "".into());
             SchemaError::new(too_complex.keyword, &location, format!("which cannot be enforced here: {}", too_complex.message))
         })?;
         self.numbers.insert(spec, rule);

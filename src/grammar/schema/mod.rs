@@ -51,6 +51,8 @@ mod validate;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod number_tests;
+#[cfg(test)]
 mod shape_tests;
 
 use std::fmt;
