@@ -9,6 +9,7 @@ use crate::schema::{compile_schema, review_schema, SchemaError, MAX_SCHEMA_SYMBO
 use crate::{CompiledGrammar, Limits};
 
 mod gbnf;
+mod properties;
 
 /// Stack for the compiling thread: far below the 2 MiB of an HTTP worker or a test thread.
 pub(crate) const SMALL_STACK: usize = 256 * 1024;
