@@ -141,3 +141,19 @@ fn a_schema_document_nested_past_the_parsers_limit_is_refused_naming_where() {
     assert!(error.message.contains("more than 128 deep"), "{error}");
     assert!(error.location.starts_with("properties.a.const.0.0"), "{error}");
 }
+
+/// Patterns are parsed by regex-syntax, whose nesting limit (250) bounds every walk over them,
+/// ours and the DFA compiler's: as a pattern, as a key pattern, and checking enum members.
+#[test]
+fn patterns_nested_deep_compile_or_are_refused_in_bounded_stack() {
+    for depth in [200, 249, 250, 1_000, 100_000] {
+        let pattern = format!("^{}a{}$", "(".repeat(depth), ")*".repeat(depth));
+        let schema = json!({"type": "object", "properties": {"s": {"type": "string", "pattern": pattern},
+                                                             "e": {"pattern": pattern, "enum": ["a", "b"]}},
+                            "patternProperties": {pattern.clone(): {"type": "integer"}}});
+        let compiled = on_small_stack(move || compile_whole(&schema));
+        if let Err(refusal) = compiled {
+            assert!(refusal.contains("pattern"), "{depth}: {refusal}");
+        }
+    }
+}
