@@ -126,8 +126,12 @@ fn what_grows_with_the_schema_text_is_refused_before_it_is_built() {
     let long_name = "k".repeat(2_000_000);
     let error = compile_schema(&json!({"properties": {long_name: {"type": "integer"}}})).map(|_| ()).expect_err("a 2 MB name compiles");
     assert_eq!(error.keyword, "properties", "{error}");
-    // Within the budget, a long literal still compiles.
+    // Within the budget, a long literal still compiles, and one built already costs nothing
+    // more where it is used again.
     compile_whole(&json!({"const": "z".repeat(100_000)})).expect("a 100 kB const compiles");
+    let reused = json!({"$defs": {"big": {"const": "q".repeat(1_200_000)}}, "type": "object", "properties": {
+        "a": {"$ref": "#/$defs/big"}, "b": {"allOf": [{"$ref": "#/$defs/big"}, {"minLength": 1}]}}});
+    compile_schema(&reused).map(|_| ()).unwrap_or_else(|e| panic!("a 1.2 MB const used twice: {e}"));
 }
 
 #[test]

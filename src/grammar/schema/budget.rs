@@ -9,10 +9,8 @@
 //! checked before it is built. So a schema too large to compile is refused having allocated
 //! about its own size, not the hundreds of megabytes its expansion would take.
 //!
-//! Cost: one pass over the schema document for its depth (no recursion), and a count of the
-//! JSON text of each `enum`/`const` member before it becomes rules.
-
-use std::io;
+//! Cost: one pass over the schema document for its depth (no recursion); each `enum`/`const`
+//! member's JSON text is written once (the compiler keys its rules by it) before it is built.
 
 use serde_json::Value;
 
@@ -123,22 +121,4 @@ pub(crate) fn check_document_depth(schema: &Value) -> Result<(), SchemaError> {
         open.push(grandchildren);
     }
     Ok(())
-}
-
-/// Bytes of `value` written as compact JSON, counted without writing them.
-pub(crate) fn json_text_length(value: &Value) -> usize {
-    struct Count(usize);
-    impl io::Write for Count {
-        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-            self.0 += bytes.len();
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    // Writing to a counter cannot fail: a Value always serializes.
-    let _ = serde_json::to_writer(&mut count, value);
-    count.0
 }

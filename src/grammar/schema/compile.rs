@@ -17,7 +17,7 @@ use std::rc::Rc;
 
 use serde_json::Value;
 
-use super::budget::{json_text_length, too_deep, too_large, MAX_SCHEMA_DEPTH, MAX_SCHEMA_SYMBOLS};
+use super::budget::{too_deep, too_large, MAX_SCHEMA_DEPTH, MAX_SCHEMA_SYMBOLS};
 use super::formats::{format_pattern, FormatMode};
 use super::keys::{KeyAutomaton, KeyPattern};
 use super::json::{byte, canonical_json_string, RuleSink};
@@ -325,11 +325,16 @@ impl<'a> Compiler<'a> {
             let (keyword, location) = merged.enumeration_origin.clone().unwrap_or(("enum", "".into()));
             let mut alternatives = Vec::new();
             for member in members {
-                // A member becomes about one symbol per byte of its JSON text.
-                self.afford(json_text_length(member), keyword, &location)?;
-                if self.value_satisfies(merged, member)? {
-                    alternatives.push(vec![Symbol::Rule(self.sink.literal_value(member))]);
+                if !self.value_satisfies(merged, member)? {
+                    continue;
                 }
+                // Built only when its text fits what is left of the budget (or built already).
+                let built = self.sink.builder.symbol_count();
+                let literal = self
+                    .sink
+                    .literal_value_within(member, MAX_SCHEMA_SYMBOLS.saturating_sub(built))
+                    .map_err(|length| too_large(keyword, &location, length, built))?;
+                alternatives.push(vec![Symbol::Rule(literal)]);
             }
             return Ok(alternatives);
         }
