@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use super::budget::{too_deep, too_large, MAX_SCHEMA_DEPTH, MAX_SCHEMA_SYMBOLS};
 use super::formats::{format_pattern, FormatMode};
-use super::keys::{KeyAutomaton, KeyPattern};
+use super::keys::{KeyAutomaton, KeyPattern, ObjectPatterns};
 use super::json::{byte, canonical_json_string, RuleSink};
 use super::keywords::{child_location, display_location, resolve_reference};
 use super::merge::{Additional, Merged, ObjectPart, TypeSet};
@@ -778,39 +778,4 @@ impl<'a> Compiler<'a> {
 fn contradiction(expansion: &Expansion<'_>, reason: &str) -> SchemaError {
     let location = expansion.conjunction_origin.clone().unwrap_or_else(|| "".into());
     SchemaError::new("allOf", &location, format!("which cannot be satisfied: {reason}; remove the contradiction"))
-}
-
-/// The `patternProperties` of a conjunction's object parts, compiled once per object:
-/// (index of the object part, the pattern, the schema of the values of keys it matches).
-struct ObjectPatterns<'a> {
-    entries: Vec<(usize, KeyPattern, Part<'a>)>,
-    /// Where the first pattern is, for messages.
-    location: Rc<str>,
-}
-
-impl<'a> ObjectPatterns<'a> {
-    /// Not inlined: each pattern's DFA is built in this frame, which the compiler's recursion
-    /// through objects would otherwise carry at every level.
-    #[inline(never)]
-    fn new(objects: &[ObjectPart<'a>]) -> Result<Self, SchemaError> {
-        let mut entries = Vec::new();
-        let mut location: Option<Rc<str>> = None;
-        for (index, object) in objects.iter().enumerate() {
-            for (pattern, part) in &object.patterns {
-                let compiled = KeyPattern::new(pattern)
-                    .map_err(|refusal| SchemaError::new("patternProperties", &object.location, refusal.0))?;
-                location.get_or_insert_with(|| object.location.clone());
-                entries.push((index, compiled, part.clone()));
-            }
-        }
-        Ok(ObjectPatterns { entries, location: location.unwrap_or_else(|| "".into()) })
-    }
-
-    fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
-    fn of_object(&self, object: usize) -> impl Iterator<Item = (&KeyPattern, &Part<'a>)> {
-        self.entries.iter().filter(move |(owner, _, _)| *owner == object).map(|(_, pattern, part)| (pattern, part))
-    }
 }
