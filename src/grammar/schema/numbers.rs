@@ -425,6 +425,14 @@ enum DecimalState {
     Frac { position: usize, significant: usize, tight_low: bool, tight_high: bool, after_point: bool },
 }
 
+/// Positions at and above `FREE - MAX_DECIMAL_DIGITS` mark the memo keys of free fraction
+/// states (see [`DecimalAutomaton::memo_key`]); real positions never come near.
+const FREE: usize = usize::MAX;
+
+fn is_free(state: &DecimalState) -> bool {
+    matches!(state, DecimalState::Frac { position, .. } if *position >= FREE - MAX_DECIMAL_DIGITS)
+}
+
 struct DecimalAutomaton {
     low: MagnitudeBound,
     high: Option<MagnitudeBound>,
@@ -524,7 +532,8 @@ impl DecimalAutomaton {
                 (Some(h), true) => h.int.clone(),
                 _ => vec![9; length],
             };
-            automaton.memo.clear();
+            // States past both bounds are shared across lengths (see `memo_key`).
+            automaton.memo.retain(|state, _| is_free(state));
             let start = DecimalState::Int { length, position: 0, tight_low: is_low_band, tight_high: is_high_band, zero: true };
             starts.extend(automaton.state(start)?);
         }
@@ -535,8 +544,25 @@ impl DecimalAutomaton {
     }
 
     /// The NFA node of `state`; `None` when no digits from it reach an accepted value.
+    /// The key `state` is remembered by. A fraction state past both bounds with a significant
+    /// digit written depends only on how many digits it may still write: such states are one
+    /// per count, whatever their position and the integer part's length (as the integer
+    /// automaton's free states are), where keyed by position they would be one per position
+    /// and count, and the subset construction would have to merge them all again.
+    fn memo_key(&self, state: DecimalState) -> DecimalState {
+        match state {
+            DecimalState::Frac { position, significant, tight_low: false, tight_high: false, after_point } if significant > 0 => {
+                let positions_left = self.fraction_cap.saturating_sub(position).min(MAX_DECIMAL_DIGITS);
+                let digits_left = positions_left.min(MAX_DECIMAL_DIGITS - significant.min(MAX_DECIMAL_DIGITS));
+                DecimalState::Frac { position: FREE - digits_left, significant: 0, tight_low: false, tight_high: false, after_point }
+            }
+            other => other,
+        }
+    }
+
     fn state(&mut self, state: DecimalState) -> Result<Option<usize>, NumberTooComplex> {
-        if let Some(found) = self.memo.get(&state) {
+        let key = self.memo_key(state);
+        if let Some(found) = self.memo.get(&key) {
             return Ok(*found);
         }
         if self.memo.len() > MAX_NUMBER_RULES {
@@ -602,7 +628,7 @@ impl DecimalAutomaton {
             }
         }
         let node = (accepting || !edges.is_empty()).then(|| self.nfa.node(accepting, edges));
-        self.memo.insert(state, node);
+        self.memo.insert(key, node);
         Ok(node)
     }
 
