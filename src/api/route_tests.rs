@@ -669,6 +669,3 @@ async fn llamay_formats_enforce_refuses_a_format_with_a_pattern_and_the_default_
     openai["llamay_formats"] = json!("ignore");
     assert_eq!(call!(app, post, "/v1/chat/completions", openai).status, StatusCode::OK);
 }
-
-/// Issue 48: schemas nested past the compiler's depth limit, on every route that takes one.
-mod schema_limits;

@@ -6,6 +6,8 @@ use std::process::Output;
 
 use llamay_test_support::process::llamay_command as llamay;
 
+use crate::deep_schemas::reference_chain;
+
 fn run(args: &[&str]) -> Output {
     llamay().args(args).output().expect("the binary runs")
 }
@@ -208,15 +210,8 @@ fn schema_check_enforces_pattern_properties() {
 
 /// `d0.a -> d1.a -> ... -> d{length}` as a schema file.
 fn reference_chain_file(dir: &tempfile::TempDir, length: usize) -> PathBuf {
-    let mut definitions = serde_json::Map::new();
-    for index in 0..length {
-        let next = format!("#/$defs/d{}", index + 1);
-        definitions.insert(format!("d{index}"), serde_json::json!({"type": "object", "properties": {"a": {"$ref": next}}}));
-    }
-    definitions.insert(format!("d{length}"), serde_json::json!({"type": "string"}));
-    let schema = serde_json::json!({"$defs": definitions, "$ref": "#/$defs/d0"});
     let path = dir.path().join(format!("chain-{length}.json"));
-    std::fs::write(&path, schema.to_string()).expect("write the schema");
+    std::fs::write(&path, reference_chain(length).to_string()).expect("write the schema");
     path
 }
 

@@ -11,6 +11,7 @@ mod cli_run;
 mod constrained_generation;
 mod constrained_greedy_reference;
 mod context_snapshots;
+mod deep_schemas;
 mod embed_actor;
 mod embed_real;
 mod embed_routes;
