@@ -85,6 +85,20 @@ pub fn compile_gbnf(source: &[u8], limits: &Limits) -> Result<CompiledGrammar, G
     CompiledGrammar::new(parsed.grammar, limits)
 }
 
+/// Adds `added` to `count`, the symbols the grammar expands into so far; refused once that
+/// passes `limits.max_symbols`, while the grammar is built rather than after.
+fn charge_symbols(count: &mut usize, added: usize, limits: &Limits) -> Result<(), GrammarError> {
+    *count = count.saturating_add(added);
+    if *count > limits.max_symbols {
+        return Err(GrammarError::TooLarge {
+            what: "the expanded grammar (symbols)",
+            actual: *count,
+            limit: limits.max_symbols,
+        });
+    }
+    Ok(())
+}
+
 /// The refusal of a left-recursive cycle of rules, told in the user's terms: source rules by
 /// name, generated ones as the construct they were made from, starting at a source rule.
 fn left_recursion(parsed: &ParsedGbnf, text: &str, cycle: &[usize]) -> GrammarError {

@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 
-use super::ParsedGbnf;
+use super::{charge_symbols, ParsedGbnf};
 use crate::error::GrammarError;
 use crate::ir::{rules_satisfying, Rule, RuleId, Symbol};
 use crate::limits::Limits;
@@ -100,14 +100,6 @@ impl NonEmpty<'_> {
     }
 
     fn charge(&mut self, symbols: usize) -> Result<(), GrammarError> {
-        self.symbols = self.symbols.saturating_add(symbols);
-        if self.symbols > self.limits.max_symbols {
-            return Err(GrammarError::TooLarge {
-                what: "the expanded grammar (symbols)",
-                actual: self.symbols,
-                limit: self.limits.max_symbols,
-            });
-        }
-        Ok(())
+        charge_symbols(&mut self.symbols, symbols, self.limits)
     }
 }

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use super::nullable::repeat_only_what_reads;
-use super::{describe, Origin, ParsedGbnf};
+use super::{charge_symbols, describe, Origin, ParsedGbnf};
 use crate::error::{GrammarError, Location};
 use crate::ir::{char_ranges_to_alternatives, complement_char_ranges, ByteSet, Grammar, Rule, RuleId, Symbol};
 use crate::limits::Limits;
@@ -207,15 +207,7 @@ impl<'s> Parser<'s> {
     }
 
     fn count_symbols(&mut self, added: usize) -> Result<(), GrammarError> {
-        self.symbol_count = self.symbol_count.saturating_add(added);
-        if self.symbol_count > self.limits.max_symbols {
-            return Err(GrammarError::TooLarge {
-                what: "the expanded grammar (symbols)",
-                actual: self.symbol_count,
-                limit: self.limits.max_symbols,
-            });
-        }
-        Ok(())
+        charge_symbols(&mut self.symbol_count, added, self.limits)
     }
 
     fn parse_rule(&mut self) -> Result<(), GrammarError> {

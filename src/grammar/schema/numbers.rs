@@ -543,7 +543,6 @@ impl DecimalAutomaton {
             .map_err(|_| too_complex("minimum", "the bounds need too many states"))
     }
 
-    /// The NFA node of `state`; `None` when no digits from it reach an accepted value.
     /// The key `state` is remembered by. A fraction state past both bounds with a significant
     /// digit written depends only on how many digits it may still write: such states are one
     /// per count, whatever their position and the integer part's length (as the integer
@@ -560,6 +559,7 @@ impl DecimalAutomaton {
         }
     }
 
+    /// The NFA node of `state`; `None` when no digits from it reach an accepted value.
     fn state(&mut self, state: DecimalState) -> Result<Option<usize>, NumberTooComplex> {
         let key = self.memo_key(state);
         if let Some(found) = self.memo.get(&key) {
