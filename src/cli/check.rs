@@ -80,6 +80,10 @@ pub fn schema(command: SchemaCommand) -> Result<ExitCode, CliError> {
         .map_err(|e| CliError::Constraint(format!("{}: not JSON: {e}", file.display())))?;
     let report = grammar::schema::review_schema_with(&value, formats);
     print!("{report}");
+    // The report's last line already gives the refusal, from the same compile.
+    if report.is_refused() {
+        return Ok(ExitCode::FAILURE);
+    }
     let ir = match grammar::schema::compile_schema_with(&value, formats) {
         Ok(ir) => ir,
         Err(error) => {

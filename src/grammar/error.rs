@@ -80,6 +80,23 @@ pub enum GrammarError {
         actual: usize,
         limit: usize,
     },
+    #[error(
+        "{what}{at} has {alternatives} alternatives, more than the {limit} parse stacks the \
+         automaton keeps alive at once: each alternative that can still match is one, so it \
+         could never be entered; group the alternatives by how they begin (`\"ab\" (\"c\" | \"d\")` \
+         rather than `\"abc\" | \"abd\"`), or use a character class for single characters"
+    )]
+    TooManyAlternatives {
+        what: String,
+        at: Location,
+        alternatives: usize,
+        limit: usize,
+    },
+    #[error(
+        "the grammar nests parentheses more than {limit} deep{at}; give the inner groups names \
+         of their own (`inner ::= ...`), which costs no nesting"
+    )]
+    TooDeep { limit: usize, at: Location },
     #[error("the grammar is invalid: {0}")]
     Invalid(String),
     #[error("token {token} is not in the vocabulary (size {vocab_size})")]

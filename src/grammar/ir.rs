@@ -197,10 +197,12 @@ impl Grammar {
 }
 
 /// Builds a grammar rule by rule; rules can be declared before they are defined so that
-/// recursive structures can refer to themselves.
+/// recursive structures can refer to themselves. Counts the symbols defined as it goes, so a
+/// front end can hold what it builds to a budget while building it.
 #[derive(Debug, Default)]
 pub struct GrammarBuilder {
     rules: Vec<Rule>,
+    symbols: usize,
 }
 
 impl GrammarBuilder {
@@ -216,7 +218,10 @@ impl GrammarBuilder {
     }
 
     pub fn define(&mut self, id: RuleId, alternatives: Vec<Vec<Symbol>>) {
-        self.rules[id.index()].alternatives = alternatives;
+        let rule = &mut self.rules[id.index()];
+        self.symbols -= rule.alternatives.iter().map(Vec::len).sum::<usize>();
+        self.symbols += alternatives.iter().map(Vec::len).sum::<usize>();
+        rule.alternatives = alternatives;
     }
 
     /// Declares and defines in one step.
@@ -234,6 +239,11 @@ impl GrammarBuilder {
 
     pub fn rule_count(&self) -> usize {
         self.rules.len()
+    }
+
+    /// Symbols in all alternatives defined so far.
+    pub fn symbol_count(&self) -> usize {
+        self.symbols
     }
 
     /// The alternatives of `id` as defined so far (none while only declared).

@@ -23,6 +23,8 @@ pub mod stats;
 pub mod toktrie;
 
 #[cfg(test)]
+mod bounded_tests;
+#[cfg(test)]
 mod reference_tests;
 
 pub use automaton::CompiledGrammar;

@@ -6,6 +6,8 @@ use std::process::Output;
 
 use llamay_test_support::process::llamay_command as llamay;
 
+use crate::deep_schemas::reference_chain;
+
 fn run(args: &[&str]) -> Output {
     llamay().args(args).output().expect("the binary runs")
 }
@@ -204,4 +206,39 @@ fn schema_check_enforces_pattern_properties() {
     let rejected = run(&["schema", "check", schema, invalid]);
     assert_eq!(rejected.status.code(), Some(1), "{}", stdout(&rejected));
     assert!(stdout(&rejected).contains("does not match at byte"), "{}", stdout(&rejected));
+}
+
+/// `d0.a -> d1.a -> ... -> d{length}` as a schema file.
+fn reference_chain_file(dir: &tempfile::TempDir, length: usize) -> PathBuf {
+    let path = dir.path().join(format!("chain-{length}.json"));
+    std::fs::write(&path, reference_chain(length).to_string()).expect("write the schema");
+    path
+}
+
+#[test]
+fn schema_check_refuses_a_reference_chain_past_the_depth_limit_without_crashing() {
+    let dir = temp_dir();
+    let deep = reference_chain_file(&dir, 3_000);
+    let refused = run(&["schema", "check", deep.to_str().expect("a UTF-8 path")]);
+    let report = stdout(&refused);
+    assert_eq!(refused.status.code(), Some(1), "{report}{}", stderr(&refused));
+    let last = report.lines().last().unwrap_or_default();
+    assert!(last.starts_with("refused: $defs.d"), "{report}");
+    assert!(last.contains("uses \"$ref\", which nests subschemas more than 64 deep"), "{report}");
+    assert_eq!(report.matches("refused: ").count(), 1, "the refusal is printed once: {report}");
+    let within = reference_chain_file(&dir, 40);
+    let accepted = run(&["schema", "check", within.to_str().expect("a UTF-8 path")]);
+    assert!(accepted.status.success(), "{}{}", stdout(&accepted), stderr(&accepted));
+}
+
+#[test]
+fn grammar_check_loads_a_repetition_of_a_repetition() {
+    let dir = temp_dir();
+    let grammar = dir.path().join("words.gbnf");
+    std::fs::write(&grammar, "root ::= ([a-z]*)*\n").expect("write the grammar");
+    let input = dir.path().join("input.txt");
+    std::fs::write(&input, "abc").expect("write the input");
+    let checked = run(&["grammar", "check", grammar.to_str().expect("a UTF-8 path"), input.to_str().expect("a UTF-8 path")]);
+    assert!(checked.status.success(), "{}{}", stdout(&checked), stderr(&checked));
+    assert!(stdout(&checked).contains("matches"), "{}", stdout(&checked));
 }

@@ -13,6 +13,7 @@ mod constrained_generation;
 mod constrained_greedy_reference;
 mod context_snapshots;
 mod daemon_guards;
+mod deep_schemas;
 mod embed_actor;
 mod embed_real;
 mod embed_routes;

@@ -162,7 +162,9 @@ impl StepOverflow {
             }
             StepOverflow::TooManyStacks => {
                 format!(
-                    "more than {} parse stacks alive at once (an ambiguous grammar)",
+                    "more than {} parse stacks alive at once (that many ways to read the same \
+                     bytes were still open: alternatives that begin alike, or repetitions that \
+                     can split the same text in several ways)",
                     limits.max_stacks
                 )
             }
@@ -217,8 +219,16 @@ impl CompiledGrammar {
             .flat_map(|r| &r.alternatives)
             .map(|a| a.len() + 1)
             .sum();
+        // Refused before anything is allocated for it.
+        if symbol_total > limits.max_symbols || symbol_total >= u32::MAX as usize {
+            return Err(GrammarError::TooLarge {
+                what: "the expanded grammar (symbols)",
+                actual: symbol_total,
+                limit: limits.max_symbols,
+            });
+        }
         let alternative_total: usize = grammar.rules.iter().map(|r| r.alternatives.len()).sum();
-        let mut symbols = Vec::with_capacity(symbol_total.min(limits.max_symbols + 1));
+        let mut symbols = Vec::with_capacity(symbol_total);
         let mut alt_starts = Vec::with_capacity(alternative_total);
         let mut alt_ranges = Vec::with_capacity(rule_count);
         for rule in &grammar.rules {
@@ -241,13 +251,6 @@ impl CompiledGrammar {
                     });
                 }
                 symbols.push(FlatSymbol::End);
-                if symbols.len() > limits.max_symbols || symbols.len() >= u32::MAX as usize {
-                    return Err(GrammarError::TooLarge {
-                        what: "the expanded grammar (symbols)",
-                        actual: symbols.len(),
-                        limit: limits.max_symbols,
-                    });
-                }
             }
             alt_ranges.push((first_alt, alt_starts.len() as u32));
         }

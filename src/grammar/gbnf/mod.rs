@@ -7,32 +7,48 @@
 //! (`\n \t \r \\ \" \[ \] \xHH \uHHHH \UHHHHHHHH`, all naming code points, as in llama.cpp),
 //! ranges, negation `[^...]`, and `.` (any character). Characters become their UTF-8 bytes.
 //! Repetitions expand into rules as llama.cpp does: `x{2,4}` is `x x opt2` with
-//! `opt2 ::= x opt1 | ""`, `opt1 ::= x | ""`.
+//! `opt2 ::= x opt1 | ""`, `opt1 ::= x | ""`; an unbounded repetition of something that can
+//! match nothing (`([a-z]*)*`) repeats only what reads bytes (`nullable.rs`), as llama.cpp
+//! accepts it.
 //!
-//! Refused at load time, each with the rule name and line:column: left recursion, token
-//! terminals (`<think>`, `<[1000]>`), repetition bounds above `Limits::max_repetition`,
-//! undefined or twice-defined rules, a missing `root`, syntax errors, and sources over the
-//! limits (size, rules, expanded symbols, nesting), so no input hangs or exhausts memory.
+//! Refused at load time, each naming what the user wrote (a rule, or a group, repetition or
+//! class quoted from the source) and its line:column: left recursion, token terminals
+//! (`<think>`, `<[1000]>`), repetition bounds above `Limits::max_repetition`, a rule with
+//! more alternatives than the automaton keeps parse stacks, undefined or twice-defined rules, a
+//! missing `root`, syntax errors, parentheses nested past `Limits::max_nesting`, and sources
+//! over the limits (size, rules, expanded symbols), so no input hangs or exhausts memory.
 //!
-//! Key functions: [`parse_gbnf`], [`compile_gbnf`]. Cost: linear in the source plus the
-//! expanded repetitions (bounded by `Limits::max_symbols`).
+//! Key functions: [`parse_gbnf`], [`compile_gbnf`]; the parser is `parser.rs`. Cost: linear
+//! in the source plus the expanded repetitions (bounded by `Limits::max_symbols`).
 
-use std::collections::HashMap;
+mod nullable;
+mod parser;
+
+use std::ops::Range;
 
 use super::automaton::{find_left_recursion, CompiledGrammar};
 use super::error::{GrammarError, Location};
-use super::ir::{
-    char_ranges_to_alternatives, complement_char_ranges, ByteSet, Grammar, Rule, RuleId, Symbol,
-};
 use super::limits::Limits;
+use parser::Parser;
 
 /// A parsed GBNF grammar plus where each rule came from, for messages.
 #[derive(Debug)]
 pub struct ParsedGbnf {
-    pub grammar: Grammar,
-    /// For every rule of `grammar`: the source rule it was written in, and where that rule is
-    /// defined. Rules generated for groups and repetitions point at their enclosing rule.
-    pub origins: Vec<(String, Location)>,
+    pub grammar: super::ir::Grammar,
+    /// For every rule of `grammar`, where it came from.
+    pub origins: Vec<Origin>,
+}
+
+/// Where a rule of a parsed grammar comes from.
+#[derive(Clone, Debug)]
+pub struct Origin {
+    /// The source rule it was written in.
+    pub rule: String,
+    /// Where that rule is defined.
+    pub defined_at: Location,
+    /// For a rule made for a group, a repetition or a character class: the bytes of the
+    /// source it was made from.
+    pub construct: Option<Range<usize>>,
 }
 
 /// Parses and lowers `source`; no automaton is built.
@@ -55,666 +71,95 @@ pub fn parse_gbnf(source: &[u8], limits: &Limits) -> Result<ParsedGbnf, GrammarE
     parser.finish()
 }
 
-/// Parses `source` and compiles it for the automaton; left recursion is reported at the
-/// source rule that causes it.
+/// Parses `source` and compiles it for the automaton; left recursion and rules too wide for
+/// the automaton are reported at what the user wrote.
 pub fn compile_gbnf(source: &[u8], limits: &Limits) -> Result<CompiledGrammar, GrammarError> {
     let parsed = parse_gbnf(source, limits)?;
+    let text = String::from_utf8_lossy(source);
     if let Some(cycle) = find_left_recursion(&parsed.grammar) {
-        let mut names: Vec<String> = Vec::new();
-        for rule in &cycle {
-            if let Some((name, _)) = parsed.origins.get(*rule) {
-                if names.last() != Some(name) {
-                    names.push(name.clone());
-                }
-            }
-        }
-        if names.len() > 1 && names.first() == names.last() {
-            names.pop();
-        }
-        let first = names.first().cloned().unwrap_or_default();
-        let at = cycle
-            .first()
-            .and_then(|r| parsed.origins.get(*r))
-            .map(|(_, location)| *location)
-            .unwrap_or_default();
-        let cycle_text = format!("{} -> {first}", names.join(" -> "));
-        return Err(GrammarError::LeftRecursion {
-            rule: first,
-            cycle: cycle_text,
-            at,
-        });
+        return Err(left_recursion(&parsed, &text, &cycle));
+    }
+    if let Some(wide) = too_many_alternatives(&parsed, &text, limits) {
+        return Err(wide);
     }
     CompiledGrammar::new(parsed.grammar, limits)
 }
 
-struct Parser<'s> {
-    text: &'s str,
-    /// Byte offset where each line starts, for line:column of any offset.
-    line_starts: Vec<usize>,
-    pos: usize,
-    limits: &'s Limits,
-    rules: Vec<Rule>,
-    origins: Vec<(String, Location)>,
-    /// User rule name -> id; generated rules are not named here.
-    by_name: HashMap<String, RuleId>,
-    /// For user rules: where they are defined (None until defined).
-    defined_at: Vec<Option<Location>>,
-    /// First reference of each rule: (referencing rule, where).
-    first_reference: Vec<Option<(String, usize)>>,
-    /// Character classes already lowered, by their ranges.
-    classes: HashMap<Vec<(char, char)>, Symbol>,
-    current_rule: String,
-    current_location: Location,
-    symbol_count: usize,
-    generated: usize,
-    nesting: usize,
+/// Adds `added` to `count`, the symbols the grammar expands into so far; refused once that
+/// passes `limits.max_symbols`, while the grammar is built rather than after.
+fn charge_symbols(count: &mut usize, added: usize, limits: &Limits) -> Result<(), GrammarError> {
+    *count = count.saturating_add(added);
+    if *count > limits.max_symbols {
+        return Err(GrammarError::TooLarge {
+            what: "the expanded grammar (symbols)",
+            actual: *count,
+            limit: limits.max_symbols,
+        });
+    }
+    Ok(())
 }
 
-impl<'s> Parser<'s> {
-    fn new(text: &'s str, limits: &'s Limits) -> Self {
-        Parser {
-            text,
-            line_starts: std::iter::once(0)
-                .chain(text.match_indices('\n').map(|(i, _)| i + 1))
-                .collect(),
-            pos: 0,
-            limits,
-            rules: Vec::new(),
-            origins: Vec::new(),
-            by_name: HashMap::new(),
-            defined_at: Vec::new(),
-            first_reference: Vec::new(),
-            classes: HashMap::new(),
-            current_rule: String::new(),
-            current_location: Location::default(),
-            symbol_count: 0,
-            generated: 0,
-            nesting: 0,
-        }
-    }
-
-    fn location(&self, offset: usize) -> Location {
-        let offset = offset.min(self.text.len());
-        let line = self.line_starts.partition_point(|start| *start <= offset);
-        let line_start = self
-            .line_starts
-            .get(line.saturating_sub(1))
-            .copied()
-            .unwrap_or(0);
-        let column = self
-            .text
-            .get(line_start..offset)
-            .map(|s| s.chars().count())
-            .unwrap_or(0);
-        Location::at(line, column + 1)
-    }
-
-    fn syntax(&self, offset: usize, message: impl Into<String>) -> GrammarError {
-        GrammarError::Syntax {
-            at: self.location(offset),
-            message: message.into(),
-        }
-    }
-
-    fn peek(&self) -> Option<char> {
-        self.text[self.pos..].chars().next()
-    }
-
-    fn peek_at(&self, ahead: usize) -> Option<char> {
-        self.text[self.pos..].chars().nth(ahead)
-    }
-
-    fn found(&self) -> String {
-        match self.peek() {
-            None => "the end of the file".to_string(),
-            Some('\n') | Some('\r') => "the end of the line".to_string(),
-            Some(c) => format!("`{c}`"),
-        }
-    }
-
-    fn skip_space(&mut self, newlines: bool) {
-        while let Some(c) = self.peek() {
-            match c {
-                ' ' | '\t' => self.pos += 1,
-                '\r' | '\n' if newlines => self.pos += 1,
-                '#' => {
-                    while let Some(c) = self.peek() {
-                        if c == '\n' || c == '\r' {
-                            break;
-                        }
-                        self.pos += c.len_utf8();
-                    }
-                }
-                _ => break,
-            }
-        }
-    }
-
-    fn is_name_char(c: char) -> bool {
-        c.is_ascii_alphanumeric() || c == '-' || c == '_'
-    }
-
-    fn parse_name(&mut self) -> Option<&'s str> {
-        let start = self.pos;
-        while self.peek().is_some_and(Self::is_name_char) {
-            self.pos += 1;
-        }
-        (self.pos > start).then(|| &self.text[start..self.pos])
-    }
-
-    fn parse_grammar(&mut self) -> Result<(), GrammarError> {
-        self.skip_space(true);
-        if self.pos >= self.text.len() {
-            return Err(GrammarError::Empty);
-        }
-        while self.pos < self.text.len() {
-            self.parse_rule()?;
-            self.skip_space(true);
-        }
-        Ok(())
-    }
-
-    fn rule_id(&mut self, name: &str) -> Result<RuleId, GrammarError> {
-        if let Some(&id) = self.by_name.get(name) {
-            return Ok(id);
-        }
-        let id = self.new_rule(name.to_string())?;
-        self.by_name.insert(name.to_string(), id);
-        Ok(id)
-    }
-
-    fn new_rule(&mut self, name: String) -> Result<RuleId, GrammarError> {
-        if self.rules.len() >= self.limits.max_rules {
-            return Err(GrammarError::TooLarge {
-                what: "the rule count (after expanding repetitions)",
-                actual: self.rules.len() + 1,
-                limit: self.limits.max_rules,
-            });
-        }
-        let id = RuleId(self.rules.len() as u32);
-        self.rules.push(Rule {
-            name,
-            alternatives: Vec::new(),
-        });
-        self.origins
-            .push((self.current_rule.clone(), self.current_location));
-        self.defined_at.push(None);
-        self.first_reference.push(None);
-        Ok(id)
-    }
-
-    fn generated_rule(&mut self, alternatives: Vec<Vec<Symbol>>) -> Result<RuleId, GrammarError> {
-        self.generated += 1;
-        let name = format!("{}-{}", self.current_rule, self.generated);
-        let id = self.new_rule(name)?;
-        self.rules[id.index()].alternatives = alternatives;
-        Ok(id)
-    }
-
-    fn count_symbols(&mut self, added: usize) -> Result<(), GrammarError> {
-        self.symbol_count = self.symbol_count.saturating_add(added);
-        if self.symbol_count > self.limits.max_symbols {
-            return Err(GrammarError::TooLarge {
-                what: "the expanded grammar (symbols)",
-                actual: self.symbol_count,
-                limit: self.limits.max_symbols,
-            });
-        }
-        Ok(())
-    }
-
-    fn parse_rule(&mut self) -> Result<(), GrammarError> {
-        let start = self.pos;
-        let Some(name) = self.parse_name() else {
-            return Err(self.syntax(
-                self.pos,
-                format!("expected a rule name, found {}", self.found()),
-            ));
+/// The refusal of a left-recursive cycle of rules, told in the user's terms: source rules by
+/// name, generated ones as the construct they were made from, starting at a source rule.
+fn left_recursion(parsed: &ParsedGbnf, text: &str, cycle: &[usize]) -> GrammarError {
+    let origin = |rule: usize| parsed.origins.get(rule);
+    let start = cycle.iter().position(|&rule| origin(rule).is_some_and(|o| o.construct.is_none())).unwrap_or(0);
+    let mut steps: Vec<String> = Vec::new();
+    for &rule in cycle[start..].iter().chain(&cycle[..start]) {
+        let Some(origin) = origin(rule) else { continue };
+        let step = match &origin.construct {
+            Some(range) => construct_step(text, range),
+            None => origin.rule.clone(),
         };
-        let location = self.location(start);
-        self.current_rule = name.to_string();
-        self.current_location = location;
-        self.generated = 0;
-        self.skip_space(false);
-        if !self.text[self.pos..].starts_with("::=") {
-            return Err(self.syntax(
-                self.pos,
-                format!(
-                    "expected `::=` after the rule name `{name}`, found {}",
-                    self.found()
-                ),
-            ));
-        }
-        self.pos += 3;
-        self.skip_space(true);
-        let id = self.rule_id(name)?;
-        // A rule first seen as a reference records its origin at the reference; fix it here.
-        self.origins[id.index()] = (name.to_string(), location);
-        if self.defined_at[id.index()].is_some() {
-            return Err(GrammarError::DuplicateRule {
-                rule: name.to_string(),
-                at: location,
-            });
-        }
-        self.defined_at[id.index()] = Some(location);
-        let alternatives = self.parse_alternates(false)?;
-        self.rules[id.index()].alternatives = alternatives;
-        match self.peek() {
-            None => Ok(()),
-            Some('\n') => {
-                self.pos += 1;
-                Ok(())
-            }
-            Some('\r') => {
-                self.pos += 1;
-                if self.peek() == Some('\n') {
-                    self.pos += 1;
-                }
-                Ok(())
-            }
-            Some(')') => Err(self.syntax(self.pos, "unbalanced `)`: no group is open here")),
-            Some(_) => Err(self.syntax(
-                self.pos,
-                format!("unexpected {} in rule `{name}`", self.found()),
-            )),
+        if steps.last() != Some(&step) {
+            steps.push(step);
         }
     }
+    let (rule, at) = match cycle.get(start).and_then(|&rule| origin(rule)) {
+        Some(Origin { rule, defined_at, construct: None }) => (rule.clone(), *defined_at),
+        Some(Origin { rule, construct: Some(range), .. }) => (rule.clone(), location_in(text, range.start)),
+        None => (String::new(), Location::default()),
+    };
+    let first = steps.first().cloned().unwrap_or_default();
+    GrammarError::LeftRecursion { rule, cycle: format!("{} -> {first}", steps.join(" -> ")), at }
+}
 
-    fn parse_alternates(&mut self, nested: bool) -> Result<Vec<Vec<Symbol>>, GrammarError> {
-        let mut alternatives = vec![self.parse_sequence(nested)?];
-        while self.peek() == Some('|') {
-            self.pos += 1;
-            self.skip_space(true);
-            alternatives.push(self.parse_sequence(nested)?);
-        }
-        Ok(alternatives)
-    }
+/// The first rule with more alternatives than the automaton keeps parse stacks alive: each
+/// alternative that can still match is one, so entering it could never be stepped.
+fn too_many_alternatives(parsed: &ParsedGbnf, text: &str, limits: &Limits) -> Option<GrammarError> {
+    let (index, rule) = parsed
+        .grammar
+        .rules
+        .iter()
+        .enumerate()
+        .find(|(_, rule)| rule.alternatives.iter().filter(|a| !a.is_empty()).count() > limits.max_stacks)?;
+    let origin = parsed.origins.get(index)?;
+    let (what, at) = match &origin.construct {
+        Some(range) => (format!("the group {} in rule `{}`", construct_step(text, range), origin.rule), location_in(text, range.start)),
+        None => (format!("rule `{}`", origin.rule), origin.defined_at),
+    };
+    Some(GrammarError::TooManyAlternatives { what, at, alternatives: rule.alternatives.len(), limit: limits.max_stacks })
+}
 
-    fn parse_sequence(&mut self, nested: bool) -> Result<Vec<Symbol>, GrammarError> {
-        let mut sequence: Vec<Symbol> = Vec::new();
-        // Where the last element starts in `sequence`; repetition applies to it.
-        let mut last_start: Option<usize> = None;
-        while let Some(c) = self.peek() {
-            let element_start = self.pos;
-            match c {
-                '"' => {
-                    self.pos += 1;
-                    let mut bytes = Vec::new();
-                    loop {
-                        match self.peek() {
-                            None | Some('\n') | Some('\r') => {
-                                return Err(
-                                    self.syntax(element_start, "unterminated string literal")
-                                )
-                            }
-                            Some('"') => {
-                                self.pos += 1;
-                                break;
-                            }
-                            Some(_) => {
-                                let c = self.parse_char()?;
-                                let mut buffer = [0u8; 4];
-                                bytes.extend_from_slice(c.encode_utf8(&mut buffer).as_bytes());
-                            }
-                        }
-                    }
-                    self.count_symbols(bytes.len())?;
-                    last_start = Some(sequence.len());
-                    sequence.extend(bytes.iter().map(|b| Symbol::Bytes(ByteSet::single(*b))));
-                }
-                '[' => {
-                    self.pos += 1;
-                    let negated = self.peek() == Some('^');
-                    if negated {
-                        self.pos += 1;
-                    }
-                    let mut ranges = Vec::new();
-                    loop {
-                        match self.peek() {
-                            None | Some('\n') | Some('\r') => {
-                                return Err(
-                                    self.syntax(element_start, "unterminated character class")
-                                )
-                            }
-                            Some(']') => {
-                                self.pos += 1;
-                                break;
-                            }
-                            Some(_) => {
-                                let low = self.parse_char()?;
-                                let mut high = low;
-                                if self.peek() == Some('-')
-                                    && !matches!(
-                                        self.peek_at(1),
-                                        Some(']') | Some('\n') | Some('\r') | None
-                                    )
-                                {
-                                    self.pos += 1;
-                                    let range_end = self.pos;
-                                    high = self.parse_char()?;
-                                    if high < low {
-                                        return Err(self.syntax(
-                                            range_end,
-                                            format!("the range {low:?}-{high:?} is backwards"),
-                                        ));
-                                    }
-                                }
-                                ranges.push((low, high));
-                            }
-                        }
-                    }
-                    if negated {
-                        ranges = complement_char_ranges(&ranges);
-                    }
-                    let symbol = self.class_symbol(ranges)?;
-                    last_start = Some(sequence.len());
-                    sequence.push(symbol);
-                }
-                '.' => {
-                    self.pos += 1;
-                    let symbol = self.class_symbol(complement_char_ranges(&[]))?;
-                    last_start = Some(sequence.len());
-                    sequence.push(symbol);
-                }
-                '(' => {
-                    if self.nesting >= self.limits.max_nesting {
-                        return Err(GrammarError::TooLarge {
-                            what: "the nesting of parentheses",
-                            actual: self.nesting + 1,
-                            limit: self.limits.max_nesting,
-                        });
-                    }
-                    self.pos += 1;
-                    self.skip_space(true);
-                    self.nesting += 1;
-                    let alternatives = self.parse_alternates(true)?;
-                    self.nesting -= 1;
-                    if self.peek() != Some(')') {
-                        return Err(self.syntax(
-                            self.pos,
-                            format!(
-                                "expected `)` to close the group opened at {}, found {}",
-                                describe(self.location(element_start)),
-                                self.found()
-                            ),
-                        ));
-                    }
-                    self.pos += 1;
-                    last_start = Some(sequence.len());
-                    if alternatives.len() == 1 {
-                        sequence.extend(alternatives.into_iter().flatten());
-                    } else {
-                        let id = self.generated_rule(alternatives)?;
-                        sequence.push(Symbol::Rule(id));
-                    }
-                    self.count_symbols(1)?;
-                }
-                '<' | '!' if c == '<' || self.peek_at(1) == Some('<') => {
-                    let end = self.text[self.pos..]
-                        .find(['>', '\n'])
-                        .map(|i| self.pos + i + 1)
-                        .unwrap_or(self.text.len());
-                    let token = self.text[self.pos..end].trim_end().to_string();
-                    return Err(GrammarError::TokenTerminal {
-                        rule: self.current_rule.clone(),
-                        text: token,
-                        at: self.location(element_start),
-                    });
-                }
-                '*' | '+' | '?' | '{' => {
-                    let Some(start) = last_start else {
-                        return Err(self.syntax(
-                            element_start,
-                            format!("`{c}` must follow something to repeat"),
-                        ));
-                    };
-                    let (min, max) = self.parse_repetition()?;
-                    let unit = sequence.split_off(start);
-                    let repeated = self.repeat(unit, min, max)?;
-                    sequence.extend(repeated);
-                }
-                c if Self::is_name_char(c) => {
-                    let Some(name) = self.parse_name() else { break };
-                    let id = self.rule_id(name)?;
-                    if self.first_reference[id.index()].is_none() {
-                        self.first_reference[id.index()] =
-                            Some((self.current_rule.clone(), element_start));
-                    }
-                    self.count_symbols(1)?;
-                    last_start = Some(sequence.len());
-                    sequence.push(Symbol::Rule(id));
-                }
-                _ => break,
-            }
-            self.skip_space(nested);
-        }
-        Ok(sequence)
+/// A construct quoted from the source, with where it starts: `` `([a-z]*)*` (line 1, column 10) ``.
+fn construct_step(text: &str, range: &Range<usize>) -> String {
+    let source = text.get(range.clone()).unwrap_or_default();
+    let mut quoted: String = source.split_whitespace().collect::<Vec<_>>().join(" ");
+    if quoted.chars().count() > 40 {
+        quoted = quoted.chars().take(39).chain(['…']).collect();
     }
+    match location_in(text, range.start).0 {
+        Some((line, column)) => format!("`{quoted}` (line {line}, column {column})"),
+        None => format!("`{quoted}`"),
+    }
+}
 
-    /// Parses the operator at the cursor: `*`, `+`, `?`, `{m}`, `{m,}` or `{m,n}`.
-    fn parse_repetition(&mut self) -> Result<(u64, Option<u64>), GrammarError> {
-        let start = self.pos;
-        let Some(operator) = self.peek() else {
-            return Err(self.syntax(start, "expected a repetition"));
-        };
-        self.pos += 1;
-        let bounds = match operator {
-            '*' => (0, None),
-            '+' => (1, None),
-            '?' => (0, Some(1)),
-            _ => {
-                self.skip_space(true);
-                let min = self.parse_int()?;
-                self.skip_space(true);
-                let max = match self.peek() {
-                    Some(',') => {
-                        self.pos += 1;
-                        self.skip_space(true);
-                        if self.peek().is_some_and(|c| c.is_ascii_digit()) {
-                            let max = self.parse_int()?;
-                            self.skip_space(true);
-                            Some(max)
-                        } else {
-                            None
-                        }
-                    }
-                    _ => Some(min),
-                };
-                if self.peek() != Some('}') {
-                    return Err(self.syntax(
-                        self.pos,
-                        format!(
-                            "expected `}}` to close the repetition, found {}",
-                            self.found()
-                        ),
-                    ));
-                }
-                self.pos += 1;
-                if let Some(max) = max {
-                    if max < min {
-                        return Err(self.syntax(
-                            start,
-                            format!(
-                                "the repetition {{{min},{max}}} has its maximum below its minimum"
-                            ),
-                        ));
-                    }
-                }
-                (min, max)
-            }
-        };
-        let largest = bounds.1.unwrap_or(bounds.0);
-        if largest > self.limits.max_repetition as u64 {
-            return Err(GrammarError::RepetitionTooLarge {
-                rule: self.current_rule.clone(),
-                bound: largest,
-                max: self.limits.max_repetition,
-                at: self.location(start),
-            });
-        }
-        Ok(bounds)
-    }
-
-    fn parse_int(&mut self) -> Result<u64, GrammarError> {
-        let start = self.pos;
-        while self.peek().is_some_and(|c| c.is_ascii_digit()) {
-            self.pos += 1;
-        }
-        if start == self.pos {
-            return Err(self.syntax(start, format!("expected a number, found {}", self.found())));
-        }
-        // Anything too long to parse is certainly above the repetition limit.
-        Ok(self.text[start..self.pos]
-            .parse::<u64>()
-            .unwrap_or(u64::MAX))
-    }
-
-    /// Lowers `unit{min,max}` (`max` None: unbounded).
-    fn repeat(
-        &mut self,
-        unit: Vec<Symbol>,
-        min: u64,
-        max: Option<u64>,
-    ) -> Result<Vec<Symbol>, GrammarError> {
-        if unit.is_empty() {
-            return Ok(unit);
-        }
-        let item = if unit.len() == 1 {
-            unit[0]
-        } else {
-            Symbol::Rule(self.generated_rule(vec![unit])?)
-        };
-        let optional = match max {
-            None => 1,
-            Some(max) => max - min,
-        };
-        self.count_symbols((min + 2 * optional) as usize)?;
-        let mut out = vec![item; min as usize];
-        match max {
-            None => {
-                let star = self.generated_rule(Vec::new())?;
-                self.rules[star.index()].alternatives =
-                    vec![vec![item, Symbol::Rule(star)], Vec::new()];
-                out.push(Symbol::Rule(star));
-            }
-            Some(_) if optional > 0 => {
-                if self.rules.len() as u64 + optional > self.limits.max_rules as u64 {
-                    return Err(GrammarError::TooLarge {
-                        what: "the rule count (after expanding repetitions)",
-                        actual: self.rules.len() + optional as usize,
-                        limit: self.limits.max_rules,
-                    });
-                }
-                let mut tail = self.generated_rule(vec![vec![item], Vec::new()])?;
-                for _ in 1..optional {
-                    tail = self.generated_rule(vec![vec![item, Symbol::Rule(tail)], Vec::new()])?;
-                }
-                out.push(Symbol::Rule(tail));
-            }
-            Some(_) => {}
-        }
-        Ok(out)
-    }
-
-    /// One symbol matching one character from `ranges`: a byte set when every character is a
-    /// single byte, otherwise a rule over the UTF-8 sequences (shared by equal classes).
-    fn class_symbol(&mut self, ranges: Vec<(char, char)>) -> Result<Symbol, GrammarError> {
-        if let Some(symbol) = self.classes.get(&ranges) {
-            return Ok(*symbol);
-        }
-        let alternatives = char_ranges_to_alternatives(&ranges);
-        let symbol = if alternatives.iter().all(|alt| alt.len() == 1) && !alternatives.is_empty() {
-            let mut set = ByteSet::EMPTY;
-            for alt in &alternatives {
-                if let Some(Symbol::Bytes(bytes)) = alt.first() {
-                    set = set.union(bytes);
-                }
-            }
-            Symbol::Bytes(set)
-        } else {
-            self.count_symbols(alternatives.iter().map(|a| a.len() + 1).sum())?;
-            let saved = std::mem::take(&mut self.generated);
-            let id = self.generated_rule(alternatives)?;
-            self.rules[id.index()].name = format!("{}-class{}", self.current_rule, id.0);
-            self.generated = saved;
-            Symbol::Rule(id)
-        };
-        self.classes.insert(ranges, symbol);
-        Ok(symbol)
-    }
-
-    /// One character of a literal or class, with escapes resolved to code points.
-    fn parse_char(&mut self) -> Result<char, GrammarError> {
-        let start = self.pos;
-        let Some(c) = self.peek() else {
-            return Err(self.syntax(start, "unexpected end of file"));
-        };
-        self.pos += c.len_utf8();
-        if c != '\\' {
-            return Ok(c);
-        }
-        let Some(escape) = self.peek() else {
-            return Err(self.syntax(start, "unexpected end of file after `\\`"));
-        };
-        self.pos += escape.len_utf8();
-        let digits = match escape {
-            'n' => return Ok('\n'),
-            't' => return Ok('\t'),
-            'r' => return Ok('\r'),
-            '\\' | '"' | '[' | ']' | '-' | '^' => return Ok(escape),
-            'x' => 2,
-            'u' => 4,
-            'U' => 8,
-            other => return Err(self.syntax(start, format!("unknown escape `\\{other}`"))),
-        };
-        let hex_start = self.pos;
-        let hex: String = self.text[self.pos..].chars().take(digits).collect();
-        if hex.len() != digits || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
-            return Err(self.syntax(
-                start,
-                format!("`\\{escape}` needs {digits} hexadecimal digits"),
-            ));
-        }
-        self.pos = hex_start + digits;
-        let value = u32::from_str_radix(&hex, 16).unwrap_or(u32::MAX);
-        char::from_u32(value).ok_or_else(|| {
-            self.syntax(
-                start,
-                format!("`\\{escape}{hex}` is not a Unicode scalar value"),
-            )
-        })
-    }
-
-    fn finish(self) -> Result<ParsedGbnf, GrammarError> {
-        for (index, defined) in self.defined_at.iter().enumerate() {
-            let Some((rule, offset)) = &self.first_reference[index] else {
-                continue;
-            };
-            if defined.is_none()
-                && self.by_name.get(&self.rules[index].name) == Some(&RuleId(index as u32))
-            {
-                return Err(GrammarError::UndefinedRule {
-                    rule: rule.clone(),
-                    name: self.rules[index].name.clone(),
-                    at: self.location(*offset),
-                });
-            }
-        }
-        let Some(&root) = self.by_name.get("root") else {
-            return Err(GrammarError::MissingRoot);
-        };
-        if self.defined_at[root.index()].is_none() {
-            return Err(GrammarError::MissingRoot);
-        }
-        Ok(ParsedGbnf {
-            grammar: Grammar {
-                rules: self.rules,
-                root,
-                whitespace_budget: 0,
-            },
-            origins: self.origins,
-        })
-    }
+/// Line and column (in characters, from 1) of byte `offset` of `text`.
+fn location_in(text: &str, offset: usize) -> Location {
+    let before = text.get(..offset.min(text.len())).unwrap_or_default();
+    let line_start = before.rfind('\n').map_or(0, |newline| newline + 1);
+    let line = before.matches('\n').count() + 1;
+    Location::at(line, before[line_start..].chars().count() + 1)
 }
 
 fn describe(location: Location) -> String {

@@ -17,8 +17,9 @@ use std::rc::Rc;
 
 use serde_json::Value;
 
+use super::budget::{too_deep, too_large, MAX_SCHEMA_DEPTH, MAX_SCHEMA_SYMBOLS};
 use super::formats::{format_pattern, FormatMode};
-use super::keys::{KeyAutomaton, KeyPattern};
+use super::keys::{KeyAutomaton, KeyPattern, ObjectPatterns};
 use super::json::{byte, canonical_json_string, RuleSink};
 use super::keywords::{child_location, display_location, resolve_reference};
 use super::merge::{Additional, Merged, ObjectPart, TypeSet};
@@ -76,6 +77,8 @@ pub(crate) struct Compiler<'a> {
     keyed_pairs: HashMap<(Vec<String>, Vec<String>, Vec<(u64, Option<RuleId>)>), RuleId>,
     /// Closed objects lowered so far, so that a choice between them reads as one object.
     unions: ObjectUnions,
+    /// Conjunctions being compiled, one inside the other (at most [`MAX_SCHEMA_DEPTH`]).
+    depth: usize,
 }
 
 impl<'a> Compiler<'a> {
@@ -90,12 +93,14 @@ impl<'a> Compiler<'a> {
             key_automata: HashMap::new(),
             keyed_pairs: HashMap::new(),
             unions: ObjectUnions::default(),
+            depth: 0,
         }
     }
 
     /// Expands `$ref` and `allOf`, and finds the first `anyOf`/`oneOf` to split.
     /// `consumed` lists the `anyOf`/`oneOf` holders already split on the way here (location,
     /// keyword bit): a holder reached again through `$ref` or `allOf` stays split.
+    #[inline(never)]
     pub fn expand(&self, parts: &[Part<'a>], consumed: &[(Rc<str>, u8)]) -> Result<Expansion<'a>, SchemaError> {
         let mut queue: Vec<Part<'a>> = parts.iter().rev().cloned().collect();
         let mut seen = HashSet::new();
@@ -185,17 +190,27 @@ impl<'a> Compiler<'a> {
         self.compile_split(parts, &[], strict)
     }
 
+    /// [`Compiler::compile`] once the `anyOf`/`oneOf` holders in `consumed` are split; one
+    /// level of [`MAX_SCHEMA_DEPTH`].
     fn compile_split(
         &mut self,
         parts: Vec<Part<'a>>,
         consumed: &[(Rc<str>, u8)],
         strict: bool,
     ) -> Result<Option<RuleId>, SchemaError> {
+        self.depth += 1;
+        let compiled = self.compile_conjunction(parts, consumed, strict);
+        self.depth -= 1;
+        compiled
+    }
+
+    fn compile_conjunction(
+        &mut self,
+        parts: Vec<Part<'a>>,
+        consumed: &[(Rc<str>, u8)],
+        strict: bool,
+    ) -> Result<Option<RuleId>, SchemaError> {
         let expansion = self.expand(&parts, consumed)?;
-        let contradiction = |expansion: &Expansion<'a>, reason: &str| {
-            let location = expansion.conjunction_origin.clone().unwrap_or_else(|| "".into());
-            SchemaError::new("allOf", &location, format!("which cannot be satisfied: {reason}; remove the contradiction"))
-        };
         if expansion.unsatisfiable {
             if strict && expansion.conjunction_origin.is_some() {
                 return Err(contradiction(&expansion, "one of its schemas is `false`"));
@@ -211,6 +226,13 @@ impl<'a> Compiler<'a> {
         if let Some(found) = self.memo.get(&key) {
             return Ok(*found);
         }
+        if self.depth >= MAX_SCHEMA_DEPTH {
+            return Err(too_deep(&parts));
+        }
+        let built = self.sink.builder.symbol_count();
+        if built > MAX_SCHEMA_SYMBOLS {
+            return Err(too_large("schema", &expansion.flat[0].location, 0, built));
+        }
         if self.sink.rule_count() > MAX_SCHEMA_RULES {
             return Err(SchemaError::new(
                 "schema",
@@ -222,44 +244,8 @@ impl<'a> Compiler<'a> {
         let id = self.sink.builder.declare(name);
         self.memo.insert(key.clone(), Some(id));
         let alternatives = match &expansion.split {
-            Some((holder, bit, list)) => {
-                if expansion.alternatives_product > MAX_ALTERNATIVES {
-                    let keyword = if *bit == 1 { "anyOf" } else { "oneOf" };
-                    return Err(SchemaError::new(
-                        keyword,
-                        &holder.location,
-                        format!("which leads to more than {MAX_ALTERNATIVES} alternatives (counting those it is combined with)"),
-                    ));
-                }
-                let keyword = if *bit == 1 { "anyOf" } else { "oneOf" };
-                let here = child_location(&holder.location, keyword);
-                let mut alternatives = Vec::new();
-                let mut now_consumed = consumed.to_vec();
-                now_consumed.push((holder.location.clone(), *bit));
-                for (index, alternative) in list.iter().enumerate() {
-                    let mut next = parts.clone();
-                    next.push(Part::new(alternative, child_location(&here, &index.to_string())));
-                    if let Some(rule) = self.compile_split(next, &now_consumed, false)? {
-                        if !alternatives.contains(&vec![Symbol::Rule(rule)]) {
-                            alternatives.push(vec![Symbol::Rule(rule)]);
-                        }
-                    }
-                }
-                let alternatives = self.unions.merge(&mut self.sink, alternatives);
-                if alternatives.is_empty() && strict {
-                    return Err(SchemaError::new(keyword, &holder.location, "which cannot be satisfied: no alternative is consistent with the keywords beside it"));
-                }
-                alternatives
-            }
-            None => match Merged::from_parts(&expansion.flat)? {
-                Ok(merged) => self.lower(&merged)?,
-                Err(reason) => {
-                    if strict && expansion.conjunction_origin.is_some() {
-                        return Err(contradiction(&expansion, &reason));
-                    }
-                    Vec::new()
-                }
-            },
+            Some(split) => self.split_alternatives(&parts, consumed, split, expansion.alternatives_product, strict)?,
+            None => self.merged_alternatives(&expansion, strict)?,
         };
         if alternatives.is_empty() {
             if strict && expansion.conjunction_origin.is_some() {
@@ -272,13 +258,83 @@ impl<'a> Compiler<'a> {
         Ok(Some(id))
     }
 
+    /// The alternatives of a conjunction split at an `anyOf`/`oneOf`: the conjunction with each
+    /// alternative added, compiled one level deeper, closed objects among them merged.
+    /// Not inlined, like [`Compiler::merged_alternatives`]: the recursion carries the frame of
+    /// whichever of the two it goes through, not both.
+    #[inline(never)]
+    fn split_alternatives(
+        &mut self,
+        parts: &[Part<'a>],
+        consumed: &[(Rc<str>, u8)],
+        (holder, bit, list): &(Part<'a>, u8, &'a [Value]),
+        alternatives_product: usize,
+        strict: bool,
+    ) -> Result<Vec<Vec<Symbol>>, SchemaError> {
+        let keyword = if *bit == 1 { "anyOf" } else { "oneOf" };
+        if alternatives_product > MAX_ALTERNATIVES {
+            return Err(SchemaError::new(
+                keyword,
+                &holder.location,
+                format!("which leads to more than {MAX_ALTERNATIVES} alternatives (counting those it is combined with)"),
+            ));
+        }
+        let here = child_location(&holder.location, keyword);
+        let mut alternatives = Vec::new();
+        let mut now_consumed = consumed.to_vec();
+        now_consumed.push((holder.location.clone(), *bit));
+        for (index, alternative) in list.iter().enumerate() {
+            let mut next = parts.to_vec();
+            next.push(Part::new(alternative, child_location(&here, &index.to_string())));
+            if let Some(rule) = self.compile_split(next, &now_consumed, false)? {
+                if !alternatives.contains(&vec![Symbol::Rule(rule)]) {
+                    alternatives.push(vec![Symbol::Rule(rule)]);
+                }
+            }
+        }
+        let alternatives = self.unions.merge(&mut self.sink, alternatives);
+        if alternatives.is_empty() && strict {
+            return Err(SchemaError::new(keyword, &holder.location, "which cannot be satisfied: no alternative is consistent with the keywords beside it"));
+        }
+        Ok(alternatives)
+    }
+
+    /// The alternatives of a conjunction with nothing left to split: its keywords merged and
+    /// lowered per type (none when they contradict each other and that is not refused).
+    #[inline(never)]
+    fn merged_alternatives(&mut self, expansion: &Expansion<'a>, strict: bool) -> Result<Vec<Vec<Symbol>>, SchemaError> {
+        match Merged::from_parts(&expansion.flat)? {
+            Ok(merged) => self.lower(&merged),
+            Err(reason) if strict && expansion.conjunction_origin.is_some() => Err(contradiction(expansion, &reason)),
+            Err(_) => Ok(Vec::new()),
+        }
+    }
+
+    /// Refuses, naming `keyword` at `location`, when `symbols` more would take the grammar
+    /// past [`MAX_SCHEMA_SYMBOLS`]: checked before what grows with the schema's text is built.
+    fn afford(&self, symbols: usize, keyword: &str, location: &str) -> Result<(), SchemaError> {
+        let built = self.sink.builder.symbol_count();
+        if built.saturating_add(symbols) > MAX_SCHEMA_SYMBOLS {
+            return Err(too_large(keyword, location, symbols, built));
+        }
+        Ok(())
+    }
+
     fn lower(&mut self, merged: &Merged<'a>) -> Result<Vec<Vec<Symbol>>, SchemaError> {
         if let Some(members) = &merged.enumeration {
+            let (keyword, location) = merged.enumeration_origin.clone().unwrap_or(("enum", "".into()));
             let mut alternatives = Vec::new();
             for member in members {
-                if self.value_satisfies(merged, member)? {
-                    alternatives.push(vec![Symbol::Rule(self.sink.literal_value(member))]);
+                if !self.value_satisfies(merged, member)? {
+                    continue;
                 }
+                // Built only when its text fits what is left of the budget (or built already).
+                let built = self.sink.builder.symbol_count();
+                let literal = self
+                    .sink
+                    .literal_value_within(member, MAX_SCHEMA_SYMBOLS.saturating_sub(built))
+                    .map_err(|length| too_large(keyword, &location, length, built))?;
+                alternatives.push(vec![Symbol::Rule(literal)]);
             }
             return Ok(alternatives);
         }
@@ -314,6 +370,7 @@ impl<'a> Compiler<'a> {
         Ok(alternatives)
     }
 
+    #[inline(never)]
     fn lower_string(&mut self, merged: &Merged<'a>) -> Result<Option<RuleId>, SchemaError> {
         let (min, max) = (merged.min_length.value, merged.max_length.as_ref().map(|b| b.value));
         if min > MAX_EXPANDED_COUNT {
@@ -369,6 +426,7 @@ impl<'a> Compiler<'a> {
         Ok(rule)
     }
 
+    #[inline(never)]
     fn lower_number(&mut self, merged: &Merged<'a>) -> Result<Option<RuleId>, SchemaError> {
         let spec = NumberSpec {
             integer: !merged.types.contains(TypeSet::NUMBER),
@@ -381,7 +439,9 @@ impl<'a> Compiler<'a> {
             return Ok(*found);
         }
         let rule = number_rule(&mut self.sink, &spec).map_err(|too_complex| {
-            let location = merged.step.location.clone().or_else(|| merged.bound_location.clone()).unwrap_or_else(|| "".into());
+            let (step, bound) = (merged.step.location.clone(), merged.bound_location.clone());
+            let location = if too_complex.keyword == "multipleOf" { step.or(bound) } else { bound.or(step) };
+            let location = location.unwrap_or_else(|| "".into());
             SchemaError::new(too_complex.keyword, &location, format!("which cannot be enforced here: {}", too_complex.message))
         })?;
         self.numbers.insert(spec, rule);
@@ -422,10 +482,11 @@ impl<'a> Compiler<'a> {
         self.compile(parts, true)
     }
 
+    #[inline(never)]
     fn lower_object(&mut self, merged: &Merged<'a>) -> Result<Option<RuleId>, SchemaError> {
         let names = merged.property_names();
+        let location = merged.objects.first().map(|o| o.location.clone()).unwrap_or_else(|| "".into());
         if names.len() > MAX_PROPERTIES {
-            let location = merged.objects.first().map(|o| o.location.clone()).unwrap_or_else(|| "".into());
             return Err(SchemaError::new(
                 "properties",
                 &location,
@@ -441,6 +502,8 @@ impl<'a> Compiler<'a> {
                 ));
             }
         }
+        // Each name is written out as a key, and again where a choice of objects is merged.
+        self.afford(2 * names.iter().map(|name| name.len() + 2).sum::<usize>(), "properties", &location)?;
         let patterns = ObjectPatterns::new(&merged.objects)?;
         let mut properties: Vec<(&'a str, RuleId, bool)> = Vec::new();
         let mut values: Vec<(String, RuleId, bool)> = Vec::new();
@@ -482,9 +545,14 @@ impl<'a> Compiler<'a> {
     }
 
     /// A pair with a key that is none of the declared names, when extra keys are allowed.
+    #[inline(never)]
     fn extra_pair(&mut self, merged: &Merged<'a>, patterns: &ObjectPatterns<'a>) -> Result<Option<RuleId>, SchemaError> {
         // Declared names, even those whose schema forbids them, are never extra keys.
         let declared: Vec<&str> = merged.property_names();
+        // Extra keys are read by a trie of the declared names, a rule or state per byte each
+        // of up to a dozen symbols.
+        let location = merged.objects.first().map(|o| o.location.clone()).unwrap_or_else(|| "".into());
+        self.afford(16 * declared.iter().map(|name| name.len()).sum::<usize>(), "properties", &location)?;
         if !patterns.is_empty() {
             return self.pattern_keyed_pair(merged, patterns, &declared);
         }
@@ -508,6 +576,7 @@ impl<'a> Compiler<'a> {
     /// names and the patterns, and each set of patterns it can end matching picks the value:
     /// per object part, the schemas of its matched patterns, or its `additionalProperties`
     /// when none of its patterns matched.
+    #[inline(never)]
     fn pattern_keyed_pair(&mut self, merged: &Merged<'a>, patterns: &ObjectPatterns<'a>, declared: &[&str]) -> Result<Option<RuleId>, SchemaError> {
         let shape = (
             declared.iter().map(|name| name.to_string()).collect::<Vec<_>>(),
@@ -563,6 +632,7 @@ impl<'a> Compiler<'a> {
     }
 
     /// Properties in any order, each at most once: one rule per subset written so far.
+    #[inline(never)]
     fn any_order_body(&mut self, properties: &[(&'a str, RuleId, bool)], extra: Option<RuleId>) -> RuleId {
         let required_mask: u32 = properties.iter().enumerate().filter(|(_, p)| p.2).fold(0, |m, (i, _)| m | (1 << i));
         let count = properties.len();
@@ -608,6 +678,7 @@ impl<'a> Compiler<'a> {
     }
 
     /// Properties in declared order, optional ones skippable, extra keys after them.
+    #[inline(never)]
     fn declared_order_body(&mut self, properties: &[(&'a str, RuleId, bool)], extra: Option<RuleId>) -> RuleId {
         let separator = [Symbol::Whitespace, byte(b','), Symbol::Whitespace];
         // After all declared properties: extra pairs, then the closing whitespace.
@@ -640,6 +711,7 @@ impl<'a> Compiler<'a> {
         after_none
     }
 
+    #[inline(never)]
     fn lower_array(&mut self, merged: &Merged<'a>) -> Result<Option<RuleId>, SchemaError> {
         let min = merged.min_items.value;
         if min > MAX_EXPANDED_COUNT {
@@ -702,34 +774,8 @@ impl<'a> Compiler<'a> {
     }
 }
 
-/// The `patternProperties` of a conjunction's object parts, compiled once per object:
-/// (index of the object part, the pattern, the schema of the values of keys it matches).
-struct ObjectPatterns<'a> {
-    entries: Vec<(usize, KeyPattern, Part<'a>)>,
-    /// Where the first pattern is, for messages.
-    location: Rc<str>,
-}
-
-impl<'a> ObjectPatterns<'a> {
-    fn new(objects: &[ObjectPart<'a>]) -> Result<Self, SchemaError> {
-        let mut entries = Vec::new();
-        let mut location: Option<Rc<str>> = None;
-        for (index, object) in objects.iter().enumerate() {
-            for (pattern, part) in &object.patterns {
-                let compiled = KeyPattern::new(pattern)
-                    .map_err(|refusal| SchemaError::new("patternProperties", &object.location, refusal.0))?;
-                location.get_or_insert_with(|| object.location.clone());
-                entries.push((index, compiled, part.clone()));
-            }
-        }
-        Ok(ObjectPatterns { entries, location: location.unwrap_or_else(|| "".into()) })
-    }
-
-    fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
-    fn of_object(&self, object: usize) -> impl Iterator<Item = (&KeyPattern, &Part<'a>)> {
-        self.entries.iter().filter(move |(owner, _, _)| *owner == object).map(|(_, pattern, part)| (pattern, part))
-    }
+/// The refusal of an `allOf` (or `$ref` with siblings) whose schemas contradict each other.
+fn contradiction(expansion: &Expansion<'_>, reason: &str) -> SchemaError {
+    let location = expansion.conjunction_origin.clone().unwrap_or_else(|| "".into());
+    SchemaError::new("allOf", &location, format!("which cannot be satisfied: {reason}; remove the contradiction"))
 }

@@ -464,6 +464,23 @@ impl RuleSink {
         if let Some(id) = self.literal_cache.get(&key) {
             return *id;
         }
+        self.new_literal(value, key)
+    }
+
+    /// [`RuleSink::literal_value`] when that is built already or its JSON text (about the
+    /// symbols it becomes) is at most `room` bytes; otherwise that length, nothing built.
+    pub fn literal_value_within(&mut self, value: &Value, room: usize) -> Result<RuleId, usize> {
+        let key = value.to_string();
+        if let Some(id) = self.literal_cache.get(&key) {
+            return Ok(*id);
+        }
+        if key.len() > room {
+            return Err(key.len());
+        }
+        Ok(self.new_literal(value, key))
+    }
+
+    fn new_literal(&mut self, value: &Value, key: String) -> RuleId {
         let alternatives = self.literal_alternatives(value);
         let id = self.add(format!("literal {}", truncate(&key, 40)), alternatives);
         self.literal_cache.insert(key, id);

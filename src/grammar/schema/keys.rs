@@ -9,16 +9,20 @@
 //! answers matched or not. Keys are written in canonical encoding (only `"`, `\` and control
 //! characters escaped, as serde_json writes them), like declared names.
 //!
-//! Key types: [`KeyPattern`], [`KeyAutomaton`]. Cost: one grammar rule per product state
-//! reached, refused beyond [`MAX_KEY_STATES`]; usually the names' trie plus a few states per
-//! pattern.
+//! Key types: [`KeyPattern`], [`KeyAutomaton`], [`ObjectPatterns`] (the patterns of a
+//! conjunction's object parts). Cost: one grammar rule per product state reached, refused
+//! beyond [`MAX_KEY_STATES`]; usually the names' trie plus a few states per pattern.
 
 use std::collections::HashMap;
+use std::rc::Rc;
 
 use regex_automata::dfa::{dense, Automaton};
 use regex_automata::util::primitives::StateID;
 
 use super::json::{byte, canonical_escape, grouped_escapes};
+use super::merge::ObjectPart;
+use super::part::Part;
+use super::SchemaError;
 use super::regex::{number_state, search_dfa, PatternRefusal};
 use crate::ir::{utf8_pending_after, ByteSet, RuleId, Symbol};
 
@@ -270,6 +274,41 @@ fn minimize(states: Vec<KeyState>) -> Vec<KeyState> {
         return vec![KeyState { ends: None, transitions: Vec::new() }];
     }
     minimal
+}
+
+/// The `patternProperties` of a conjunction's object parts, compiled once per object:
+/// (index of the object part, the pattern, the schema of the values of keys it matches).
+pub(crate) struct ObjectPatterns<'a> {
+    pub entries: Vec<(usize, KeyPattern, Part<'a>)>,
+    /// Where the first pattern is, for messages.
+    pub location: Rc<str>,
+}
+
+impl<'a> ObjectPatterns<'a> {
+    /// Not inlined: each pattern's DFA is built in this frame, which the compiler's recursion
+    /// through objects would otherwise carry at every level.
+    #[inline(never)]
+    pub fn new(objects: &[ObjectPart<'a>]) -> Result<Self, SchemaError> {
+        let mut entries = Vec::new();
+        let mut location: Option<Rc<str>> = None;
+        for (index, object) in objects.iter().enumerate() {
+            for (pattern, part) in &object.patterns {
+                let compiled = KeyPattern::new(pattern)
+                    .map_err(|refusal| SchemaError::new("patternProperties", &object.location, refusal.0))?;
+                location.get_or_insert_with(|| object.location.clone());
+                entries.push((index, compiled, part.clone()));
+            }
+        }
+        Ok(ObjectPatterns { entries, location: location.unwrap_or_else(|| "".into()) })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn of_object(&self, object: usize) -> impl Iterator<Item = (&KeyPattern, &Part<'a>)> {
+        self.entries.iter().filter(move |(owner, _, _)| *owner == object).map(|(_, pattern, part)| (pattern, part))
+    }
 }
 
 #[cfg(test)]

@@ -7,10 +7,13 @@
 //! Keywords beneath an ignored keyword (`contains`, `propertyNames`, ...) are not visited:
 //! their schema is not enforced, so nothing in it can be refused either.
 //!
-//! Key types: [`Verdict`], [`Occurrence`], [`SchemaReport`]. Cost: linear in the schema.
+//! Key types: [`Verdict`], [`Occurrence`], [`SchemaReport`]. Cost: linear in the schema; the
+//! walk is a loop over a list of what is left to visit, so its stack does not grow with how
+//! deep subschemas nest or how long a chain of `$ref`s is.
 
 use std::collections::HashSet;
 use std::fmt;
+use std::rc::Rc;
 
 use serde_json::Value;
 
@@ -87,6 +90,10 @@ impl fmt::Display for SchemaReport {
     }
 }
 
+/// `patternProperties` is enforced exactly, although the product page's table lists it as
+/// refused: a deliberate extension, said where `schema check` lists it.
+const PATTERN_PROPERTIES_NOTE: &str = "keys matching a pattern take its schema (an extension of the keyword table)";
+
 pub const REFUSAL_TEXT: &str =
     "which llamay's constraint cannot honour; send a schema without it rather than one that is silently not enforced";
 
@@ -137,20 +144,26 @@ const REFUSED: &[&str] = &[
     "$recursiveRef", "$recursiveAnchor", "$anchor",
 ];
 
-/// Walks the schema from the root; returns every occurrence in visiting order.
+/// Walks the schema from the root; returns every occurrence in visiting order (depth first,
+/// each keyword's subschemas before the next keyword).
 pub fn scan(root: &Value) -> Vec<Occurrence> {
-    let mut walk = Walk { root, occurrences: Vec::new(), visited: HashSet::new() };
-    walk.schema(root, "");
+    let mut walk = Walk { root, occurrences: Vec::new(), visited: HashSet::new(), only_refusals: false };
+    walk.run();
     walk.occurrences
 }
 
-/// The first refusal found by [`scan`], as an error.
-pub fn first_refusal(occurrences: &[Occurrence]) -> Option<SchemaError> {
-    occurrences.iter().find(|o| o.verdict == Verdict::Refused).map(|o| SchemaError {
-        keyword: o.keyword.clone(),
-        location: o.location.clone(),
-        message: o.note.clone(),
-    })
+/// The first refusal [`scan`] would list, as an error; the walk stops there, and records
+/// nothing else on the way (compiling needs only this).
+pub fn first_refusal(root: &Value) -> Option<SchemaError> {
+    let mut walk = Walk { root, occurrences: Vec::new(), visited: HashSet::new(), only_refusals: true };
+    walk.run();
+    walk.occurrences.into_iter().next().map(|o| SchemaError { keyword: o.keyword, location: o.location, message: o.note })
+}
+
+/// What the walk has still to visit: a subschema at its location, or one keyword of one.
+enum Visit<'a> {
+    Schema(&'a Value, String),
+    Keyword(&'a str, &'a Value, Rc<str>),
 }
 
 /// `parent.key`, with the root spelled `(root)` only when standing alone.
@@ -174,10 +187,33 @@ struct Walk<'a> {
     root: &'a Value,
     occurrences: Vec<Occurrence>,
     visited: HashSet<String>,
+    /// Record refusals only, and stop at the first.
+    only_refusals: bool,
 }
 
 impl<'a> Walk<'a> {
+    /// Visits everything reachable from the root, keeping its own list of what is still to
+    /// visit, so a `$ref` chain thousands of schemas long costs memory, not stack.
+    fn run(&mut self) {
+        let mut pending = vec![Visit::Schema(self.root, String::new())];
+        let mut children = Vec::new();
+        while let Some(visit) = pending.pop() {
+            match visit {
+                Visit::Schema(schema, location) => self.schema(schema, location, &mut children),
+                Visit::Keyword(keyword, value, location) => self.keyword(keyword, value, &location, &mut children),
+            }
+            if self.only_refusals && !self.occurrences.is_empty() {
+                return;
+            }
+            // Pushed in reverse so that the first is visited next, as a recursive walk would.
+            pending.extend(children.drain(..).rev());
+        }
+    }
+
     fn push(&mut self, keyword: &str, location: &str, verdict: Verdict, note: impl Into<String>) {
+        if self.only_refusals && verdict != Verdict::Refused {
+            return;
+        }
         self.occurrences.push(Occurrence {
             keyword: keyword.to_string(),
             location: display_location(location),
@@ -186,17 +222,18 @@ impl<'a> Walk<'a> {
         });
     }
 
-    fn schema(&mut self, schema: &'a Value, location: &str) {
-        if !self.visited.insert(location.to_string()) {
+    /// Queues the keywords of the subschema at `location`, unless it was visited before.
+    fn schema(&mut self, schema: &'a Value, location: String, next: &mut Vec<Visit<'a>>) {
+        let Value::Object(map) = schema else { return };
+        if !self.visited.insert(location.clone()) {
             return;
         }
-        let Value::Object(map) = schema else { return };
-        for (keyword, value) in map {
-            self.keyword(keyword, value, location);
-        }
+        let location: Rc<str> = location.into();
+        next.extend(map.iter().map(|(keyword, value)| Visit::Keyword(keyword, value, location.clone())));
     }
 
-    fn keyword(&mut self, keyword: &str, value: &'a Value, location: &str) {
+    /// Records the verdict on `keyword` and queues the subschemas it holds.
+    fn keyword(&mut self, keyword: &'a str, value: &'a Value, location: &str, next: &mut Vec<Visit<'a>>) {
         let here = location;
         if REFUSED.contains(&keyword) {
             return self.push(keyword, here, Verdict::Refused, REFUSAL_TEXT);
@@ -217,10 +254,10 @@ impl<'a> Walk<'a> {
                 ),
                 _ => {
                     self.push(keyword, here, Verdict::Enforced, "");
-                    self.schema(value, &child_location(location, "items"));
+                    next.push(Visit::Schema(value, child_location(location, "items")));
                 }
             },
-            "$ref" => self.reference(value, location),
+            "$ref" => self.reference(value, location, next),
             // Draft 7's `dependencies`: lists of names are `dependentRequired` (ignored),
             // schemas are `dependentSchemas` (refused).
             "dependencies" => match value {
@@ -234,23 +271,24 @@ impl<'a> Walk<'a> {
             }
             _ if ENFORCED_SINGLE.contains(&keyword) => {
                 self.push(keyword, here, Verdict::Enforced, "");
-                self.schema(value, &child_location(location, keyword));
+                next.push(Visit::Schema(value, child_location(location, keyword)));
             }
             _ if ENFORCED_MAP.contains(&keyword) => {
-                self.push(keyword, here, Verdict::Enforced, "");
+                let note = if keyword == "patternProperties" { PATTERN_PROPERTIES_NOTE } else { "" };
+                self.push(keyword, here, Verdict::Enforced, note);
                 if let Value::Object(members) = value {
-                    for (name, subschema) in members {
-                        self.schema(subschema, &child_location(&child_location(location, keyword), name));
-                    }
+                    let holder = child_location(location, keyword);
+                    next.extend(members.iter().map(|(name, subschema)| Visit::Schema(subschema, child_location(&holder, name))));
                 }
             }
             _ if ENFORCED_LIST.contains(&keyword) => {
                 let note = if keyword == "oneOf" { "as anyOf: exclusivity is not enforced" } else { "" };
                 self.push(keyword, here, Verdict::Enforced, note);
                 if let Value::Array(items) = value {
-                    for (index, subschema) in items.iter().enumerate() {
-                        self.schema(subschema, &child_location(&child_location(location, keyword), &index.to_string()));
-                    }
+                    let holder = child_location(location, keyword);
+                    next.extend(
+                        items.iter().enumerate().map(|(index, subschema)| Visit::Schema(subschema, child_location(&holder, &index.to_string()))),
+                    );
                 }
             }
             _ if ENFORCED_VALUES.contains(&keyword) => self.push(keyword, here, Verdict::Enforced, ""),
@@ -258,11 +296,11 @@ impl<'a> Walk<'a> {
         }
     }
 
-    fn reference(&mut self, value: &'a Value, location: &str) {
+    fn reference(&mut self, value: &'a Value, location: &str, next: &mut Vec<Visit<'a>>) {
         match resolve_reference(self.root, value) {
             Ok((target, target_location)) => {
                 self.push("$ref", location, Verdict::Enforced, format!("-> {}", display_location(&target_location)));
-                self.schema(target, &target_location);
+                next.push(Visit::Schema(target, target_location));
             }
             Err(reason) => self.push("$ref", location, Verdict::Refused, reason),
         }

@@ -131,6 +131,8 @@ pub struct Merged<'a> {
     /// Location of the schema that set the last numeric bound, for messages.
     pub bound_location: Option<Rc<str>>,
     pub enumeration: Option<Vec<&'a Value>>,
+    /// The keyword (`enum` or `const`) and location of the last member list merged.
+    pub enumeration_origin: Option<(&'static str, Rc<str>)>,
 }
 
 fn count(map: &Map<String, Value>, keyword: &str, location: &str) -> Result<Option<Count>, SchemaError> {
@@ -190,8 +192,10 @@ fn gcd(a: u64, b: u64) -> u64 {
 }
 
 impl<'a> Merged<'a> {
-    pub fn from_parts(parts: &[Part<'a>]) -> Result<Result<Merged<'a>, String>, SchemaError> {
-        let mut merged = Merged {
+    /// The constraints of `parts` together, or why nothing satisfies them. Boxed: the
+    /// compiler recurses through the frame that holds it, once per level of nesting.
+    pub fn from_parts(parts: &[Part<'a>]) -> Result<Result<Box<Merged<'a>>, String>, SchemaError> {
+        let mut merged = Box::new(Merged {
             types: TypeSet::ALL,
             explicit_type: false,
             implied_types: TypeSet::ALL,
@@ -210,7 +214,8 @@ impl<'a> Merged<'a> {
             step: Step::default(),
             bound_location: None,
             enumeration: None,
-        };
+            enumeration_origin: None,
+        });
         for part in parts {
             let Some(map) = part.schema.as_object() else { continue };
             if let Err(reason) = merged.add(part, map)? {
@@ -386,6 +391,7 @@ impl<'a> Merged<'a> {
             if members.len() > 64 {
                 return Err(SchemaError::new(keyword, location, format!("which lists {} members, above the limit of 64", members.len())));
             }
+            self.enumeration_origin = Some((if keyword == "enum" { "enum" } else { "const" }, location.into()));
             self.enumeration = Some(match self.enumeration.take() {
                 None => members,
                 Some(existing) => existing.into_iter().filter(|v| members.iter().any(|m| json_equal(v, m))).collect(),

@@ -22,13 +22,19 @@
 //! - An `anyOf`/`oneOf` between closed objects is read as one object that tracks which
 //!   alternatives are still possible (`union.rs`); pattern DFAs and bounded numbers are
 //!   lowered as minimal DFAs (`minimize.rs`), so the automaton keeps one parse stack there.
-//! - Recursive `$ref`s compile to recursive rules; how deep a document may nest is the
-//!   automaton's stack limit, not a count kept here.
+//! - Recursive `$ref`s compile to recursive rules; how deep a document may nest through them
+//!   is the automaton's stack limit, not a count kept here. Subschemas compiled inside one
+//!   another (counting through `$ref`, so a chain `d0 -> d1 -> ...` too) may nest
+//!   [`MAX_SCHEMA_DEPTH`] deep; deeper is refused at the `$ref` or keyword that goes past it.
 //! - Errors carry the location of the schema that holds the keyword.
 //!
 //! Cost: compiling is linear in the schema except where the spec allows blow-ups, each capped:
-//! alternatives (256), pattern DFA states (2,000), subsets of properties (2^6), digit automata.
+//! alternatives (256), pattern DFA states (2,000), subsets of properties (2^6), digit automata;
+//! and the whole grammar is held to [`MAX_SCHEMA_SYMBOLS`] while it is built (`budget.rs`).
+//! No walk over a schema recurses deeper than [`MAX_SCHEMA_DEPTH`] levels of subschemas or
+//! [`MAX_DOCUMENT_DEPTH`] levels of JSON, so compiling runs in bounded stack.
 
+mod budget;
 mod compile;
 mod formats;
 mod json;
@@ -45,6 +51,8 @@ mod validate;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod number_tests;
+#[cfg(test)]
 mod shape_tests;
 
 use std::fmt;
@@ -53,6 +61,7 @@ use serde_json::Value;
 
 use crate::ir::{Grammar, RuleId, Symbol};
 
+pub use budget::{MAX_DOCUMENT_DEPTH, MAX_SCHEMA_DEPTH, MAX_SCHEMA_SYMBOLS};
 pub use formats::FormatMode;
 pub use json::WHITESPACE_BUDGET;
 pub use keywords::{Occurrence, SchemaReport, Verdict};
@@ -128,8 +137,8 @@ pub fn compile_schema(schema: &Value) -> Result<Grammar, SchemaError> {
 
 /// [`compile_schema`], with `format` enforced when `formats` says so.
 pub fn compile_schema_with(schema: &Value, formats: FormatMode) -> Result<Grammar, SchemaError> {
-    let occurrences = keywords::scan(schema);
-    if let Some(refusal) = keywords::first_refusal(&occurrences) {
+    budget::check_document_depth(schema)?;
+    if let Some(refusal) = keywords::first_refusal(schema) {
         return Err(refusal);
     }
     let mut compiler = compile::Compiler::new(schema);
@@ -138,6 +147,10 @@ pub fn compile_schema_with(schema: &Value, formats: FormatMode) -> Result<Gramma
         SchemaError::new("schema", "", "which no JSON document can satisfy")
     })?;
     let root = compiler.sink.add("root", document(value));
+    let built = compiler.sink.builder.symbol_count();
+    if built > MAX_SCHEMA_SYMBOLS {
+        return Err(budget::too_large("schema", "", 0, built));
+    }
     let grammar = compiler.sink.builder.finish(root, WHITESPACE_BUDGET);
     prune(grammar).ok_or_else(|| SchemaError::new("schema", "", "which no JSON document can satisfy"))
 }

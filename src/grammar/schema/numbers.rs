@@ -5,7 +5,9 @@
 //! position plus whether the digits so far equal the lower (upper) bound's, so "integer in
 //! [lo, hi]" costs about four states per digit. A step on integers adds the value modulo the
 //! step to the state. Non-integer bounds are compared exactly in decimal; to keep that exact
-//! for validators that compare as binary floats, such a number carries at most 15 digits.
+//! for validators that compare as binary floats, such a number carries at most 15 significant
+//! digits (leading zeros do not count: `0.000123456789012` has 12), after at most 15 leading
+//! zeros in its fraction, or as many as a bound has.
 //! The automata of all lengths form one NFA whose minimal DFA becomes the rules: as a choice
 //! between lengths, every digit read would keep one parse stack per length still possible.
 //!
@@ -19,9 +21,10 @@ use super::json::{byte, RuleSink};
 use super::minimize::SmallNfa;
 use crate::ir::{ByteSet, RuleId, Symbol};
 
-/// Integers are exact up to this many digits; bounds beyond it are clamped.
+/// Integers are exact up to this many digits; a bound with more is refused.
 pub const MAX_INTEGER_DIGITS: usize = 18;
-/// Digits a bounded non-integer may carry in all.
+/// Significant digits a bounded non-integer may carry (and integer digits of any number
+/// written without an exponent).
 pub const MAX_DECIMAL_DIGITS: usize = 15;
 /// At most this many multiples are listed as literals instead of an automaton.
 const ENUMERATE_LIMIT: u128 = 64;
@@ -170,7 +173,32 @@ pub fn number_rule(sink: &mut RuleSink, spec: &NumberSpec) -> Result<Option<Rule
     }
 }
 
+/// The keyword that sets a bound: a lower or upper one, inclusive or exclusive.
+fn bound_keyword(is_lower: bool, bound: &Bound) -> &'static str {
+    match (is_lower, bound.exclusive) {
+        (true, false) => "minimum",
+        (true, true) => "exclusiveMinimum",
+        (false, false) => "maximum",
+        (false, true) => "exclusiveMaximum",
+    }
+}
+
 fn integer_rule(sink: &mut RuleSink, spec: &NumberSpec) -> Result<Option<RuleId>, NumberTooComplex> {
+    // Integers are written exactly up to 18 digits; a longer bound is refused rather than
+    // quietly clamped (which would refuse valid values the schema allows).
+    for (is_lower, bound) in [(true, &spec.lower), (false, &spec.upper)] {
+        let Some(bound) = bound else { continue };
+        if bound.value.int.len() > MAX_INTEGER_DIGITS {
+            return Err(too_complex(
+                bound_keyword(is_lower, bound),
+                format!(
+                    "its bound has {} integer digits, and integers are enforced exactly up to {MAX_INTEGER_DIGITS} digits; \
+                     write a bound of at most {MAX_INTEGER_DIGITS} digits (999999999999999999 at most)",
+                    bound.value.int.len()
+                ),
+            ));
+        }
+    }
     let limit = 10i128.pow(MAX_INTEGER_DIGITS as u32) - 1;
     let step = spec.step.unwrap_or(1).max(1) as u128;
     if spec.lower.is_none() && spec.upper.is_none() {
@@ -378,16 +406,41 @@ struct MagnitudeBound {
     exclusive: bool,
 }
 
+impl MagnitudeBound {
+    /// Zeros between the point and the first other digit when the integer part is 0.
+    fn leading_fraction_zeros(&self) -> usize {
+        if self.int != [0] {
+            return 0;
+        }
+        self.frac.iter().take_while(|d| **d == 0).count()
+    }
+}
+
+/// Where the decimal automaton is: in the integer part (`zero`: every digit so far is 0), or
+/// in the fraction with `significant` digits written (those from the first digit that is not
+/// a leading zero on: `0.00012` has two).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 enum DecimalState {
-    Int { length: usize, position: usize, tight_low: bool, tight_high: bool },
-    Frac { cap: usize, position: usize, tight_low: bool, tight_high: bool, after_point: bool },
+    Int { length: usize, position: usize, tight_low: bool, tight_high: bool, zero: bool },
+    Frac { position: usize, significant: usize, tight_low: bool, tight_high: bool, after_point: bool },
+}
+
+/// Positions at and above `FREE - MAX_DECIMAL_DIGITS` mark the memo keys of free fraction
+/// states (see [`DecimalAutomaton::memo_key`]); real positions never come near.
+const FREE: usize = usize::MAX;
+
+fn is_free(state: &DecimalState) -> bool {
+    matches!(state, DecimalState::Frac { position, .. } if *position >= FREE - MAX_DECIMAL_DIGITS)
 }
 
 struct DecimalAutomaton {
     low: MagnitudeBound,
     high: Option<MagnitudeBound>,
+    /// Most digits after the point (a power-of-ten `multipleOf`), if any.
     fraction_cap: usize,
+    /// Most zeros between the point and the first significant digit: 15, or as many as a
+    /// bound needs, so numbers as small as the bounds can be written.
+    leading_zero_cap: usize,
     memo: HashMap<DecimalState, Option<usize>>,
     nfa: SmallNfa,
     low_digits: Vec<u8>,
@@ -395,8 +448,8 @@ struct DecimalAutomaton {
 }
 
 fn decimal_rule(sink: &mut RuleSink, spec: &NumberSpec) -> Result<Option<RuleId>, NumberTooComplex> {
-    let fraction_cap = spec.fraction_digits.unwrap_or(MAX_DECIMAL_DIGITS).min(MAX_DECIMAL_DIGITS);
     if spec.lower.is_none() && spec.upper.is_none() {
+        let fraction_cap = spec.fraction_digits.unwrap_or(MAX_DECIMAL_DIGITS).min(MAX_DECIMAL_DIGITS);
         let integer = sink.any_integer();
         let digit = Symbol::Bytes(ByteSet::range(b'0', b'9'));
         let fraction = sink.bounded_list_sep("fraction-digits", vec![digit], vec![], 1, Some(fraction_cap as u64));
@@ -423,7 +476,7 @@ fn decimal_rule(sink: &mut RuleSink, spec: &NumberSpec) -> Result<Option<RuleId>
             _ => zero.clone(),
         };
         let high = spec.upper.as_ref().map(magnitude);
-        if let Some(rule) = DecimalAutomaton::build(sink, low, high, fraction_cap)? {
+        if let Some(rule) = DecimalAutomaton::build(sink, low, high, spec.fraction_digits)? {
             alternatives.push(vec![Symbol::Rule(rule)]);
         }
     }
@@ -435,7 +488,7 @@ fn decimal_rule(sink: &mut RuleSink, spec: &NumberSpec) -> Result<Option<RuleId>
             _ => MagnitudeBound { exclusive: true, ..zero.clone() },
         };
         let high = spec.lower.as_ref().map(magnitude);
-        if let Some(rule) = DecimalAutomaton::build(sink, low, high, fraction_cap)? {
+        if let Some(rule) = DecimalAutomaton::build(sink, low, high, spec.fraction_digits)? {
             alternatives.push(vec![byte(b'-'), Symbol::Rule(rule)]);
         }
     }
@@ -450,7 +503,7 @@ impl DecimalAutomaton {
         sink: &mut RuleSink,
         low: MagnitudeBound,
         high: Option<MagnitudeBound>,
-        fraction_cap: usize,
+        fraction_digits: Option<usize>,
     ) -> Result<Option<RuleId>, NumberTooComplex> {
         let max_int_digits = MAX_DECIMAL_DIGITS;
         if low.int.len() > max_int_digits {
@@ -459,10 +512,12 @@ impl DecimalAutomaton {
         // An upper bound past the digit cap constrains nothing we can write.
         let high = high.filter(|h| h.int.len() <= max_int_digits);
         let top_length = high.as_ref().map_or(max_int_digits, |h| h.int.len());
+        let bound_zeros = high.as_ref().map_or(0, MagnitudeBound::leading_fraction_zeros).max(low.leading_fraction_zeros());
         let mut automaton = DecimalAutomaton {
             low,
             high,
-            fraction_cap,
+            fraction_cap: fraction_digits.unwrap_or(usize::MAX),
+            leading_zero_cap: bound_zeros.max(MAX_DECIMAL_DIGITS),
             memo: HashMap::new(),
             nfa: SmallNfa::default(),
             low_digits: Vec::new(),
@@ -477,8 +532,9 @@ impl DecimalAutomaton {
                 (Some(h), true) => h.int.clone(),
                 _ => vec![9; length],
             };
-            automaton.memo.clear();
-            let start = DecimalState::Int { length, position: 0, tight_low: is_low_band, tight_high: is_high_band };
+            // States past both bounds are shared across lengths (see `memo_key`).
+            automaton.memo.retain(|state, _| is_free(state));
+            let start = DecimalState::Int { length, position: 0, tight_low: is_low_band, tight_high: is_high_band, zero: true };
             starts.extend(automaton.state(start)?);
         }
         automaton
@@ -487,9 +543,26 @@ impl DecimalAutomaton {
             .map_err(|_| too_complex("minimum", "the bounds need too many states"))
     }
 
+    /// The key `state` is remembered by. A fraction state past both bounds with a significant
+    /// digit written depends only on how many digits it may still write: such states are one
+    /// per count, whatever their position and the integer part's length (as the integer
+    /// automaton's free states are), where keyed by position they would be one per position
+    /// and count, and the subset construction would have to merge them all again.
+    fn memo_key(&self, state: DecimalState) -> DecimalState {
+        match state {
+            DecimalState::Frac { position, significant, tight_low: false, tight_high: false, after_point } if significant > 0 => {
+                let positions_left = self.fraction_cap.saturating_sub(position).min(MAX_DECIMAL_DIGITS);
+                let digits_left = positions_left.min(MAX_DECIMAL_DIGITS - significant.min(MAX_DECIMAL_DIGITS));
+                DecimalState::Frac { position: FREE - digits_left, significant: 0, tight_low: false, tight_high: false, after_point }
+            }
+            other => other,
+        }
+    }
+
     /// The NFA node of `state`; `None` when no digits from it reach an accepted value.
     fn state(&mut self, state: DecimalState) -> Result<Option<usize>, NumberTooComplex> {
-        if let Some(found) = self.memo.get(&state) {
+        let key = self.memo_key(state);
+        if let Some(found) = self.memo.get(&key) {
             return Ok(*found);
         }
         if self.memo.len() > MAX_NUMBER_RULES {
@@ -498,16 +571,16 @@ impl DecimalAutomaton {
         let mut accepting = false;
         let mut edges: Vec<(u8, usize)> = Vec::new();
         match state {
-            DecimalState::Int { length, position, tight_low, tight_high } if position == length => {
-                let cap = self.fraction_cap.min(MAX_DECIMAL_DIGITS.saturating_sub(length));
-                let bare = DecimalState::Frac { cap, position: 0, tight_low, tight_high, after_point: false };
+            DecimalState::Int { length, position, tight_low, tight_high, zero } if position == length => {
+                let significant = if zero { 0 } else { length };
+                let bare = DecimalState::Frac { position: 0, significant, tight_low, tight_high, after_point: false };
                 accepting = self.may_stop(bare);
-                let point = DecimalState::Frac { cap, position: 0, tight_low, tight_high, after_point: true };
+                let point = DecimalState::Frac { position: 0, significant, tight_low, tight_high, after_point: true };
                 if let Some(node) = self.state(point)? {
                     edges.push((b'.', node));
                 }
             }
-            DecimalState::Int { length, position, tight_low, tight_high } => {
+            DecimalState::Int { length, position, tight_low, tight_high, zero } => {
                 let min_digit = if tight_low { self.low_digits[position] } else { u8::from(position == 0 && length > 1) };
                 let max_digit = if tight_high { self.high_digits[position] } else { 9 };
                 for digit in min_digit..=max_digit {
@@ -516,24 +589,33 @@ impl DecimalAutomaton {
                         position: position + 1,
                         tight_low: tight_low && digit == self.low_digits[position],
                         tight_high: tight_high && digit == self.high_digits[position],
+                        zero: zero && digit == 0,
                     };
                     if let Some(node) = self.state(next)? {
                         edges.push((b'0' + digit, node));
                     }
                 }
             }
-            DecimalState::Frac { cap, position, tight_low, tight_high, after_point } => {
+            DecimalState::Frac { position, significant, tight_low, tight_high, after_point } => {
                 accepting = !after_point && self.may_stop(state);
-                if position < cap {
+                if position < self.fraction_cap {
                     let low_digit = if tight_low { self.low.frac.get(position).copied().unwrap_or(0) } else { 0 };
                     let high_digit = match (&self.high, tight_high) {
                         (Some(h), true) => h.frac.get(position).copied().unwrap_or(0),
                         _ => 9,
                     };
                     for digit in low_digit..=high_digit {
+                        let leading_zero = significant == 0 && digit == 0;
+                        if leading_zero && position >= self.leading_zero_cap {
+                            continue;
+                        }
+                        let significant = if leading_zero { 0 } else { significant + 1 };
+                        if significant > MAX_DECIMAL_DIGITS {
+                            continue;
+                        }
                         let next = DecimalState::Frac {
-                            cap,
                             position: position + 1,
+                            significant,
                             tight_low: tight_low && digit == low_digit,
                             tight_high: tight_high && digit == high_digit,
                             after_point: false,
@@ -546,7 +628,7 @@ impl DecimalAutomaton {
             }
         }
         let node = (accepting || !edges.is_empty()).then(|| self.nfa.node(accepting, edges));
-        self.memo.insert(state, node);
+        self.memo.insert(key, node);
         Ok(node)
     }
 
