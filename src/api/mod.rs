@@ -23,6 +23,8 @@ pub mod tool_wire;
 pub mod head_deadline;
 
 #[cfg(test)]
+mod device_route_tests;
+#[cfg(test)]
 mod route_tests;
 #[cfg(test)]
 mod security_route_tests;
