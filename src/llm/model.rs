@@ -24,7 +24,6 @@ pub struct Model {
     bos_text: String,
     eos_text: String,
     rpc_split: Option<super::rpc::LayerSplit>,
-    placement: LayerPlacement,
 }
 
 impl std::fmt::Debug for Model {
@@ -103,13 +102,7 @@ impl Model {
             bos_text,
             eos_text,
             rpc_split,
-            placement,
         })
-    }
-
-    /// Where the layers were put when the model loaded.
-    pub fn placement(&self) -> LayerPlacement {
-        self.placement
     }
 
     pub(super) fn llama(&self) -> &LlamaModel {

@@ -57,7 +57,7 @@ impl ModelShape {
         Self::from_header(&GgufHeader::open(path)?)
     }
 
-    pub fn from_header(header: &GgufHeader) -> Result<Self, String> {
+    fn from_header(header: &GgufHeader) -> Result<Self, String> {
         let architecture = architecture(header)?;
         let key = |name: &str| format!("{architecture}.{name}");
         let n_layer = header.uint(&key("block_count")).ok_or("no block_count key")?;

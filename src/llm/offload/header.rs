@@ -22,6 +22,8 @@ unsafe impl Send for GgufHeader {}
 impl GgufHeader {
     /// Parses the header of the file at `path` (no tensor data is read or allocated).
     pub fn open(path: &Path) -> Result<Self, String> {
+        // ggml reports a bad file through its log, which the backend routes to tracing.
+        let _ = super::super::backend::get();
         let file = CString::new(path.to_string_lossy().as_bytes()).map_err(|_| "path has a NUL byte".to_string())?;
         let params = sys::gguf_init_params { no_alloc: true, ctx: std::ptr::null_mut() };
         // SAFETY: `file` is a NUL-terminated path that outlives the call; with `no_alloc` and no
