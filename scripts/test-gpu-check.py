@@ -199,7 +199,8 @@ def section_greedy(gpu, cpu, args):
             line(f"  equal    | {prompt!r} -> {a[:60]!r}")
         else:
             line(f"  diverge  | {prompt!r} at char {at}: gpu {a[max(0, at - 10):at + 30]!r} cpu {b[max(0, at - 10):at + 30]!r}")
-    check("greedy GPU == CPU", equal == len(PROMPTS), f"{equal}/{len(PROMPTS)} equal (float order differs between backends)", required=False)
+    # Not required: the backends sum in different orders, so a near tie may go either way.
+    check("greedy GPU == CPU", equal == len(PROMPTS), f"{equal}/{len(PROMPTS)} equal", required=False)
 
 
 SCHEMA = {
