@@ -2,12 +2,14 @@
 //! ([`ModelMemory`]), the devices and their room now ([`MemoryProbe`], a trait so tests inject
 //! a fake 4 GiB device without a GPU), and where the next model's layers go ([`place`]).
 //!
-//! The host's room is counted the same way ([`host_room`]). A device's room is the smaller of what its driver reports free and its total less what
+//! A device's room is the smaller of what its driver reports free and its total less what
 //! loaded models hold (a fake device reports its total as free; a real one already counts
-//! them), less [`DEVICE_HEADROOM`]. With no `gpu_layers` asked for, a model gets as many
-//! layers as fit the roomiest device; the supervisor first evicts idle models on that device
-//! when the whole model would then fit, and loads with fewer layers when it still would not
-//! (as Ollama does). Layers asked for explicitly (`-ngl`, `num_gpu`) that do not fit even after
+//! them), less [`DEVICE_HEADROOM`]; the host's is counted the same way ([`host_room`]), and
+//! a model still short of it after idle ones are evicted loads with a warning (mapped weights
+//! need not all be resident). With no `gpu_layers` asked for, a model gets as many
+//! layers as fit the roomiest device: when the whole model does not fit, the supervisor
+//! evicts idle models on that device, soonest to expire first, until it does or none is
+//! left, then loads with the layers that fit (as Ollama does). Layers asked for explicitly (`-ngl`, `num_gpu`) that do not fit even after
 //! eviction are refused with an error naming the device and both sizes.
 //!
 //! Key items: [`MemoryProbe`], [`LlamaMemory`], [`ModelMemory`], [`DeviceShare`], [`Placed`],
@@ -114,8 +116,8 @@ pub struct DoesNotFit {
 pub enum Plan {
     /// Load it so.
     Load(Placed),
-    /// Evicting idle models on device `index` would let more of it (or all of it) go there;
-    /// `fallback` is what to load when there is nothing to evict.
+    /// It does not fit device `index` whole: evicting an idle model there may let it;
+    /// `fallback` is what to load when none is idle.
     Evict { index: usize, fallback: Result<Placed, DoesNotFit> },
 }
 
@@ -263,5 +265,63 @@ pub mod testing {
             graph_logits: 20 * MIB,
             output_buffer: MIB,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{estimate, FakeGpu, GIB, MIB};
+    use super::*;
+
+    fn fake_devices(total: u64) -> Vec<Device> {
+        FakeGpu { total, host: None }.devices()
+    }
+
+    #[test]
+    fn a_model_alone_gets_the_layers_that_fit() {
+        let devices = fake_devices(2 * GIB);
+        // 24 layers of 100 MiB and a 100 MiB compute buffer: 2.4 GiB whole, 1.5 GiB of room.
+        let model = estimate(23, 100);
+        let auto = place_alone(&model, &devices, None).expect("auto always places");
+        let share = auto.memory.device.clone().expect("some layers on the device");
+        assert!(share.layers > 0 && share.layers < 24 && share.bytes <= 2 * GIB - DEVICE_HEADROOM, "{share:?}");
+        assert_eq!(auto.placement, LayerPlacement::Device { index: 1, layers: share.layers });
+        assert!(model.split(share.layers + 1).device_bytes > 2 * GIB - DEVICE_HEADROOM, "one more would not fit");
+        let cpu = place_alone(&model, &devices, Some(0)).unwrap();
+        assert_eq!((cpu.placement, cpu.memory.device_bytes(), cpu.memory.host_bytes), (LayerPlacement::Cpu, 0, model.total()));
+        let refused = place_alone(&model, &devices, Some(24)).unwrap_err();
+        assert_eq!((refused.layers, refused.need), (24, model.split(24).device_bytes));
+        let message = refused.to_string();
+        assert!(message.contains("24 layers on FAKE0 (Fake GPU) need 2.4 GiB") && message.contains("1.5 GiB is free"), "{message}");
+        assert_eq!(place_alone(&model, &devices, Some(5)).unwrap().memory.device.unwrap().layers, 5);
+    }
+
+    #[test]
+    fn without_a_device_llama_cpp_keeps_its_default() {
+        let model = estimate(3, 10);
+        let placed = place_alone(&model, &[], Some(99)).unwrap();
+        assert_eq!(placed.placement, LayerPlacement::LlamaDefault, "nothing changes on a CPU-only machine");
+        assert_eq!(placed.memory, ModelMemory { host_bytes: model.total(), device: None });
+    }
+
+    #[test]
+    fn room_counts_what_loaded_models_hold() {
+        let devices = fake_devices(4 * GIB);
+        let held = ModelMemory {
+            host_bytes: 0,
+            device: Some(DeviceShare { index: 1, name: "FAKE0".into(), bytes: 3 * GIB, layers: 9, of_layers: 9 }),
+        };
+        let model = estimate(8, 100);
+        match place(&model, &devices, &[held], None) {
+            Plan::Evict { index, fallback } => {
+                assert_eq!(index, 1);
+                let placed = fallback.unwrap();
+                assert!(placed.memory.device_bytes() <= GIB - DEVICE_HEADROOM, "{placed:?}");
+            }
+            other => panic!("expected eviction first: {other:?}"),
+        }
+        let host = HostMemory { available: 10 * GIB, total: 2 * GIB };
+        assert_eq!(host_room(host, &[ModelMemory { host_bytes: GIB, device: None }], 0), GIB);
+        assert_eq!(host_room(HostMemory { available: MIB, total: 8 * GIB }, &[], 3 * MIB), 4 * MIB);
     }
 }

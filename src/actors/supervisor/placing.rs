@@ -33,8 +33,9 @@ impl Slot {
 }
 
 impl Supervisor {
-    /// Where the model's layers go: evicts idle models on the device it needs while that lets
-    /// more of it go there, and idle models anywhere while the host lacks room for its part.
+    /// Where the model's layers go: evicts idle models on the device it needs until the whole
+    /// model fits there or none is left, and idle models anywhere while the host lacks room for
+    /// its part.
     pub(super) fn place(
         &mut self,
         name: &str,
