@@ -69,6 +69,10 @@ pub struct ServeArgs {
     /// its free memory after the KV cache and compute buffers. 0 keeps models on the CPU.
     #[arg(long = "gpu-layers", visible_alias = "ngl", alias = "n-gpu-layers", allow_hyphen_values = true)]
     pub gpu_layers: Option<String>,
+    /// A registry pulls may reach over plain http, host or host:port (repeat it, or
+    /// comma-separate); a request's `insecure` never adds one.
+    #[arg(long = "insecure-registry")]
+    pub insecure_registry: Vec<String>,
 }
 
 /// Long flags that llamay, like llama.cpp, accepts with a single dash (`-addr`, `-chat`,
@@ -129,6 +133,8 @@ pub const SINGLE_DASH_LONG_FLAGS: &[&str] = &[
     "ngl",
     "gpu-layers",
     "n-gpu-layers",
+    // serve: pulls
+    "insecure-registry",
 ];
 
 pub fn normalize_single_dash_flags(

@@ -26,7 +26,7 @@ pub use args::{normalize_single_dash_flags, ServeArgs, SINGLE_DASH_LONG_FLAGS};
 pub use values::{parse_formats, parse_gpu_layers};
 use values::{
     parse_env, parse_keepalive, parse_kv, parse_memory, parse_on_off, parse_split, parse_timeout,
-    split_origins, split_workers, valid_api_key, valid_origin,
+    split_origins, split_workers, valid_api_key, valid_origin, valid_registry_host,
 };
 
 /// How log lines are written.
@@ -120,6 +120,9 @@ pub struct Config {
     /// Layers each model puts on a GPU (`-ngl`); `None`: as many as fit its free memory.
     /// A request's `num_gpu` (Ollama) overrides it for the model it loads.
     pub gpu_layers: Option<u32>,
+    /// Registries pulls may reach over plain http, `host` (any port) or `host:port`; no request
+    /// can add to them.
+    pub insecure_registries: Vec<String>,
 }
 
 /// A value kept out of logs and `Debug` output.
@@ -164,6 +167,7 @@ impl Default for Config {
             embed: None,
             rerank: None,
             gpu_layers: None,
+            insecure_registries: Vec::new(),
         }
     }
 }
@@ -211,6 +215,7 @@ struct FileConfig {
     embed: Option<String>,
     rerank: Option<String>,
     gpu_layers: Option<toml::Value>,
+    insecure_registries: Option<Vec<String>>,
 }
 
 /// Longest config file read; a config is a few hundred bytes.
@@ -346,6 +351,7 @@ impl Config {
                 other => parse_gpu_layers(&other.to_string())?,
             };
         }
+        set(&mut self.insecure_registries, file.insecure_registries);
         Ok(())
     }
 
@@ -425,6 +431,9 @@ impl Config {
         if let Some(text) = env("LLAMAY_GPU_LAYERS") {
             self.gpu_layers = parse_gpu_layers(&text)?;
         }
+        if let Some(hosts) = env("LLAMAY_INSECURE_REGISTRIES") {
+            self.insecure_registries = split_workers(&hosts);
+        }
         Ok(())
     }
 
@@ -472,6 +481,13 @@ impl Config {
         }
         if let Some(text) = &args.gpu_layers {
             self.gpu_layers = parse_gpu_layers(text)?;
+        }
+        if !args.insecure_registry.is_empty() {
+            self.insecure_registries = args
+                .insecure_registry
+                .iter()
+                .flat_map(|hosts| split_workers(hosts))
+                .collect();
         }
         Ok(())
     }
@@ -570,6 +586,13 @@ impl Config {
                     "0 or unset with rpc workers: a model's layers are split over this CPU and the workers, not a local GPU",
                 );
             }
+        }
+        if let Some(host) = self.insecure_registries.iter().find(|h| !valid_registry_host(h)) {
+            return invalid(
+                "insecure_registries",
+                host.clone(),
+                "registry hosts such as 127.0.0.1:5000 or registry.lan (host[:port], no scheme or path)",
+            );
         }
         if let Some(id) = &self.daemon_id {
             if !(1..=32).contains(&id.len()) || !id.bytes().all(|b| b.is_ascii_alphanumeric()) {

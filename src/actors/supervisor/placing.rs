@@ -60,8 +60,7 @@ impl Supervisor {
                     device
                 })
                 .collect();
-            let held: Vec<ModelMemory> =
-                self.loaded.values().filter_map(|slot| slot.placed.as_ref().map(|p| p.memory.clone())).collect();
+            let held = self.held();
             match memory::place(estimate, &devices, &held, gpu_layers) {
                 Plan::Load(placed) => break placed,
                 Plan::Evict { index, fallback } => match self.idle_candidate(|m| m.device.as_ref().is_some_and(|d| d.index == index)) {
@@ -81,15 +80,12 @@ impl Supervisor {
             }
         };
         if let Some(host) = self.probe.host_memory() {
-            let held = |me: &Self| -> Vec<ModelMemory> {
-                me.loaded.values().filter_map(|slot| slot.placed.as_ref().map(|p| p.memory.clone())).collect()
-            };
-            while placed.memory.host_bytes > memory::host_room(host, &held(self), released_host) {
+            while placed.memory.host_bytes > memory::host_room(host, &self.held(), released_host) {
                 let Some(victim) = self.idle_candidate(|m| m.host_bytes > 0) else {
                     tracing::warn!(
                         model = %name,
                         needs = %memory::human_binary(placed.memory.host_bytes),
-                        room = %memory::human_binary(memory::host_room(host, &held(self), released_host)),
+                        room = %memory::human_binary(memory::host_room(host, &self.held(), released_host)),
                         "loading with less host memory free than the model is estimated to need"
                     );
                     break;
@@ -110,6 +106,16 @@ impl Supervisor {
             );
         }
         Ok(Some(placed))
+    }
+
+    /// What every model in memory holds, by its estimate: the loaded ones and the deleted ones
+    /// still answering requests.
+    fn held(&self) -> Vec<ModelMemory> {
+        self.in_memory().filter_map(|slot| slot.placed.as_ref().map(|p| p.memory.clone())).collect()
+    }
+
+    fn in_memory(&self) -> impl Iterator<Item = &Slot> {
+        self.loaded.values().chain(&self.retiring)
     }
 
     /// What a loaded model holds, by its estimate.
@@ -157,8 +163,7 @@ impl Supervisor {
             .iter()
             .map(|device| {
                 let shares: Vec<u64> = self
-                    .loaded
-                    .values()
+                    .in_memory()
                     .filter_map(|slot| slot.placed.as_ref()?.memory.device.as_ref())
                     .filter(|share| share.index == device.index)
                     .map(|share| share.bytes)
