@@ -51,6 +51,7 @@ struct Loader {
 
 impl Loader {
     fn model(&self, name: &str, placement: Option<LayerPlacement>) -> Arc<dyn LoadedModel> {
+        let name = short(name);
         let described = match placement {
             Some(LayerPlacement::Device { layers, .. }) => format!("load {name} gpu {layers}"),
             Some(LayerPlacement::Cpu) => format!("load {name} cpu"),
@@ -78,11 +79,17 @@ impl ModelLoader for Loader {
         Ok(self.model(name, None))
     }
     fn estimate(&self, name: &str) -> Result<Option<MemoryEstimate>, CoreError> {
-        Ok(self.estimates.get(name).cloned())
+        Ok(self.estimates.get(short(name)).cloned())
     }
     fn load_placed(&self, name: &str, placement: LayerPlacement) -> Result<Arc<dyn LoadedModel>, CoreError> {
         Ok(self.model(name, Some(placement)))
     }
+}
+
+/// The supervisor hands loaders normalised names (`a:latest`); the journal, the estimates and
+/// the assertions use the names the requests gave.
+fn short(name: &str) -> &str {
+    name.strip_suffix(":latest").unwrap_or(name)
 }
 
 struct Harness {
