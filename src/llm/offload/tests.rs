@@ -1,6 +1,6 @@
 //! The estimate's arithmetic on synthetic GGUF headers: which layers move first, what a layer
 //! costs with each KV type, and how many layers fit a given room. (The estimate against the
-//! buffers llama.cpp really allocates is `tests/offload_estimate.rs`.)
+//! buffers llama.cpp really allocates is `tests/it/offload_estimate.rs`.)
 
 use super::*;
 use crate::gguf::testing::{GgufBuilder, TestValue, GGML_F32};

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use actix::prelude::*;
 
-use super::super::{acquire, acquire_with, Snapshot, Supervisor, SupervisorConfig};
+use super::super::{acquire, acquire_with, Retire, Snapshot, Supervisor, SupervisorConfig};
 use crate::actors::memory::testing::{estimate, FakeGpu, GIB, MIB};
 use crate::actors::memory::{MemoryProbe, DEVICE_HEADROOM};
 use crate::actors::messages::{Generation, LoadedModel, ModelLoader};
@@ -182,6 +182,25 @@ async fn a_busy_model_is_never_evicted_the_next_gets_fewer_layers() {
     assert!(held <= 4 * GIB - DEVICE_HEADROOM, "{placed:?}");
     let c = placed.iter().find(|(name, ..)| name == "c").unwrap();
     assert!(c.1 < 9, "c gets fewer layers while a and b are busy: {placed:?}");
+}
+
+#[actix::test]
+async fn a_deleted_model_still_answering_holds_its_device_memory() {
+    let h = Harness::start(gpu(4 * GIB), None);
+    let a = acquire(&h.addr, "a", None).await.unwrap();
+    let _b = acquire(&h.addr, "b", None).await.unwrap();
+    let name = crate::core::ModelName::parse("a").unwrap();
+    assert!(h.addr.send(Retire { model: name }).await.unwrap());
+    // a is retired but still answering: its 1.4 GiB stay counted, so c does not fit whole.
+    let c = acquire(&h.addr, "c", None).await.unwrap();
+    let events = h.events();
+    let loaded_c = events.iter().find(|e| e.starts_with("load c")).expect("c loads");
+    assert!(loaded_c != "load c gpu 9", "c placed as if a had gone: {events:?}");
+    let status = h.addr.send(Snapshot).await.unwrap();
+    let whole = estimate(8, LAYER_MIB).split(9).device_bytes;
+    assert_eq!(status.devices[0].models, 3, "a, b and c are on the device");
+    assert!(status.devices[0].used_by_models <= 4 * GIB - DEVICE_HEADROOM && status.devices[0].used_by_models > 2 * whole);
+    drop((a, c));
 }
 
 #[actix::test]
