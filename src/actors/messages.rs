@@ -112,6 +112,19 @@ impl ModelKind {
 /// Loads models by name. `load` blocks (reads a file of gigabytes): call it on a blocking thread.
 pub trait ModelLoader: Send + Sync + 'static {
     fn load(&self, name: &str) -> Result<Arc<dyn LoadedModel>, CoreError>;
+    /// The memory `name` will take, by part, known before loading it (reads the file's
+    /// header). `None`: not known; the supervisor then loads it without placing its layers.
+    fn estimate(&self, _name: &str) -> Result<Option<crate::llm::offload::MemoryEstimate>, CoreError> {
+        Ok(None)
+    }
+    /// [`ModelLoader::load`] with the model's layers where `placement` says.
+    fn load_placed(
+        &self,
+        name: &str,
+        _placement: crate::llm::offload::LayerPlacement,
+    ) -> Result<Arc<dyn LoadedModel>, CoreError> {
+        self.load(name)
+    }
 
     /// Whether `name` is installed, from a lookup that reads no model file (a store entry):
     /// the supervisor asks before it makes room, so a request for a missing or just deleted

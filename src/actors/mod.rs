@@ -6,6 +6,7 @@
 
 pub mod contexts;
 pub mod embed;
+pub mod memory;
 pub mod messages;
 pub mod model;
 pub mod prefix;

@@ -12,6 +12,7 @@ use super::super::messages::{LoadedModel, ModelLoader};
 use super::{LlamaModelHandle, WorkerSettings};
 use crate::core::{ModelInfo, ModelName};
 use crate::error::CoreError;
+use crate::llm::offload::{EstimateParams, LayerPlacement, MemoryEstimate, ModelShape};
 use crate::llm::Model;
 
 /// Loads models by name, never by path: from the store, or from the GGUF files the operator
@@ -114,24 +115,62 @@ pub fn load_model(path: &Path, info: ModelInfo, settings: &WorkerSettings) -> Re
 /// Loads the file at `path` and starts what it is made for: an embedding thread for an
 /// encoder (a pooling type in its GGUF), the generation worker for a chat model.
 pub fn load_any_model(path: &Path, info: ModelInfo, settings: &WorkerSettings) -> Result<Arc<dyn LoadedModel>, CoreError> {
-    let model = Model::load(path).map_err(|e| CoreError::bad_request(e.to_string()))?;
+    load_any_model_placed(path, info, settings, LayerPlacement::LlamaDefault)
+}
+
+/// [`load_any_model`] with the model's layers where `placement` says.
+fn load_any_model_placed(
+    path: &Path,
+    info: ModelInfo,
+    settings: &WorkerSettings,
+    placement: LayerPlacement,
+) -> Result<Arc<dyn LoadedModel>, CoreError> {
+    let model = Model::load_placed(path, placement).map_err(|e| CoreError::bad_request(e.to_string()))?;
     if model.is_embedding_model() {
-        // A pass attends over all its tokens at once (a mask keeps inputs apart), so its cost
-        // per token grows with its size: passes no larger than one whole input need be.
-        let params = crate::llm::embed::EmbedderParams {
-            threads: settings.context.threads,
-            batch_tokens: model.context_train().clamp(512, 2048),
-            ..crate::llm::embed::EmbedderParams::default()
-        };
+        let params = embedder_params(model.context_train(), settings);
         return Ok(Arc::new(super::super::embed::EmbeddingModelHandle::start(Arc::new(model), info, params)?));
     }
     Ok(Arc::new(LlamaModelHandle::start(Arc::new(model), info, settings)?))
+}
+
+/// The embedding context of a model trained on `context_train` tokens.
+fn embedder_params(context_train: u32, settings: &WorkerSettings) -> crate::llm::embed::EmbedderParams {
+    // A pass attends over all its tokens at once (a mask keeps inputs apart), so its cost
+    // per token grows with its size: passes no larger than one whole input need be.
+    crate::llm::embed::EmbedderParams {
+        threads: settings.context.threads,
+        batch_tokens: context_train.clamp(512, 2048),
+        ..crate::llm::embed::EmbedderParams::default()
+    }
 }
 
 impl ModelLoader for StoreLoader {
     fn load(&self, name: &str) -> Result<Arc<dyn LoadedModel>, CoreError> {
         let (path, info) = self.locate(name)?;
         load_any_model(&path, info, &self.settings)
+    }
+
+    fn estimate(&self, name: &str) -> Result<Option<MemoryEstimate>, CoreError> {
+        let (path, _) = self.locate(name)?;
+        let shape = ModelShape::read(&path).map_err(|reason| CoreError::bad_request(format!("{}: {reason}", path.display())))?;
+        let params = if shape.embedding {
+            let embedder = embedder_params(u32::try_from(shape.context_train).unwrap_or(u32::MAX), &self.settings);
+            EstimateParams {
+                n_ctx: embedder.batch_tokens,
+                sequences: embedder.sequences,
+                ubatch: embedder.batch_tokens,
+                kv_type: crate::llm::KvType::F16,
+                flash_attention: true,
+            }
+        } else {
+            EstimateParams::for_context(&self.settings.context)
+        };
+        Ok(Some(MemoryEstimate::new(&shape, &params)))
+    }
+
+    fn load_placed(&self, name: &str, placement: LayerPlacement) -> Result<Arc<dyn LoadedModel>, CoreError> {
+        let (path, info) = self.locate(name)?;
+        load_any_model_placed(&path, info, &self.settings, placement)
     }
 
     /// An operator's file, or a store entry: one lookup, no file read.

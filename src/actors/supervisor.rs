@@ -8,9 +8,15 @@
 //! before anything is evicted for it. A deleted model is retired ([`Retire`]): never granted
 //! again, freed now if idle, else when its running requests end.
 //!
+//! Memory (issue 47): a load is planned before it starts from the loader's estimate and the
+//! devices' room ([`super::memory`]): idle models on the device it needs are evicted first,
+//! and a request asking other GPU layers (`num_gpu`) than the loaded copy has loads it again
+//! once that copy is idle, as Ollama does.
+//!
 //! Key types: [`Supervisor`] (an actix actor), [`Acquire`] -> [`ModelLease`] (dropping the lease
 //! releases the model), [`Snapshot`] -> [`SupervisorStatus`] for `/api/ps` and `/v1/stats`,
-//! [`Retire`], [`Shutdown`]. Costs: O(loaded + queued) per event; both are small and bounded.
+//! [`Retire`], [`Shutdown`]. Costs: O(loaded + queued) per event; both are small and bounded;
+//! planning a load asks the devices for their free memory (driver calls).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -20,6 +26,7 @@ use actix::prelude::*;
 use chrono::{DateTime, Utc};
 use tokio::sync::oneshot;
 
+use super::memory::{self, MemoryProbe, ModelMemory, Placed};
 use super::messages::{LoadedModel, ModelLoader};
 use crate::core::{KeepAlive, ModelInfo, ModelName, ModelTotals};
 use crate::error::{CoreError, ErrorCode};
@@ -42,6 +49,9 @@ pub struct Acquire {
     /// This request's `keep_alive`; it becomes the model's keepalive, as in Ollama (`None`: the
     /// daemon's default).
     pub keep_alive: Option<KeepAlive>,
+    /// Layers this request wants on a GPU (Ollama's `num_gpu`); `None`: whatever the loaded
+    /// copy has, or the daemon's default for a new load.
+    pub gpu_layers: Option<u32>,
 }
 
 /// The answer to [`Acquire`].
@@ -54,10 +64,22 @@ pub async fn acquire(
     model: &str,
     keep_alive: Option<KeepAlive>,
 ) -> Result<ModelLease, CoreError> {
+    acquire_with(supervisor, model, keep_alive, None).await
+}
+
+/// [`acquire`], asking for `gpu_layers` on a GPU: a loaded copy with other layers is loaded
+/// again once idle.
+pub async fn acquire_with(
+    supervisor: &Addr<Supervisor>,
+    model: &str,
+    keep_alive: Option<KeepAlive>,
+    gpu_layers: Option<u32>,
+) -> Result<ModelLease, CoreError> {
     let ticket = supervisor
         .send(Acquire {
             model: model.to_string(),
             keep_alive,
+            gpu_layers,
         })
         .await
         .map_err(|_| CoreError::new(ErrorCode::ShuttingDown, "llamay is shutting down"))?;
@@ -157,6 +179,9 @@ pub struct LoadedModelStatus {
     pub kind: super::messages::ModelKind,
     /// How `/rerank` scores with this model, if it can.
     pub rerank_scorer: Option<super::rerank::ScorerKind>,
+    /// What it holds on the host and on a GPU, as estimated when it loaded (`None`: loaded
+    /// without an estimate, as over RPC).
+    pub memory: Option<ModelMemory>,
 }
 
 /// The supervisor's state at one moment.
@@ -168,6 +193,17 @@ pub struct SupervisorStatus {
     pub max_loaded: usize,
     pub max_queue: usize,
     pub lifetime: SupervisorCounters,
+    /// The GPUs, as the supervisor last planned with them, and what loaded models hold there.
+    pub devices: Vec<DeviceStatus>,
+}
+
+/// One GPU as `/v1/stats` and `/metrics` show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceStatus {
+    pub device: crate::llm::devices::Device,
+    /// Bytes the loaded models hold there, by the estimate they loaded with.
+    pub used_by_models: u64,
+    pub models: usize,
 }
 
 /// What the supervisor has done since it started, for `/metrics`.
@@ -195,6 +231,8 @@ enum UnloadReason {
     KeepAliveZero,
     Stopping,
     Deleted,
+    /// A request asked for other GPU layers than the loaded copy has.
+    Replaced,
 }
 
 impl UnloadReason {
@@ -205,6 +243,7 @@ impl UnloadReason {
             UnloadReason::KeepAliveZero => "keep_alive 0",
             UnloadReason::Stopping => "daemon stopping",
             UnloadReason::Deleted => "deleted",
+            UnloadReason::Replaced => "loading again with other GPU layers",
         }
     }
 }
@@ -218,11 +257,14 @@ struct Slot {
     expires_at: Option<Instant>,
     timer: Option<SpawnHandle>,
     loaded_at: DateTime<Utc>,
+    /// Where its layers went and what it holds (`None`: the loader gave no estimate).
+    placed: Option<Placed>,
 }
 
 struct Waiter {
     model: String,
     keep_alive: Option<KeepAlive>,
+    gpu_layers: Option<u32>,
     reply: oneshot::Sender<Result<ModelLease, CoreError>>,
     enqueued_at: Instant,
 }
@@ -241,6 +283,11 @@ pub struct Supervisor {
     next_slot_id: u64,
     shutting_down: bool,
     lifetime: SupervisorCounters,
+    probe: Arc<dyn MemoryProbe>,
+    /// Layers on a GPU for a load no request asks otherwise of (`-ngl`; `None`: as many as fit).
+    default_gpu_layers: Option<u32>,
+    /// The devices as last probed, for the status.
+    devices: Vec<crate::llm::devices::Device>,
 }
 
 impl Supervisor {
@@ -260,7 +307,19 @@ impl Supervisor {
             next_slot_id: 0,
             shutting_down: false,
             lifetime: SupervisorCounters::default(),
+            probe: Arc::new(memory::NoProbe),
+            default_gpu_layers: None,
+            devices: Vec::new(),
         }
+    }
+
+    /// Plans loads with the devices and host memory `probe` reports, `default_gpu_layers` on a
+    /// GPU unless a request asks otherwise (`None`: as many as fit).
+    pub fn with_memory(mut self, probe: Arc<dyn MemoryProbe>, default_gpu_layers: Option<u32>) -> Self {
+        self.devices = probe.devices();
+        self.probe = probe;
+        self.default_gpu_layers = default_gpu_layers;
+        self
     }
 
     /// Forgets a model that can no longer serve ([`LoadedModel::is_lost`]); requests still
@@ -290,14 +349,22 @@ impl Supervisor {
                 self.queue.remove(index);
                 continue;
             }
-            if self.loaded.contains_key(&waiter.model) {
-                if let Some(waiter) = self.queue.remove(index) {
-                    self.grant(waiter, ctx);
+            let (name, gpu_layers) = (waiter.model.clone(), waiter.gpu_layers);
+            if let Some(slot) = self.loaded.get(&name) {
+                if slot.serves(gpu_layers) {
+                    if let Some(waiter) = self.queue.remove(index) {
+                        self.grant(waiter, ctx);
+                    }
+                    continue;
                 }
-                continue;
+                // Other GPU layers are asked for: load it again once this copy is idle.
+                if slot.refcount > 0 || self.loading.is_some() || self.shutting_down {
+                    index += 1;
+                    continue;
+                }
+                self.unload(&name, ctx, UnloadReason::Replaced);
             }
             if self.loading.is_none() && !self.shutting_down {
-                let name = waiter.model.clone();
                 if self.loaded.len() + self.retiring.len() >= self.config.max_loaded {
                     match self.eviction_candidate() {
                         Some(victim) => self.unload(&victim, ctx, UnloadReason::Evicted),
@@ -307,7 +374,7 @@ impl Supervisor {
                         }
                     }
                 }
-                self.start_load(name, ctx);
+                self.start_load(name, gpu_layers, ctx);
             }
             index += 1;
         }
@@ -344,34 +411,38 @@ impl Supervisor {
             .map(|(name, _)| name.clone())
     }
 
-    fn start_load(&mut self, name: String, ctx: &mut Context<Self>) {
+    /// Estimates the model's memory (off the actor: it reads the file's header), then places
+    /// and loads it.
+    fn start_load(&mut self, name: String, gpu_layers: Option<u32>, ctx: &mut Context<Self>) {
         tracing::info!(model = %name, "loading model");
         self.loading = Some(name.clone());
         let loader = self.loader.clone();
         let started = Instant::now();
-        let load = async move {
-            let load_name = name.clone();
-            let result = tokio::task::spawn_blocking(move || loader.load(&load_name))
+        let estimate = async move {
+            let estimate_name = name.clone();
+            let result = tokio::task::spawn_blocking(move || loader.estimate(&estimate_name))
                 .await
                 .unwrap_or_else(|join_error| {
-                    Err(CoreError::new(
-                        ErrorCode::ModelLoadFailed,
-                        format!("loading panicked: {join_error}"),
-                    ))
+                    Err(CoreError::new(ErrorCode::ModelLoadFailed, format!("estimating its memory panicked: {join_error}")))
                 });
             (name, result)
         };
-        ctx.spawn(
-            actix::fut::wrap_future(load).map(move |(name, result), act: &mut Self, ctx| {
-                act.finish_load(name, result, started.elapsed(), ctx)
-            }),
-        );
+        ctx.spawn(actix::fut::wrap_future(estimate).map(move |(name, result), act: &mut Self, ctx| {
+            match result {
+                Ok(estimate) => match act.place(&name, estimate.as_ref(), gpu_layers.or(act.default_gpu_layers), ctx) {
+                    Ok(placed) => act.load_placed(name, placed, started, ctx),
+                    Err(error) => act.finish_load(name, Err(error), None, started.elapsed(), ctx),
+                },
+                Err(error) => act.finish_load(name, Err(error), None, started.elapsed(), ctx),
+            }
+        }));
     }
 
     fn finish_load(
         &mut self,
         name: String,
         result: Result<Arc<dyn LoadedModel>, CoreError>,
+        placed: Option<Placed>,
         took: Duration,
         ctx: &mut Context<Self>,
     ) {
@@ -396,12 +467,16 @@ impl Supervisor {
                     expires_at: None,
                     timer: None,
                     loaded_at: Utc::now(),
+                    placed,
                 };
                 self.loaded.insert(name.clone(), slot);
                 // Waiters for this model are served before anything else can evict it.
                 let mut index = 0;
                 while index < self.queue.len() {
-                    if self.queue.get(index).is_some_and(|w| w.model == name) {
+                    let served = self.queue.get(index).is_some_and(|w| {
+                        w.model == name && self.loaded.get(&name).is_some_and(|slot| slot.serves(w.gpu_layers))
+                    });
+                    if served {
                         if let Some(waiter) = self.queue.remove(index) {
                             let load_duration = waiter.enqueued_at.elapsed().min(took);
                             self.grant_loaded(waiter, load_duration, ctx);
@@ -500,7 +575,7 @@ impl Supervisor {
 
     fn count_unload(&mut self, name: &str, why: UnloadReason) {
         let counter = match why {
-            UnloadReason::Evicted => &mut self.lifetime.evictions,
+            UnloadReason::Evicted | UnloadReason::Replaced => &mut self.lifetime.evictions,
             UnloadReason::Expired => &mut self.lifetime.expirations,
             UnloadReason::KeepAliveZero => &mut self.lifetime.immediate_unloads,
             UnloadReason::Stopping => &mut self.lifetime.shutdown_unloads,
@@ -536,6 +611,7 @@ impl Supervisor {
                     placement: slot.model.placement(),
                     kind: slot.model.kind(),
                     rerank_scorer: slot.model.rerank_scorer(),
+                    memory: slot.placed.as_ref().map(|p| p.memory.clone()),
                 }
             })
             .collect();
@@ -549,6 +625,7 @@ impl Supervisor {
             max_loaded: self.config.max_loaded,
             max_queue: self.config.max_queue,
             lifetime: self.lifetime,
+            devices: self.device_status(),
         }
     }
 }
@@ -581,11 +658,12 @@ impl Handler<Acquire> for Supervisor {
         let waiter = Waiter {
             model,
             keep_alive: request.keep_alive,
+            gpu_layers: request.gpu_layers,
             reply,
             enqueued_at: Instant::now(),
         };
         self.forget_lost(ctx);
-        if self.loaded.contains_key(&waiter.model) {
+        if self.loaded.get(&waiter.model).is_some_and(|slot| slot.serves(waiter.gpu_layers)) {
             self.grant(waiter, ctx);
             return MessageResult(ticket);
         }
@@ -663,6 +741,10 @@ impl Handler<Snapshot> for Supervisor {
     type Result = MessageResult<Snapshot>;
 
     fn handle(&mut self, _: Snapshot, _: &mut Context<Self>) -> Self::Result {
+        // Free GPU memory changes under other programs too: read it again (a driver call).
+        if !self.devices.is_empty() {
+            self.devices = self.probe.devices();
+        }
         MessageResult(self.status())
     }
 }
@@ -690,6 +772,8 @@ impl Handler<Shutdown> for Supervisor {
         self.loaded.len() + self.retiring.len()
     }
 }
+
+mod placing;
 
 #[cfg(test)]
 #[path = "supervisor_tests.rs"]

@@ -25,6 +25,8 @@ pub mod head_deadline;
 pub mod host_check;
 
 #[cfg(test)]
+mod device_route_tests;
+#[cfg(test)]
 mod route_tests;
 #[cfg(test)]
 mod security_route_tests;

@@ -25,7 +25,8 @@ use super::host_check::Listener;
 use super::limits::HttpLimits;
 use super::{build_app, AppState};
 use crate::actors::messages::ModelLoader;
-use crate::actors::supervisor::{acquire, Shutdown, Supervisor, SupervisorConfig};
+use crate::actors::memory::{human_binary, LlamaMemory, MemoryProbe, NoProbe};
+use crate::actors::supervisor::{acquire, Shutdown, Snapshot, Supervisor, SupervisorConfig, SupervisorStatus};
 use crate::config::Config;
 use crate::core::{Constraint, ConstraintSource, ModelAdmin, ModelCatalog, ModelInfo, TokenLimits};
 
@@ -89,6 +90,10 @@ pub async fn serve_with_stores(
         Some(path) => Some(load_grammar_file(path)?),
         None => None,
     };
+    // With RPC workers, models load in runner processes that split their layers over this CPU
+    // and the workers: no local GPU is planned for.
+    let memory_probe: Arc<dyn MemoryProbe> =
+        if config.rpc.is_empty() { Arc::new(LlamaMemory) } else { Arc::new(NoProbe) };
     let supervisor = Supervisor::new(
         loader,
         SupervisorConfig {
@@ -97,6 +102,7 @@ pub async fn serve_with_stores(
             max_queue: config.max_queue,
         },
     )
+    .with_memory(memory_probe, config.gpu_layers)
     .start();
 
     let mut placement = Vec::new();
@@ -161,6 +167,13 @@ pub async fn serve_with_stores(
     warn_if_exposed(&bound, state.api_key.is_some());
     let bound: Vec<String> = bound.iter().map(ToString::to_string).collect();
     print_banner(&config, preloaded.as_ref(), &bound);
+    if config.rpc.is_empty() {
+        if let Ok(status) = supervisor.send(Snapshot).await {
+            for line in device_lines(&status) {
+                println!("{line}");
+            }
+        }
+    }
     print_placement(preloaded.as_ref(), &placement);
     for line in &extra_models {
         println!("{line}");
@@ -448,6 +461,55 @@ fn print_banner(config: &Config, model: Option<&ModelInfo>, bound: &[String]) {
         "{}",
         route_table_with(&format!("http://{}", config.addr), config.embed.as_deref(), config.rerank.as_deref())
     );
+}
+
+/// One line per GPU (backend, name, free and total memory, the layers each loaded model has
+/// there), or one saying the daemon runs on the CPU only and why.
+pub fn device_lines(status: &SupervisorStatus) -> Vec<String> {
+    if status.devices.is_empty() {
+        let backends = crate::llm::devices::compiled_backends();
+        let why = if backends.is_empty() {
+            "this build has no GPU backend; build with --features cuda, metal, vulkan or rocm".to_string()
+        } else {
+            format!("no {} device found", backends.join("/"))
+        };
+        return vec![format!("Devices: CPU only ({why})")];
+    }
+    let mut lines = Vec::new();
+    for device in &status.devices {
+        let gpu = &device.device;
+        lines.push(format!(
+            "Device {} ({}): {}, {} free of {}",
+            gpu.name,
+            gpu.backend,
+            gpu.description,
+            human_binary(gpu.free),
+            human_binary(gpu.total)
+        ));
+        for model in &status.models {
+            let Some(share) = model.memory.as_ref().and_then(|m| m.device.as_ref()).filter(|s| s.index == gpu.index) else {
+                continue;
+            };
+            lines.push(format!(
+                "  {}: {}/{} layers offloaded, {} on the device, {} on the host",
+                model.info.name,
+                share.layers,
+                share.of_layers,
+                human_binary(share.bytes),
+                human_binary(model.memory.as_ref().map_or(0, |m| m.host_bytes))
+            ));
+        }
+    }
+    let on_cpu: Vec<&str> = status
+        .models
+        .iter()
+        .filter(|model| model.memory.as_ref().is_some_and(|m| m.device.is_none()))
+        .map(|model| model.info.name.as_str())
+        .collect();
+    if !on_cpu.is_empty() {
+        lines.push(format!("  on the CPU only: {}", on_cpu.join(", ")));
+    }
+    lines
 }
 
 /// For a preloaded model split over RPC workers: what each device holds.

@@ -1,6 +1,7 @@
 //! `GET /v1/stats` (loaded models with size, expiry, sequences in use and queue depth, the
 //! queue counting requests waiting for a load and for a free sequence; per-model totals and
-//! tok/s; the constraint caches and the compile pool) and `GET /health` for service managers.
+//! tok/s; the constraint caches and the compile pool; each GPU's memory and each model's part
+//! on it) and `GET /health` for service managers.
 
 use std::sync::atomic::Ordering;
 
@@ -55,6 +56,13 @@ pub async fn stats(state: web::Data<AppState>) -> HttpResponse {
                 "constraint_caches": totals.constraint_caches,
                 "kind": model.kind.as_str(),
                 "rerank_scorer": model.rerank_scorer.map(|kind| kind.as_str()),
+                "memory": model.memory.as_ref().map(|memory| json!({
+                    "host_bytes": memory.host_bytes,
+                    "device_bytes": memory.device_bytes(),
+                    "device": memory.device.as_ref().map(|share| share.name.clone()),
+                    "gpu_layers": memory.device.as_ref().map_or(0, |share| share.layers),
+                    "offloadable_layers": memory.device.as_ref().map(|share| share.of_layers),
+                })),
             })
         })
         .collect();
@@ -70,6 +78,16 @@ pub async fn stats(state: web::Data<AppState>) -> HttpResponse {
         "rpc_workers": state.rpc_workers,
         "embed_model": state.embed_model,
         "rerank_model": state.rerank_model,
+        "gpu_backends": crate::llm::devices::compiled_backends(),
+        "devices": status.devices.iter().map(|device| json!({
+            "name": device.device.name,
+            "backend": device.device.backend,
+            "description": device.device.description,
+            "total_bytes": device.device.total,
+            "free_bytes": device.device.free,
+            "used_by_models_bytes": device.used_by_models,
+            "models": device.models,
+        })).collect::<Vec<_>>(),
         "contexts": super::contexts::stats(&state),
         "prefix_reuse": {
             "hits": status.models.iter().map(|m| m.totals.prefix_reuse_hits).sum::<u64>(),

@@ -21,6 +21,8 @@ use llamay::core::{
 };
 use llamay::grammar::schema::FormatMode;
 use llamay::grammar::Limits;
+use llamay::actors::memory::{human_binary, place_alone, LlamaMemory, MemoryProbe, Placed};
+use llamay::llm::offload::{EstimateParams, MemoryEstimate, ModelShape};
 use llamay::llm::{ContextParams, KvType, Model};
 
 use super::interactive::{ChatOptions, Settings};
@@ -82,11 +84,30 @@ pub struct RunArgs {
     /// KV cache type: f32, f16 or q8_0.
     #[arg(long = "kv", default_value = "f16")]
     kv: String,
+    /// Layers on a GPU: a number, all, or auto (-1, the default): as many as fit its free
+    /// memory. 0 runs on the CPU.
+    #[arg(long = "gpu-layers", visible_alias = "ngl", alias = "n-gpu-layers", allow_hyphen_values = true)]
+    gpu_layers: Option<String>,
 }
 
 /// `-formats`/`--formats`: `enforce` or `ignore`, as the config's `formats`.
 pub fn parse_format_mode(text: &str) -> Result<FormatMode, String> {
     llamay::config::parse_formats(text).map_err(|e| e.to_string())
+}
+
+/// Where the layers went, as `-stats` reports it before the model loads.
+fn placement_line(placed: &Placed) -> String {
+    match &placed.memory.device {
+        Some(share) => format!(
+            "layers: {}/{} on {} ({} there, {} on the host, estimated)",
+            share.layers,
+            share.of_layers,
+            share.name,
+            human_binary(share.bytes),
+            human_binary(placed.memory.host_bytes)
+        ),
+        None => format!("layers: all on the CPU ({} estimated)", human_binary(placed.memory.host_bytes)),
+    }
 }
 
 fn positive(name: &str, value: i64) -> Result<u32, CliError> {
@@ -145,6 +166,10 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
         return Err(CliError::Usage(format!("-temp must be 0 or more, got {}", args.temperature)));
     }
     let kv: KvType = args.kv.parse().map_err(CliError::Usage)?;
+    let gpu_layers = match args.gpu_layers.as_deref() {
+        Some(text) => llamay::config::parse_gpu_layers(text).map_err(|e| CliError::Usage(format!("-ngl: {e}")))?,
+        None => None,
+    };
     let constraint = constraint_from_flags(args.grammar_file.as_ref(), args.json, args.schema.as_ref(), args.formats)?;
     let prompt = match args.prompt {
         Some(prompt) => Some(prompt),
@@ -160,12 +185,21 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
 
     let store = super::models::open_store_if_needed(&args.model)?;
     let (path, info) = locate_model(&args.model, store.as_deref()).map_err(|e| CliError::Model(e.to_string()))?;
-    let model = Model::load(&path).map_err(|e| CliError::Model(e.to_string()))?;
-    let n_ctx = ctx_size.unwrap_or_else(|| 4096.min(model.context_train().max(256)));
+    // The context is known before loading, so the layers can be placed by the estimate.
+    let shape = ModelShape::read(&path).map_err(|reason| CliError::Model(format!("{}: {reason}", path.display())))?;
+    let context_train = u32::try_from(shape.context_train).unwrap_or(u32::MAX);
+    let n_ctx = ctx_size.unwrap_or_else(|| 4096.min(context_train.max(256)));
     let settings = WorkerSettings {
         context: ContextParams { n_ctx, threads: threads as i32, batch: 512, sequences: 1, kv_type: kv, flash_attention: true },
         ..WorkerSettings::default()
     };
+    let estimate = MemoryEstimate::new(&shape, &EstimateParams::for_context(&settings.context));
+    let placed = place_alone(&estimate, &LlamaMemory.devices(), gpu_layers)
+        .map_err(|too_big| CliError::Model(format!("cannot load {}: {too_big}", args.model)))?;
+    if args.stats {
+        eprintln!("{}", placement_line(&placed));
+    }
+    let model = Model::load_placed(&path, placed.placement).map_err(|e| CliError::Model(e.to_string()))?;
     let handle = LlamaModelHandle::start(Arc::new(model), info, &settings).map_err(|e| CliError::Model(e.to_string()))?;
 
     let Some(prompt) = prompt else {

@@ -72,6 +72,10 @@ pub struct ServeArgs {
     /// A model (store name or GGUF path) for /rerank: a chat model scores query likelihood, an encoder compares.
     #[arg(long = "rerank")]
     pub rerank: Option<String>,
+    /// Layers each model puts on a GPU: a number, all, or auto (-1, the default): as many as fit
+    /// its free memory after the KV cache and compute buffers. 0 keeps models on the CPU.
+    #[arg(long = "gpu-layers", visible_alias = "ngl", alias = "n-gpu-layers", allow_hyphen_values = true)]
+    pub gpu_layers: Option<String>,
     /// A registry pulls may reach over plain http, host or host:port (repeat it, or
     /// comma-separate); a request's `insecure` never adds one.
     #[arg(long = "insecure-registry")]
@@ -135,6 +139,10 @@ pub const SINGLE_DASH_LONG_FLAGS: &[&str] = &[
     // serve: embeddings and rerank
     "embed",
     "rerank",
+    // serve and run: GPU offload (llama.cpp spells it -ngl)
+    "ngl",
+    "gpu-layers",
+    "n-gpu-layers",
     // serve: pulls
     "insecure-registry",
 ];

@@ -27,7 +27,7 @@ pub use environment::{
     environment, Environment, ADDR_ENV, API_KEY_ENV, DEFAULT_ADDR, HOME_ENV, REGISTRY_ENV,
 };
 pub use args::{normalize_single_dash_flags, ServeArgs, SINGLE_DASH_LONG_FLAGS};
-pub use values::parse_formats;
+pub use values::{parse_formats, parse_gpu_layers};
 use values::{
     parse_env, parse_keepalive, parse_kv, parse_memory, parse_on_off, parse_split, parse_timeout,
     split_origins, split_workers, valid_api_key, valid_host_and_port, valid_origin,
@@ -131,6 +131,9 @@ pub struct Config {
     pub embed: Option<String>,
     /// The model `/rerank` uses when a request names none.
     pub rerank: Option<String>,
+    /// Layers each model puts on a GPU (`-ngl`); `None`: as many as fit its free memory.
+    /// A request's `num_gpu` (Ollama) overrides it for the model it loads.
+    pub gpu_layers: Option<u32>,
     /// Registries pulls may reach over plain http, `host` (any port) or `host:port`; no request
     /// can add to them.
     pub insecure_registries: Vec<String>,
@@ -181,6 +184,7 @@ impl Default for Config {
             daemon_id: None,
             embed: None,
             rerank: None,
+            gpu_layers: None,
             insecure_registries: Vec::new(),
         }
     }
@@ -240,6 +244,7 @@ struct FileConfig {
     daemon_id: Option<String>,
     embed: Option<String>,
     rerank: Option<String>,
+    gpu_layers: Option<toml::Value>,
     insecure_registries: Option<Vec<String>>,
 }
 
@@ -374,6 +379,12 @@ impl Config {
         if file.rerank.is_some() {
             self.rerank = file.rerank;
         }
+        if let Some(value) = file.gpu_layers {
+            self.gpu_layers = match value {
+                toml::Value::String(text) => parse_gpu_layers(&text)?,
+                other => parse_gpu_layers(&other.to_string())?,
+            };
+        }
         set(&mut self.insecure_registries, file.insecure_registries);
         Ok(())
     }
@@ -457,6 +468,9 @@ impl Config {
         if let Some(model) = env("LLAMAY_RERANK") {
             self.rerank = Some(model);
         }
+        if let Some(text) = env("LLAMAY_GPU_LAYERS") {
+            self.gpu_layers = parse_gpu_layers(&text)?;
+        }
         if let Some(hosts) = env("LLAMAY_INSECURE_REGISTRIES") {
             self.insecure_registries = split_workers(&hosts);
         }
@@ -510,6 +524,9 @@ impl Config {
         }
         if args.rerank.is_some() {
             self.rerank = args.rerank.clone();
+        }
+        if let Some(text) = &args.gpu_layers {
+            self.gpu_layers = parse_gpu_layers(text)?;
         }
         if !args.insecure_registry.is_empty() {
             self.insecure_registries = args
@@ -622,6 +639,15 @@ impl Config {
             }
             if self.split.iter().any(|r| !r.is_finite() || *r < 0.0) || self.split.iter().sum::<f64>() <= 0.0 {
                 return invalid("split", shown, "ratios 0 or more, not all 0");
+            }
+        }
+        if let Some(layers) = self.gpu_layers.filter(|layers| *layers > 0) {
+            if !self.rpc.is_empty() {
+                return invalid(
+                    "gpu_layers",
+                    layers.to_string(),
+                    "0 or unset with rpc workers: a model's layers are split over this CPU and the workers, not a local GPU",
+                );
             }
         }
         if let Some(host) = self.insecure_registries.iter().find(|h| !valid_host_and_port(h)) {

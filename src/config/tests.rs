@@ -397,6 +397,57 @@ fn limits_and_allowed_hosts_come_from_the_file_env_and_flags_and_are_checked() {
 }
 
 #[test]
+fn gpu_layers_come_from_the_file_env_and_flag() {
+    assert_eq!(Config::load_with_env(&ServeArgs::default(), no_env).unwrap().gpu_layers, None, "auto by default");
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    writeln!(file, "gpu_layers = 12").unwrap();
+    let args = ServeArgs { config: Some(file.path().into()), ..Default::default() };
+    assert_eq!(Config::load_with_env(&args, no_env).unwrap().gpu_layers, Some(12));
+    let env = |key: &str| (key == "LLAMAY_GPU_LAYERS").then(|| "all".to_string());
+    assert_eq!(Config::load_with_env(&args, env).unwrap().gpu_layers, Some(u32::MAX));
+    let flag = |value: &str| ServeArgs { gpu_layers: Some(value.into()), ..args.clone() };
+    assert_eq!(Config::load_with_env(&flag("0"), env).unwrap().gpu_layers, Some(0));
+    assert_eq!(Config::load_with_env(&flag("-1"), env).unwrap().gpu_layers, None);
+    assert_eq!(Config::load_with_env(&flag("auto"), env).unwrap().gpu_layers, None);
+    let mut auto = tempfile::NamedTempFile::new().unwrap();
+    writeln!(auto, "gpu_layers = \"auto\"").unwrap();
+    let from_auto = ServeArgs { config: Some(auto.path().into()), ..Default::default() };
+    assert_eq!(Config::load_with_env(&from_auto, no_env).unwrap().gpu_layers, None);
+    let error = Config::load_with_env(&flag("lots"), no_env).unwrap_err().to_string();
+    assert!(error.contains("gpu_layers") && error.contains("lots"), "{error}");
+}
+
+#[test]
+fn gpu_layers_are_refused_with_rpc_workers() {
+    let args = |layers: &str| ServeArgs {
+        rpc: Some("10.0.0.2:50052".into()),
+        gpu_layers: Some(layers.into()),
+        ..Default::default()
+    };
+    let error = Config::load_with_env(&args("8"), no_env).unwrap_err().to_string();
+    assert!(error.contains("gpu_layers") && error.contains("rpc"), "{error}");
+    assert_eq!(Config::load_with_env(&args("0"), no_env).unwrap().gpu_layers, Some(0));
+}
+
+#[test]
+fn ngl_is_spelled_as_llama_cpp_spells_it() {
+    use clap::Parser;
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+    for (spelling, value) in [("-ngl", "99"), ("--gpu-layers", "all"), ("-n-gpu-layers", "-1"), ("--ngl", "0")] {
+        let argv = normalize_single_dash_flags(
+            ["llamay", spelling, value].iter().map(|s| s.to_string()),
+            SINGLE_DASH_LONG_FLAGS,
+        );
+        let cli = Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+        assert_eq!(cli.serve.gpu_layers.as_deref(), Some(value), "{argv:?}");
+    }
+}
+
+#[test]
 fn insecure_registries_come_from_the_operator_only() {
     assert!(Config::load_with_env(&ServeArgs::default(), no_env).unwrap().insecure_registries.is_empty());
     let mut file = tempfile::NamedTempFile::new().unwrap();

@@ -163,6 +163,20 @@ pub(super) fn valid_api_key(key: &str) -> bool {
     (1..=1024).contains(&key.len()) && key.bytes().all(|b| b.is_ascii_graphic())
 }
 
+/// `gpu_layers` (`-ngl`): a layer count, `all`, or `auto` / `-1` for as many as fit
+/// (`None`). Shared with `llamay run -ngl`.
+pub fn parse_gpu_layers(text: &str) -> Result<Option<u32>, ConfigError> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "auto" | "-1" => Ok(None),
+        "all" => Ok(Some(u32::MAX)),
+        number => number.parse::<u32>().map(Some).map_err(|_| ConfigError::Invalid {
+            key: "gpu_layers",
+            value: text.to_string(),
+            expected: "a number of layers, all, or auto (-1): as many as fit the GPU's free memory",
+        }),
+    }
+}
+
 pub(super) fn parse_keepalive(text: &str) -> Result<KeepAlive, ConfigError> {
     text.parse().map_err(|_| ConfigError::Invalid {
         key: "keepalive",

@@ -2,14 +2,17 @@
 //!
 //! Owns model loading ([`Model`]), the vocabulary as bytes ([`Vocabulary`]), chat templates
 //! ([`template`]), batched decode over parallel sequences ([`Context`]), incremental
-//! detokenization ([`detok`]), sampling with a constraint hook ([`sampling`]) and the CPU
-//! threadpool each context computes on, with its thread-count tuner ([`threadpool`]).
+//! detokenization ([`detok`]), sampling with a constraint hook ([`sampling`]), the CPU
+//! threadpool each context computes on, with its thread-count tuner ([`threadpool`]), the GPUs
+//! layers can go to ([`devices`]) and the memory estimate that decides how many ([`offload`]).
 //! Everything above this module speaks in token ids (`u32`), bytes and strings.
 
 mod backend;
 pub mod context;
 pub mod detok;
+pub mod devices;
 pub mod model;
+pub mod offload;
 pub mod rpc;
 pub mod sampling;
 pub mod template;

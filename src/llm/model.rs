@@ -11,6 +11,7 @@ use std::sync::Arc;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
 
+use super::offload::LayerPlacement;
 use super::template::{ChatTemplate, TemplateMessage};
 use super::{backend, Context, ContextParams, LlmError, Vocabulary};
 
@@ -32,9 +33,15 @@ impl std::fmt::Debug for Model {
 }
 
 impl Model {
-    /// Loads the GGUF at `path`. The header is validated first, so a file that is not GGUF or
-    /// is truncated gets a clear error instead of reaching llama.cpp.
+    /// Loads the GGUF at `path` with llama.cpp's default placement. The header is validated
+    /// first, so a file that is not GGUF or is truncated gets a clear error instead of
+    /// reaching llama.cpp.
     pub fn load(path: &Path) -> Result<Self, LlmError> {
+        Self::load_placed(path, LayerPlacement::LlamaDefault)
+    }
+
+    /// Loads the GGUF at `path` with its layers where `placement` says.
+    pub fn load_placed(path: &Path, placement: LayerPlacement) -> Result<Self, LlmError> {
         let facts = crate::gguf::read_gguf_facts(path).map_err(|e| LlmError::NotAModel {
             path: path.to_path_buf(),
             reason: e.kind.to_string(),
@@ -42,6 +49,11 @@ impl Model {
         let mut params = LlamaModelParams::default();
         // With RPC workers connected, every model spreads its layers over them and this CPU.
         let rpc_split = match super::rpc::plan() {
+            Some(_) if matches!(placement, LayerPlacement::Device { .. }) => {
+                return Err(LlmError::Config(
+                    "layers on a local GPU cannot be combined with RPC workers (-rpc): a model's layers are split over this CPU and the workers".into(),
+                ));
+            }
             Some(plan) => {
                 let (n_layer, block_bytes) = super::rpc::block_count(path, &facts.architecture)?;
                 let offloaded = plan.offloaded_layers(n_layer);
@@ -53,7 +65,17 @@ impl Model {
                 tracing::info!(model = %path.display(), %split, "model split across RPC workers");
                 Some(split)
             }
-            None => None,
+            None => {
+                params = match placement {
+                    LayerPlacement::LlamaDefault => params,
+                    LayerPlacement::Cpu => params.with_n_gpu_layers(0),
+                    LayerPlacement::Device { index, layers } => params
+                        .with_devices(&[index])
+                        .map_err(|e| LlmError::Backend(format!("device {index}: {e}")))?
+                        .with_n_gpu_layers(layers),
+                };
+                None
+            }
         };
         let inner = LlamaModel::load_from_file(backend::get()?, path, &params).map_err(|e| {
             LlmError::NotAModel { path: path.to_path_buf(), reason: format!("llama.cpp could not load it ({e})") }

@@ -618,41 +618,14 @@ pub fn block_count(path: &Path, architecture: &str) -> Result<(u32, BlockBytes),
         path: path.display().to_string(),
         reason: reason.to_string(),
     };
-    let file =
-        CString::new(path.to_string_lossy().as_bytes()).map_err(|_| fail("path has a NUL byte"))?;
-    let key = CString::new(format!("{architecture}.block_count"))
-        .map_err(|_| fail("architecture has a NUL byte"))?;
-    let params = sys::gguf_init_params {
-        no_alloc: true,
-        ctx: std::ptr::null_mut(),
-    };
-    // SAFETY: header-only parse; the context is freed below on every path.
-    unsafe {
-        let context = sys::gguf_init_from_file(file.as_ptr(), params);
-        if context.is_null() {
-            return Err(fail("ggml could not parse it"));
-        }
-        let id = sys::gguf_find_key(context, key.as_ptr());
-        let count = if id < 0 {
-            None
-        } else if sys::gguf_get_kv_type(context, id) == sys::GGUF_TYPE_UINT32 {
-            Some(sys::gguf_get_val_u32(context, id))
-        } else {
-            None
-        };
-        let mut tensors = Vec::new();
-        for index in 0..sys::gguf_get_n_tensors(context) {
-            let name = sys::gguf_get_tensor_name(context, index);
-            if !name.is_null() {
-                let name = CStr::from_ptr(name).to_string_lossy().into_owned();
-                tensors.push((name, sys::gguf_get_tensor_size(context, index) as u64));
-            }
-        }
-        sys::gguf_free(context);
-        let count = count.ok_or_else(|| fail("no u32 block_count key"))?;
-        let bytes = BlockBytes::from_tensors(count, tensors.iter().map(|(n, b)| (n.as_str(), *b)));
-        Ok((count, bytes))
-    }
+    let header = super::offload::GgufHeader::open(path).map_err(|reason| fail(&reason))?;
+    let count = header
+        .uint(&format!("{architecture}.block_count"))
+        .and_then(|count| u32::try_from(count).ok())
+        .ok_or_else(|| fail("no u32 block_count key"))?;
+    let tensors = header.tensors();
+    let bytes = BlockBytes::from_tensors(count, tensors.iter().map(|(n, b)| (n.as_str(), *b)));
+    Ok((count, bytes))
 }
 
 /// ggml's RPC client aborts the process when a worker is lost mid-computation (its

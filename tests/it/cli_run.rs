@@ -242,3 +242,13 @@ fn grammar_check_loads_a_repetition_of_a_repetition() {
     assert!(checked.status.success(), "{}{}", stdout(&checked), stderr(&checked));
     assert!(stdout(&checked).contains("matches"), "{}", stdout(&checked));
 }
+
+#[test]
+fn ngl_places_the_layers_before_loading_and_stats_says_where() {
+    let output = run(&["run", "-m", "smollm2:135m", "-n", "4", "-p", "Hi", "-ngl", "0", "-stats", "-t", "1", "-temp", "0"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let err = stderr(&output);
+    let line = err.lines().find(|l| l.starts_with("layers: ")).unwrap_or_else(|| panic!("no placement line: {err}"));
+    assert!(line.starts_with("layers: all on the CPU (") && line.ends_with(" estimated)"), "{line}");
+    assert_fails_with(&run(&["run", "-m", "smollm2:135m", "-p", "hi", "-ngl", "lots"]), "-ngl");
+}

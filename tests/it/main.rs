@@ -24,6 +24,7 @@ mod llm_real;
 mod mask_exactness_real;
 mod metrics;
 mod model_files;
+mod offload_estimate;
 mod prefix_reuse;
 mod pull;
 mod rpc;

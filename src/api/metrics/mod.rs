@@ -494,6 +494,7 @@ fn render_supervisor(out: &mut String, status: &SupervisorStatus) {
             );
         }
     }
+    render_devices(out, status);
     let lifetime = &status.lifetime;
     family(out, "llamay_model_loads_total", "counter", "Models loaded.");
     sample(out, "llamay_model_loads_total", &[], lifetime.loads as f64);
@@ -540,6 +541,34 @@ fn render_supervisor(out: &mut String, status: &SupervisorStatus) {
             &[("reason", reason)],
             count as f64,
         );
+    }
+}
+
+/// Each GPU's memory and what loaded models hold on it and on the host.
+fn render_devices(out: &mut String, status: &SupervisorStatus) {
+    type Reading = fn(&crate::actors::supervisor::DeviceStatus) -> u64;
+    let devices: [(&str, &str, Reading); 3] = [
+        ("llamay_device_memory_total_bytes", "Memory of each GPU.", |d| d.device.total),
+        ("llamay_device_memory_free_bytes", "Free memory of each GPU, as its driver reports it.", |d| d.device.free),
+        ("llamay_device_memory_models_bytes", "GPU memory the loaded models hold, by their estimates.", |d| d.used_by_models),
+    ];
+    for (name, help, reading) in devices {
+        family(out, name, "gauge", help);
+        for device in &status.devices {
+            let labels = [("device", device.device.name.as_str()), ("backend", device.device.backend.as_str())];
+            sample(out, name, &labels, reading(device) as f64);
+        }
+    }
+    let placed: Vec<_> = status.models.iter().filter_map(|m| Some((m.info.name.as_str(), m.memory.as_ref()?))).collect();
+    family(out, "llamay_model_memory_bytes", "gauge", "Memory a loaded model holds by its estimate, on the host and on its GPU.");
+    for (model, memory) in &placed {
+        sample(out, "llamay_model_memory_bytes", &[("model", model), ("where", "host")], memory.host_bytes as f64);
+        sample(out, "llamay_model_memory_bytes", &[("model", model), ("where", "device")], memory.device_bytes() as f64);
+    }
+    family(out, "llamay_model_gpu_layers", "gauge", "Layers of a loaded model on a GPU.");
+    for (model, memory) in &placed {
+        let (device, layers) = memory.device.as_ref().map_or(("", 0), |share| (share.name.as_str(), share.layers));
+        sample(out, "llamay_model_gpu_layers", &[("model", model), ("device", device)], f64::from(layers));
     }
 }
 

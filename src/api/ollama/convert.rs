@@ -1,5 +1,5 @@
 //! Ollama chat/generate requests -> core requests. Pure: messages, `options` (temperature,
-//! num_predict, seed, stop, num_ctx...), `format` (a schema or "json"), the grammar fields,
+//! num_predict, seed, stop, num_ctx, num_gpu...), `format` (a schema or "json"), the grammar fields,
 //! `keep_alive`, and the load/unload form (an empty prompt or no messages).
 
 use serde_json::Value;
@@ -21,6 +21,9 @@ pub struct Converted {
     pub stream: bool,
     /// Nothing to generate: load the model (or unload it, with keep_alive 0) and answer at once.
     pub load_only: bool,
+    /// `options.num_gpu`: layers on a GPU. A load-time option, as in Ollama: a loaded copy
+    /// with other layers is loaded again once idle.
+    pub gpu_layers: Option<u32>,
 }
 
 pub fn convert_chat(mut body: ChatRequest) -> Result<Converted, CoreError> {
@@ -51,6 +54,7 @@ pub fn convert_chat(mut body: ChatRequest) -> Result<Converted, CoreError> {
     }
     let tool_choice = openai_style_choice(body.tool_choice.as_ref())?;
     check_tools(&tools, &tool_choice)?;
+    let gpu_layers = gpu_layers(body.options.as_ref());
     let (sampling, stop, num_ctx) = convert_options(body.options)?;
     let request = ValidGenerateRequest {
         model: body.model,
@@ -69,6 +73,7 @@ pub fn convert_chat(mut body: ChatRequest) -> Result<Converted, CoreError> {
         constraint: constraint_sources(body.format, body.llamay_grammar, body.grammar, body.llamay_formats)?,
         stream: body.stream.unwrap_or(true),
         load_only,
+        gpu_layers,
     })
 }
 
@@ -106,6 +111,7 @@ pub fn convert_generate(mut body: GenerateRequest) -> Result<Converted, CoreErro
     };
     let prompt = body.prompt.unwrap_or_default();
     let load_only = prompt.is_empty();
+    let gpu_layers = gpu_layers(body.options.as_ref());
     let (sampling, stop, num_ctx) = convert_options(body.options)?;
     let request = ValidGenerateRequest {
         model: body.model,
@@ -128,6 +134,7 @@ pub fn convert_generate(mut body: GenerateRequest) -> Result<Converted, CoreErro
         constraint: constraint_sources(body.format, body.llamay_grammar, body.grammar, body.llamay_formats)?,
         stream: body.stream.unwrap_or(true),
         load_only,
+        gpu_layers,
     })
 }
 
@@ -217,6 +224,12 @@ fn convert_options(
     Ok((sampling, stop, options.num_ctx))
 }
 
+/// Ollama's `options.num_gpu`; negative is Ollama's "as many as fit", the default.
+fn gpu_layers(options: Option<&Options>) -> Option<u32> {
+    let layers = options?.num_gpu?;
+    (layers >= 0).then(|| u32::try_from(layers).unwrap_or(u32::MAX))
+}
+
 fn convert_keep_alive(value: Option<Value>) -> Result<Option<KeepAlive>, CoreError> {
     match value {
         None | Some(Value::Null) => Ok(None),
@@ -288,6 +301,22 @@ mod tests {
         assert_eq!(converted.request.keep_alive, Some(KeepAlive::UnloadNow));
         assert_eq!(converted.request.sampling.max_tokens, Some(u32::MAX));
         assert_eq!(converted.constraint.any_json, Some("format"));
+    }
+
+    #[test]
+    fn num_gpu_is_a_load_option() {
+        let layers = |options: Value| chat(json!({"model": "m", "messages": [], "options": options})).unwrap().gpu_layers;
+        assert_eq!(layers(json!({})), None);
+        assert_eq!(layers(json!({"num_gpu": 0})), Some(0), "0 keeps the model on the CPU");
+        assert_eq!(layers(json!({"num_gpu": 12})), Some(12));
+        assert_eq!(layers(json!({"num_gpu": -1})), None, "-1 is Ollama's default: as many as fit");
+        assert_eq!(layers(json!({"num_gpu": 1u64 << 40})), Some(u32::MAX));
+        let generate = convert_generate(
+            serde_json::from_value(json!({"model": "m", "prompt": "x", "options": {"num_gpu": 3}})).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(generate.gpu_layers, Some(3));
+        assert!(chat(json!({"model": "m", "messages": [], "options": {"num_gpu": "all"}})).is_err());
     }
 
     #[test]

@@ -10,7 +10,7 @@ use super::types::{
     ChatRequest, ErrorBody, GenerateRequest, ModelDetails, PsEntry, PsResponse, ShowRequest,
     TagEntry, TagsResponse,
 };
-use crate::actors::supervisor::{acquire, Snapshot};
+use crate::actors::supervisor::{acquire_with, Snapshot};
 use crate::api::common::{collect, error_response, event_stream, read_json, start_generation};
 use crate::api::AppState;
 use crate::core::{CatalogEntry, KeepAlive};
@@ -56,7 +56,7 @@ async fn answer(
     let model = request.model.clone();
     crate::core::ModelName::parse(&model)?;
     if converted.load_only {
-        let lease = acquire(&state.supervisor, &model, request.keep_alive).await?;
+        let lease = acquire_with(&state.supervisor, &model, request.keep_alive, converted.gpu_layers).await?;
         drop(lease);
         let reason = if request.keep_alive == Some(KeepAlive::UnloadNow) {
             "unload"
@@ -68,7 +68,14 @@ async fn answer(
         object["done_reason"] = json!(reason);
         return Ok(HttpResponse::Ok().json(object));
     }
+    // `num_gpu` decides how the model loads: hold a copy loaded so until the generation holds
+    // its own lease on it.
+    let placed = match converted.gpu_layers {
+        Some(layers) => Some(acquire_with(&state.supervisor, &model, request.keep_alive, Some(layers)).await?),
+        None => None,
+    };
     let started = start_generation(state, request, converted.constraint).await?;
+    drop(placed);
     if converted.stream {
         return Ok(HttpResponse::Ok()
             .content_type("application/x-ndjson")
@@ -148,10 +155,14 @@ pub async fn ps(state: web::Data<AppState>) -> HttpResponse {
         .into_iter()
         .map(|model| {
             let info = model.info;
+            // As Ollama: `size` is all the model takes, `size_vram` its part on a GPU (by the
+            // estimate it loaded with; a model loaded without one counts its file).
+            let (size, size_vram) =
+                model.memory.as_ref().map_or((info.size_bytes, 0), |memory| (memory.total(), memory.device_bytes()));
             PsEntry {
                 name: info.name.clone(),
                 model: info.name.clone(),
-                size: info.size_bytes,
+                size,
                 digest: info.digest.trim_start_matches("sha256:").to_string(),
                 details: ModelDetails {
                     parent_model: String::new(),
@@ -165,7 +176,7 @@ pub async fn ps(state: web::Data<AppState>) -> HttpResponse {
                 expires_at: model
                     .expires_at
                     .map_or_else(|| "2318-08-06T23:59:59Z".into(), |t| timestamp(Some(t))),
-                size_vram: 0,
+                size_vram,
                 context_length: info.context_length,
             }
         })

@@ -100,6 +100,8 @@ pub struct Options {
     pub seed: Option<i64>,
     pub stop: Option<Vec<String>>,
     pub num_ctx: Option<u32>,
+    /// Layers on a GPU (-1: as many as fit); it decides how the model loads.
+    pub num_gpu: Option<i64>,
     pub repeat_penalty: Option<f64>,
     pub repeat_last_n: Option<i32>,
 }
