@@ -51,7 +51,11 @@ use std::fmt;
 
 use serde_json::Value;
 
+use std::sync::Arc;
+
 use crate::ir::{Grammar, RuleId, Symbol};
+use crate::lexicon::strings::AllowedStrings;
+use crate::lexicon::Lexicon;
 
 pub use formats::FormatMode;
 pub use json::WHITESPACE_BUDGET;
@@ -93,7 +97,22 @@ fn document(value: RuleId) -> Vec<Vec<Symbol>> {
 
 /// Any RFC 8259 JSON document (`-json`, `format: "json"`, `json_object`).
 pub fn any_json() -> Grammar {
+    any_json_in(json::RuleSink::new())
+}
+
+/// [`any_json`] under a lexicon: with an allow list, string values hold only its words (see
+/// [`crate::lexicon`]); a deny list is checked beside the grammar, so nothing changes here.
+pub fn any_json_with_lexicon(lexicon: &Arc<Lexicon>) -> Grammar {
+    any_json_in(sink_for(Some(lexicon)))
+}
+
+fn sink_for(lexicon: Option<&Arc<Lexicon>>) -> json::RuleSink {
     let mut sink = json::RuleSink::new();
+    sink.allowed = lexicon.filter(|lexicon| lexicon.restricts_strings()).map(|lexicon| AllowedStrings::new(lexicon.clone()));
+    sink
+}
+
+fn any_json_in(mut sink: json::RuleSink) -> Grammar {
     let value = sink.any_value();
     let root = sink.add("root", document(value));
     sink.builder.finish(root, WHITESPACE_BUDGET)
@@ -118,12 +137,25 @@ pub fn compile_schema(schema: &Value) -> Result<Grammar, SchemaError> {
 
 /// [`compile_schema`], with `format` enforced when `formats` says so.
 pub fn compile_schema_with(schema: &Value, formats: FormatMode) -> Result<Grammar, SchemaError> {
+    compile_schema_in(schema, formats, None)
+}
+
+/// [`compile_schema_with`] under a lexicon: with an allow list, the string values the schema
+/// leaves free (no `enum`, `const`, `pattern` or enforced `format`) hold only its words (see
+/// [`crate::lexicon`]). A deny list is checked beside the grammar; pass the result to
+/// [`Lexicon::restrict`] in either case.
+pub fn compile_schema_with_lexicon(schema: &Value, formats: FormatMode, lexicon: &Arc<Lexicon>) -> Result<Grammar, SchemaError> {
+    compile_schema_in(schema, formats, Some(lexicon))
+}
+
+fn compile_schema_in(schema: &Value, formats: FormatMode, lexicon: Option<&Arc<Lexicon>>) -> Result<Grammar, SchemaError> {
     let occurrences = keywords::scan(schema);
     if let Some(refusal) = keywords::first_refusal(&occurrences) {
         return Err(refusal);
     }
     let mut compiler = compile::Compiler::new(schema);
     compiler.formats = formats;
+    compiler.sink = sink_for(lexicon);
     let value = compiler.compile(vec![compile::Part::new(schema, "")], true)?.ok_or_else(|| {
         SchemaError::new("schema", "", "which no JSON document can satisfy")
     })?;
@@ -177,7 +209,7 @@ pub fn review_schema_with(schema: &Value, formats: FormatMode) -> SchemaReport {
 /// Drops alternatives that can never finish (a dead end would let a sampler walk into a state
 /// with no way out) and rules the root cannot reach. `None` when the root itself is dead.
 /// Rules are moved, not copied: on large schemas this pass touches every symbol.
-fn prune(mut grammar: Grammar) -> Option<Grammar> {
+pub(crate) fn prune(mut grammar: Grammar) -> Option<Grammar> {
     let count = grammar.rules.len();
     let productive = crate::ir::rules_satisfying(&grammar, |symbol| match symbol {
         Symbol::Bytes(set) => !set.is_empty(),

@@ -1,0 +1,129 @@
+//! [`Constraint`]: one generation's whole constraint, a grammar [`Matcher`] and a
+//! [`LexiconMatcher`] (either or both), seen by the sampler as one: a token is allowed when
+//! both allow it, a mask is the intersection of both masks, and the output may end when both
+//! accept. Both automata read the same bytes, so this is their product.
+//!
+//! Cost: a check runs the grammar's, then the lexicon's; a mask with both is the two masks
+//! (each cached) and one pass over vocabulary/64 words, counted in the lexicon's time.
+
+use std::time::Instant;
+
+use super::error::{ConstraintError, LexiconError};
+use super::masks::LexiconMatcher;
+use crate::mask::TokenMask;
+use crate::matcher::Matcher;
+use crate::stats::MaskStats;
+
+/// Bytes of committed output kept to say where a dead end happened.
+const RECENT_BYTES: usize = 48;
+
+pub struct Constraint {
+    grammar: Option<Matcher>,
+    lexicon: Option<LexiconMatcher>,
+    /// The intersection, when both are present.
+    both: Option<TokenMask>,
+    /// Whether the last mask computed was empty.
+    nothing_allowed: bool,
+    recent: Vec<u8>,
+}
+
+impl Constraint {
+    /// The constraint of a generation; `None` when there is nothing to constrain.
+    pub fn new(grammar: Option<Matcher>, lexicon: Option<LexiconMatcher>) -> Option<Constraint> {
+        if grammar.is_none() && lexicon.is_none() {
+            return None;
+        }
+        Some(Constraint { grammar, lexicon, both: None, nothing_allowed: false, recent: Vec::new() })
+    }
+
+    /// Whether `token` may come next.
+    pub fn is_allowed(&mut self, token: u32) -> bool {
+        // The grammar first: it refuses far more often than a lexicon does.
+        self.grammar.as_mut().is_none_or(|grammar| grammar.is_allowed(token))
+            && self.lexicon.as_mut().is_none_or(|lexicon| lexicon.is_allowed(token))
+    }
+
+    /// Every token allowed next.
+    pub fn compute_mask(&mut self) -> &TokenMask {
+        let Constraint { grammar, lexicon, both, nothing_allowed, .. } = self;
+        let mask = match (grammar.as_mut(), lexicon.as_mut()) {
+            (Some(grammar), Some(lexicon)) => {
+                let grammar_mask = grammar.compute_mask();
+                let lexicon_mask = lexicon.compute_mask();
+                let started = Instant::now();
+                let combined = both.get_or_insert_with(|| TokenMask::new(grammar_mask.vocab_size()));
+                combined.assign_intersection(grammar_mask, lexicon_mask);
+                lexicon.add_time(started);
+                &*combined
+            }
+            (Some(grammar), None) => grammar.compute_mask(),
+            (None, Some(lexicon)) => lexicon.compute_mask(),
+            (None, None) => unreachable!("a constraint holds a grammar or a lexicon"),
+        };
+        *nothing_allowed = mask.words().iter().all(|word| *word == 0);
+        mask
+    }
+
+    /// Advances past `token`; refuses a token either part refuses, leaving both unchanged.
+    pub fn commit(&mut self, token: u32) -> Result<(), ConstraintError> {
+        if let Some(lexicon) = self.lexicon.as_ref() {
+            if !lexicon.admits(token) {
+                return Err(lexicon.refusal(token).into());
+            }
+        }
+        if let Some(grammar) = self.grammar.as_mut() {
+            grammar.commit(token)?;
+        }
+        if let Some(lexicon) = self.lexicon.as_mut() {
+            lexicon.commit(token)?;
+            let bytes = lexicon.token_text(token);
+            self.recent.extend_from_slice(bytes);
+            let excess = self.recent.len().saturating_sub(RECENT_BYTES);
+            self.recent.drain(..excess);
+        }
+        self.nothing_allowed = false;
+        Ok(())
+    }
+
+    /// Whether the output may end here.
+    pub fn is_accepting(&self) -> bool {
+        self.grammar.as_ref().is_none_or(Matcher::is_accepting)
+            && self.lexicon.as_ref().is_none_or(LexiconMatcher::is_accepting)
+    }
+
+    /// Whether some non-empty continuation may exist (a lexicon alone always has one).
+    pub fn can_continue(&self) -> bool {
+        self.grammar.as_ref().is_none_or(Matcher::can_continue)
+    }
+
+    /// Why the last mask was empty, when it was: the lexicon and the grammar left nothing.
+    pub fn dead_end(&self) -> Option<LexiconError> {
+        let lexicon = self.lexicon.as_ref().filter(|_| self.nothing_allowed)?;
+        let start = (0..self.recent.len()).find(|&i| self.recent[i] & 0xC0 != 0x80).unwrap_or(0);
+        Some(LexiconError::DeadEnd {
+            what: lexicon.target().describe(),
+            after: String::from_utf8_lossy(&self.recent[start..]).into_owned(),
+        })
+    }
+
+    pub fn grammar(&self) -> Option<&Matcher> {
+        self.grammar.as_ref()
+    }
+
+    pub fn lexicon(&self) -> Option<&LexiconMatcher> {
+        self.lexicon.as_ref()
+    }
+
+    pub fn grammar_stats(&self) -> Option<&MaskStats> {
+        self.grammar.as_ref().map(Matcher::stats)
+    }
+
+    pub fn lexicon_stats(&self) -> Option<&MaskStats> {
+        self.lexicon.as_ref().map(LexiconMatcher::stats)
+    }
+
+    /// Time spent in both parts, in nanoseconds.
+    pub fn mask_time_ns(&self) -> u64 {
+        self.grammar_stats().map_or(0, |s| s.mask_time_ns) + self.lexicon_stats().map_or(0, |s| s.mask_time_ns)
+    }
+}
