@@ -36,8 +36,11 @@ pub enum Reason {
     Banned { entry: String },
     /// A word that an allow list lacks.
     NotAllowed,
-    /// A JSON `\u` escape of a word character, refused while a lexicon applies.
+    /// A JSON `\u` escape of a word character (or no JSON escape at all), refused while a
+    /// lexicon applies.
     EscapedWordCharacter,
+    /// Bytes that are not UTF-8.
+    NotText,
 }
 
 impl fmt::Display for Violation {
@@ -49,6 +52,7 @@ impl fmt::Display for Violation {
             Reason::EscapedWordCharacter => {
                 f.write_str("escapes a word character, refused while a lexicon applies: write the character itself")
             }
+            Reason::NotText => f.write_str("is not UTF-8 text"),
         }
     }
 }
@@ -70,7 +74,11 @@ pub fn check_text(lexicon: &Lexicon, text: &[u8], target: Target) -> LexiconChec
         }
         let decoded = decoder.step(decoder_state, byte);
         if decoded.is_refused() {
-            return fail(text, char_start, offset + 1, Reason::EscapedWordCharacter);
+            let reason = match text.get(char_start) {
+                Some(b'\\') if target == Target::Json => Reason::EscapedWordCharacter,
+                _ => Reason::NotText,
+            };
+            return fail(text, char_start, offset + 1, reason);
         }
         for symbol in decoded.symbols() {
             if symbol == b' ' && read.last().is_some_and(|(last, _)| *last == b' ') {

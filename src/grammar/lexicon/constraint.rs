@@ -4,11 +4,13 @@
 //! accept. Both automata read the same bytes, so this is their product.
 //!
 //! Cost: a check runs the grammar's, then the lexicon's; a mask with both is the two masks
-//! (each cached) and one pass over vocabulary/64 words, counted in the lexicon's time.
+//! (each cached) and their intersection, updated token by token while the grammar's mask
+//! stays the same (see `intersection.rs`), counted in the lexicon's time.
 
 use std::time::Instant;
 
 use super::error::{ConstraintError, LexiconError};
+use super::intersection::Intersection;
 use super::masks::LexiconMatcher;
 use crate::mask::TokenMask;
 use crate::matcher::Matcher;
@@ -21,7 +23,7 @@ pub struct Constraint {
     grammar: Option<Matcher>,
     lexicon: Option<LexiconMatcher>,
     /// The intersection, when both are present.
-    both: Option<TokenMask>,
+    both: Intersection,
     /// Whether the last mask computed was empty.
     nothing_allowed: bool,
     recent: Vec<u8>,
@@ -33,7 +35,7 @@ impl Constraint {
         if grammar.is_none() && lexicon.is_none() {
             return None;
         }
-        Some(Constraint { grammar, lexicon, both: None, nothing_allowed: false, recent: Vec::new() })
+        Some(Constraint { grammar, lexicon, both: Intersection::default(), nothing_allowed: false, recent: Vec::new() })
     }
 
     /// Whether `token` may come next.
@@ -48,13 +50,13 @@ impl Constraint {
         let Constraint { grammar, lexicon, both, nothing_allowed, .. } = self;
         let mask = match (grammar.as_mut(), lexicon.as_mut()) {
             (Some(grammar), Some(lexicon)) => {
-                let grammar_mask = grammar.compute_mask();
-                let lexicon_mask = lexicon.compute_mask();
+                let grammar_mask = grammar.compute_mask_shared();
+                let lexicon_mask = lexicon.mask_parts();
                 let started = Instant::now();
-                let combined = both.get_or_insert_with(|| TokenMask::new(grammar_mask.vocab_size()));
-                combined.assign_intersection(grammar_mask, lexicon_mask);
+                let lexicon_ref = &*lexicon;
+                let mask = both.update(Some(grammar_mask), lexicon_mask, |a, b| lexicon_ref.root_difference(a, b));
                 lexicon.add_time(started);
-                &*combined
+                mask
             }
             (Some(grammar), None) => grammar.compute_mask(),
             (None, Some(lexicon)) => lexicon.compute_mask(),
@@ -66,18 +68,13 @@ impl Constraint {
 
     /// Advances past `token`; refuses a token either part refuses, leaving both unchanged.
     pub fn commit(&mut self, token: u32) -> Result<(), ConstraintError> {
-        if let Some(lexicon) = self.lexicon.as_ref() {
-            if !lexicon.admits(token) {
-                return Err(lexicon.refusal(token).into());
-            }
-        }
+        let lexicon_next = self.lexicon.as_mut().map(|lexicon| lexicon.position_after(token)).transpose()?;
         if let Some(grammar) = self.grammar.as_mut() {
             grammar.commit(token)?;
         }
-        if let Some(lexicon) = self.lexicon.as_mut() {
-            lexicon.commit(token)?;
-            let bytes = lexicon.token_text(token);
-            self.recent.extend_from_slice(bytes);
+        if let (Some(lexicon), Some(next)) = (self.lexicon.as_mut(), lexicon_next) {
+            lexicon.advance(next);
+            self.recent.extend_from_slice(lexicon.token_text(token));
             let excess = self.recent.len().saturating_sub(RECENT_BYTES);
             self.recent.drain(..excess);
         }

@@ -8,7 +8,9 @@
 //! (sometimes three) bytes are known, and because a JSON escape spans up to six bytes.
 //!
 //! Key items: [`Decoder`], [`Mode`], [`is_word_symbol`], [`SEPARATOR`], [`unicode_separators`].
-//! Cost: one table lookup per byte; the tables (two of 22 x 256 entries) are built once.
+//! Text that is not UTF-8 is refused.
+//!
+//! Cost: one table lookup per byte; the tables (two of 25 x 256 entries) are built once.
 
 use std::sync::OnceLock;
 
@@ -23,10 +25,8 @@ pub enum Mode {
 }
 
 /// The symbol every non-ASCII punctuation or symbol character (other than a space) reads as.
-/// Never a byte of valid UTF-8, so no word's symbols contain it.
+/// Never a byte of UTF-8, so no word's symbols contain it (nor the probes below).
 pub(crate) const SEPARATOR: u8 = 0xFE;
-/// The symbol a byte that is not valid UTF-8 reads as: a word byte of no listed word.
-pub(crate) const INVALID: u8 = 0xFF;
 
 /// Probes: read where a character has begun but is not known yet, so that a position every
 /// ending of which the automaton refuses is refused at once rather than left as a dead end
@@ -55,7 +55,7 @@ pub(crate) fn is_probe(symbol: u8) -> bool {
 /// non-ASCII characters other than punctuation, symbols and spaces.
 #[inline]
 pub(crate) fn is_word_symbol(symbol: u8) -> bool {
-    symbol.is_ascii_alphanumeric() || symbol == b'_' || (0x80..=0xF4).contains(&symbol) || symbol == INVALID
+    symbol.is_ascii_alphanumeric() || symbol == b'_' || (0x80..=0xF4).contains(&symbol)
 }
 
 /// Whether an ASCII character is part of words.
@@ -102,15 +102,19 @@ const AFTER_F0: u8 = 7;
 /// Continuation bytes of a separator still to skip.
 const SKIP_ONE: u8 = 8;
 const SKIP_TWO: u8 = 9;
+/// Continuation bytes of a letter still to read (they are symbols of its word).
+const LETTER_ONE: u8 = 10;
+const LETTER_TWO: u8 = 11;
+const LETTER_THREE: u8 = 12;
 /// After `\` (JSON mode).
-const ESCAPE: u8 = 10;
+const ESCAPE: u8 = 13;
 /// After `\u`, `\u0`, `\u00`.
-const UNICODE_1: u8 = 11;
-const UNICODE_2: u8 = 12;
-const UNICODE_3: u8 = 13;
+const UNICODE_1: u8 = 14;
+const UNICODE_2: u8 = 15;
+const UNICODE_3: u8 = 16;
 /// After `\u00` and the digit `d` (0–7): `UNICODE_4 + d`.
-const UNICODE_4: u8 = 14;
-pub(crate) const DECODER_STATES: usize = 22;
+const UNICODE_4: u8 = 17;
+pub(crate) const DECODER_STATES: usize = 25;
 
 /// The decoder state before any byte.
 pub(crate) const START: u8 = GROUND;
@@ -205,16 +209,9 @@ fn is_continuation(byte: u8) -> bool {
     (0x80..=0xBF).contains(&byte)
 }
 
-/// A character that started with a lead byte and broke off before `byte`: it reads as one
-/// invalid word byte, then `byte` as from the ground state.
-fn broken(mode: Mode, byte: u8) -> Decoded {
-    let after = transition(mode, GROUND, byte);
-    let mut symbols = vec![INVALID];
-    symbols.extend(after.symbols());
-    Decoded::emit(after.next(), &symbols)
-}
-
 fn transition(mode: Mode, state: u8, byte: u8) -> Decoded {
+    // Text that is not UTF-8 is refused: a lexicon constrains text.
+    let continuation = is_continuation(byte);
     match state {
         GROUND => match byte {
             // Every escape the decoder reads is of a non-word character.
@@ -224,47 +221,38 @@ fn transition(mode: Mode, state: u8, byte: u8) -> Decoded {
             0xE2 => Decoded::emit(AFTER_E2, &[WORD_OR_NOT_NEXT]),
             0xE3 => Decoded::emit(AFTER_E3, &[WORD_OR_NOT_NEXT + 1]),
             0xF0 => Decoded::emit(AFTER_F0, &[WORD_OR_NOT_NEXT + 2]),
-            // Leads and continuations of letters pass through as themselves.
-            0x80..=0xBF | 0xC3..=0xDF | 0xE0..=0xEF | 0xF1..=0xF4 => Decoded::emit(GROUND, &[byte]),
-            _ => Decoded::emit(GROUND, &[INVALID]),
+            // Leads of letters pass through as themselves, their continuations after them.
+            0xC3..=0xDF => Decoded::emit(LETTER_ONE, &[byte]),
+            0xE0..=0xEF => Decoded::emit(LETTER_TWO, &[byte]),
+            0xF1..=0xF4 => Decoded::emit(LETTER_THREE, &[byte]),
+            _ => Decoded::REFUSED,
         },
-        AFTER_C2 if is_continuation(byte) => {
-            Decoded::emit(GROUND, &[if byte == 0xA0 { b' ' } else { SEPARATOR }])
-        }
+        _ if !continuation && state < ESCAPE => Decoded::REFUSED,
+        AFTER_C2 => Decoded::emit(GROUND, &[if byte == 0xA0 { b' ' } else { SEPARATOR }]),
         AFTER_E2 => match byte {
             0x80 => Decoded::emit(AFTER_E2_80, &[NON_WORD_NEXT]),
             0x81 => Decoded::emit(AFTER_E2_81, &[NON_WORD_NEXT]),
             0x82..=0xAF => Decoded::emit(SKIP_ONE, &[SEPARATOR]),
-            0xB0..=0xBF => Decoded::emit(GROUND, &[0xE2, byte]),
-            _ => broken(mode, byte),
+            _ => Decoded::emit(LETTER_ONE, &[0xE2, byte]),
         },
         // U+2000–U+200A and U+202F are spaces; the rest of the block is punctuation.
-        AFTER_E2_80 if is_continuation(byte) => {
+        AFTER_E2_80 => {
             let space = (0x80..=0x8A).contains(&byte) || byte == 0xAF;
             Decoded::emit(GROUND, &[if space { b' ' } else { SEPARATOR }])
         }
         // U+205F is a space.
-        AFTER_E2_81 if is_continuation(byte) => {
-            Decoded::emit(GROUND, &[if byte == 0x9F { b' ' } else { SEPARATOR }])
-        }
-        AFTER_E3 => match byte {
-            0x80 => Decoded::emit(AFTER_E3_80, &[NON_WORD_NEXT]),
-            _ if is_continuation(byte) => Decoded::emit(GROUND, &[0xE3, byte]),
-            _ => broken(mode, byte),
-        },
+        AFTER_E2_81 => Decoded::emit(GROUND, &[if byte == 0x9F { b' ' } else { SEPARATOR }]),
+        AFTER_E3 if byte == 0x80 => Decoded::emit(AFTER_E3_80, &[NON_WORD_NEXT]),
+        AFTER_E3 => Decoded::emit(LETTER_ONE, &[0xE3, byte]),
         // U+3000 is a space.
-        AFTER_E3_80 if is_continuation(byte) => {
-            Decoded::emit(GROUND, &[if byte == 0x80 { b' ' } else { SEPARATOR }])
-        }
-        AFTER_F0 => match byte {
-            0x9F => Decoded::emit(SKIP_TWO, &[SEPARATOR]),
-            _ if is_continuation(byte) => Decoded::emit(GROUND, &[0xF0, byte]),
-            _ => broken(mode, byte),
-        },
-        AFTER_C2 | AFTER_E2_80 | AFTER_E2_81 | AFTER_E3_80 => broken(mode, byte),
-        SKIP_ONE if is_continuation(byte) => Decoded::emit(GROUND, &[]),
-        SKIP_TWO if is_continuation(byte) => Decoded::emit(SKIP_ONE, &[]),
-        SKIP_ONE | SKIP_TWO => transition(mode, GROUND, byte),
+        AFTER_E3_80 => Decoded::emit(GROUND, &[if byte == 0x80 { b' ' } else { SEPARATOR }]),
+        AFTER_F0 if byte == 0x9F => Decoded::emit(SKIP_TWO, &[SEPARATOR]),
+        AFTER_F0 => Decoded::emit(LETTER_TWO, &[0xF0, byte]),
+        SKIP_ONE => Decoded::emit(GROUND, &[]),
+        SKIP_TWO => Decoded::emit(SKIP_ONE, &[]),
+        LETTER_ONE => Decoded::emit(GROUND, &[byte]),
+        LETTER_TWO => Decoded::emit(LETTER_ONE, &[byte]),
+        LETTER_THREE => Decoded::emit(LETTER_TWO, &[byte]),
         ESCAPE => match byte {
             b'"' | b'\\' | b'/' => Decoded::emit(GROUND, &[byte]),
             b'b' => Decoded::emit(GROUND, &[0x08]),
@@ -315,9 +303,11 @@ mod tests {
         assert_eq!(symbols(Mode::Text, "«a»".as_bytes()), Ok(vec![SEPARATOR, b'a', SEPARATOR]));
         assert_eq!(symbols(Mode::Text, "a😀b".as_bytes()), Ok(vec![b'a', SEPARATOR, b'b']));
         assert_eq!(symbols(Mode::Text, "a→b".as_bytes()), Ok(vec![b'a', SEPARATOR, b'b']));
-        // A lead byte cut short reads as an invalid word byte.
-        assert_eq!(symbols(Mode::Text, &[0xE2, b'x']), Ok(vec![INVALID, b'x']));
-        assert_eq!(symbols(Mode::Text, &[0xFF]), Ok(vec![INVALID]));
+        // Bytes that are not UTF-8 are refused.
+        assert_eq!(symbols(Mode::Text, &[b'a', 0xE2, b'x']), Err(1));
+        assert_eq!(symbols(Mode::Text, &[0xFF]), Err(0));
+        assert_eq!(symbols(Mode::Text, &[b'a', 0xA9]), Err(1));
+        assert_eq!(symbols(Mode::Text, &[0xC3, 0xA9, 0xA9]), Err(2));
     }
 
     #[test]

@@ -30,6 +30,9 @@ pub(crate) const DEAD: u32 = 0;
 pub(crate) const AFTER_BOUNDARY: u32 = 1;
 /// Deny lists: no listed prefix pending, after a word symbol.
 pub(crate) const INSIDE_WORD: u32 = 2;
+/// Deny lists: like [`INSIDE_WORD`], but a listed word is complete and waits for its boundary
+/// (no state reaches it; it is the root whose reading of a token a pending state agrees with).
+pub(crate) const PENDING_WORD: u32 = 3;
 /// Allow lists: between words.
 pub(crate) const BETWEEN_WORDS: u32 = 1;
 /// `WordDfa::entry_at` of a state where no entry ends.
@@ -152,7 +155,7 @@ impl WordDfa {
     pub(crate) fn deny(patterns: &[Vec<u8>], max_bytes: usize) -> Result<WordDfa, LexiconError> {
         let (class_of, representatives) = classes_of(patterns);
         let classes = representatives.len();
-        let trie = Trie::of(patterns, AFTER_BOUNDARY, INSIDE_WORD as usize + 1);
+        let trie = Trie::of(patterns, AFTER_BOUNDARY, PENDING_WORD as usize + 1);
         let states = trie.len();
         check_size(states, classes, max_bytes)?;
         let mut next = vec![DEAD; states * classes];
@@ -161,10 +164,13 @@ impl WordDfa {
         let mut confirmed = vec![false; states];
         let mut root = vec![AFTER_BOUNDARY; states];
         root[INSIDE_WORD as usize] = INSIDE_WORD;
+        root[PENDING_WORD as usize] = PENDING_WORD;
+        pending[PENDING_WORD as usize] = true;
         for (class, &symbol) in representatives.iter().enumerate() {
             if is_probe(symbol) {
-                next[AFTER_BOUNDARY as usize * classes + class] = AFTER_BOUNDARY;
-                next[INSIDE_WORD as usize * classes + class] = INSIDE_WORD;
+                for state in [AFTER_BOUNDARY, INSIDE_WORD, PENDING_WORD] {
+                    next[state as usize * classes + class] = state;
+                }
                 continue;
             }
             let word = is_word_symbol(symbol);
@@ -175,6 +181,7 @@ impl WordDfa {
             // non-word symbol may.
             next[INSIDE_WORD as usize * classes + class] =
                 if word { INSIDE_WORD } else { start.unwrap_or(AFTER_BOUNDARY) };
+            next[PENDING_WORD as usize * classes + class] = next[INSIDE_WORD as usize * classes + class];
         }
         // Breadth first, so that a state's failure link has its row before the state does.
         let mut queue: VecDeque<u32> = VecDeque::new();
@@ -189,7 +196,11 @@ impl WordDfa {
             let ends_here = trie.entry[s] != NO_ENTRY;
             pending[s] = (ends_here && ends_word) || pending[link];
             confirmed[s] = (ends_here && !ends_word) || confirmed[link];
-            root[s] = if ends_word { INSIDE_WORD } else { AFTER_BOUNDARY };
+            root[s] = match (pending[s], ends_word) {
+                (true, _) => PENDING_WORD,
+                (false, true) => INSIDE_WORD,
+                (false, false) => AFTER_BOUNDARY,
+            };
             for (class, &symbol) in representatives.iter().enumerate() {
                 next[s * classes + class] = match trie.child(state, symbol) {
                     Some(child) => child,
@@ -215,7 +226,7 @@ impl WordDfa {
         }
         let mut accepting: Vec<bool> = pending.iter().map(|p| !p).collect();
         accepting[DEAD as usize] = false;
-        let ends_with_space = (0..states).map(|s| s > INSIDE_WORD as usize && trie.last[s] == b' ').collect();
+        let ends_with_space = (0..states).map(|s| s > PENDING_WORD as usize && trie.last[s] == b' ').collect();
         Ok(WordDfa {
             class_of,
             classes,

@@ -87,6 +87,7 @@ mod decode;
 mod dfa;
 mod entries;
 mod error;
+mod intersection;
 mod masks;
 mod restrict;
 pub(crate) mod strings;
@@ -163,9 +164,11 @@ pub struct LexiconLimits {
     /// Largest automaton (states x symbol classes x 4 bytes). Default 64 MiB; a 10,000-word
     /// English list takes about 3 MiB.
     pub max_automaton_bytes: usize,
-    /// Masks cached per vocabulary (a mask is vocabulary/8 bytes: 32 KiB at 262k tokens); a
-    /// full cache is cleared and counted. Default 256.
-    pub mask_cache: usize,
+    /// Bytes of masks cached per vocabulary; a full cache is cleared and counted. Default
+    /// 16 MiB: a deny list's mask is mostly a list of the few tokens it gives otherwise than
+    /// its root's (shared) mask, so this holds thousands; a whole mask is vocabulary/8 bytes
+    /// (32 KiB at 262k tokens).
+    pub mask_cache_bytes: usize,
 }
 
 impl Default for LexiconLimits {
@@ -175,7 +178,7 @@ impl Default for LexiconLimits {
             max_bytes: 4 << 20,
             max_entry_bytes: 1024,
             max_automaton_bytes: 64 << 20,
-            mask_cache: 256,
+            mask_cache_bytes: 16 << 20,
         }
     }
 }
@@ -191,7 +194,7 @@ pub struct Lexicon {
     entry_count: usize,
     bytes: usize,
     dfa: WordDfa,
-    mask_cache: usize,
+    mask_cache_bytes: usize,
     /// Per vocabulary, the mask caches of the matchers that run this lexicon on it.
     attachments: VocabularyAttachments,
 }
@@ -239,7 +242,7 @@ impl Lexicon {
             entry_count: raw.len(),
             bytes: normalized.bytes,
             dfa,
-            mask_cache: limits.mask_cache.max(1),
+            mask_cache_bytes: limits.mask_cache_bytes,
             attachments: VocabularyAttachments::default(),
         })
     }

@@ -115,6 +115,8 @@ fn check_says_where_and_which_entry() {
     let found = fail("I like c++ a lot");
     assert_eq!((found.offset, found.text.as_str()), (7, "c++"));
     assert_eq!(found.reason, Reason::Banned { entry: "c++".into() });
+    let LexiconCheck::Fail(found) = check_text(&lexicon, b"ok \xFF", Target::Text) else { panic!("not UTF-8") };
+    assert_eq!((found.offset, found.reason), (3, Reason::NotText));
 }
 
 #[test]
