@@ -104,6 +104,9 @@ pub fn check_text(lexicon: &Lexicon, text: &[u8], target: Target) -> LexiconChec
         }
         decoder_state = decoded.next();
     }
+    if decoder_state != START {
+        return fail(text, char_start, text.len(), Reason::NotText);
+    }
     if dfa.is_accepting(state) {
         return LexiconCheck::Pass;
     }

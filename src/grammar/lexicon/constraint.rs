@@ -19,37 +19,50 @@ use crate::stats::MaskStats;
 /// Bytes of committed output kept to say where a dead end happened.
 const RECENT_BYTES: usize = 48;
 
+/// One generation's grammar, lexicon, or both.
 pub struct Constraint {
-    grammar: Option<Matcher>,
-    lexicon: Option<LexiconMatcher>,
-    /// The intersection, when both are present.
-    both: Intersection,
+    parts: Parts,
     /// Whether the last mask computed was empty.
     nothing_allowed: bool,
+    /// The end of the output so far, to say where a dead end happened.
     recent: Vec<u8>,
+}
+
+enum Parts {
+    Grammar(Matcher),
+    Lexicon(LexiconMatcher),
+    /// With the intersection of their masks.
+    Both(Matcher, LexiconMatcher, Intersection),
 }
 
 impl Constraint {
     /// The constraint of a generation; `None` when there is nothing to constrain.
     pub fn new(grammar: Option<Matcher>, lexicon: Option<LexiconMatcher>) -> Option<Constraint> {
-        if grammar.is_none() && lexicon.is_none() {
-            return None;
-        }
-        Some(Constraint { grammar, lexicon, both: Intersection::default(), nothing_allowed: false, recent: Vec::new() })
+        let parts = match (grammar, lexicon) {
+            (Some(grammar), Some(lexicon)) => Parts::Both(grammar, lexicon, Intersection::default()),
+            (Some(grammar), None) => Parts::Grammar(grammar),
+            (None, Some(lexicon)) => Parts::Lexicon(lexicon),
+            (None, None) => return None,
+        };
+        Some(Constraint { parts, nothing_allowed: false, recent: Vec::new() })
     }
 
     /// Whether `token` may come next.
     pub fn is_allowed(&mut self, token: u32) -> bool {
-        // The grammar first: it refuses far more often than a lexicon does.
-        self.grammar.as_mut().is_none_or(|grammar| grammar.is_allowed(token))
-            && self.lexicon.as_mut().is_none_or(|lexicon| lexicon.is_allowed(token))
+        match &mut self.parts {
+            Parts::Grammar(grammar) => grammar.is_allowed(token),
+            Parts::Lexicon(lexicon) => lexicon.is_allowed(token),
+            // The grammar first: it refuses far more often than a lexicon does.
+            Parts::Both(grammar, lexicon, _) => grammar.is_allowed(token) && lexicon.is_allowed(token),
+        }
     }
 
     /// Every token allowed next.
     pub fn compute_mask(&mut self) -> &TokenMask {
-        let Constraint { grammar, lexicon, both, nothing_allowed, .. } = self;
-        let mask = match (grammar.as_mut(), lexicon.as_mut()) {
-            (Some(grammar), Some(lexicon)) => {
+        let mask = match &mut self.parts {
+            Parts::Grammar(grammar) => grammar.compute_mask(),
+            Parts::Lexicon(lexicon) => lexicon.compute_mask(),
+            Parts::Both(grammar, lexicon, both) => {
                 let grammar_mask = grammar.compute_mask_shared();
                 let lexicon_mask = lexicon.mask_parts();
                 let started = Instant::now();
@@ -58,22 +71,30 @@ impl Constraint {
                 lexicon.add_time(started);
                 mask
             }
-            (Some(grammar), None) => grammar.compute_mask(),
-            (None, Some(lexicon)) => lexicon.compute_mask(),
-            (None, None) => unreachable!("a constraint holds a grammar or a lexicon"),
         };
-        *nothing_allowed = mask.words().iter().all(|word| *word == 0);
+        self.nothing_allowed = mask.words().iter().all(|word| *word == 0);
         mask
     }
 
     /// Advances past `token`; refuses a token either part refuses, leaving both unchanged.
     pub fn commit(&mut self, token: u32) -> Result<(), ConstraintError> {
-        let lexicon_next = self.lexicon.as_mut().map(|lexicon| lexicon.position_after(token)).transpose()?;
-        if let Some(grammar) = self.grammar.as_mut() {
-            grammar.commit(token)?;
-        }
-        if let (Some(lexicon), Some(next)) = (self.lexicon.as_mut(), lexicon_next) {
-            lexicon.advance(next);
+        let lexicon = match &mut self.parts {
+            Parts::Grammar(grammar) => {
+                grammar.commit(token)?;
+                None
+            }
+            Parts::Lexicon(lexicon) => {
+                lexicon.commit(token)?;
+                Some(&*lexicon)
+            }
+            Parts::Both(grammar, lexicon, _) => {
+                let next = lexicon.position_after(token)?;
+                grammar.commit(token)?;
+                lexicon.advance(next);
+                Some(&*lexicon)
+            }
+        };
+        if let Some(lexicon) = lexicon {
             self.recent.extend_from_slice(lexicon.token_text(token));
             let excess = self.recent.len().saturating_sub(RECENT_BYTES);
             self.recent.drain(..excess);
@@ -84,18 +105,17 @@ impl Constraint {
 
     /// Whether the output may end here.
     pub fn is_accepting(&self) -> bool {
-        self.grammar.as_ref().is_none_or(Matcher::is_accepting)
-            && self.lexicon.as_ref().is_none_or(LexiconMatcher::is_accepting)
+        self.grammar().is_none_or(Matcher::is_accepting) && self.lexicon().is_none_or(LexiconMatcher::is_accepting)
     }
 
     /// Whether some non-empty continuation may exist (a lexicon alone always has one).
     pub fn can_continue(&self) -> bool {
-        self.grammar.as_ref().is_none_or(Matcher::can_continue)
+        self.grammar().is_none_or(Matcher::can_continue)
     }
 
     /// Why the last mask was empty, when it was: the lexicon and the grammar left nothing.
     pub fn dead_end(&self) -> Option<LexiconError> {
-        let lexicon = self.lexicon.as_ref().filter(|_| self.nothing_allowed)?;
+        let lexicon = self.lexicon().filter(|_| self.nothing_allowed)?;
         let start = (0..self.recent.len()).find(|&i| self.recent[i] & 0xC0 != 0x80).unwrap_or(0);
         Some(LexiconError::DeadEnd {
             what: lexicon.target().describe(),
@@ -104,19 +124,25 @@ impl Constraint {
     }
 
     pub fn grammar(&self) -> Option<&Matcher> {
-        self.grammar.as_ref()
+        match &self.parts {
+            Parts::Grammar(grammar) | Parts::Both(grammar, _, _) => Some(grammar),
+            Parts::Lexicon(_) => None,
+        }
     }
 
     pub fn lexicon(&self) -> Option<&LexiconMatcher> {
-        self.lexicon.as_ref()
+        match &self.parts {
+            Parts::Lexicon(lexicon) | Parts::Both(_, lexicon, _) => Some(lexicon),
+            Parts::Grammar(_) => None,
+        }
     }
 
     pub fn grammar_stats(&self) -> Option<&MaskStats> {
-        self.grammar.as_ref().map(Matcher::stats)
+        self.grammar().map(Matcher::stats)
     }
 
     pub fn lexicon_stats(&self) -> Option<&MaskStats> {
-        self.lexicon.as_ref().map(LexiconMatcher::stats)
+        self.lexicon().map(LexiconMatcher::stats)
     }
 
     /// Time spent in both parts, in nanoseconds.

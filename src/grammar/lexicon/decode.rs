@@ -19,7 +19,7 @@ use crate::ir::ByteSet;
 /// How the output is read: as plain text, or as JSON text whose string escapes stand for the
 /// characters they encode (a schema's output: `b\u0061d` must not slip past a ban on `bad`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Mode {
+pub(crate) enum Mode {
     Text,
     Json,
 }

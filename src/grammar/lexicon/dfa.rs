@@ -10,11 +10,17 @@
 //! match (`ass` in `assess`), a following non-word symbol confirms it (the step is dead), and
 //! the end of the output confirms it too (end-of-generation is refused). An entry ending in a
 //! non-word symbol is confirmed as soon as it completes. A space after a space leaves the state
-//! as it is, so a phrase matches across any run of whitespace.
+//! as it is, so a phrase matches across any run of whitespace. A third root, which no text
+//! reaches, stands for "a listed word complete and nothing else" (see `masks.rs`).
 //!
 //! An allow list is the trie of its words: from the root (between words) a word symbol enters
 //! the trie, a non-word symbol stays; inside a word a non-word symbol returns to the root only
 //! from a complete word. The output may end at the root or at a complete word.
+//!
+//! Probes (see `decode.rs`) leave a state as it is, or kill it: for a deny list, the one that
+//! announces a non-word character kills a pending state; for an allow list, inside a word that
+//! is not complete, it kills, and so does one that announces "a non-word character or a word
+//! character starting with this byte" unless the word goes on with that byte.
 //!
 //! Cost: states x classes x 4 bytes, refused above `LexiconLimits::max_automaton_bytes` before
 //! anything is allocated; building is linear in that.

@@ -8,13 +8,13 @@
 //! A deny list allows almost every token, so its masks are not walked whole. From a root (no
 //! listed prefix pending) a token reads the same whatever came before, except for whether a
 //! word character came last, and whether a listed word is complete and waits for its boundary:
-//! the mask of each root (per decoder state) is one walk of the whole token trie, once per
-//! vocabulary. From any other position, a token reads like from
-//! that position's root as soon as every prefix that was pending when it began is gone (the
-//! automaton's longest prefix then started inside the token), and from there on the root's
-//! mask already says what the token does. So such a mask is the root's, corrected by a walk
-//! of only the trie paths along which a pending prefix lives on: the ways the pending word or
-//! phrase can go on, a few hundred nodes at most for real lists.
+//! the mask of each root (per decoder state) is one walk of the token trie, once per
+//! vocabulary. From any other position, a token reads like from that position's root as soon
+//! as every prefix that was pending when it began is gone (the automaton's longest prefix then
+//! started inside the token), and from there on the root's mask already says what the token
+//! does. So such a mask is the root's, corrected by a walk of only the trie paths along which
+//! a pending prefix lives on: the ways the pending word or phrase can go on, a few hundred
+//! nodes at most for real lists.
 //!
 //! Such a mask is kept as the root's plus the tokens it gives otherwise ([`LexMask::Delta`]),
 //! so it costs little to keep and to intersect with a grammar's (see `intersection.rs`).
@@ -175,10 +175,6 @@ impl LexiconMatcher {
         })
     }
 
-    pub fn lexicon(&self) -> &Arc<Lexicon> {
-        &self.lexicon
-    }
-
     /// Whether `token` may come next: its bytes complete no banned entry (no word outside an
     /// allow list), or it ends generation where the output may end.
     pub fn is_allowed(&mut self, token: u32) -> bool {
@@ -280,17 +276,17 @@ impl LexiconMatcher {
 
     /// Whether the output may end here.
     pub fn is_accepting(&self) -> bool {
-        self.lexicon.dfa.is_accepting(self.at.state)
+        self.accepts(self.at)
+    }
+
+    /// Whether the output may end at `at`: no listed word pending, no word unfinished, and no
+    /// character or escape cut short.
+    fn accepts(&self, at: Position) -> bool {
+        at.decoder == START && self.lexicon.dfa.is_accepting(at.state)
     }
 
     pub fn stats(&self) -> &MaskStats {
         &self.stats
-    }
-
-    /// Forgets every cached mask of this lexicon and vocabulary but the roots'; for measuring
-    /// the cost of a mask.
-    pub fn forget_masks(&mut self) {
-        MaskTables::lock(&self.tables).masks.clear();
     }
 
     /// Counts time the caller spent on this lexicon's behalf (combining masks).
@@ -391,7 +387,7 @@ impl LexiconMatcher {
     /// Duplicates as their tokens, end-of-generation where `start` may end.
     fn finish_walked(&self, start: Position, mask: &mut TokenMask) {
         self.trie.mirror_duplicates(mask);
-        let accepting = self.lexicon.dfa.is_accepting(start.state);
+        let accepting = self.accepts(start);
         for &token in self.trie.eog_tokens() {
             if accepting {
                 mask.set(token);
@@ -448,7 +444,7 @@ impl LexiconMatcher {
         }
         let trie = self.trie.clone();
         let mut corrections = Corrections::new(&root, trie.vocab_size() / 64);
-        if !dfa.is_accepting(at.state) {
+        if !self.accepts(at) {
             corrections.give_all(trie.eog_tokens(), false);
         }
         // Children still to read, per open node: from a wide node's list of children (bytes side

@@ -28,22 +28,27 @@
 //! allowed; numbers are words too (list them). The output may not end in the middle of a word
 //! that is only the start of a listed one.
 //!
+//! **Text** that is not UTF-8 is refused while a lexicon applies.
+//!
 //! **With a JSON Schema or any-JSON output** the text is read as JSON: inside strings an
 //! escape counts as the character it encodes, and `\u` escapes of word characters (and of any
 //! character outside ASCII) are refused while a lexicon applies, so a word cannot hide behind
 //! escapes (`b\u0061d`); the characters themselves can always be written unescaped.
 //! - A deny list applies to the whole JSON text: keys, string values, numbers and literals. An
 //!   `enum`/`const` member, property name or other fixed text of the schema that contains a
-//!   banned entry is dropped when the constraint is compiled; a required one makes the schema
-//!   unsatisfiable, which is refused ([`LexiconError::NothingLeft`]).
+//!   banned entry (bounded within that text, as a quoted string is) is dropped when the
+//!   constraint is compiled; a required one makes the schema unsatisfiable, which is refused
+//!   ([`LexiconError::NothingLeft`]). Where only what the model writes around fixed text
+//!   completes a banned entry, the decoder can reach a point with no token left: that dead end
+//!   is reported ([`LexiconError::DeadEnd`]), never written.
 //! - An allow list applies to the string values the schema leaves free (no `enum`, `const`,
 //!   `pattern` or enforced `format`), and to the string values of any-JSON output; property
 //!   names and fixed strings stay as the schema says. It is compiled into the schema's grammar
 //!   (with `minLength`/`maxLength` counted as usual), not checked beside it.
 //!
 //! **With a GBNF grammar** the lexicon applies to the whole output, as text (a backslash is
-//! punctuation). Literal text of the grammar that a lexicon rules out is dropped when the
-//! constraint is compiled.
+//! punctuation). Literal text of the grammar that the lexicon rules out is dropped when the
+//! constraint is compiled, as for a schema.
 //!
 //! **Lexicon files** hold one entry per line; surrounding whitespace is trimmed, blank lines
 //! and lines starting with `#` are skipped, `\#` at the start of a line stands for a `#`. A
@@ -70,7 +75,7 @@
 //!    `Arc`; keep daemon-wide ones loaded, since their masks are cached on them.
 //! 2. Compile the request's grammar with it: [`crate::schema::compile_schema_with_lexicon`] or
 //!    [`crate::schema::any_json_with_lexicon`] for JSON output, then [`Lexicon::restrict`] on
-//!    the schema's IR (with [`Target::Json`]); [`compile_gbnf_with_lexicon`] for a GBNF source.
+//!    that IR (with [`Target::Json`]); [`compile_gbnf_with_lexicon`] for a GBNF source.
 //! 3. At decode time: [`LexiconMatcher::new`] (it returns `None` where the lexicon was
 //!    compiled into the grammar), then [`Constraint::new`] with the grammar's `Matcher`, if
 //!    any; the sampler calls `is_allowed`, `compute_mask` and `commit` on the `Constraint` as
@@ -99,12 +104,12 @@ use std::fmt;
 
 pub use check::{check_text, LexiconCheck, Reason, Violation};
 pub use constraint::Constraint;
-pub use decode::Mode;
 pub use error::{ConstraintError, EntryAt, LexiconError};
 pub use masks::LexiconMatcher;
 pub use restrict::compile_gbnf_with_lexicon;
 
 use crate::automaton::VocabularyAttachments;
+use decode::Mode;
 use dfa::WordDfa;
 use entries::{normalize, parse_file, RawEntry};
 

@@ -40,8 +40,16 @@ fn a_banned_word_split_over_tokens_is_unreachable() {
     matcher.commit(t("ge")).expect("`badge` is another word");
     assert!(matcher.is_accepting());
     assert!(matcher.is_allowed(eog(&trie)));
-    assert!(matcher.is_allowed(t(" bad.")) == false);
+    assert!(!matcher.is_allowed(t(" bad.")));
     assert_mask_exact(&mut matcher, "badge");
+    // Half a character: only its continuation may follow, and the output may not end.
+    matcher.commit(0xE2).expect("the lead byte of a dash");
+    assert!(!matcher.is_allowed(eog(&trie)));
+    assert!(!matcher.is_allowed(u32::from(b'x')), "not UTF-8");
+    assert_mask_exact(&mut matcher, "badge + half a dash");
+    matcher.commit(0x80).expect("a continuation");
+    matcher.commit(0x94).expect("the dash is whole");
+    assert!(matcher.is_allowed(eog(&trie)));
 }
 
 #[test]
@@ -116,6 +124,8 @@ fn check_says_where_and_which_entry() {
     assert_eq!((found.offset, found.text.as_str()), (7, "c++"));
     assert_eq!(found.reason, Reason::Banned { entry: "c++".into() });
     let LexiconCheck::Fail(found) = check_text(&lexicon, b"ok \xFF", Target::Text) else { panic!("not UTF-8") };
+    assert_eq!((found.offset, found.reason), (3, Reason::NotText));
+    let LexiconCheck::Fail(found) = check_text(&lexicon, b"ok \xE2\x80", Target::Text) else { panic!("cut short") };
     assert_eq!((found.offset, found.reason), (3, Reason::NotText));
 }
 
