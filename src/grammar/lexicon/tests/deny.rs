@@ -165,51 +165,22 @@ proptest! {
     }
 }
 
-/// Tokens cut anywhere in the entries, spaces of several lengths, split UTF-8 characters and
-/// JSON escapes.
-fn rich_vocabulary() -> Arc<TokenTrie> {
-    let mut pieces: Vec<Vec<u8>> = Vec::new();
-    for entry in ENTRIES.iter().chain(FRAGMENTS) {
-        let bytes = entry.as_bytes();
-        for start in 0..bytes.len() {
-            for end in start + 1..=bytes.len().min(start + 5) {
-                pieces.push(bytes[start..end].to_vec());
-            }
-        }
-        pieces.push([b" ", bytes].concat());
-        pieces.push([bytes, b" "].concat());
-        pieces.push([bytes, b"."].concat());
-    }
-    for extra in [&b"   "[..], b" \n ", b"\\u00", b"\\u0061", b"61", b"2d", b"\\n", b"\\\"", b"\"", b"\xE2\x80"] {
-        pieces.push(extra.to_vec());
-    }
-    pieces.sort();
-    pieces.dedup();
-    let borrowed: Vec<&[u8]> = pieces.iter().map(Vec::as_slice).collect();
-    vocabulary(&borrowed)
-}
-
-/// Random walks that prefer multi-byte tokens: at every position the mask equals the
-/// token-by-token checks (the root masks and pending-path walks are exact).
-fn masks_match_checks_on_walks(mode_target: Target, seeds: std::ops::Range<u64>) {
-    let trie = rich_vocabulary();
+/// Random walks over pieces of the entries, spaces of several lengths, split UTF-8 characters
+/// and JSON escapes: the masks are exact (the root masks and pending-path walks), and no
+/// prefix written holds a banned entry.
+fn masks_match_checks_on_walks(target: Target, seeds: std::ops::Range<u64>) {
+    let extra: &[&[u8]] = &[b"   ", b" \n ", b"\\u00", b"\\u0061", b"61", b"2d", b"\\n", b"\\\"", b"\"", b"\xE2\x80"];
+    let texts: Vec<&str> = ENTRIES.iter().chain(FRAGMENTS).copied().collect();
+    let trie = pieces_vocabulary(&texts, 5, extra);
     let lexicon = deny(ENTRIES);
     for seed in seeds {
-        let mut rng = TestRng::new(seed);
-        let mut matcher = LexiconMatcher::new(lexicon.clone(), trie.clone(), mode_target).expect("runs");
-        let mut written: Vec<u8> = Vec::new();
-        for _ in 0..24 {
-            assert_mask_exact(&mut matcher, &String::from_utf8_lossy(&written));
-            let allowed: Vec<u32> = matcher.compute_mask().iter_set().filter(|t| !trie.is_eog(*t)).collect();
-            let long: Vec<u32> = allowed.iter().copied().filter(|t| *t >= 256).collect();
-            let pool = if long.is_empty() || rng.below(4) == 0 { &allowed } else { &long };
-            let token = pool[rng.below(pool.len())];
-            matcher.commit(token).expect("a token of the mask commits");
-            written.extend_from_slice(trie.token_bytes(token).unwrap_or_default());
+        let mut matcher = LexiconMatcher::new(lexicon.clone(), trie.clone(), target).expect("runs");
+        let written = walk_checking_masks(&mut matcher, seed, 24);
+        for end in 0..=written.len() {
             assert!(
-                !naive_banned(ENTRIES, &written, mode_target.mode(), false),
+                !naive_banned(ENTRIES, &written[..end], target.mode(), false),
                 "{:?} holds a banned entry",
-                String::from_utf8_lossy(&written)
+                String::from_utf8_lossy(&written[..end])
             );
         }
     }

@@ -46,6 +46,47 @@ pub(super) fn vocabulary(pieces: &[&[u8]]) -> Arc<TokenTrie> {
     Arc::new(TokenTrie::new(&tokens, &[eog]))
 }
 
+/// Every piece of up to `longest` bytes of `texts`, each text also with a space before it, a
+/// space after it and a `.` after it, and `extra`: tokens cut anywhere in listed words.
+pub(super) fn pieces_vocabulary(texts: &[&str], longest: usize, extra: &[&[u8]]) -> Arc<TokenTrie> {
+    let mut pieces: Vec<Vec<u8>> = extra.iter().map(|piece| piece.to_vec()).collect();
+    for text in texts {
+        let bytes = text.as_bytes();
+        for start in 0..bytes.len() {
+            for end in start + 1..=bytes.len().min(start + longest) {
+                pieces.push(bytes[start..end].to_vec());
+            }
+        }
+        pieces.extend([[b" ", bytes].concat(), [bytes, b" "].concat(), [bytes, b"."].concat()]);
+    }
+    pieces.sort();
+    pieces.dedup();
+    let borrowed: Vec<&[u8]> = pieces.iter().map(Vec::as_slice).collect();
+    vocabulary(&borrowed)
+}
+
+/// A seeded walk of up to `steps` tokens, each drawn from the mask (pieces preferred to single
+/// bytes), checking at every position that the mask equals the token-by-token checks; returns
+/// the bytes written.
+pub(super) fn walk_checking_masks(matcher: &mut LexiconMatcher, seed: u64, steps: usize) -> Vec<u8> {
+    let trie = matcher.trie().clone();
+    let mut rng = TestRng::new(seed);
+    let mut written: Vec<u8> = Vec::new();
+    for _ in 0..steps {
+        assert_mask_exact(matcher, &String::from_utf8_lossy(&written));
+        let allowed: Vec<u32> = matcher.compute_mask().iter_set().filter(|t| !trie.is_eog(*t)).collect();
+        let pieces: Vec<u32> = allowed.iter().copied().filter(|t| *t >= 256).collect();
+        let pool = if pieces.is_empty() || rng.below(4) == 0 { &allowed } else { &pieces };
+        if pool.is_empty() {
+            break;
+        }
+        let token = pool[rng.below(pool.len())];
+        matcher.commit(token).expect("a token of the mask commits");
+        written.extend_from_slice(trie.token_bytes(token).unwrap_or_default());
+    }
+    written
+}
+
 pub(super) fn token_of(trie: &TokenTrie, text: &[u8]) -> u32 {
     (0..trie.vocab_size() as u32)
         .find(|&token| trie.token_bytes(token) == Some(text) && !trie.is_eog(token))
