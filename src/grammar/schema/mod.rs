@@ -48,10 +48,9 @@ mod tests;
 mod shape_tests;
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde_json::Value;
-
-use std::sync::Arc;
 
 use crate::ir::{Grammar, RuleId, Symbol};
 use crate::lexicon::strings::AllowedStrings;
@@ -103,13 +102,14 @@ pub fn any_json() -> Grammar {
 /// [`any_json`] under a lexicon: with an allow list, string values hold only its words (see
 /// [`crate::lexicon`]); a deny list is checked beside the grammar, so nothing changes here.
 pub fn any_json_with_lexicon(lexicon: &Arc<Lexicon>) -> Grammar {
-    any_json_in(sink_for(Some(lexicon)))
+    let mut sink = json::RuleSink::new();
+    sink.allowed = allowed_strings(Some(lexicon));
+    any_json_in(sink)
 }
 
-fn sink_for(lexicon: Option<&Arc<Lexicon>>) -> json::RuleSink {
-    let mut sink = json::RuleSink::new();
-    sink.allowed = lexicon.filter(|lexicon| lexicon.restricts_strings()).map(|lexicon| AllowedStrings::new(lexicon.clone()));
-    sink
+/// What free string values are lowered to under `lexicon`, when it restricts them.
+fn allowed_strings(lexicon: Option<&Arc<Lexicon>>) -> Option<AllowedStrings> {
+    lexicon.filter(|lexicon| lexicon.restricts_strings()).map(|lexicon| AllowedStrings::new(lexicon.clone()))
 }
 
 fn any_json_in(mut sink: json::RuleSink) -> Grammar {
@@ -155,7 +155,7 @@ fn compile_schema_in(schema: &Value, formats: FormatMode, lexicon: Option<&Arc<L
     }
     let mut compiler = compile::Compiler::new(schema);
     compiler.formats = formats;
-    compiler.sink = sink_for(lexicon);
+    compiler.sink.allowed = allowed_strings(lexicon);
     let value = compiler.compile(vec![compile::Part::new(schema, "")], true)?.ok_or_else(|| {
         SchemaError::new("schema", "", "which no JSON document can satisfy")
     })?;
