@@ -19,9 +19,10 @@
 //! `cargo bench --bench contexts` (smollm2:135m from the store). Env: LLAMAY_BENCH_ROUNDS
 //! (default 2; the best round of each side is kept), LLAMAY_BENCH_THREADS (daemon threads).
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use llamay_test_support::daemon::Daemon;
+use llamay_test_support::http::post_ok as post;
 use reqwest::blocking::Client;
 use serde_json::{json, Value};
 
@@ -29,56 +30,20 @@ const MODEL: &str = "smollm2:135m";
 const CONTINUATIONS: usize = 8;
 const CONTINUATION_TOKENS: u32 = 32;
 
-#[path = "../tests/support/process.rs"]
-mod process;
-
-use process::{free_port, wait_for_health, Process};
-
 fn env_number(name: &str) -> Option<usize> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
-fn start_daemon() -> (Process, String) {
-    let port = free_port();
-    let mut command = process::llamay_command();
-    command.stdout(Stdio::null()).stderr(Stdio::null());
+fn start_daemon() -> Daemon {
     // 8 forks plus the prefix's own context, 2048 tokens each.
-    command.args([
-        "serve",
-        "-m",
-        MODEL,
-        "-addr",
-        &format!("127.0.0.1:{port}"),
-        "-parallel",
-        "9",
-        "-context",
-        "2048",
-    ]);
-    if let Some(threads) = env_number("LLAMAY_BENCH_THREADS") {
-        command.args(["-t", &threads.to_string()]);
+    let daemon = Daemon::builder()
+        .model(MODEL)
+        .args(["-parallel", "9", "-context", "2048"]);
+    match env_number("LLAMAY_BENCH_THREADS") {
+        Some(threads) => daemon.args(["-t", &threads.to_string()]),
+        None => daemon,
     }
-    let daemon = Process(command.spawn().expect("serve"));
-    let base = format!("http://127.0.0.1:{port}");
-    assert!(
-        wait_for_health(&base, Duration::from_secs(120)),
-        "the daemon did not start"
-    );
-    (daemon, base)
-}
-
-fn post(client: &Client, url: &str, body: &Value) -> Result<Value, String> {
-    let response = client
-        .post(url)
-        .json(body)
-        .timeout(Duration::from_secs(600))
-        .send()
-        .map_err(|e| format!("POST {url}: {e}"))?;
-    let status = response.status();
-    let text = response.text().unwrap_or_default();
-    if !status.is_success() {
-        return Err(format!("POST {url} answered {status}: {text}"));
-    }
-    serde_json::from_str(&text).map_err(|e| format!("POST {url}: not JSON ({e}): {text}"))
+    .start()
 }
 
 fn must(result: Result<Value, String>) -> Value {
@@ -282,10 +247,10 @@ fn restore_against_prefill(
 
 fn main() {
     let rounds = env_number("LLAMAY_BENCH_ROUNDS").unwrap_or(2).max(1);
-    let (daemon, base) = start_daemon();
-    let client = Client::new();
+    let daemon = start_daemon();
+    let (client, base) = (daemon.client(), daemon.base.as_str());
     // Warm-up: the model loads.
-    generate(&client, &base, "Hello", None, 1);
+    generate(client, base, "Hello", None, 1);
 
     let mut fork_best = f64::MAX;
     let mut full_best = f64::MAX;
@@ -297,20 +262,20 @@ fn main() {
             "round {}/{rounds}: context + fork, then 8 independent prompts",
             round + 1
         );
-        let (seconds, tokens) = forked_answers(&client, &base, round);
+        let (seconds, tokens) = forked_answers(client, base, round);
         fork_best = fork_best.min(seconds);
         prefix_tokens = tokens;
-        full_best = full_best.min(independent_answers(&client, &base, round));
+        full_best = full_best.min(independent_answers(client, base, round));
         eprintln!(
             "round {}/{rounds}: a 5-turn chat, then its turn 5 cold",
             round + 1
         );
-        let (warm, cold, c, p) = fifth_turn(&client, &base, round);
+        let (warm, cold, c, p) = fifth_turn(client, base, round);
         warm_best = warm_best.min(warm);
         cold_best = cold_best.min(cold);
         (cached, prompt) = (c, p);
         eprintln!("round {}/{rounds}: a snapshot of the prefix", round + 1);
-        snapshots.push(snapshot_of_prefix(&client, &base, round));
+        snapshots.push(snapshot_of_prefix(client, base, round));
     }
     // Any failed round fails the row: a number from the other rounds would hide it.
     let snapshots: Result<Vec<String>, String> = snapshots.into_iter().collect();
@@ -319,12 +284,13 @@ fn main() {
         if !daemon.terminate(Duration::from_secs(30)) {
             eprintln!("the daemon did not stop within 30 s of SIGTERM: killed");
         }
-        let (_daemon, base) = start_daemon();
-        generate(&client, &base, "Hello", None, 1);
+        let daemon = start_daemon();
+        let (client, base) = (daemon.client(), daemon.base.as_str());
+        generate(client, base, "Hello", None, 1);
         snapshots.iter().enumerate().try_fold(
             (f64::MAX, f64::MAX),
             |(best_r, best_f), (round, snap)| {
-                restore_against_prefill(&client, &base, round, snap)
+                restore_against_prefill(client, base, round, snap)
                     .map(|(r, f)| (r.min(best_r), f.min(best_f)))
             },
         )

@@ -7,11 +7,13 @@
 //! `cargo bench --bench embed_rerank`. Environment: LLAMA_SERVER (a llama-server binary; else
 //! the one benches/peer/build-llama-server.sh caches), BENCH_THREADS (default 1).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use llamay::store::{ModelName, Store};
+use llamay_test_support::daemon::Daemon;
+use llamay_test_support::http;
+use llamay_test_support::process::{llama_server_binary, start_llama_server_with};
+use reqwest::blocking::Client;
 use serde_json::{json, Value};
 
 const ENCODER: &str = "all-minilm:l6-v2";
@@ -19,53 +21,8 @@ const JUDGE: &str = "smollm2:135m";
 const SENTENCES: usize = 256;
 const DOCUMENTS: usize = 100;
 
-#[path = "../tests/support/process.rs"]
-mod process;
-
-use process::{free_port, wait_for_health, Process};
-
-/// A server process on a loopback port, killed on drop.
-struct Server {
-    _process: Process,
-    url: String,
-}
-
-fn start(binary: &Path, args: &[String]) -> Result<Server, String> {
-    let port = free_port();
-    let mut command = Command::new(binary);
-    command.args(args);
-    if binary.ends_with("llamay") {
-        command.args(["-addr", &format!("127.0.0.1:{port}")]);
-    } else {
-        command.args(["--host", "127.0.0.1", "--port", &port.to_string()]);
-    }
-    let child = command
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("{}: {e}", binary.display()))?;
-    let url = format!("http://127.0.0.1:{port}");
-    let server = Server { _process: Process(child), url };
-    if wait_for_health(&server.url, Duration::from_secs(120)) {
-        Ok(server)
-    } else {
-        Err(format!("{} did not answer /health within 120 s", binary.display()))
-    }
-}
-
-fn post(url: &str, body: &Value) -> Value {
-    let response = reqwest::blocking::Client::new()
-        .post(url)
-        .json(body)
-        .timeout(Duration::from_secs(1200))
-        .send()
-        .expect("the server answers");
-    assert!(
-        response.status().is_success(),
-        "{url}: {}",
-        response.status()
-    );
-    response.json().expect("JSON")
+fn post(client: &Client, url: &str, body: &Value) -> Value {
+    http::post_ok(client, url, body).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn sentences(count: usize) -> Vec<String> {
@@ -83,16 +40,16 @@ fn sentences(count: usize) -> Vec<String> {
 }
 
 /// Embeddings per second: all in one request, then one request per sentence.
-fn embed_rates(base: &str, model: &str, texts: &[String]) -> (f64, f64) {
+fn embed_rates(client: &Client, base: &str, model: &str, texts: &[String]) -> (f64, f64) {
     let url = format!("{base}/v1/embeddings");
-    post(&url, &json!({"model": model, "input": texts[..4]})); // warm up
+    post(client, &url, &json!({"model": model, "input": texts[..4]})); // warm up
     let started = Instant::now();
-    let answer = post(&url, &json!({"model": model, "input": texts}));
+    let answer = post(client, &url, &json!({"model": model, "input": texts}));
     assert_eq!(answer["data"].as_array().map(Vec::len), Some(texts.len()));
     let batched = texts.len() as f64 / started.elapsed().as_secs_f64();
     let started = Instant::now();
     for text in texts {
-        post(&url, &json!({"model": model, "input": text}));
+        post(client, &url, &json!({"model": model, "input": text}));
     }
     (
         batched,
@@ -113,28 +70,26 @@ fn main() {
     let encoder_file = store.blob_path(&manifest);
     let texts = sentences(SENTENCES);
 
-    let llamay = PathBuf::from(env!("CARGO_BIN_EXE_llamay"));
-    let args: Vec<String> = [
-        "serve",
-        "-embed",
-        ENCODER,
-        "-rerank",
-        JUDGE,
-        "-t",
-        &threads,
-        "-max-loaded",
-        "2",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let ours = start(&llamay, &args).expect("llamay starts");
-    let (our_batched, our_single) = embed_rates(&ours.url, ENCODER, &texts);
+    let ours = Daemon::builder()
+        .args([
+            "-embed",
+            ENCODER,
+            "-rerank",
+            JUDGE,
+            "-t",
+            &threads,
+            "-max-loaded",
+            "2",
+        ])
+        .start();
+    let client = ours.client();
+    let (our_batched, our_single) = embed_rates(client, &ours.base, ENCODER, &texts);
 
-    let anchor = process::llama_server_binary().and_then(|binary| {
-        let args: Vec<String> = [
+    let anchor = llama_server_binary().and_then(|binary| {
+        let encoder_file = encoder_file.display().to_string();
+        let args = [
             "-m",
-            &encoder_file.display().to_string(),
+            &encoder_file,
             "--embedding",
             "-t",
             &threads,
@@ -148,13 +103,9 @@ fn main() {
             "2048",
             "-np",
             "8",
-            "--no-webui",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        match start(&binary, &args) {
-            Ok(server) => Some((binary, embed_rates(&server.url, ENCODER, &texts))),
+        ];
+        match start_llama_server_with(&binary, &args) {
+            Ok((_server, url)) => Some((binary, embed_rates(client, &url, ENCODER, &texts))),
             Err(error) => {
                 println!("llama-server did not start: {error}");
                 None
@@ -198,16 +149,15 @@ fn main() {
     for model in [ENCODER, JUDGE] {
         let body = json!({"model": model, "query": "How do I reset a forgotten email password?", "documents": documents});
         post(
-            &format!("{}/rerank", ours.url),
+            client,
+            &ours.url("/rerank"),
             &json!({"model": model, "query": "warm up", "documents": ["a"]}),
         );
         let started = Instant::now();
-        let answer = post(&format!("{}/rerank", ours.url), &body);
+        let answer = post(client, &ours.url("/rerank"), &body);
         let seconds = started.elapsed().as_secs_f64();
         assert_eq!(answer["results"].as_array().map(Vec::len), Some(DOCUMENTS));
-        let stats: Value = reqwest::blocking::get(format!("{}/v1/stats", ours.url))
-            .and_then(|r| r.json())
-            .expect("stats");
+        let (_, stats) = ours.get("/v1/stats");
         let scorer = stats["models"]
             .as_array()
             .and_then(|models| models.iter().find(|m| m["name"] == model))

@@ -47,9 +47,8 @@ const KEEP_PER_FINDING: u32 = 20;
 use indicatif::{ProgressBar, ProgressStyle};
 use llamay::grammar::schema::compile_schema;
 use llamay::grammar::{compile_gbnf, CompiledGrammar, Limits, Matcher, TokenTrie};
-#[path = "../tests/support/json_pointers.rs"]
-mod json_pointers;
-use json_pointers::{all_pointers, remove_at};
+use llamay_test_support::json_pointers::{all_pointers, remove_at};
+use llamay_test_support::vocabularies;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -374,7 +373,7 @@ fn keep(out_dir: &Path, what: &str, input: &Input) -> PathBuf {
 }
 
 fn load_trie() -> Arc<TokenTrie> {
-    let reference = llamay::actors::model::benchmark_vocabularies()
+    let reference = vocabularies::names()
         .into_iter()
         .next()
         .unwrap_or_else(|| "smollm2:135m".into());

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use llamay::grammar::{compile_gbnf, Limits, Matcher, TokenTrie};
 use llamay::llm::Vocabulary;
+use llamay_test_support::vocabularies;
 use llguidance::api::TopLevelGrammar;
 use llguidance::toktrie::{TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv};
 use llguidance::ParserFactory;
@@ -27,7 +28,7 @@ use llguidance::ParserFactory;
 const DEFAULT_CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/gbnf");
 
 fn main() {
-    let paths = llamay::actors::model::benchmark_vocabularies();
+    let paths = vocabularies::names();
     let texts = env_number("LLAMAY_BENCH_TEXTS", 4);
     let tokens_per_text = env_number("LLAMAY_BENCH_TOKENS", 64);
     // `cargo bench` passes `--bench` itself; every other argument is a directory.

@@ -28,6 +28,7 @@ use llamay::core::{PromptInput, SamplingParams, StreamEvent, ToolChoice, ValidGe
 use llamay::llm::threadpool::CpuThreadpool;
 use llamay::llm::{ContextParams, KvType, Model};
 use llamay::store::Store;
+use llamay_test_support::process;
 
 const PROMPT: &str = "The history of the printing press begins in the fifteenth century, when Johannes Gutenberg combined movable metal type, oil-based inks and a wooden press adapted from wine making. Within fifty years";
 
@@ -152,9 +153,6 @@ fn through_llamay(handle: &LlamaModelHandle, prompt: &str, tokens: u32) -> Measu
     }
     panic!("generation ended without a completion");
 }
-
-#[path = "../tests/support/process.rs"]
-mod process;
 
 /// A llama-server process on a loopback port, killed on drop.
 struct PeerServer {

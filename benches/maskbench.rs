@@ -36,6 +36,8 @@ use std::sync::Arc;
 
 use llamay::grammar::schema::compile_schema;
 use llamay::grammar::{check_input, CheckOutcome, CompiledGrammar, Limits, Matcher, TokenTrie};
+use llamay_test_support::cpu_timing::{row, CpuInstant};
+use llamay_test_support::vocabularies;
 use llguidance::api::TopLevelGrammar;
 use llguidance::toktrie::{ApproximateTokEnv, TokRxInfo, TokTrie};
 use llguidance::ParserFactory;
@@ -60,11 +62,6 @@ struct Compiled {
     /// Valid instances the automaton accepts (the ones masks are timed on).
     accepted: Vec<String>,
 }
-
-#[path = "support/cpu_timing.rs"]
-mod cpu_timing;
-
-use cpu_timing::{row, CpuInstant};
 
 fn load_cases(directories: &[PathBuf], limit: usize) -> Vec<Case> {
     let mut files: Vec<PathBuf> = Vec::new();
@@ -211,7 +208,7 @@ fn main() {
     println!("compile (schema -> automaton), llamay:");
     let ours_compile = row("llamay compile", &mut compile_times);
 
-    for path in llamay::actors::model::benchmark_vocabularies() {
+    for path in vocabularies::names() {
         match llamay::actors::model::load_vocabulary(&path) {
             Ok(vocabulary) => {
                 let (tokens, eog) = (vocabulary.pieces(), vocabulary.end_of_generation());

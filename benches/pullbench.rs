@@ -9,15 +9,12 @@
 //!   cargo bench --bench pullbench            3 rounds
 //!   LLAMAY_BENCH_ROUNDS=5 cargo bench --bench pullbench
 
-#[path = "../tests/support/registry.rs"]
-mod registry;
-
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use llamay::pull::reference::RegistrySettings;
 use llamay::store::{ModelName, Store};
-use registry::{Layer, TestRegistry, MEDIA_MODEL, MEDIA_PARAMS};
+use llamay_test_support::registry::{Layer, TestRegistry, MEDIA_MODEL, MEDIA_PARAMS};
 
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(|a, b| a.total_cmp(b));
@@ -50,7 +47,7 @@ fn main() {
     registry.publish("library", "bench", "latest", vec![model_layer, params]);
     let settings = RegistrySettings {
         default_registry: registry.url(),
-        insecure: false,
+        insecure: llamay::pull::policy::InsecureRegistries::none(),
     };
 
     let scratch = tempfile::tempdir().expect("scratch directory");

@@ -23,15 +23,12 @@ use indicatif::{ProgressBar, ProgressStyle};
 use llamay::grammar::ir::Grammar;
 use llamay::grammar::schema::compile_schema;
 use llamay::grammar::{CompiledGrammar, Limits};
+use llamay_test_support::cpu_timing::{row, CpuInstant};
+use llamay_test_support::vocabularies;
 use llguidance::api::TopLevelGrammar;
 use llguidance::toktrie::{ApproximateTokEnv, TokRxInfo, TokTrie};
 use llguidance::ParserFactory;
 use serde_json::Value;
-
-#[path = "support/cpu_timing.rs"]
-mod cpu_timing;
-
-use cpu_timing::{row, CpuInstant};
 
 struct Case {
     name: String,
@@ -189,9 +186,7 @@ fn main() {
         }
     }
 
-    let vocabulary_reference = llamay::actors::model::benchmark_vocabularies()
-        .into_iter()
-        .next();
+    let vocabulary_reference = vocabularies::names().into_iter().next();
     let mut theirs = Vec::new();
     let mut theirs_failed = 0usize;
     progress.set_message("llguidance");

@@ -43,6 +43,7 @@ use llamay::grammar::schema::FormatMode;
 use llamay::grammar::Limits;
 use llamay::llm::{ContextParams, KvType, Model};
 use llamay::store::Store;
+use llamay_test_support::process;
 
 /// The spec's order request (structured-output page), as text to continue.
 const PROMPT: &str = "Order 7 from Acme: 3 widgets at 4.50 EUR each, ship to Lyon, postcode 69001. \
@@ -203,9 +204,6 @@ fn until_budget(budget: u32, mut once: impl FnMut() -> Result<Run, String>) -> R
     }
     Ok(total)
 }
-
-#[path = "../tests/support/process.rs"]
-mod process;
 
 /// A llama-server process on a loopback port, killed on drop.
 struct PeerServer {

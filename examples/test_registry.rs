@@ -12,13 +12,10 @@
 //! the GGUF with N zero bytes appended: a different digest, so a store that has the model's
 //! blob still has to download it.
 
-#[path = "../tests/support/registry.rs"]
-mod registry;
-
 use std::io::{BufRead, Write};
 
 use llamay::store::{ModelName, Store};
-use registry::{
+use llamay_test_support::registry::{
     Layer, TestRegistry, MEDIA_LICENSE, MEDIA_MODEL, MEDIA_PARAMS, MEDIA_SYSTEM, MEDIA_TEMPLATE,
 };
 

@@ -31,7 +31,9 @@ fi
 
 port=$("$venv/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 log=$(mktemp -t llamay-integration.XXXXXX)
-RUST_LOG=${RUST_LOG:-info} "$bin" serve -m "$model" -addr "127.0.0.1:$port" -max-loaded 1 -keepalive 5m -parallel 4 ${LLAMAY_SERVE_FLAGS:-} >"$log" 2>&1 &
+# Pulls may reach the local test registry (any port on 127.0.0.1) over plain http, as an
+# operator allows a registry; no request can allow one.
+RUST_LOG=${RUST_LOG:-info} "$bin" serve -m "$model" -addr "127.0.0.1:$port" -max-loaded 1 -keepalive 5m -parallel 4 -insecure-registry 127.0.0.1 ${LLAMAY_SERVE_FLAGS:-} >"$log" 2>&1 &
 pid=$!
 stop() {
   if kill -0 "$pid" 2>/dev/null; then

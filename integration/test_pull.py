@@ -1,9 +1,10 @@
 """Model pulls, copies, deletes and creates against the running daemon, with the official ollama
 client and with the llamay CLI as a client of the daemon.
 
-The registry is the local one in tests/support/registry.rs (examples/test_registry.rs), serving
+The registry is the local one in tests/support/src/registry.rs (examples/test_registry.rs), serving
 the store's own SmolLM2 GGUF, so the pulled model shares its blob with smollm2:135m: deleting
-the pulled name must leave that blob alone.
+the pulled name must leave that blob alone. run.sh lets the daemon reach 127.0.0.1 over plain
+http (-insecure-registry 127.0.0.1); a pulled model keeps the registry's host in its name.
 """
 
 import json
@@ -20,7 +21,11 @@ from conftest import BASE, MODEL, REPO, installed_models, loaded_models
 
 BIN = os.environ.get("LLAMAY_BIN", str(REPO / "target" / "release" / "llamay"))
 REGISTRY_BIN = REPO / "target" / "release" / "examples" / "test_registry"
-PULLED = "smollm2-local:latest"
+
+
+def pulled(host):
+    """The name a pull of the registry's smollm2-local gets: the host stays in it."""
+    return f"{host}/library/smollm2-local:latest"
 
 
 def start_registry(slow_micros=0, pad=0):
@@ -71,7 +76,8 @@ def cli(*args, check=True):
 
 
 def test_official_client_pull_copy_delete(registry, client):
-    cleanup(PULLED, "smollm2-copy:latest")
+    pulled_name = pulled(registry)
+    cleanup(pulled_name, "smollm2-copy:latest")
     try:
         progress = list(client.pull(f"{registry}/library/smollm2-local:latest", insecure=True, stream=True))
         statuses = [p.status for p in progress]
@@ -82,31 +88,33 @@ def test_official_client_pull_copy_delete(registry, client):
         biggest = max(layers, key=lambda p: p.total)
         assert biggest.total > 50_000_000
         assert max(p.completed or 0 for p in layers if p.digest == biggest.digest) == biggest.total
-        assert PULLED in installed_models()
+        assert pulled_name in installed_models()
+        assert "smollm2-local:latest" not in installed_models(), "another registry's model keeps its host"
         # The small layers: default options, system prompt, Ollama template (shown), license.
-        shown = requests.post(f"{BASE}/api/show", json={"model": "smollm2-local"}, timeout=30).json()
+        shown = requests.post(f"{BASE}/api/show", json={"model": pulled_name}, timeout=30).json()
         assert shown["system"] == "You are a helpful assistant."
         assert "{{ .Prompt }}" in shown["template"]
         assert "temperature" in shown["parameters"] and '"<|im_end|>"' in shown["parameters"]
         assert shown["license"] == "Apache License 2.0"
-        assert client.show("smollm2-local").details.family == "llama"
+        assert client.show(f"{registry}/library/smollm2-local").details.family == "llama"
 
-        assert client.copy("smollm2-local", "smollm2-copy").status == "success"
+        assert client.copy(pulled_name, "smollm2-copy").status == "success"
         assert "smollm2-copy:latest" in installed_models()
         assert client.delete("smollm2-copy").status == "success"
-        assert client.delete("smollm2-local").status == "success"
-        assert PULLED not in installed_models() and "smollm2-copy:latest" not in installed_models()
+        assert client.delete(f"{registry}/Library/SmolLM2-Local").status == "success"
+        assert pulled_name not in installed_models() and "smollm2-copy:latest" not in installed_models()
         with pytest.raises(ollama.ResponseError) as missing:
-            client.delete("smollm2-local")
+            client.delete(pulled_name)
         assert missing.value.status_code == 404
         # The blob is smollm2:135m's too: it stays, and that model still loads from it.
         assert client.show(MODEL).details.family == "llama"
         assert requests.post(f"{BASE}/api/generate", json={"model": MODEL}, timeout=120).status_code == 200
     finally:
-        cleanup(PULLED, "smollm2-copy:latest")
+        cleanup(pulled_name, "smollm2-copy:latest")
 
 
 def test_pull_errors_and_the_single_object_answer(registry, client):
+    pulled_name = pulled(registry)
     with pytest.raises(ollama.ResponseError) as missing:
         list(client.pull(f"{registry}/library/smollm2-local:no-such-tag", insecure=True, stream=True))
     assert "no-such-tag" in str(missing.value)
@@ -117,7 +125,7 @@ def test_pull_errors_and_the_single_object_answer(registry, client):
             "model": f"{registry}/library/smollm2-local:latest", "insecure": True, "stream": False})
         assert answer.status_code == 200 and answer.json() == {"status": "success"}
     finally:
-        cleanup(PULLED)
+        cleanup(pulled_name)
 
 
 def test_create_from_a_model_with_parameters_and_system(client):
@@ -138,12 +146,13 @@ def test_create_from_a_model_with_parameters_and_system(client):
 
 
 def test_cli_is_a_client_of_the_daemon(registry, tmp_path):
-    cleanup(PULLED, "cli-copy:latest")
+    pulled_name = pulled(registry)
+    cleanup(pulled_name, "cli-copy:latest")
     try:
-        pulled = cli("pull", "-insecure", f"{registry}/library/smollm2-local:latest")
-        assert "success" in pulled.stderr or pulled.returncode == 0
-        assert PULLED in cli("list").stdout
-        cli("cp", "smollm2-local", "cli-copy")
+        done = cli("pull", f"{registry}/library/smollm2-local:latest")
+        assert "success" in done.stderr or done.returncode == 0
+        assert pulled_name in cli("list").stdout
+        cli("cp", pulled_name, "cli-copy")
         assert "cli-copy:latest" in installed_models()
         cli("rm", "cli-copy")
         assert "cli-copy:latest" not in cli("list").stdout
@@ -153,7 +162,7 @@ def test_cli_is_a_client_of_the_daemon(registry, tmp_path):
         assert "cli-made:latest" in installed_models()
         cli("rm", "cli-made")
     finally:
-        cleanup(PULLED, "cli-copy:latest", "cli-made:latest")
+        cleanup(pulled_name, "cli-copy:latest", "cli-made:latest")
 
 
 def test_cli_ps_and_stop_against_the_daemon():
@@ -186,8 +195,8 @@ def pulled_bytes_on_disk():
 
 
 def test_a_client_that_disconnects_cancels_the_pull_and_the_next_pull_resumes(slow_registry):
-    cleanup(PULLED)
-    name = f"{slow_registry}/library/smollm2-local:latest"
+    name = pulled_name = pulled(slow_registry)
+    cleanup(name)
     try:
         with requests.post(f"{BASE}/api/pull", json={"model": name, "insecure": True}, stream=True,
                            timeout=60) as answer:
@@ -201,31 +210,59 @@ def test_a_client_that_disconnects_cancels_the_pull_and_the_next_pull_resumes(sl
         time.sleep(1.5)
         assert pulled_bytes_on_disk() == stopped_at
         assert 10_000_000 <= stopped_at < 90_000_000
-        assert PULLED not in installed_models()
+        assert pulled_name not in installed_models()
         steps = [json.loads(line) for line in requests.post(
             f"{BASE}/api/pull", json={"model": name, "insecure": True}, timeout=300).iter_lines()]
         assert steps[-1] == {"status": "success"}
         model_steps = [s for s in steps if s.get("total", 0) > 50_000_000]
         # The resumed pull starts from what was on disk, not from zero.
         assert model_steps[1]["completed"] >= stopped_at
-        assert PULLED in installed_models()
+        assert pulled_name in installed_models()
         blobs = home_dir() / "blobs"
         before = set(os.listdir(blobs))
-        cleanup(PULLED)
+        cleanup(pulled_name)
         # Its blob was used by no other model: deleting the model deleted it.
         assert len(set(os.listdir(blobs))) == len(before) - 1
     finally:
-        cleanup(PULLED)
+        cleanup(pulled_name)
+
+
+def test_only_the_operator_allows_plain_http_and_a_pull_replaces_nothing(registry):
+    port = registry.split(":")[1]
+    # The operator allowed 127.0.0.1; the same registry called localhost is another host, and a
+    # request's "insecure": true does not change that.
+    refused = requests.post(f"{BASE}/api/pull", timeout=30, json={
+        "model": f"http://localhost:{port}/files/smollm2-local.gguf", "insecure": True, "stream": False})
+    assert refused.status_code == 400 and "insecure_registries" in refused.json()["error"], refused.text
+    unreached = requests.post(f"{BASE}/api/pull", timeout=120, json={
+        "model": f"localhost:{port}/library/smollm2-local", "insecure": True, "stream": False})
+    assert unreached.status_code == 500, unreached.text
+    message = unreached.json()["error"]
+    assert "unreachable" in message and "insecure_registries" in message, message
+    assert not [m for m in installed_models() if m.startswith("localhost")]
+    # A GGUF URL named like an installed model from elsewhere is refused, and that model stays.
+    cleanup("smollm2-local:latest")
+    copied = requests.post(f"{BASE}/api/copy", json={"source": MODEL, "destination": "smollm2-local"}, timeout=30)
+    assert copied.status_code == 200
+    try:
+        taken = requests.post(f"{BASE}/api/pull", timeout=60, json={
+            "model": f"http://{registry}/files/smollm2-local.gguf", "stream": False})
+        assert taken.status_code == 409, taken.text
+        assert "llamay rm smollm2-local:latest" in taken.json()["error"]
+        assert "smollm2-local:latest" in installed_models()
+    finally:
+        cleanup("smollm2-local:latest")
 
 
 # Last: a crash of the daemon while answering would fail every test after it.
 def test_a_model_pulled_while_serving_answers_at_once(registry, client):
-    cleanup(PULLED)
+    pulled_name = pulled(registry)
+    cleanup(pulled_name)
     try:
-        for _ in client.pull(f"{registry}/library/smollm2-local:latest", insecure=True, stream=True):
+        for _ in client.pull(pulled_name, stream=True):
             pass
-        answer = client.chat(model="smollm2-local", messages=[{"role": "user", "content": "hi"}],
+        answer = client.chat(model=pulled_name, messages=[{"role": "user", "content": "hi"}],
                              options={"num_predict": 8, "temperature": 0})
         assert answer.message.content
     finally:
-        cleanup(PULLED)
+        cleanup(pulled_name)

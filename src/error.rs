@@ -50,6 +50,8 @@ pub enum ErrorCode {
     Conflict,
     /// An RPC worker a model is split over is lost or unreachable; retry when it is back.
     RpcWorkerLost,
+    /// The disk holding the model store is full (a pull or an import).
+    InsufficientStorage,
 }
 
 impl ErrorCode {
@@ -72,6 +74,7 @@ impl ErrorCode {
             ErrorCode::Overloaded | ErrorCode::ShuttingDown => 503,
             ErrorCode::RpcWorkerLost => 503,
             ErrorCode::ModelLoadFailed | ErrorCode::Internal => 500,
+            ErrorCode::InsufficientStorage => 507,
         }
     }
 
@@ -86,6 +89,7 @@ impl ErrorCode {
             413 => "Payload Too Large",
             429 => "Too Many Requests",
             503 => "Service Unavailable",
+            507 => "Insufficient Storage",
             _ => "Internal Server Error",
         }
     }
@@ -113,6 +117,7 @@ impl ErrorCode {
             ErrorCode::ContextNotFound => "context_not_found",
             ErrorCode::Conflict => "conflict",
             ErrorCode::RpcWorkerLost => "rpc_worker_lost",
+            ErrorCode::InsufficientStorage => "insufficient_storage",
         }
     }
 
@@ -227,6 +232,7 @@ mod tests {
             ErrorCode::ContextNotFound,
             ErrorCode::Conflict,
             ErrorCode::RpcWorkerLost,
+            ErrorCode::InsufficientStorage,
         ];
         for code in all {
             let retryable = matches!(code.status(), 429 | 503);
@@ -237,5 +243,7 @@ mod tests {
         assert_eq!(ErrorCode::Unauthorized.status(), 401);
         assert_eq!(ErrorCode::Unauthorized.anthropic_type(), "authentication_error");
         assert_eq!(ErrorCode::RequestTimeout.status_text(), "Request Timeout");
+        assert_eq!(ErrorCode::InsufficientStorage.status(), 507);
+        assert_eq!(ErrorCode::InsufficientStorage.status_text(), "Insufficient Storage");
     }
 }

@@ -191,9 +191,10 @@ pub fn run(mut config: Config, store: Arc<Store>) -> std::io::Result<()> {
         config.daemon_id = store.daemon_id();
     }
     let snapshots = Arc::new(crate::actors::snapshots::SnapshotShelf::new(Arc::clone(&store)));
-    let admin = Arc::new(crate::pull::service::StoreAdmin::new(
-        store,
-        crate::pull::reference::RegistrySettings::from_env(),
-    ));
+    let registries = crate::pull::reference::RegistrySettings {
+        insecure: crate::pull::policy::InsecureRegistries::listed(&config.insecure_registries),
+        ..crate::pull::reference::RegistrySettings::from_env()
+    };
+    let admin = Arc::new(crate::pull::service::StoreAdmin::new(store, registries));
     crate::api::serve::serve_blocking_with_admin(config, loader, catalog, admin, Some(snapshots))
 }

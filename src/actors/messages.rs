@@ -108,6 +108,13 @@ impl ModelKind {
 /// Loads models by name. `load` blocks (reads a file of gigabytes): call it on a blocking thread.
 pub trait ModelLoader: Send + Sync + 'static {
     fn load(&self, name: &str) -> Result<Arc<dyn LoadedModel>, CoreError>;
+
+    /// Whether `name` is installed, from a lookup that reads no model file (a store entry):
+    /// the supervisor asks before it makes room, so a request for a missing or just deleted
+    /// model is a 404 that evicts nothing. The default leaves it to `load`.
+    fn check_installed(&self, _name: &str) -> Result<(), CoreError> {
+        Ok(())
+    }
 }
 
 /// A save in progress: the job that puts the context in a sequence, and the state it sends.

@@ -759,4 +759,4 @@ mod kv;
 
 #[path = "model_locate.rs"]
 mod locate;
-pub use locate::{benchmark_vocabularies, load_any_model, load_model, load_vocabulary, locate_model, StoreLoader};
+pub use locate::{load_any_model, load_model, load_vocabulary, locate_model, StoreLoader};

@@ -91,17 +91,6 @@ pub fn load_vocabulary(reference: &str) -> Result<crate::llm::Vocabulary, String
     Ok(model.vocabulary().as_ref().clone())
 }
 
-/// `LLAMAY_VOCAB_JSON` (comma-separated vocabulary files or model names), by default the two
-/// models scripts/setup installs.
-pub fn benchmark_vocabularies() -> Vec<String> {
-    std::env::var("LLAMAY_VOCAB_JSON")
-        .unwrap_or_else(|_| "smollm2:135m,gemma3:270m".into())
-        .split(',')
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-        .collect()
-}
-
 fn info_from_facts(name: &str, facts: &crate::gguf::GgufFacts, size: u64, digest: String) -> ModelInfo {
     ModelInfo {
         name: name.to_string(),
@@ -143,5 +132,17 @@ impl ModelLoader for StoreLoader {
     fn load(&self, name: &str) -> Result<Arc<dyn LoadedModel>, CoreError> {
         let (path, info) = self.locate(name)?;
         load_any_model(&path, info, &self.settings)
+    }
+
+    /// An operator's file, or a store entry: one lookup, no file read.
+    fn check_installed(&self, name: &str) -> Result<(), CoreError> {
+        let name = ModelName::parse(name)?;
+        if self.files.contains_key(&name) {
+            return Ok(());
+        }
+        self.store
+            .resolve(&name)
+            .map(drop)
+            .map_err(|_| CoreError::model_not_found(&name.to_string()))
     }
 }

@@ -294,6 +294,10 @@ impl ModelLoader for RunnerLoader {
         };
         Ok(Arc::new(RunnerModel::start(&self.program, spec)?))
     }
+
+    fn check_installed(&self, name: &str) -> Result<(), CoreError> {
+        self.locator.check_installed(name)
+    }
 }
 
 /// A request the runner is serving.

@@ -3,10 +3,14 @@
 //! idle timer only at refcount 0 (Ollama's `keep_alive`: 0 unloads now, negative never); when full,
 //! evicts the idle model that expires soonest and never one with requests in flight; requests that
 //! must wait sit in a bounded queue (full -> [`ErrorCode::Overloaded`], a 503 with `Retry-After`).
+//! Loaded models are keyed by their normalised [`ModelName`], so every spelling of a model (`m`,
+//! `M:LATEST`) shares one copy. A request for a model the loader says is not installed is a 404
+//! before anything is evicted for it. A deleted model is retired ([`Retire`]): never granted
+//! again, freed now if idle, else when its running requests end.
 //!
 //! Key types: [`Supervisor`] (an actix actor), [`Acquire`] -> [`ModelLease`] (dropping the lease
 //! releases the model), [`Snapshot`] -> [`SupervisorStatus`] for `/api/ps` and `/v1/stats`,
-//! [`Shutdown`]. Costs: O(loaded + queued) per event; both are small and bounded.
+//! [`Retire`], [`Shutdown`]. Costs: O(loaded + queued) per event; both are small and bounded.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -17,7 +21,7 @@ use chrono::{DateTime, Utc};
 use tokio::sync::oneshot;
 
 use super::messages::{LoadedModel, ModelLoader};
-use crate::core::{KeepAlive, ModelInfo, ModelTotals};
+use crate::core::{KeepAlive, ModelInfo, ModelName, ModelTotals};
 use crate::error::{CoreError, ErrorCode};
 
 /// Supervisor settings, from the daemon's config.
@@ -69,6 +73,17 @@ pub async fn acquire(
 #[derive(Message)]
 #[rtype(result = "SupervisorStatus")]
 pub struct Snapshot;
+
+/// The model's store entry is gone (`/api/delete`): its loaded copy is never granted again. Idle,
+/// it unloads now; busy, its running requests finish on it and it is freed when the last ends
+/// (until then it counts against `max_loaded` but `/api/ps` no longer lists it); a load of it
+/// under way is thrown away when it finishes. Nothing is loaded or evicted for this. Resolves to
+/// whether a loaded or loading copy was found.
+#[derive(Message)]
+#[rtype(result = "bool")]
+pub struct Retire {
+    pub model: ModelName,
+}
 
 /// Stop taking requests, fail the waiting ones, unload idle models now and busy ones when their
 /// last request ends. Resolves to the number of models still busy.
@@ -168,6 +183,8 @@ pub struct SupervisorCounters {
     pub immediate_unloads: u64,
     /// Models unloaded because the daemon is stopping.
     pub shutdown_unloads: u64,
+    /// Models unloaded because they were deleted.
+    pub deletions: u64,
 }
 
 /// Why a model is unloaded (logged, and counted in [`SupervisorCounters`]).
@@ -177,6 +194,7 @@ enum UnloadReason {
     Expired,
     KeepAliveZero,
     Stopping,
+    Deleted,
 }
 
 impl UnloadReason {
@@ -186,6 +204,7 @@ impl UnloadReason {
             UnloadReason::Expired => "keepalive expired",
             UnloadReason::KeepAliveZero => "keep_alive 0",
             UnloadReason::Stopping => "daemon stopping",
+            UnloadReason::Deleted => "deleted",
         }
     }
 }
@@ -213,7 +232,11 @@ pub struct Supervisor {
     loader: Arc<dyn ModelLoader>,
     config: SupervisorConfig,
     loaded: HashMap<String, Slot>,
+    /// Deleted models whose last requests still run; freed when they end.
+    retiring: Vec<Slot>,
     loading: Option<String>,
+    /// The model being loaded was deleted meanwhile: the load is thrown away.
+    loading_retired: bool,
     queue: VecDeque<Waiter>,
     next_slot_id: u64,
     shutting_down: bool,
@@ -230,7 +253,9 @@ impl Supervisor {
             loader,
             config,
             loaded: HashMap::new(),
+            retiring: Vec::new(),
             loading: None,
+            loading_retired: false,
             queue: VecDeque::new(),
             next_slot_id: 0,
             shutting_down: false,
@@ -273,7 +298,7 @@ impl Supervisor {
             }
             if self.loading.is_none() && !self.shutting_down {
                 let name = waiter.model.clone();
-                if self.loaded.len() >= self.config.max_loaded {
+                if self.loaded.len() + self.retiring.len() >= self.config.max_loaded {
                     match self.eviction_candidate() {
                         Some(victim) => self.unload(&victim, ctx, UnloadReason::Evicted),
                         None => {
@@ -351,6 +376,13 @@ impl Supervisor {
         ctx: &mut Context<Self>,
     ) {
         self.loading = None;
+        if std::mem::take(&mut self.loading_retired) {
+            // Its waiters stay queued: the next load finds the store entry gone (a 404), or
+            // whatever was put under the name since.
+            tracing::info!(model = %name, "model deleted while it loaded; not kept");
+            self.pump(ctx);
+            return;
+        }
         match result {
             Ok(model) => {
                 self.lifetime.loads += 1;
@@ -457,20 +489,25 @@ impl Supervisor {
 
     fn unload(&mut self, name: &str, ctx: &mut Context<Self>, why: UnloadReason) {
         if let Some(mut slot) = self.loaded.remove(name) {
-            let counter = match why {
-                UnloadReason::Evicted => &mut self.lifetime.evictions,
-                UnloadReason::Expired => &mut self.lifetime.expirations,
-                UnloadReason::KeepAliveZero => &mut self.lifetime.immediate_unloads,
-                UnloadReason::Stopping => &mut self.lifetime.shutdown_unloads,
-            };
-            *counter += 1;
             if let Some(timer) = slot.timer.take() {
                 ctx.cancel_future(timer);
             }
-            tracing::info!(model = %name, reason = why.as_str(), "unloading model");
+            self.count_unload(name, why);
             // The model actor stops when its last Arc goes; no lease holds one at refcount 0.
             drop(slot);
         }
+    }
+
+    fn count_unload(&mut self, name: &str, why: UnloadReason) {
+        let counter = match why {
+            UnloadReason::Evicted => &mut self.lifetime.evictions,
+            UnloadReason::Expired => &mut self.lifetime.expirations,
+            UnloadReason::KeepAliveZero => &mut self.lifetime.immediate_unloads,
+            UnloadReason::Stopping => &mut self.lifetime.shutdown_unloads,
+            UnloadReason::Deleted => &mut self.lifetime.deletions,
+        };
+        *counter += 1;
+        tracing::info!(model = %name, reason = why.as_str(), "unloading model");
     }
 
     fn status(&self) -> SupervisorStatus {
@@ -530,12 +567,16 @@ impl Handler<Acquire> for Supervisor {
             return MessageResult(ticket);
         }
         // A model is a name, never a path: whatever reaches a loader has passed the name rule.
-        if let Err(invalid) = crate::core::ModelName::parse(&request.model) {
-            let _ = reply.send(Err(invalid.into()));
-            return MessageResult(ticket);
-        }
+        // The normalised name is the key, so every spelling of a model shares one copy.
+        let model = match ModelName::parse(&request.model) {
+            Ok(name) => name.to_string(),
+            Err(invalid) => {
+                let _ = reply.send(Err(invalid.into()));
+                return MessageResult(ticket);
+            }
+        };
         let waiter = Waiter {
-            model: request.model,
+            model,
             keep_alive: request.keep_alive,
             reply,
             enqueued_at: Instant::now(),
@@ -543,6 +584,10 @@ impl Handler<Acquire> for Supervisor {
         self.forget_lost(ctx);
         if self.loaded.contains_key(&waiter.model) {
             self.grant(waiter, ctx);
+            return MessageResult(ticket);
+        }
+        if let Err(missing) = self.loader.check_installed(&waiter.model) {
+            let _ = waiter.reply.send(Err(missing));
             return MessageResult(ticket);
         }
         self.queue.retain(|w| !w.reply.is_closed());
@@ -566,15 +611,48 @@ impl Handler<Release> for Supervisor {
     type Result = ();
 
     fn handle(&mut self, release: Release, ctx: &mut Context<Self>) {
-        let Some(slot) = self.loaded.get_mut(&release.model) else {
-            return;
-        };
-        if slot.id != release.slot_id {
+        if let Some(slot) = self
+            .loaded
+            .get_mut(&release.model)
+            .filter(|slot| slot.id == release.slot_id)
+        {
+            slot.refcount = slot.refcount.saturating_sub(1);
+            self.became_idle_if_unused(&release.model, ctx);
+        } else if let Some(index) = self.retiring.iter().position(|slot| slot.id == release.slot_id) {
+            let slot = &mut self.retiring[index];
+            slot.refcount = slot.refcount.saturating_sub(1);
+            if slot.refcount > 0 {
+                return;
+            }
+            // The last lease just dropped its Arc: the model is freed with this slot.
+            self.retiring.swap_remove(index);
+            self.count_unload(&release.model, UnloadReason::Deleted);
+        } else {
             return;
         }
-        slot.refcount = slot.refcount.saturating_sub(1);
-        self.became_idle_if_unused(&release.model, ctx);
         self.pump(ctx);
+    }
+}
+
+impl Handler<Retire> for Supervisor {
+    type Result = bool;
+
+    fn handle(&mut self, retire: Retire, ctx: &mut Context<Self>) -> bool {
+        let name = retire.model.to_string();
+        let loading = self.loading.as_deref() == Some(name.as_str());
+        self.loading_retired |= loading;
+        let Some(busy) = self.loaded.get(&name).map(|slot| slot.refcount) else {
+            return loading;
+        };
+        if busy == 0 {
+            self.unload(&name, ctx, UnloadReason::Deleted);
+            self.pump(ctx);
+        } else if let Some(slot) = self.loaded.remove(&name) {
+            // A busy slot has no idle timer to cancel.
+            tracing::info!(model = %name, requests = busy, "model deleted; it unloads when its running requests end");
+            self.retiring.push(slot);
+        }
+        true
     }
 }
 
@@ -606,7 +684,7 @@ impl Handler<Shutdown> for Supervisor {
         for name in idle {
             self.unload(&name, ctx, UnloadReason::Stopping);
         }
-        self.loaded.len()
+        self.loaded.len() + self.retiring.len()
     }
 }
 

@@ -1,6 +1,8 @@
 //! Supervisor behaviour with a fake loader: loading on demand, eviction, keepalive, refcounts,
-//! the bounded queue, one load at a time, shutdown.
+//! the bounded queue, one load at a time, shutdown, one copy per model however it is spelled,
+//! and retiring a deleted model.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -16,6 +18,8 @@ struct Journal {
     /// Models loaded so far, and how many of the first ones are lost (their runner ended).
     loads_done: AtomicUsize,
     lost_below: AtomicUsize,
+    /// Names whose store entry is gone: loading them answers "not found", as the store does.
+    deleted: Mutex<HashSet<String>>,
 }
 
 impl Journal {
@@ -26,6 +30,14 @@ impl Journal {
     }
     fn events(&self) -> Vec<String> {
         self.events.lock().map(|e| e.clone()).unwrap_or_default()
+    }
+    fn delete(&self, name: &str) {
+        if let Ok(mut deleted) = self.deleted.lock() {
+            deleted.insert(name.to_string());
+        }
+    }
+    fn is_deleted(&self, name: &str) -> bool {
+        self.deleted.lock().is_ok_and(|d| d.contains(name))
     }
 }
 
@@ -70,9 +82,11 @@ impl ModelLoader for FakeLoader {
         self.journal
             .most_loads_at_once
             .fetch_max(running, Ordering::SeqCst);
+        // Like the store, the entry is looked up first; the slow part comes after.
+        let gone = name.starts_with("missing") || self.journal.is_deleted(name);
         std::thread::sleep(self.delay);
         self.journal.loads_running.fetch_sub(1, Ordering::SeqCst);
-        if name.starts_with("missing") {
+        if gone {
             return Err(CoreError::model_not_found(name));
         }
         self.journal.record(format!("load {name}"));
@@ -92,6 +106,13 @@ impl ModelLoader for FakeLoader {
             journal: self.journal.clone(),
             load_index: self.journal.loads_done.fetch_add(1, Ordering::SeqCst),
         }))
+    }
+
+    fn check_installed(&self, name: &str) -> Result<(), CoreError> {
+        match self.journal.is_deleted(name) {
+            true => Err(CoreError::model_not_found(name)),
+            false => Ok(()),
+        }
     }
 }
 
@@ -141,7 +162,7 @@ async fn loads_once_and_shares_between_requests() {
     let first = acquire(&addr, "a", None).await.unwrap();
     let second = acquire(&addr, "a", None).await.unwrap();
     assert!(Arc::ptr_eq(first.model(), second.model()));
-    assert_eq!(journal.events(), vec!["load a"]);
+    assert_eq!(journal.events(), vec!["load a:latest"]);
     let status = addr.send(Snapshot).await.unwrap();
     assert_eq!(status.models[0].requests_in_flight, 2);
 }
@@ -151,8 +172,8 @@ async fn evicts_an_idle_model_when_full() {
     let (addr, journal) = start(1, LONG, 8, 0);
     drop(acquire(&addr, "a", None).await.unwrap());
     let _b = acquire(&addr, "b", None).await.unwrap();
-    assert_eq!(journal.events(), vec!["load a", "unload a", "load b"]);
-    assert_eq!(loaded_names(&addr).await, vec!["b"]);
+    assert_eq!(journal.events(), vec!["load a:latest", "unload a:latest", "load b:latest"]);
+    assert_eq!(loaded_names(&addr).await, vec!["b:latest"]);
 }
 
 #[actix::test]
@@ -170,10 +191,10 @@ async fn never_evicts_a_model_with_requests_in_flight() {
     sleep_ms(50).await;
     let status = addr.send(Snapshot).await.unwrap();
     assert_eq!(status.queue_depth, 1);
-    assert_eq!(journal.events(), vec!["load a"]);
+    assert_eq!(journal.events(), vec!["load a:latest"]);
     drop(a);
-    assert_eq!(waiting.await.unwrap().unwrap(), "b");
-    assert_eq!(journal.events(), vec!["load a", "unload a", "load b"]);
+    assert_eq!(waiting.await.unwrap().unwrap(), "b:latest");
+    assert_eq!(journal.events(), vec!["load a:latest", "unload a:latest", "load b:latest"]);
 }
 
 #[actix::test]
@@ -195,15 +216,15 @@ async fn evicts_the_model_that_expires_soonest() {
             .unwrap(),
     );
     assert!(
-        journal.events().contains(&"unload short".to_string()),
+        journal.events().contains(&"unload short:latest".to_string()),
         "{:?}",
         journal.events()
     );
-    assert_eq!(loaded_names(&addr).await, vec!["forever", "long"]);
+    assert_eq!(loaded_names(&addr).await, vec!["forever:latest", "long:latest"]);
     drop(acquire(&addr, "c", None).await.unwrap());
     assert_eq!(
         loaded_names(&addr).await,
-        vec!["c", "forever"],
+        vec!["c:latest", "forever:latest"],
         "a model kept forever is evicted last"
     );
 }
@@ -216,12 +237,12 @@ async fn keepalive_expires_only_after_the_last_request() {
     sleep_ms(900).await;
     assert_eq!(
         loaded_names(&addr).await,
-        vec!["a"],
+        vec!["a:latest"],
         "no idle timer while in use"
     );
     drop(lease);
     sleep_ms(50).await;
-    assert_eq!(loaded_names(&addr).await, vec!["a"]);
+    assert_eq!(loaded_names(&addr).await, vec!["a:latest"]);
     let status = addr.send(Snapshot).await.unwrap();
     assert!(status.models[0].expires_at.is_some());
     sleep_ms(1200).await;
@@ -253,7 +274,7 @@ async fn a_new_request_cancels_the_idle_timer() {
     sleep_ms(100).await;
     let lease = acquire(&addr, "a", None).await.unwrap();
     sleep_ms(1000).await;
-    assert_eq!(loaded_names(&addr).await, vec!["a"]);
+    assert_eq!(loaded_names(&addr).await, vec!["a:latest"]);
     drop(lease);
 }
 
@@ -265,17 +286,17 @@ async fn keep_alive_zero_unloads_when_the_request_ends_and_negative_never() {
             .await
             .unwrap(),
     );
-    assert!(!loaded_names(&addr).await.contains(&"now".to_string()));
+    assert!(!loaded_names(&addr).await.contains(&"now:latest".to_string()));
     drop(
         acquire(&addr, "kept", Some(KeepAlive::Forever))
             .await
             .unwrap(),
     );
     sleep_ms(300).await;
-    assert_eq!(loaded_names(&addr).await, vec!["kept"]);
+    assert_eq!(loaded_names(&addr).await, vec!["kept:latest"]);
     assert_eq!(
         journal.events(),
-        vec!["load now", "unload now", "load kept"]
+        vec!["load now:latest", "unload now:latest", "load kept:latest"]
     );
 }
 
@@ -302,7 +323,7 @@ async fn an_unknown_model_fails_its_waiters_and_nothing_else() {
     let present = acquire(&addr, "a", None);
     let (missing, present) = futures_util::join!(missing, present);
     assert_eq!(missing.unwrap_err().code, ErrorCode::ModelNotFound);
-    assert_eq!(present.unwrap().model().info().name, "a");
+    assert_eq!(present.unwrap().model().info().name, "a:latest");
 }
 
 #[actix::test]
@@ -358,7 +379,7 @@ async fn shutdown_fails_waiters_unloads_idle_and_refuses_new_requests() {
     );
     drop(busy);
     assert!(loaded_names(&addr).await.is_empty());
-    assert_eq!(journal.events(), vec!["load a", "unload a"]);
+    assert_eq!(journal.events(), vec!["load a:latest", "unload a:latest"]);
 }
 
 #[actix::test]
@@ -369,12 +390,120 @@ async fn a_lost_model_is_forgotten_and_the_next_request_loads_it_again() {
     journal.lost_below.store(1, Ordering::SeqCst);
     let again = acquire(&addr, "a", None).await.unwrap();
     assert!(!Arc::ptr_eq(held.model(), again.model()));
-    assert_eq!(journal.events(), vec!["load a", "load a"]);
+    assert_eq!(journal.events(), vec!["load a:latest", "load a:latest"]);
     // The old lease's release does not touch the new model's count.
     drop(held);
     sleep_ms(20).await;
     let status = addr.send(Snapshot).await.unwrap();
     assert_eq!(status.models.len(), 1);
     assert_eq!(status.models[0].requests_in_flight, 1);
-    assert_eq!(journal.events(), vec!["load a", "load a", "unload a"]);
+    assert_eq!(journal.events(), vec!["load a:latest", "load a:latest", "unload a:latest"]);
+}
+
+#[actix::test]
+async fn every_spelling_of_a_model_shares_one_loaded_copy() {
+    let (addr, journal) = start(1, LONG, 8, 0);
+    let first = acquire(&addr, "m", None).await.unwrap();
+    for spelling in ["m:latest", "M", "M:LATEST", "library/m", "registry.ollama.ai/library/M"] {
+        let again = acquire(&addr, spelling, None).await.unwrap();
+        assert!(Arc::ptr_eq(first.model(), again.model()), "{spelling}");
+    }
+    drop(first);
+    // Alternating spellings with room for one model never reloads it.
+    for spelling in ["m", "M:latest", "m", "M:LATEST"] {
+        drop(acquire(&addr, spelling, None).await.unwrap());
+    }
+    assert_eq!(journal.events(), vec!["load m:latest"]);
+    let status = addr.send(Snapshot).await.unwrap();
+    assert_eq!(status.models.len(), 1);
+    assert_eq!(status.models[0].info.name, "m:latest");
+    assert_eq!(status.lifetime.evictions, 0);
+}
+
+fn name(text: &str) -> ModelName {
+    ModelName::parse(text).unwrap()
+}
+
+#[actix::test]
+async fn retiring_an_idle_model_unloads_it_and_loads_nothing() {
+    let (addr, journal) = start(2, LONG, 8, 0);
+    drop(acquire(&addr, "a", None).await.unwrap());
+    drop(acquire(&addr, "other", None).await.unwrap());
+    journal.delete("a:latest");
+    assert!(addr.send(Retire { model: name("A:LATEST") }).await.unwrap());
+    assert_eq!(loaded_names(&addr).await, vec!["other:latest"]);
+    assert_eq!(
+        journal.events(),
+        vec!["load a:latest", "load other:latest", "unload a:latest"]
+    );
+    let status = addr.send(Snapshot).await.unwrap();
+    assert_eq!((status.lifetime.deletions, status.lifetime.evictions), (1, 0));
+    // Asked for again, it is not found: nothing serves it from memory.
+    let refused = acquire(&addr, "a", None).await.unwrap_err();
+    assert_eq!(refused.code, ErrorCode::ModelNotFound);
+    assert!(!addr.send(Retire { model: name("a") }).await.unwrap(), "nothing left to retire");
+}
+
+#[actix::test]
+async fn retiring_a_busy_model_lets_its_requests_finish_and_evicts_nothing() {
+    let (addr, journal) = start(2, LONG, 8, 0);
+    drop(acquire(&addr, "other", None).await.unwrap());
+    let running = acquire(&addr, "a", None).await.unwrap();
+    journal.delete("a:latest");
+    assert!(addr.send(Retire { model: name("a") }).await.unwrap());
+    // No longer listed nor granted, but the running request keeps its model.
+    assert_eq!(loaded_names(&addr).await, vec!["other:latest"]);
+    assert_eq!(
+        acquire(&addr, "a:latest", None).await.unwrap_err().code,
+        ErrorCode::ModelNotFound
+    );
+    assert_eq!(running.model().info().name, "a:latest");
+    assert_eq!(journal.events(), vec!["load other:latest", "load a:latest"]);
+    drop(running);
+    sleep_ms(20).await;
+    assert_eq!(
+        journal.events(),
+        vec!["load other:latest", "load a:latest", "unload a:latest"]
+    );
+    let status = addr.send(Snapshot).await.unwrap();
+    assert_eq!((status.lifetime.deletions, status.lifetime.evictions), (1, 0));
+    assert_eq!(loaded_names(&addr).await, vec!["other:latest"]);
+}
+
+#[actix::test]
+async fn a_retiring_model_holds_its_place_until_its_requests_end() {
+    let (addr, journal) = start(1, LONG, 8, 0);
+    let running = acquire(&addr, "a", None).await.unwrap();
+    journal.delete("a:latest");
+    assert!(addr.send(Retire { model: name("a") }).await.unwrap());
+    let waiting = actix::spawn({
+        let addr = addr.clone();
+        async move { acquire(&addr, "b", None).await.map(|_| ()) }
+    });
+    sleep_ms(50).await;
+    assert!(!waiting.is_finished(), "b waits: a still runs and max_loaded is 1");
+    assert_eq!(addr.send(Snapshot).await.unwrap().queue_depth, 1);
+    drop(running);
+    assert!(waiting.await.unwrap().is_ok());
+    assert_eq!(
+        journal.events(),
+        vec!["load a:latest", "unload a:latest", "load b:latest"]
+    );
+}
+
+#[actix::test]
+async fn a_model_deleted_while_it_loads_is_not_kept() {
+    let (addr, journal) = start(2, LONG, 8, 100);
+    let waiting = actix::spawn({
+        let addr = addr.clone();
+        async move { acquire(&addr, "a", None).await.map(|_| ()) }
+    });
+    sleep_ms(30).await;
+    journal.delete("a:latest");
+    assert!(addr.send(Retire { model: name("a") }).await.unwrap(), "its load was under way");
+    let refused = waiting.await.unwrap().unwrap_err();
+    assert_eq!(refused.code, ErrorCode::ModelNotFound);
+    assert!(loaded_names(&addr).await.is_empty());
+    // The copy that finished loading was thrown away, and the retry found nothing to load.
+    assert_eq!(journal.events(), vec!["load a:latest", "unload a:latest"]);
 }

@@ -117,7 +117,8 @@ pub async fn start_generation(
     // The request's `llamay_formats` wins over the daemon's `formats`.
     constraint.formats = constraint.formats.or(Some(state.formats));
     request.sampling.limit_tokens(state.token_limits);
-    crate::core::ModelName::parse(&request.model)?;
+    // One name per model from here on: its context and its loaded copy are found by it.
+    request.model = crate::core::ModelName::parse(&request.model)?.to_string();
     request.constraint = resolve_constraint(constraint, &state.constraints, state.default_grammar.as_ref())?;
     // An unknown context is refused before any model loads.
     let context = match request.context.as_ref() {

@@ -255,6 +255,8 @@ async fn create_context(
         CoreError::invalid("model is required: the model whose KV state the context holds")
             .with_param("model")
     })?;
+    // The context belongs to the model, not to this spelling of its name.
+    let model = crate::core::ModelName::parse(&model)?.to_string();
     let keep_alive = match &body.keep_alive {
         Some(value) => Some(
             KeepAlive::from_json(value)

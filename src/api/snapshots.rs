@@ -143,7 +143,13 @@ pub async fn restore(
         let id = id.to_string();
         blocking(move || shelf.get(&id)).await?
     };
-    if let Some(model) = model.filter(|m| *m != manifest.model) {
+    // Spellings of one model are the same model (a snapshot taken before names were
+    // normalised may hold any of them).
+    let same_model = |asked: &str| {
+        let parsed = crate::core::ModelName::parse;
+        parsed(asked).ok().is_some_and(|asked| parsed(&manifest.model).ok() == Some(asked))
+    };
+    if let Some(model) = model.filter(|m| !same_model(m)) {
         return Err(CoreError::invalid(format!(
             "snapshot {} holds the state of model {:?}, not {model:?}; leave model out or send {:?}",
             manifest.id, manifest.model, manifest.model

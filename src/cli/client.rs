@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use llamay::core::{CreateModel, PullProgress};
+use llamay::core::{CreateModel, ModelName, PullProgress};
 use llamay::store::{human_age, human_size, unix_now};
 use reqwest::blocking::{Client, Response};
 use serde_json::{json, Value};
@@ -206,7 +206,7 @@ impl Daemon {
         if !response.status().is_success() {
             return Err(failure(response));
         }
-        println!("deleted '{model}'");
+        println!("deleted '{}'", ModelName::parse(model)?);
         Ok(ExitCode::SUCCESS)
     }
 
@@ -235,7 +235,7 @@ impl Daemon {
             .json()
             .map_err(http_error)?;
         let details = &shown["details"];
-        println!("  name            {model}");
+        println!("  name            {}", ModelName::parse(model)?);
         println!(
             "  architecture    {}",
             details["family"].as_str().unwrap_or_default()
@@ -308,25 +308,19 @@ impl Daemon {
 
     /// Unloads `model` now (keep_alive 0), as `ollama stop` does; an error when it is not loaded.
     pub fn stop(&self, model: &str) -> Result<ExitCode, CliError> {
+        let wanted = ModelName::parse(model)?;
         let loaded = self.get("/api/ps")?;
-        let wanted = with_tag(model);
         let running = loaded["models"].as_array().is_some_and(|all| {
-            all.iter()
-                .any(|m| m["name"].as_str().map(with_tag) == Some(wanted.clone()))
+            all.iter().any(|m| {
+                m["name"].as_str().and_then(|name| ModelName::parse(name).ok())
+                    == Some(wanted.clone())
+            })
         });
         if !running {
             return Err(CliError::Model(format!("model '{model}' is not running")));
         }
         self.post("/api/generate", &json!({"model": model, "keep_alive": 0}))?;
         Ok(ExitCode::SUCCESS)
-    }
-}
-
-fn with_tag(name: &str) -> String {
-    if name.contains(':') {
-        name.to_ascii_lowercase()
-    } else {
-        format!("{}:latest", name.to_ascii_lowercase())
     }
 }
 

@@ -148,8 +148,15 @@ pub fn main(args: Vec<String>) -> Result<ExitCode, CliError> {
             Some(daemon) => daemon.copy(&from, &to),
             None => models::copy(&from, &to),
         },
-        Command::Pull { model, insecure } => pull::pull(&model, insecure),
-        Command::Create { name, file } => pull::create(&name, &file),
+        // Logging on: without a daemon, a failed pull's details are logged here, not there.
+        Command::Pull { model, insecure } => {
+            init_logging(false);
+            pull::pull(&model, insecure)
+        }
+        Command::Create { name, file } => {
+            init_logging(false);
+            pull::create(&name, &file)
+        }
         Command::Prune => pull::prune(),
         Command::Ps => match client::Daemon::find() {
             Some(daemon) => daemon.ps(),

@@ -13,6 +13,7 @@ use std::time::Duration;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use llamay::core::{ModelAdmin, PullProgress};
 use llamay::pull::modelfile::parse_modelfile;
+use llamay::pull::policy::InsecureRegistries;
 use llamay::pull::reference::RegistrySettings;
 use llamay::pull::service::StoreAdmin;
 use llamay::store::Store;
@@ -96,20 +97,24 @@ impl ProgressView {
     }
 }
 
-fn direct_admin() -> Result<StoreAdmin, CliError> {
+/// The store, written directly: this command is the operator, so its `-insecure` allows plain
+/// http to any registry.
+fn direct_admin(insecure: bool) -> Result<StoreAdmin, CliError> {
     let store = Store::open(&Store::default_home())?;
-    Ok(StoreAdmin::new(
-        std::sync::Arc::new(store),
-        RegistrySettings::from_env(),
-    ))
+    let mut settings = RegistrySettings::from_env();
+    if insecure {
+        settings.insecure = InsecureRegistries::any();
+    }
+    Ok(StoreAdmin::new(std::sync::Arc::new(store), settings))
 }
 
 pub fn pull(model: &str, insecure: bool) -> Result<ExitCode, CliError> {
     let mut view = ProgressView::new();
     let result = match Daemon::find() {
+        // The daemon decides which registries plain http may reach (its insecure_registries).
         Some(daemon) => daemon.pull(model, insecure, &mut |p| view.update(&p)),
-        None => direct_admin()?
-            .pull(model, insecure, &mut |p| {
+        None => direct_admin(insecure)?
+            .pull(model, &mut |p| {
                 view.update(&p);
                 true
             })
@@ -134,7 +139,7 @@ pub fn create(name: &str, file: &Path) -> Result<ExitCode, CliError> {
     let mut view = ProgressView::new();
     let result = match Daemon::find() {
         Some(daemon) => daemon.create(&request, &mut |p| view.update(&p)),
-        None => direct_admin()?
+        None => direct_admin(false)?
             .create(request, &mut |p| {
                 view.update(&p);
                 true

@@ -65,6 +65,10 @@ pub struct ServeArgs {
     /// A model (store name or GGUF path) for /rerank: a chat model scores query likelihood, an encoder compares.
     #[arg(long = "rerank")]
     pub rerank: Option<String>,
+    /// A registry pulls may reach over plain http, host or host:port (repeat it, or
+    /// comma-separate); a request's `insecure` never adds one.
+    #[arg(long = "insecure-registry")]
+    pub insecure_registry: Vec<String>,
 }
 
 /// Long flags that llamay, like llama.cpp, accepts with a single dash (`-addr`, `-chat`,
@@ -121,6 +125,8 @@ pub const SINGLE_DASH_LONG_FLAGS: &[&str] = &[
     // serve: embeddings and rerank
     "embed",
     "rerank",
+    // serve: pulls
+    "insecure-registry",
 ];
 
 pub fn normalize_single_dash_flags(

@@ -26,7 +26,7 @@ pub use args::{normalize_single_dash_flags, ServeArgs, SINGLE_DASH_LONG_FLAGS};
 pub use values::parse_formats;
 use values::{
     parse_env, parse_keepalive, parse_kv, parse_memory, parse_on_off, parse_split, parse_timeout,
-    split_origins, split_workers, valid_api_key, valid_origin,
+    split_origins, split_workers, valid_api_key, valid_origin, valid_registry_host,
 };
 
 /// How log lines are written.
@@ -117,6 +117,9 @@ pub struct Config {
     pub embed: Option<String>,
     /// The model `/rerank` uses when a request names none.
     pub rerank: Option<String>,
+    /// Registries pulls may reach over plain http, `host` (any port) or `host:port`; no request
+    /// can add to them.
+    pub insecure_registries: Vec<String>,
 }
 
 /// A value kept out of logs and `Debug` output.
@@ -160,6 +163,7 @@ impl Default for Config {
             daemon_id: None,
             embed: None,
             rerank: None,
+            insecure_registries: Vec::new(),
         }
     }
 }
@@ -206,6 +210,7 @@ struct FileConfig {
     daemon_id: Option<String>,
     embed: Option<String>,
     rerank: Option<String>,
+    insecure_registries: Option<Vec<String>>,
 }
 
 /// Longest config file read; a config is a few hundred bytes.
@@ -335,6 +340,7 @@ impl Config {
         if file.rerank.is_some() {
             self.rerank = file.rerank;
         }
+        set(&mut self.insecure_registries, file.insecure_registries);
         Ok(())
     }
 
@@ -411,6 +417,9 @@ impl Config {
         if let Some(model) = env("LLAMAY_RERANK") {
             self.rerank = Some(model);
         }
+        if let Some(hosts) = env("LLAMAY_INSECURE_REGISTRIES") {
+            self.insecure_registries = split_workers(&hosts);
+        }
         Ok(())
     }
 
@@ -455,6 +464,13 @@ impl Config {
         }
         if args.rerank.is_some() {
             self.rerank = args.rerank.clone();
+        }
+        if !args.insecure_registry.is_empty() {
+            self.insecure_registries = args
+                .insecure_registry
+                .iter()
+                .flat_map(|hosts| split_workers(hosts))
+                .collect();
         }
         Ok(())
     }
@@ -544,6 +560,13 @@ impl Config {
             if self.split.iter().any(|r| !r.is_finite() || *r < 0.0) || self.split.iter().sum::<f64>() <= 0.0 {
                 return invalid("split", shown, "ratios 0 or more, not all 0");
             }
+        }
+        if let Some(host) = self.insecure_registries.iter().find(|h| !valid_registry_host(h)) {
+            return invalid(
+                "insecure_registries",
+                host.clone(),
+                "registry hosts such as 127.0.0.1:5000 or registry.lan (host[:port], no scheme or path)",
+            );
         }
         if let Some(id) = &self.daemon_id {
             if !(1..=32).contains(&id.len()) || !id.bytes().all(|b| b.is_ascii_alphanumeric()) {

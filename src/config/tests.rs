@@ -359,3 +359,25 @@ fn split_ratios_need_one_per_device_and_rpc_workers() {
     assert!(refused("0,0", Some("a:1")).contains("not all 0"));
     assert!(refused("1,x", Some("a:1")).contains("comma-separated ratios"));
 }
+
+#[test]
+fn insecure_registries_come_from_the_operator_only() {
+    assert!(Config::load_with_env(&ServeArgs::default(), no_env).unwrap().insecure_registries.is_empty());
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    writeln!(file, "insecure_registries = [\"127.0.0.1:5000\", \"registry.lan\"]").unwrap();
+    let from_file = ServeArgs { config: Some(file.path().into()), ..Default::default() };
+    let config = Config::load_with_env(&from_file, no_env).unwrap();
+    assert_eq!(config.insecure_registries, ["127.0.0.1:5000", "registry.lan"]);
+    let env = |key: &str| (key == "LLAMAY_INSECURE_REGISTRIES").then(|| "a.lan, [::1]:5000".to_string());
+    assert_eq!(Config::load_with_env(&from_file, env).unwrap().insecure_registries, ["a.lan", "[::1]:5000"]);
+    let flags = ServeArgs {
+        insecure_registry: vec!["b.lan:1".into(), "c.lan,d.lan".into()],
+        ..from_file
+    };
+    assert_eq!(Config::load_with_env(&flags, env).unwrap().insecure_registries, ["b.lan:1", "c.lan", "d.lan"]);
+    for bad in ["http://x.lan", "x.lan/v2", "x.lan:0", "x.lan:port", ":5000", "a b"] {
+        let args = ServeArgs { insecure_registry: vec![bad.into()], ..Default::default() };
+        let error = Config::load_with_env(&args, no_env).unwrap_err().to_string();
+        assert!(error.contains("insecure_registries") && error.contains("host[:port]"), "{bad}: {error}");
+    }
+}

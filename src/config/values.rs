@@ -25,6 +25,24 @@ pub(super) fn parse_split(text: &str) -> Result<Vec<f64>, ConfigError> {
         .collect()
 }
 
+/// A registry `host` or `host:port` (`[v6]` or `[v6]:port`) as a model name writes it.
+pub(super) fn valid_registry_host(text: &str) -> bool {
+    let (host, port) = match text.rsplit_once(':') {
+        Some((host, port)) if !host.contains(':') || host.ends_with(']') => (host, Some(port)),
+        _ => (text, None),
+    };
+    let host_ok = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
+        None => {
+            !host.is_empty()
+                && host.len() <= 255
+                && host.starts_with(|c: char| c.is_ascii_alphanumeric())
+                && host.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+        }
+    };
+    host_ok && port.is_none_or(|port| port.parse::<u16>().is_ok_and(|p| p > 0))
+}
+
 /// `a:1, b:2` -> `["a:1", "b:2"]`; empty pieces dropped, so `-rpc ""` means none.
 pub(super) fn split_workers(text: &str) -> Vec<String> {
     text.split(',').map(str::trim).filter(|w| !w.is_empty()).map(str::to_string).collect()

@@ -60,18 +60,15 @@ pub struct ModelDefaults {
 
 /// The installed models, changed. The daemon wires this to the store and the registry client.
 pub trait ModelAdmin: Send + Sync + 'static {
-    /// Pulls `model` from its registry or URL. `ErrorCode::ModelNotFound` when the registry has
-    /// no such model or tag.
-    fn pull(
-        &self,
-        model: &str,
-        insecure: bool,
-        progress: ProgressSink<'_>,
-    ) -> Result<(), CoreError>;
+    /// Pulls `model` from its registry or URL, over plain http only where the operator allowed
+    /// it when this admin was made. `ErrorCode::ModelNotFound` when the registry has no such
+    /// model or tag.
+    fn pull(&self, model: &str, progress: ProgressSink<'_>) -> Result<(), CoreError>;
     fn copy(&self, source: &str, destination: &str) -> Result<(), CoreError>;
     /// `ErrorCode::ModelNotFound` when `model` is not installed.
     fn delete(&self, model: &str) -> Result<(), CoreError>;
     fn create(&self, request: CreateModel, progress: ProgressSink<'_>) -> Result<(), CoreError>;
-    /// The store name `model` is installed under once pulled (`hf.co/u/r:q` -> `r:q`).
+    /// The store name `model` is installed under once pulled (`hf.co/u/R:Q` -> `hf.co/u/r:q`);
+    /// an error, before anything starts, for a name or plain-http source that cannot be pulled.
     fn local_name(&self, model: &str) -> Result<String, CoreError>;
 }

@@ -29,7 +29,7 @@ use fs2::FileExt as _;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::http::{judge, Backoff, Http, StatusVerdict};
+use super::http::{error_chain, judge, redirect_refused, Backoff, Http, StatusVerdict};
 use super::PullError;
 
 /// Most parts of one blob fetched at once.
@@ -162,10 +162,13 @@ fn write_state(path: &Path, state: &SavedState) -> io::Result<()> {
     fs::rename(&temporary, path)
 }
 
-fn io_error(path: &Path, action: &str, error: io::Error) -> PullError {
-    if error.kind() == io::ErrorKind::StorageFull || error.raw_os_error() == Some(28) {
+/// `error` from `action` on `path`; a full disk says whether the partial download stays.
+fn io_error(path: &Path, action: &str, error: io::Error, kept: bool) -> PullError {
+    if crate::store::is_disk_full(&error) {
         PullError::DiskFull {
             path: path.to_path_buf(),
+            kept,
+            detail: String::new(),
         }
     } else {
         PullError::Io {
@@ -186,7 +189,7 @@ pub fn download(
     already_stored: &dyn Fn() -> bool,
     progress: &mut dyn FnMut(u64, u64) -> bool,
 ) -> Result<Option<Downloaded>, PullError> {
-    fs::create_dir_all(tmp).map_err(|e| io_error(tmp, "create", e))?;
+    fs::create_dir_all(tmp).map_err(|e| io_error(tmp, "create", e, false))?;
     let lock_path = tmp.join(format!("{}.lock", request.key));
     let state_path = tmp.join(format!("{}.state", request.key));
     let partial_path = tmp.join(format!("{}.partial", request.key));
@@ -195,7 +198,7 @@ pub fn download(
         .truncate(false)
         .write(true)
         .open(&lock_path)
-        .map_err(|e| io_error(&lock_path, "open", e))?;
+        .map_err(|e| io_error(&lock_path, "open", e, false))?;
     let mut waited = false;
     while lock.try_lock_exclusive().is_err() {
         waited = true;
@@ -223,20 +226,29 @@ pub fn download(
         .read(true)
         .write(true)
         .open(&partial_path)
-        .map_err(|e| io_error(&partial_path, "create", e))?;
+        .map_err(|e| io_error(&partial_path, "create", e, false))?;
     if request.size > 0 {
         // Reserves the blocks: a full disk fails here, before anything is fetched.
         if let Err(error) = file.allocate(request.size) {
             // fs2 reports posix_fallocate's failure through a stale errno, so the free space
             // decides whether this is a full disk.
-            let short = fs2::available_space(tmp).is_ok_and(|free| free < request.size);
-            if short {
+            let free = fs2::available_space(tmp).ok().filter(|&free| free < request.size);
+            if let Some(free) = free {
                 drop(file);
                 let _ = fs::remove_file(&partial_path);
                 let _ = fs::remove_file(&state_path);
-                return Err(PullError::DiskFull { path: partial_path });
+                return Err(PullError::DiskFull {
+                    path: partial_path,
+                    kept: false,
+                    detail: format!(
+                        " ({} needs {}, {} are free)",
+                        request.what,
+                        crate::store::human_size(request.size),
+                        crate::store::human_size(free)
+                    ),
+                });
             }
-            return Err(io_error(&partial_path, "allocate", error));
+            return Err(io_error(&partial_path, "allocate", error, true));
         }
     }
     let parts = Parts {
@@ -244,7 +256,7 @@ pub fn download(
         part_size,
         done: done.into_iter().map(AtomicU64::new).collect(),
     };
-    write_state(&state_path, &parts.saved()).map_err(|e| io_error(&state_path, "write", e))?;
+    write_state(&state_path, &parts.saved()).map_err(|e| io_error(&state_path, "write", e, true))?;
     let resumed_from = parts.completed();
 
     let stop = AtomicBool::new(false);
@@ -412,10 +424,20 @@ fn fetch_part(
             .header("Range", format!("bytes={from}-{}", end - 1))
             .send();
         let reason = match outcome {
-            Err(error) => error.to_string(),
+            Err(error) if error.is_redirect() => return Err(redirect_refused(&request.url, &error)),
+            Err(error) => {
+                tracing::debug!(url = %request.url, error = %error_chain(&error), "a blob request failed");
+                "the connection failed".to_string()
+            }
             Ok(response) => match judge(response.status(), &request.url, &not_found) {
                 StatusVerdict::Fail(error) => return Err(error),
-                StatusVerdict::Retry(reason) => reason,
+                StatusVerdict::Retry(status) => format!("the registry answered {status}"),
+                StatusVerdict::Unexpected(status) => {
+                    return Err(PullError::Network {
+                        url: request.url.clone(),
+                        reason: format!("the registry answered {status}"),
+                    })
+                }
                 StatusVerdict::Ok => {
                     // A server that ignores Range sends the whole blob: skip to our offset.
                     let skip = if response.status().as_u16() == 206 {
@@ -444,14 +466,15 @@ fn fetch_part(
                                     continue;
                                 }
                                 file.write_all_at(chunk, position)
-                                    .map_err(|e| io_error(partial_path, "write", e))?;
+                                    .map_err(|e| io_error(partial_path, "write", e, true))?;
                                 position += chunk.len() as u64;
                                 done.fetch_add(chunk.len() as u64, Ordering::AcqRel);
                                 backoff.reset();
                             }
                             Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
                             Err(error) => {
-                                failure = Some(error.to_string());
+                                tracing::debug!(url = %request.url, %error, "a blob body was cut");
+                                failure = Some("the connection was cut".to_string());
                                 break;
                             }
                         }
@@ -517,4 +540,21 @@ pub fn prune(tmp: &Path, older_than: Duration) -> u64 {
         }
     }
     freed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_disk_says_whether_the_download_can_resume() {
+        let path = Path::new("/store/tmp/pulls/sha256-x.partial");
+        let full = || io::Error::from_raw_os_error(libc::ENOSPC);
+        let kept = io_error(path, "write", full(), true).to_string();
+        assert!(kept.contains("disk is full") && kept.contains("pull again to resume"), "{kept}");
+        let gone = io_error(path, "create", full(), false).to_string();
+        assert!(gone.contains("disk is full") && !gone.contains("resume"), "{gone}");
+        let other = io_error(path, "write", io::Error::from_raw_os_error(libc::EIO), true);
+        assert!(matches!(other, PullError::Io { .. }), "{other}");
+    }
 }

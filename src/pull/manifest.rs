@@ -1,5 +1,8 @@
 //! A registry manifest (Docker/OCI image manifest, schema 2, as Ollama's registry serves it):
-//! fetched, checked, and sorted into the layers a model is made of.
+//! fetched, checked, and sorted into the layers a model is made of. An answer that is not a
+//! manifest at all (not JSON, no `schemaVersion`) means the host is not a registry, and gets the
+//! same error as a host that did not answer; refusals of a real manifest name what is wrong in
+//! llamay's words, never repeating the registry's text.
 //!
 //! Key types: [`RegistryManifest`], [`LayerDescriptor`], [`LayerKind`]. Cost: one small GET and
 //! a JSON parse.
@@ -64,6 +67,15 @@ impl LayerDescriptor {
     }
 }
 
+/// Why a body is not a usable manifest.
+#[derive(Debug)]
+pub enum ManifestError {
+    /// Not a manifest at all (what, for the log only): whatever answered is not a registry.
+    NotAManifest(String),
+    /// A manifest llamay does not read.
+    Refused(PullError),
+}
+
 /// A checked manifest: schema 2, every digest a sha256, exactly one model layer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RegistryManifest {
@@ -86,34 +98,49 @@ impl RegistryManifest {
     pub fn fetch(http: &Http, name: &RegistryName) -> Result<RegistryManifest, PullError> {
         let url = name.manifest_url();
         let accept = format!("{MEDIA_MANIFEST_V2}, {MEDIA_OCI_MANIFEST}");
-        let response = get_with_retries(http, &url, &[("Accept", accept.as_str())], || {
-            PullError::NotFound {
-                what: format!("model '{}'", name.display()),
+        let not_found = || PullError::NotFound {
+            what: format!("model '{}'", name.display()),
+        };
+        let unreachable = || PullError::registry_unreachable(name);
+        let response = get_with_retries(
+            http,
+            &url,
+            &[("Accept", accept.as_str())],
+            not_found,
+            unreachable,
+        )?;
+        let body = http
+            .read_limited(response, MAX_MANIFEST_BYTES, &url)
+            .map_err(|_| unreachable())?;
+        Self::parse(&body, &name.display()).map_err(|error| match error {
+            ManifestError::NotAManifest(detail) => {
+                tracing::warn!(%url, %detail, "the answer to a manifest request is not a manifest");
+                unreachable()
             }
-        })?;
-        let body = http.read_limited(response, MAX_MANIFEST_BYTES, &url)?;
-        Self::parse(&body, &name.display())
+            ManifestError::Refused(error) => error,
+        })
     }
 
-    pub fn parse(body: &[u8], what: &str) -> Result<RegistryManifest, PullError> {
-        let unknown = |reason: String| PullError::UnknownManifest {
-            model: what.to_string(),
-            reason,
+    pub fn parse(body: &[u8], what: &str) -> Result<RegistryManifest, ManifestError> {
+        let unknown = |reason: String| {
+            ManifestError::Refused(PullError::UnknownManifest {
+                model: what.to_string(),
+                reason,
+            })
         };
-        let raw: RawManifest =
-            serde_json::from_slice(body).map_err(|e| unknown(format!("it is not JSON: {e}")))?;
-        if raw.schema_version != Some(2) {
+        let raw: RawManifest = serde_json::from_slice(body)
+            .map_err(|e| ManifestError::NotAManifest(format!("not JSON: {e}")))?;
+        let Some(version) = raw.schema_version else {
+            return Err(ManifestError::NotAManifest("no schemaVersion".to_string()));
+        };
+        if version != 2 {
             return Err(unknown(format!(
-                "schemaVersion is {}, only 2 is understood",
-                raw.schema_version
-                    .map_or("missing".to_string(), |v| v.to_string())
+                "schemaVersion is {version}, only 2 is understood"
             )));
         }
         if let Some(media) = &raw.media_type {
             if media != MEDIA_MANIFEST_V2 && media != MEDIA_OCI_MANIFEST {
-                return Err(unknown(format!(
-                    "media type '{media}' is not an image manifest"
-                )));
+                return Err(unknown("its media type is not an image manifest's".to_string()));
             }
         }
         let layers = raw.layers.unwrap_or_default();
@@ -123,10 +150,9 @@ impl RegistryManifest {
                 && hex.len() == 64
                 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
             if !valid {
-                return Err(unknown(format!(
-                    "digest '{}' is not sha256:<64 hex>",
-                    layer.digest
-                )));
+                return Err(unknown(
+                    "a layer's digest is not sha256:<64 hex>".to_string(),
+                ));
             }
         }
         let models = layers
@@ -189,10 +215,12 @@ mod tests {
 
     #[test]
     fn unknown_schemas_and_bad_digests_are_refused() {
+        let refused = |body: &str| match RegistryManifest::parse(body.as_bytes(), "m:t") {
+            Err(ManifestError::Refused(error)) => error.to_string(),
+            other => panic!("{other:?}"),
+        };
         let v1 = r#"{"schemaVersion":1,"fsLayers":[]}"#;
-        let error = RegistryManifest::parse(v1.as_bytes(), "m:t")
-            .unwrap_err()
-            .to_string();
+        let error = refused(v1);
         assert!(
             error.contains("schemaVersion is 1") && error.contains("m:t"),
             "{error}"
@@ -200,14 +228,26 @@ mod tests {
         let bad = manifest(
             r#"{"mediaType":"application/vnd.ollama.image.model","digest":"sha256:../x","size":1}"#,
         );
-        let error = RegistryManifest::parse(bad.as_bytes(), "m")
-            .unwrap_err()
-            .to_string();
-        assert!(error.contains("not sha256"), "{error}");
+        let error = refused(&bad);
+        assert!(error.contains("not sha256") && !error.contains("../x"), "{error}");
         let none = manifest("");
-        let error = RegistryManifest::parse(none.as_bytes(), "m")
-            .unwrap_err()
-            .to_string();
+        let error = refused(&none);
         assert!(error.contains("0 model layers"), "{error}");
+        let media = r#"{"schemaVersion":2,"mediaType":"text/SECRET"}"#;
+        let error = refused(media);
+        assert!(error.contains("media type") && !error.contains("SECRET"), "{error}");
+    }
+
+    #[test]
+    fn an_answer_that_is_no_manifest_is_told_apart_for_the_log_only() {
+        for body in ["<html>SECRET</html>", "SSH-2.0-OpenSSH", r#"{"status":"ok"}"#, "[]"] {
+            assert!(
+                matches!(
+                    RegistryManifest::parse(body.as_bytes(), "m"),
+                    Err(ManifestError::NotAManifest(_))
+                ),
+                "{body}"
+            );
+        }
     }
 }

@@ -7,6 +7,12 @@
 //! per blob however many pulls ask), reads the small layers (params, system, template,
 //! license) into the model's [`ModelExtras`], and registers it only once every digest matched.
 //!
+//! A pull registers its model under the name the source gives it (`reference.rs`: another
+//! registry's host stays in the name), may update a model it pulled before, and never replaces
+//! a model that came from elsewhere ([`PullError::WouldReplace`]). Where it may connect and
+//! which redirects it follows is the operator's choice (`policy.rs`), and its errors never
+//! repeat what a server sent (`http.rs`).
+//!
 //! Key items: [`pull`], [`PullError`], [`PullReport`], [`reference::PullSource`],
 //! [`service::StoreAdmin`] (the daemon's `ModelAdmin`). Costs: see `download.rs`; the small
 //! layers are read into memory (at most [`MAX_SMALL_LAYER`] bytes each).
@@ -15,6 +21,7 @@ pub mod download;
 pub mod http;
 pub mod manifest;
 pub mod modelfile;
+pub mod policy;
 pub mod reference;
 pub mod service;
 
@@ -28,7 +35,7 @@ use crate::core::PullProgress;
 use crate::gguf::read_gguf_facts;
 use crate::store::{BlobSource, Manifest, ModelExtras, ModelName, Store, StoreError};
 use download::{BlobRequest, Downloaded};
-use http::{get_with_retries, Http};
+use http::{get_with_retries, transport_error, Http, StatusVerdict, SMALL_REQUEST_TIMEOUT};
 use manifest::{LayerDescriptor, LayerKind, RegistryManifest};
 use reference::{PullSource, RegistryName, RegistrySettings};
 
@@ -55,10 +62,49 @@ pub enum PullError {
         expected: String,
         actual: String,
     },
-    #[error("the disk is full writing {}; the store is unchanged (free space, then pull again to resume)", path.display())]
-    DiskFull { path: PathBuf },
+    #[error("the disk is full writing {}{detail}; the store is unchanged and {}", path.display(),
+        if *kept { "what was downloaded is kept: free space, then pull again to resume" }
+        else { "nothing of the download is left on disk: free space, then pull again" })]
+    DiskFull {
+        path: PathBuf,
+        /// Whether the partial download stays for a resume.
+        kept: bool,
+        /// What was short, when known (`: it needs 1.2 GiB and 300 MiB are free`).
+        detail: String,
+    },
     #[error("could not download {url}: {reason}")]
     Network { url: String, reason: String },
+    #[error(
+        "{host} is unreachable, or what answers there is not {expected} (the log has the \
+         details){hint}"
+    )]
+    Unreachable {
+        host: String,
+        expected: &'static str,
+        hint: &'static str,
+    },
+    #[error(
+        "{url} redirected to a location llamay does not follow: it follows only https, or plain \
+         http to a registry the operator allows, and never from a public address to a \
+         loopback, private or link-local one"
+    )]
+    RedirectRefused { url: String },
+    #[error(
+        "plain http to {host} is not allowed: the operator allows it per registry (the serve \
+         setting insecure_registries, -insecure-registry or LLAMAY_INSECURE_REGISTRIES; \
+         `llamay pull -insecure` when no daemon runs); a request's `insecure` cannot"
+    )]
+    InsecureRefused { host: String },
+    #[error(
+        "'{name}' is installed from {existing}; pulling {pulling} would replace it with \
+         another model. Remove it first (`llamay rm {name}`), or keep it under another name \
+         (`llamay cp {name} NEW`, then `llamay rm {name}`)"
+    )]
+    WouldReplace {
+        name: String,
+        existing: String,
+        pulling: String,
+    },
     #[error("could not {context}: {source}")]
     Io { context: String, source: io::Error },
     #[error("{what} is not a usable GGUF model: {reason}")]
@@ -82,6 +128,31 @@ fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
+impl PullError {
+    /// The one error for a registry that gave no usable answer, whatever went wrong.
+    fn registry_unreachable(registry: &RegistryName) -> PullError {
+        PullError::Unreachable {
+            host: registry.host().to_string(),
+            expected: "a registry that speaks Ollama's protocol",
+            hint: if registry.base.starts_with("https://") {
+                "; a registry that serves plain http must be allowed by the operator \
+                 (insecure_registries)"
+            } else {
+                ""
+            },
+        }
+    }
+
+    /// The one error for a file server that gave no usable answer.
+    fn server_unreachable(url: &reqwest::Url) -> PullError {
+        PullError::Unreachable {
+            host: url.host_str().unwrap_or_default().to_string(),
+            expected: "a web server",
+            hint: "",
+        }
+    }
+}
+
 /// Pulls `input` into `store`. `progress` gets Ollama's steps and returns false to cancel.
 pub fn pull(
     store: &Store,
@@ -91,13 +162,41 @@ pub fn pull(
 ) -> Result<PullReport, PullError> {
     let source = PullSource::parse(input, settings)?;
     let name = source.local_name()?;
-    let http = Http::new()?;
+    refuse_replacing(store, &name, &source)?;
+    let origin = match &source {
+        PullSource::Registry(registry) => &registry.base,
+        PullSource::Url(url) => url,
+    };
+    let origin = reqwest::Url::parse(origin).map_err(|e| PullError::InvalidName {
+        name: source.display(),
+        reason: format!("it is not a URL: {e}"),
+    })?;
+    let http = Http::new(&origin, settings.http_allowed())?;
     if !progress(PullProgress::status("pulling manifest")) {
         return Err(PullError::Cancelled);
     }
     match &source {
         PullSource::Registry(registry) => pull_registry(store, &http, registry, &name, progress),
-        PullSource::Url(url) => pull_url(store, &http, url, &name, progress),
+        PullSource::Url(url) => pull_url(store, &http, url, &origin, &name, progress),
+    }
+}
+
+/// A pull updates the model it pulled before; it never replaces one that came from another
+/// source (another registry's, a URL's, or a file imported or created here).
+fn refuse_replacing(store: &Store, name: &ModelName, source: &PullSource) -> Result<(), PullError> {
+    let installed = match store.resolve(name) {
+        Ok(installed) => installed,
+        Err(StoreError::NotFound { .. }) => return Ok(()),
+        Err(error) => return Err(error.into()),
+    };
+    let wanted = source.display();
+    match installed.extras.source {
+        Some(existing) if existing.eq_ignore_ascii_case(&wanted) => Ok(()),
+        existing => Err(PullError::WouldReplace {
+            name: name.to_string(),
+            existing: existing.unwrap_or_else(|| "a file imported or created here".to_string()),
+            pulling: wanted,
+        }),
     }
 }
 
@@ -208,9 +307,12 @@ fn fetch_small_layer(
     let url = registry.blob_url(&layer.digest);
     let mut backoff = http::Backoff::new();
     let bytes = loop {
-        let response = get_with_retries(http, &url, &[], || PullError::NotFound {
-            what: what.clone(),
-        })?;
+        let not_found = || PullError::NotFound { what: what.clone() };
+        let stopped = || PullError::Network {
+            url: url.clone(),
+            reason: "the registry stopped answering (the log has the details)".to_string(),
+        };
+        let response = get_with_retries(http, &url, &[], not_found, stopped)?;
         match http.read_limited(response, MAX_SMALL_LAYER, &url) {
             // A body cut short is retried like a failed connection.
             Ok(bytes) if bytes.len() as u64 == layer.size => break bytes,
@@ -240,9 +342,12 @@ fn keep_layer(
     match kind {
         LayerKind::Params => {
             let parameters: serde_json::Map<String, serde_json::Value> =
-                serde_json::from_slice(bytes).map_err(|e| PullError::UnknownManifest {
-                    model: model.to_string(),
-                    reason: format!("its params layer is not a JSON object: {e}"),
+                serde_json::from_slice(bytes).map_err(|error| {
+                    tracing::warn!(%model, %error, "a params layer that is not a JSON object");
+                    PullError::UnknownManifest {
+                        model: model.to_string(),
+                        reason: "its params layer is not a JSON object".to_string(),
+                    }
                 })?;
             extras.parameters.extend(parameters);
         }
@@ -307,6 +412,7 @@ fn pull_url(
     store: &Store,
     http: &Http,
     url: &str,
+    parsed: &reqwest::Url,
     name: &ModelName,
     progress: &mut dyn FnMut(PullProgress) -> bool,
 ) -> Result<PullReport, PullError> {
@@ -316,13 +422,20 @@ fn pull_url(
     let head = http
         .client()
         .head(url)
+        .timeout(SMALL_REQUEST_TIMEOUT)
         .send()
-        .map_err(|e| PullError::Network {
-            url: url.to_string(),
-            reason: e.to_string(),
+        .map_err(|error| {
+            transport_error(url, &error, || PullError::server_unreachable(parsed))
         })?;
-    if let http::StatusVerdict::Fail(error) = http::judge(head.status(), url, &not_found) {
-        return Err(error);
+    match http::judge(head.status(), url, &not_found) {
+        StatusVerdict::Ok => {}
+        StatusVerdict::Fail(error) => return Err(error),
+        StatusVerdict::Retry(status) | StatusVerdict::Unexpected(status) => {
+            return Err(PullError::Network {
+                url: url.to_string(),
+                reason: format!("the server answered {status}"),
+            })
+        }
     }
     let size = head
         .headers()

@@ -4,36 +4,38 @@
 //!
 //! Key types: [`PullSource`], [`RegistryName`], [`RegistrySettings`]. Cost: string checks only.
 //!
-//! Store names cannot contain `/` (they must never read as a path), so a model from the default
-//! registry's `library` namespace keeps its plain `name:tag`, and any other is registered under
-//! its last path part: `hf.co/bartowski/SmolLM2-135M-Instruct-GGUF:Q8_0` becomes
-//! `smollm2-135m-instruct-gguf:q8_0`.
+//! The store name is the model's name as Ollama keeps it (see `core::name`): a name without a
+//! host stays `name:tag` (or `namespace/name:tag`), and a model from any other registry keeps
+//! that host and namespace, so `127.0.0.1:5000/library/smollm2:135m` is never the local
+//! `smollm2:135m` and `hf.co/bartowski/SmolLM2-135M-Instruct-GGUF:Q8_0` is kept as
+//! `hf.co/bartowski/smollm2-135m-instruct-gguf:q8_0`. A host is reached over https unless the
+//! operator lists it as insecure ([`InsecureRegistries`]).
 
+use super::policy::InsecureRegistries;
 use super::PullError;
+use crate::core::name::{written_parts, DEFAULT_NAMESPACE};
 use crate::store::{ModelName, DEFAULT_TAG};
 
 /// Ollama's public registry, used for names without a host.
 pub const DEFAULT_REGISTRY: &str = "https://registry.ollama.ai";
-/// The namespace of names without one.
-pub const DEFAULT_NAMESPACE: &str = "library";
 /// Environment variable naming the registry used for names without a host.
 pub const REGISTRY_ENV: &str = "LLAMAY_REGISTRY";
 
-/// Which registry answers names without a host, and whether plain http is allowed.
+/// Which registry answers names without a host, and which registries plain http may reach.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RegistrySettings {
     /// Base URL with scheme, no trailing slash (`https://registry.ollama.ai`).
     pub default_registry: String,
-    /// Allows `http://` for names with an explicit host (the default registry's own scheme is
-    /// always honoured: whoever configured it chose it).
-    pub insecure: bool,
+    /// The registries the operator lets pulls reach over `http://`. The default registry's own
+    /// scheme is always honoured: whoever configured it chose it.
+    pub insecure: InsecureRegistries,
 }
 
 impl Default for RegistrySettings {
     fn default() -> Self {
         RegistrySettings {
             default_registry: DEFAULT_REGISTRY.to_string(),
-            insecure: false,
+            insecure: InsecureRegistries::none(),
         }
     }
 }
@@ -49,6 +51,26 @@ impl RegistrySettings {
             }
         }
         settings
+    }
+
+    /// Whether `url` may be fetched over plain http (see [`RegistrySettings::http_allowed`]).
+    pub fn allows_http(&self, url: &reqwest::Url) -> bool {
+        self.http_allowed().allows_url(url)
+    }
+
+    /// Where plain http may go: the operator's list, plus the default registry when the
+    /// operator configured it with `http://`.
+    pub fn http_allowed(&self) -> InsecureRegistries {
+        match reqwest::Url::parse(&self.default_registry) {
+            Ok(registry) if registry.scheme() == "http" => {
+                let authority = match (registry.host_str(), registry.port_or_known_default()) {
+                    (Some(host), Some(port)) => format!("{host}:{port}"),
+                    _ => return self.insecure.clone(),
+                };
+                self.insecure.clone().with(authority)
+            }
+            _ => self.insecure.clone(),
+        }
     }
 }
 
@@ -91,11 +113,20 @@ impl RegistryName {
         )
     }
 
-    /// How a person wrote it, for messages: `library/smollm2:latest` on the default registry,
-    /// `host/ns/name:tag` elsewhere.
+    /// How a person wrote it, for messages and a pulled model's source: `host/ns/name:tag`.
     pub fn display(&self) -> String {
-        let host = self.base.split("://").nth(1).unwrap_or(&self.base);
-        format!("{host}/{}/{}:{}", self.namespace, self.repository, self.tag)
+        format!(
+            "{}/{}/{}:{}",
+            self.host(),
+            self.namespace,
+            self.repository,
+            self.tag
+        )
+    }
+
+    /// The registry's `host[:port]`.
+    pub fn host(&self) -> &str {
+        self.base.split("://").nth(1).unwrap_or(&self.base)
     }
 }
 
@@ -119,47 +150,29 @@ impl PullSource {
             return Err(invalid("the name is empty"));
         }
         if input.starts_with("http://") || input.starts_with("https://") {
-            if input.starts_with("http://") && !settings.insecure {
-                return Err(invalid(
-                    "plain http needs `insecure` (the `-insecure` flag)",
-                ));
+            let url = reqwest::Url::parse(input)
+                .map_err(|e| invalid(&format!("it is not a URL: {e}")))?;
+            if url.scheme() == "http" && !settings.allows_http(&url) {
+                return Err(PullError::InsecureRefused {
+                    host: url.host_str().unwrap_or_default().to_string(),
+                });
             }
             return Ok(PullSource::Url(input.to_string()));
         }
         if input.chars().any(|c| c.is_control() || c.is_whitespace()) {
             return Err(invalid("it contains spaces or control characters"));
         }
-        let (path, tag) = match input.rsplit_once(':') {
-            // A ':' before the last '/' is a host's port, not a tag.
-            Some((path, tag)) if !tag.contains('/') => (path, tag),
-            _ => (input, DEFAULT_TAG),
-        };
-        let parts: Vec<&str> = path.split('/').collect();
+        // The one name rule first; the parts below keep their case for the registry's URLs.
+        ModelName::parse(input).map_err(|e| invalid(&e.reason))?;
+        let (parts, tag) = written_parts(input);
         let (host, namespace, repository) = match parts.as_slice() {
             [repository] => (None, DEFAULT_NAMESPACE, *repository),
             [namespace, repository] => (None, *namespace, *repository),
             [host, namespace, repository] => (Some(*host), *namespace, *repository),
             _ => return Err(invalid("the form is [HOST/][NAMESPACE/]NAME[:TAG]")),
         };
-        for (part, what) in [(namespace, "namespace"), (repository, "name"), (tag, "tag")] {
-            if part.is_empty() {
-                return Err(invalid(&format!("the {what} is empty")));
-            }
-            if part == "." || part == ".." || part.contains("..") {
-                return Err(invalid(&format!("the {what} contains '..'")));
-            }
-            if !part
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
-            {
-                return Err(invalid(&format!(
-                    "the {what} '{part}' may hold only letters, digits, '.', '-' and '_'"
-                )));
-            }
-        }
         let base = match host {
-            Some(host) if host.is_empty() => return Err(invalid("the host is empty")),
-            Some(host) => registry_base(host, settings.insecure),
+            Some(host) => registry_base(host, settings.insecure.allows(host)),
             None => settings.default_registry.clone(),
         };
         Ok(PullSource::Registry(RegistryName {
@@ -171,20 +184,26 @@ impl PullSource {
         }))
     }
 
-    /// The store name a pull of this source registers.
+    /// The store name a pull of this source registers: the registry name with its host kept
+    /// (left out only for the registry that answers names without one), or a URL's file stem.
     pub fn local_name(&self) -> Result<ModelName, PullError> {
-        let text = match self {
-            PullSource::Registry(name) => format!("{}:{}", name.repository, name.tag),
+        let parsed = match self {
+            PullSource::Registry(name) => ModelName::from_registry(
+                (!name.default_host).then(|| name.host()),
+                &name.namespace,
+                &name.repository,
+                &name.tag,
+            ),
             PullSource::Url(url) => {
                 let file = url.split(['?', '#']).next().unwrap_or(url);
                 let file = file.rsplit('/').next().unwrap_or(file);
                 let stem = file.strip_suffix(".gguf").unwrap_or(file);
-                format!("{stem}:{DEFAULT_TAG}")
+                ModelName::parse(&format!("{stem}:{DEFAULT_TAG}"))
             }
         };
-        ModelName::parse(&text).map_err(|e| PullError::InvalidName {
-            name: text.clone(),
-            reason: e.to_string(),
+        parsed.map_err(|e| PullError::InvalidName {
+            name: self.display(),
+            reason: e.reason,
         })
     }
 
@@ -240,14 +259,17 @@ mod tests {
             "https://hf.co/v2/bartowski/SmolLM2-135M-Instruct-GGUF/blobs/sha256:ab"
         );
         let local = PullSource::Registry(name).local_name().unwrap();
-        assert_eq!(local.to_string(), "smollm2-135m-instruct-gguf:q8_0");
+        assert_eq!(
+            local.to_string(),
+            "hf.co/bartowski/smollm2-135m-instruct-gguf:q8_0"
+        );
         let name = registry("127.0.0.1:5000/library/tiny", &settings());
         assert_eq!(
             (name.base.as_str(), name.tag.as_str()),
             ("https://127.0.0.1:5000", "latest")
         );
         let insecure = RegistrySettings {
-            insecure: true,
+            insecure: InsecureRegistries::listed(["127.0.0.1:5000"]),
             ..settings()
         };
         let name = registry("127.0.0.1:5000/library/tiny:v1", &insecure);
@@ -255,13 +277,44 @@ mod tests {
             name.manifest_url(),
             "http://127.0.0.1:5000/v2/library/tiny/manifests/v1"
         );
+        // Only the hosts the operator listed are spoken to over http.
+        let other = registry("127.0.0.1:5001/library/tiny:v1", &insecure);
+        assert!(other.base.starts_with("https://"), "{}", other.base);
+    }
+
+    #[test]
+    fn another_registry_keeps_its_host_in_the_name() {
+        let local = PullSource::parse("smollm2:135m", &settings()).unwrap();
+        let elsewhere =
+            PullSource::parse("127.0.0.1:5000/library/smollm2:135m", &settings()).unwrap();
+        let ollama =
+            PullSource::parse("registry.ollama.ai/library/SmolLM2:135M", &settings()).unwrap();
+        assert_eq!(local.local_name().unwrap().to_string(), "smollm2:135m");
+        assert_eq!(
+            elsewhere.local_name().unwrap().to_string(),
+            "127.0.0.1:5000/library/smollm2:135m"
+        );
+        assert_eq!(ollama.local_name().unwrap().to_string(), "smollm2:135m");
+        let namespaced = PullSource::parse("someone/Model:Q4", &settings()).unwrap();
+        assert_eq!(
+            namespaced.local_name().unwrap().to_string(),
+            "someone/model:q4"
+        );
+        // The registry sees the name as it was written.
+        let PullSource::Registry(ollama) = ollama else {
+            panic!("a registry name")
+        };
+        assert_eq!(
+            ollama.manifest_url(),
+            "https://registry.ollama.ai/v2/library/SmolLM2/manifests/135M"
+        );
     }
 
     #[test]
     fn configured_registry_keeps_its_scheme() {
         let local = RegistrySettings {
             default_registry: registry_base("http://127.0.0.1:9/", false),
-            insecure: false,
+            insecure: InsecureRegistries::none(),
         };
         let name = registry("smollm2-local:latest", &local);
         assert_eq!(
@@ -272,6 +325,12 @@ mod tests {
             PullSource::Registry(name).local_name().unwrap().to_string(),
             "smollm2-local:latest"
         );
+        // Its http is the operator's choice, for its URLs and its redirects alike.
+        let url = |text: &str| reqwest::Url::parse(text).unwrap();
+        assert!(local.allows_http(&url("http://127.0.0.1:9/v2/x")));
+        assert!(!local.allows_http(&url("http://127.0.0.1:10/v2/x")));
+        assert!(local.http_allowed().allows("127.0.0.1:9"));
+        assert!(!settings().allows_http(&url("http://registry.ollama.ai/v2/x")));
     }
 
     #[test]
@@ -286,7 +345,13 @@ mod tests {
             "smollm2-135m.q8_0:latest"
         );
         let refused = PullSource::parse("http://example.test/x.gguf", &settings()).unwrap_err();
-        assert!(refused.to_string().contains("insecure"), "{refused}");
+        assert!(matches!(refused, PullError::InsecureRefused { .. }), "{refused}");
+        assert!(refused.to_string().contains("insecure_registries"), "{refused}");
+        let allowed = RegistrySettings {
+            insecure: InsecureRegistries::listed(["example.test"]),
+            ..settings()
+        };
+        assert!(PullSource::parse("http://example.test/x.gguf", &allowed).is_ok());
     }
 
     #[test]

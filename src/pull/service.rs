@@ -29,8 +29,12 @@ impl StoreAdmin {
 /// The API's view of a pull failure.
 pub fn pull_error(error: PullError) -> CoreError {
     let code = match &error {
-        PullError::InvalidName { .. } => ErrorCode::InvalidRequest,
+        PullError::InvalidName { .. } | PullError::InsecureRefused { .. } => {
+            ErrorCode::InvalidRequest
+        }
         PullError::NotFound { .. } => ErrorCode::ModelNotFound,
+        PullError::WouldReplace { .. } => ErrorCode::Conflict,
+        PullError::DiskFull { .. } => ErrorCode::InsufficientStorage,
         PullError::Store(store) => return store_error(store),
         _ => ErrorCode::Internal,
     };
@@ -42,6 +46,7 @@ pub fn store_error(error: &StoreError) -> CoreError {
     let code = match error {
         StoreError::NotFound { .. } => ErrorCode::ModelNotFound,
         StoreError::InvalidName { .. } => ErrorCode::InvalidRequest,
+        StoreError::DiskFull { .. } => ErrorCode::InsufficientStorage,
         _ => ErrorCode::Internal,
     };
     CoreError::new(code, error.to_string())
@@ -161,17 +166,8 @@ impl StoreAdmin {
 }
 
 impl ModelAdmin for StoreAdmin {
-    fn pull(
-        &self,
-        model: &str,
-        insecure: bool,
-        progress: ProgressSink<'_>,
-    ) -> Result<(), CoreError> {
-        let settings = RegistrySettings {
-            insecure: insecure || self.settings.insecure,
-            ..self.settings.clone()
-        };
-        pull(&self.store, model, &settings, progress)
+    fn pull(&self, model: &str, progress: ProgressSink<'_>) -> Result<(), CoreError> {
+        pull(&self.store, model, &self.settings, progress)
             .map(|_| ())
             .map_err(pull_error)
     }
@@ -195,14 +191,7 @@ impl ModelAdmin for StoreAdmin {
     }
 
     fn local_name(&self, model: &str) -> Result<String, CoreError> {
-        let source = PullSource::parse(
-            model,
-            &RegistrySettings {
-                insecure: true,
-                ..self.settings.clone()
-            },
-        )
-        .map_err(pull_error)?;
+        let source = PullSource::parse(model, &self.settings).map_err(pull_error)?;
         source
             .local_name()
             .map(|n| n.to_string())

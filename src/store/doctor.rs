@@ -23,7 +23,8 @@ use std::path::{Path, PathBuf};
 
 use super::hash::{self, Progress};
 use super::refs::Referrer;
-use super::{human_size, probe_is_leftover, snapshot, sync_dir, FileKind, Manifest, Store, StoreError, BLOB_PREFIX};
+use super::probe::probe_is_leftover;
+use super::{human_size, snapshot, sync_dir, FileKind, Manifest, Store, StoreError, BLOB_PREFIX};
 
 /// One thing wrong with the store.
 #[derive(Debug, Clone, PartialEq, Eq)]

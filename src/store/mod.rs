@@ -29,7 +29,7 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
@@ -40,6 +40,7 @@ mod hash;
 mod kv_snapshots;
 pub mod migrate;
 mod name;
+mod probe;
 mod pulled;
 pub mod refs;
 mod snapshot;
@@ -49,6 +50,7 @@ pub use doctor::{CheckReport, Finding, RepairAction, RepairReport};
 pub use hash::{Progress, Silent};
 pub use kv_snapshots::{NewSnapshot, SnapshotManifest, SNAPSHOTS_TREE};
 pub use name::{InvalidModelName, ModelName, ModelRef, DEFAULT_TAG, MAX_PART_LEN};
+use probe::{probe_is_leftover, probe_writable, PROBE_PREFIX};
 pub use pulled::{BlobSource, ModelExtras};
 pub use table::{human_age, human_size, render_list_table, UnixSeconds};
 
@@ -61,7 +63,6 @@ pub const HOME_ENV: &str = "LLAMAY_HOME";
 const BLOB_PREFIX: &str = "sha256-";
 const DIGEST_PREFIX: &str = "sha256:";
 const PARTIAL_PREFIX: &str = ".partial-";
-const PROBE_PREFIX: &str = ".probe-";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -96,6 +97,17 @@ pub enum StoreError {
     Db { context: String, source: sled::Error },
     #[error("the model store entry '{key}' is corrupt: {reason}")]
     Corrupt { key: String, reason: String },
+    #[error(
+        "the disk holding the model store is full (could not {context}); nothing was registered \
+         and the partial copy was deleted: free space, then try again"
+    )]
+    DiskFull { context: String },
+}
+
+/// Whether `error` says the disk (or the user's quota) is full.
+pub fn is_disk_full(error: &io::Error) -> bool {
+    error.kind() == io::ErrorKind::StorageFull
+        || matches!(error.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
 }
 
 impl From<InvalidModelName> for StoreError {
@@ -107,11 +119,19 @@ impl From<InvalidModelName> for StoreError {
 impl StoreError {
     fn io(context: impl Into<String>) -> impl FnOnce(io::Error) -> StoreError {
         let context = context.into();
-        move |source| StoreError::Io { context, source }
+        move |source| match is_disk_full(&source) {
+            true => StoreError::DiskFull { context },
+            false => StoreError::Io { context, source },
+        }
     }
 
     fn db(context: &'static str) -> impl Fn(sled::Error) -> StoreError {
-        move |source| StoreError::Db { context: context.to_string(), source }
+        move |source| match &source {
+            sled::Error::Io(io) if is_disk_full(io) => {
+                StoreError::DiskFull { context: context.to_string() }
+            }
+            _ => StoreError::Db { context: context.to_string(), source },
+        }
     }
 
     fn from_gguf(path: &Path, error: GgufError) -> StoreError {
@@ -442,11 +462,12 @@ impl Store {
             COUNTER.fetch_add(1, Ordering::Relaxed)
         );
         let path = self.blobs.join(unique);
-        let mut file = File::options()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|source| StoreError::NotWritable { path: self.home.clone(), source })?;
+        let mut file = File::options().write(true).create_new(true).open(&path).map_err(|source| {
+            match is_disk_full(&source) {
+                true => StoreError::DiskFull { context: format!("create {}", path.display()) },
+                false => StoreError::NotWritable { path: self.home.clone(), source },
+            }
+        })?;
         let mut partial = PartialBlob { path, hex: String::new(), size: 0, keep: false };
         let label = format!("importing {}", origin.display());
         let (hex, size) = hash::hash_copy(source, &mut file, &label, expected_bytes, progress)
@@ -724,59 +745,6 @@ fn validate_manifest(key: &str, manifest: &Manifest) -> Result<(), StoreError> {
         return Err(corrupt(format!("digest '{}' is not sha256:<64 hex>", manifest.digest)));
     }
     Ok(())
-}
-
-/// Creates and deletes a file in `dir`: creating a directory can succeed where writing in it
-/// fails (a read-only mount, or permissions when not root).
-fn probe_writable(dir: &Path) -> io::Result<()> {
-    // Unique per open, not just per process: two threads opening the store at once must not
-    // delete each other's probe.
-    static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let serial = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let probe = dir.join(format!("{PROBE_PREFIX}{}-{serial}", std::process::id()));
-    File::create(&probe)?;
-    // Gone already is fine: another process took it for a dead writer's (its pid is not one
-    // that process can see, as across containers sharing the store), and the create proved
-    // the directory writable.
-    match fs::remove_file(&probe) {
-        Err(error) if error.kind() != io::ErrorKind::NotFound => Err(error),
-        _ => Ok(()),
-    }
-}
-
-/// A probe younger than this may belong to a process opening the store right now, when its
-/// name does not say which process wrote it or that process id is in use again.
-const PROBE_GRACE: Duration = Duration::from_secs(60);
-
-/// Whether the probe at `path` is left by a process killed between writing and deleting it:
-/// the process its name names is gone, or the probe is older than [`PROBE_GRACE`].
-fn probe_is_leftover(path: &Path) -> bool {
-    let writer = path
-        .file_name()
-        .and_then(|name| name.to_str())
-        .and_then(|name| name.strip_prefix(PROBE_PREFIX))
-        .and_then(|rest| rest.split('-').next())
-        .and_then(|pid| pid.parse::<u32>().ok());
-    if writer.is_some_and(|pid| !process_exists(pid)) {
-        return true;
-    }
-    let age = fs::symlink_metadata(path)
-        .and_then(|meta| meta.modified())
-        .ok()
-        .and_then(|modified| SystemTime::now().duration_since(modified).ok());
-    age.is_some_and(|age| age > PROBE_GRACE)
-}
-
-/// Whether a process with this id exists (signal 0 checks without sending anything; EPERM
-/// means it exists under another user).
-fn process_exists(pid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
-    if pid <= 0 {
-        return false;
-    }
-    // SAFETY: kill with signal 0 sends nothing; it only reports whether the process exists.
-    let result = unsafe { libc::kill(pid, 0) };
-    result == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 /// Makes a rename durable; failure only weakens crash safety, so it is not an error.

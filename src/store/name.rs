@@ -22,21 +22,23 @@ pub enum ModelRef {
 
 impl ModelRef {
     /// A string that looks like a path (contains a separator, ends in `.gguf`, or starts with
-    /// `.` or `~`) is a file, which must exist; anything else is a store name.
+    /// `.` or `~`) is a file, which must exist; anything else is a store name. A name with a
+    /// namespace or host (`team/model`, `host:5000/team/model:tag`) contains `/` too: it is a
+    /// name unless a file of that name exists.
     pub fn parse(input: &str) -> Result<Self, StoreError> {
-        let looks_like_path = input.contains('/')
-            || input.contains('\\')
+        let surely_path = input.contains('\\')
             || input.to_ascii_lowercase().ends_with(".gguf")
-            || input.starts_with('.')
-            || input.starts_with('~');
-        if !looks_like_path {
+            || input.starts_with(['.', '~', '/']);
+        if !surely_path && !input.contains('/') {
             return Ok(ModelRef::Name(ModelName::parse(input)?));
         }
         let path = expand_home(input);
         if path.exists() {
-            Ok(ModelRef::Path(path))
-        } else {
-            Err(StoreError::MissingFile { path })
+            return Ok(ModelRef::Path(path));
+        }
+        match ModelName::parse(input) {
+            Ok(name) if !surely_path => Ok(ModelRef::Name(name)),
+            _ => Err(StoreError::MissingFile { path }),
         }
     }
 }
@@ -79,6 +81,15 @@ mod tests {
             other => panic!("expected MissingFile, got {other:?}"),
         }
         assert!(matches!(ModelRef::parse("nothere.gguf"), Err(StoreError::MissingFile { .. })));
+        assert!(matches!(ModelRef::parse("./nothere"), Err(StoreError::MissingFile { .. })));
+        assert!(matches!(ModelRef::parse("no/such/dir/x.y"), Err(StoreError::MissingFile { .. })));
+        assert_eq!(
+            ModelRef::parse("127.0.0.1:5000/library/SmolLM2:135m").expect("name"),
+            ModelRef::Name(
+                ModelName::parse("127.0.0.1:5000/library/smollm2:135m").expect("valid")
+            )
+        );
+        assert!(matches!(ModelRef::parse("team/model"), Ok(ModelRef::Name(_))));
         assert!(matches!(ModelRef::parse("bad name"), Err(StoreError::InvalidName { .. })));
     }
 }

@@ -536,3 +536,16 @@ fn concurrent_imports_and_removals_keep_names_and_blobs_consistent() {
     }
     assert_eq!(fx.blob_files().len(), 1, "{:?}", fx.blob_files());
 }
+
+#[test]
+fn a_full_disk_is_its_own_error_and_says_nothing_was_kept() {
+    let full = StoreError::io("write /store/blobs/.partial-1")(io::Error::from_raw_os_error(libc::ENOSPC));
+    assert!(matches!(full, StoreError::DiskFull { .. }), "{full}");
+    let message = full.to_string();
+    assert!(message.contains("full") && message.contains("partial copy was deleted"), "{message}");
+    assert!(!message.contains("resume"), "{message}");
+    let quota = StoreError::db("write a manifest")(sled::Error::Io(io::Error::from_raw_os_error(libc::EDQUOT)));
+    assert!(matches!(quota, StoreError::DiskFull { .. }), "{quota}");
+    let other = StoreError::io("write x")(io::Error::from_raw_os_error(libc::EIO));
+    assert!(matches!(other, StoreError::Io { .. }), "{other}");
+}

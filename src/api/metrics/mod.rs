@@ -502,6 +502,7 @@ fn render_supervisor(out: &mut String, status: &SupervisorStatus) {
         ("expired", lifetime.expirations),
         ("keep_alive_0", lifetime.immediate_unloads),
         ("stopping", lifetime.shutdown_unloads),
+        ("deleted", lifetime.deletions),
     ] {
         sample(
             out,

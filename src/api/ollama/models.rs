@@ -1,6 +1,8 @@
 //! Ollama's model routes that change the store: `POST /api/pull`, `POST /api/create` (NDJSON
 //! progress, or one object with `"stream": false`), `POST /api/copy` and `DELETE /api/delete`.
-//! They reach the store through [`crate::core::ModelAdmin`], never directly.
+//! They reach the store through [`crate::core::ModelAdmin`], never directly. A delete removes
+//! the store entry first and then retires the model's loaded copy (see
+//! [`crate::actors::supervisor::Retire`]), so nothing can load it again meanwhile.
 //!
 //! Pulls and creates run on their own thread and send progress through a channel; when the
 //! client goes away the channel closes, the next progress report sees it and the pull stops
@@ -14,22 +16,22 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use super::handlers::render_error;
-use crate::actors::supervisor::{acquire, Snapshot};
+use crate::actors::supervisor::Retire;
 use crate::api::common::read_json;
 use crate::api::AppState;
-use crate::core::{CreateModel, KeepAlive, ModelAdmin, PullProgress};
+use crate::core::{CreateModel, ModelAdmin, ModelName, PullProgress};
 use crate::error::{CoreError, ErrorCode};
 
 /// Progress objects buffered before a slow client makes the pull wait.
 const PROGRESS_BUFFER: usize = 64;
 
+/// Ollama's clients also send `"insecure"`: it is accepted and changes nothing, since only the
+/// operator allows plain http (`insecure_registries`).
 #[derive(Debug, Deserialize)]
 pub struct PullRequest {
     pub model: Option<String>,
     /// The field's older name, still sent by some clients.
     pub name: Option<String>,
-    #[serde(default)]
-    pub insecure: bool,
     pub stream: Option<bool>,
 }
 
@@ -210,10 +212,9 @@ pub async fn pull(
         let admin = admin(&state)?;
         // A name that cannot be pulled is a 400 before any stream starts.
         admin.local_name(&model)?;
-        let insecure = body.insecure;
         Ok::<_, CoreError>(
             run_with_progress(body.stream.unwrap_or(true), move |progress| {
-                admin.pull(&model, insecure, progress)
+                admin.pull(&model, progress)
             })
             .await,
         )
@@ -298,15 +299,6 @@ pub async fn copy(
     result.await.unwrap_or_else(|error| render_error(&error))
 }
 
-/// `name` with `:latest` when it has no tag, as the supervisor names loaded models.
-fn with_tag(name: &str) -> String {
-    if name.contains(':') {
-        name.to_ascii_lowercase()
-    } else {
-        format!("{}:latest", name.to_ascii_lowercase())
-    }
-}
-
 pub async fn delete(
     state: web::Data<AppState>,
     request: HttpRequest,
@@ -315,28 +307,15 @@ pub async fn delete(
     let result = async {
         let body: DeleteRequest = read_json(&request, payload, state.max_body_bytes).await?;
         let model = required(body.model.or(body.name), "model")?;
+        let name = ModelName::parse(&model).map_err(|e| CoreError::from(e).with_param("model"))?;
         let admin = admin(&state)?;
-        // A loaded model is unloaded first (at once if idle, else when its requests end).
-        if let Ok(status) = state.supervisor.send(Snapshot).await {
-            let wanted = with_tag(&model);
-            for loaded in status
-                .models
-                .iter()
-                .filter(|m| with_tag(&m.info.name) == wanted)
-            {
-                drop(
-                    acquire(
-                        &state.supervisor,
-                        &loaded.info.name,
-                        Some(KeepAlive::UnloadNow),
-                    )
-                    .await,
-                );
-            }
-        }
         web::block(move || admin.delete(&model))
             .await
             .map_err(|e| CoreError::internal(e.to_string()))??;
+        // Gone from the store, so no request can load it again; its loaded copy (if any) is
+        // never granted again and unloads now, or when its running requests end. A supervisor
+        // that is stopping unloads it anyway.
+        let _ = state.supervisor.send(Retire { model: name }).await;
         Ok::<_, CoreError>(HttpResponse::Ok().finish())
     };
     result.await.unwrap_or_else(|error| render_error(&error))
@@ -363,7 +342,5 @@ mod tests {
             serde_json::to_string(&layer).unwrap(),
             r#"{"status":"pulling 0123456789ab","digest":"sha256:0123","total":10,"completed":4}"#
         );
-        assert_eq!(with_tag("SmolLM2"), "smollm2:latest");
-        assert_eq!(with_tag("a:b"), "a:b");
     }
 }

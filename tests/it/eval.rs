@@ -8,10 +8,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use llamay_test_support::daemon::Daemon;
+use llamay_test_support::process::llamay_command;
 use serde_json::Value;
 
 fn llamay() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_llamay"));
+    let mut command = llamay_command();
     // Nothing answers on port 1: eval loads the model itself.
     command.env("LLAMAY_ADDR", "127.0.0.1:1");
     command
@@ -288,40 +290,12 @@ fn bad_input_is_named_before_the_model_loads() {
     assert!(!out.exists(), "nothing was written for bad input");
 }
 
-#[path = "support/process.rs"]
-mod process;
-
 #[test]
 fn with_a_daemon_running_eval_uses_its_contexts_and_leaves_none_behind() {
-    let port = process::free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let _daemon = process::Process(
-        llamay()
-            .args([
-                "serve",
-                "-m",
-                "smollm2:135m",
-                "-addr",
-                &addr,
-                "-parallel",
-                "3",
-                "-context",
-                "2048",
-                "-t",
-                "1",
-            ])
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("serve"),
-    );
-    let base = format!("http://{addr}");
-    assert!(
-        process::wait_for_health(&base, Duration::from_secs(120)),
-        "the daemon did not start"
-    );
-    let client = reqwest::blocking::Client::new();
+    let daemon = Daemon::builder()
+        .model("smollm2:135m")
+        .args(["-parallel", "3", "-context", "2048", "-t", "1"])
+        .start();
     let dir = tempfile::tempdir().expect("temp dir");
     let items = dir.path().join("items.jsonl");
     let lines: Vec<String> = ["horse", "frog", "bat", "trout"]
@@ -335,7 +309,7 @@ fn with_a_daemon_running_eval_uses_its_contexts_and_leaves_none_behind() {
     std::fs::write(&items, lines.join("\n")).expect("items");
     let out = dir.path().join("results.jsonl");
     let evaluated = llamay()
-        .env("LLAMAY_ADDR", &addr)
+        .env("LLAMAY_ADDR", daemon.addr())
         .args(eval_args(
             &items,
             &out,
@@ -369,12 +343,7 @@ fn with_a_daemon_running_eval_uses_its_contexts_and_leaves_none_behind() {
         }
         assert!(result["tokens"].as_u64().is_some_and(|t| t > 0), "{line}");
     }
-    let left: Value = client
-        .get(format!("{base}/v1/contexts"))
-        .send()
-        .expect("list")
-        .json()
-        .expect("json");
+    let (_, left) = daemon.get("/v1/contexts");
     assert_eq!(
         left["data"].as_array().map(Vec::len),
         Some(0),

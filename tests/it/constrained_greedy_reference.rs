@@ -4,9 +4,6 @@
 //! Both must produce the same tokens on the real SmolLM2 and Gemma 3, and the schema's
 //! document must validate.
 
-#[path = "support/decimal_validation.rs"]
-mod decimal_validation;
-
 use std::path::Path;
 use std::sync::Arc;
 
@@ -21,6 +18,7 @@ use llamay::grammar::{CompiledGrammar, Limits, Matcher, TokenTrie};
 use llamay::llm::template::TemplateMessage;
 use llamay::llm::{BatchEntry, ContextParams, KvType, Model};
 use llamay::store::Store;
+use llamay_test_support::decimal_validation;
 
 const PROMPT: &str = "Order 7 from Acme: 3 widgets at 4.50 EUR each, ship to Lyon, postcode 69001.";
 const MAX_TOKENS: u32 = 400;

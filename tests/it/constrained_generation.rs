@@ -1,9 +1,6 @@
 //! Constrained generation with the real SmolLM2: whatever the model picks, the output stays
 //! inside the grammar or schema. Runs through the model worker, as `llamay run` and the daemon do.
 
-#[path = "support/decimal_validation.rs"]
-mod decimal_validation;
-
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
@@ -16,6 +13,7 @@ use llamay::core::{
 use llamay::grammar::{check_input, compile_gbnf, CheckOutcome, CompiledGrammar, Limits};
 use llamay::llm::{ContextParams, KvType, Model};
 use llamay::store::Store;
+use llamay_test_support::decimal_validation;
 
 fn start_smollm2() -> LlamaModelHandle {
     let store = Store::open(&Store::default_home()).expect("store");

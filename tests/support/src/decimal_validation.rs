@@ -6,7 +6,7 @@
 
 use jsonschema::error::ValidationErrorKind;
 use jsonschema::Validator;
-use llamay::grammar::schema::is_decimal_multiple;
+use llamay_grammar::schema::is_decimal_multiple;
 use serde_json::Value;
 
 /// Every error `validator` finds in `document`, less `multipleOf` errors on values that are

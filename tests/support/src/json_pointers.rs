@@ -1,5 +1,5 @@
 //! JSON pointers to every node of a value, and removing the node one names, for the fuzzers
-//! that mutate a node (`tests/http_fuzz.rs` on request bodies, `benches/fuzz_constraints.rs` on
+//! that mutate a node (`tests/it/http_fuzz.rs` on request bodies, `benches/fuzz_constraints.rs` on
 //! schemas).
 //! Cost: one string per node.
 

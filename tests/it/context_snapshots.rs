@@ -10,33 +10,13 @@
 //! every process is stopped on drop.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use llamay_test_support::daemon::Daemon;
 use serde_json::{json, Value};
 
 /// The name `serve -m <dir>/smollm2.gguf` serves the file under.
 const MODEL: &str = "smollm2";
-
-#[path = "support/process.rs"]
-mod process;
-
-use process::{free_port, wait_for_health, Process};
-
-struct Daemon {
-    process: Process,
-    base: String,
-}
-
-impl Daemon {
-    /// Stops the daemon as a service manager would (SIGTERM) and waits for it.
-    fn stop(self) {
-        assert!(
-            self.process.terminate(Duration::from_secs(60)),
-            "the daemon did not stop within 60 s of SIGTERM"
-        );
-    }
-}
 
 /// SmolLM2's file, linked (or copied) into `dir` as `smollm2.gguf`.
 fn model_file(dir: &Path) -> PathBuf {
@@ -53,15 +33,9 @@ fn model_file(dir: &Path) -> PathBuf {
 /// `llamay serve` over the store at `home`, with f32 KV and flash attention off (so a restored
 /// state and a fresh prefill compute alike), one thread, returned once /health answers.
 fn start(home: &Path, model: &Path, extra: &[&str]) -> Daemon {
-    let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_llamay"))
-        .env("RUST_LOG", "warn")
-        .env("LLAMAY_HOME", home)
-        .env_remove("LLAMAY_CONFIG")
-        .env_remove("LLAMAY_DAEMON_ID")
-        .args(["serve", "-m"])
-        .arg(model)
-        .args(["-addr", &format!("127.0.0.1:{port}")])
+    Daemon::builder()
+        .home(home)
+        .model(model)
         .args([
             "-t",
             "1",
@@ -73,51 +47,7 @@ fn start(home: &Path, model: &Path, extra: &[&str]) -> Daemon {
             "off",
         ])
         .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start serve");
-    let daemon = Daemon {
-        process: Process(child),
-        base: format!("http://127.0.0.1:{port}"),
-    };
-    assert!(
-        wait_for_health(&daemon.base, Duration::from_secs(120)),
-        "serve did not answer /health within 120 s"
-    );
-    daemon
-}
-
-fn call(method: reqwest::Method, url: String, body: Option<Value>) -> (u16, Value) {
-    let mut request = reqwest::blocking::Client::new()
-        .request(method, url)
-        .timeout(Duration::from_secs(300));
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    let response = request.send().expect("request");
-    let status = response.status().as_u16();
-    (status, response.json().unwrap_or(Value::Null))
-}
-
-fn post(daemon: &Daemon, path: &str, body: Value) -> (u16, Value) {
-    call(
-        reqwest::Method::POST,
-        format!("{}{path}", daemon.base),
-        Some(body),
-    )
-}
-
-fn get(daemon: &Daemon, path: &str) -> (u16, Value) {
-    call(reqwest::Method::GET, format!("{}{path}", daemon.base), None)
-}
-
-fn delete(daemon: &Daemon, path: &str) -> (u16, Value) {
-    call(
-        reqwest::Method::DELETE,
-        format!("{}{path}", daemon.base),
-        None,
-    )
+        .start()
 }
 
 fn few_shot() -> Value {
@@ -137,7 +67,7 @@ fn greedy(daemon: &Daemon, messages: Value, context: Option<&str>, max_tokens: u
     if let Some(context) = context {
         body["llamay_context"] = json!(context);
     }
-    let (status, answer) = post(daemon, "/v1/chat/completions", body);
+    let (status, answer) = daemon.post("/v1/chat/completions", &body);
     assert_eq!(status, 200, "{answer}");
     answer["choices"][0]["message"]["content"]
         .as_str()
@@ -146,7 +76,7 @@ fn greedy(daemon: &Daemon, messages: Value, context: Option<&str>, max_tokens: u
 }
 
 fn create(daemon: &Daemon, body: Value) -> Value {
-    let (status, made) = post(daemon, "/v1/contexts", body);
+    let (status, made) = daemon.post("/v1/contexts", &body);
     assert_eq!(status, 201, "{made}");
     made
 }
@@ -172,7 +102,7 @@ fn a_snapshot_restored_after_a_restart_answers_as_before_without_prefill() {
     let cold = greedy(&daemon, Value::Array(full), None, 16);
     assert_eq!(before, cold, "a context answers as the full prompt does");
 
-    let (status, snapshot) = post(&daemon, &format!("/v1/contexts/{id}/snapshot"), json!({}));
+    let (status, snapshot) = daemon.post(&format!("/v1/contexts/{id}/snapshot"), &json!({}));
     assert_eq!(status, 201, "{snapshot}");
     let snap = snapshot["snapshot"]
         .as_str()
@@ -185,12 +115,12 @@ fn a_snapshot_restored_after_a_restart_answers_as_before_without_prefill() {
         snapshot["bytes"].as_u64().expect("bytes") > 1000,
         "{snapshot}"
     );
-    let (_, listed) = get(&daemon, "/v1/snapshots");
+    let (_, listed) = daemon.get("/v1/snapshots");
     assert_eq!(listed["data"][0]["snapshot"], json!(snap));
     daemon.stop();
 
     let daemon = start(home.path(), &model, &["-parallel", "2"]);
-    let (status, restored) = post(&daemon, "/v1/contexts", json!({"snapshot": snap}));
+    let (status, restored) = daemon.post("/v1/contexts", &json!({"snapshot": snap}));
     assert_eq!(status, 201, "{restored}");
     assert_eq!(restored["tokens"], made["tokens"]);
     assert_eq!(restored["state"], json!("hot"));
@@ -199,14 +129,14 @@ fn a_snapshot_restored_after_a_restart_answers_as_before_without_prefill() {
         restored_id.starts_with(&format!("ctx_{daemon_id}_")),
         "the daemon id is kept across restarts: {restored_id} after {id}"
     );
-    let (_, stats) = get(&daemon, "/v1/stats");
+    let (_, stats) = daemon.get("/v1/stats");
     let prompt_tokens = stats["models"][0]["totals"]["prompt_tokens"].as_u64();
     let after = greedy(&daemon, turn, Some(restored_id), 16);
     assert_eq!(
         after, before,
         "the restored context answers token for token as before"
     );
-    let (_, stats_after) = get(&daemon, "/v1/stats");
+    let (_, stats_after) = daemon.get("/v1/stats");
     let saved = stats_after["prefix_reuse"]["tokens_saved"]
         .as_u64()
         .unwrap_or(0);
@@ -215,16 +145,16 @@ fn a_snapshot_restored_after_a_restart_answers_as_before_without_prefill() {
         "the answer reused the restored tokens: {stats_after} (before: {prompt_tokens:?})"
     );
 
-    let (status, _) = delete(&daemon, &format!("/v1/snapshots/{snap}"));
+    let (status, _) = daemon.delete(&format!("/v1/snapshots/{snap}"));
     assert_eq!(status, 200);
-    assert_eq!(get(&daemon, &format!("/v1/snapshots/{snap}")).0, 404);
-    assert_eq!(delete(&daemon, &format!("/v1/snapshots/{snap}")).0, 404);
+    assert_eq!(daemon.get(&format!("/v1/snapshots/{snap}")).0, 404);
+    assert_eq!(daemon.delete(&format!("/v1/snapshots/{snap}")).0, 404);
     assert_eq!(
-        post(&daemon, "/v1/contexts", json!({"snapshot": snap})).0,
+        daemon.post("/v1/contexts", &json!({"snapshot": snap})).0,
         404
     );
     assert_eq!(
-        post(&daemon, "/v1/contexts/ctx_nope/snapshot", json!({})).0,
+        daemon.post("/v1/contexts/ctx_nope/snapshot", &json!({})).0,
         404
     );
     daemon.stop();
@@ -248,7 +178,7 @@ fn damaged_and_foreign_snapshots_are_refused_and_an_unwritable_store_changes_not
         json!({"model": MODEL, "prompt": "The capital of France is"}),
     );
     let id = made["id"].as_str().expect("id").to_string();
-    let (status, snapshot) = post(&daemon, &format!("/v1/contexts/{id}/snapshot"), json!({}));
+    let (status, snapshot) = daemon.post(&format!("/v1/contexts/{id}/snapshot"), &json!({}));
     assert_eq!(status, 201, "{snapshot}");
     let snap = snapshot["snapshot"].as_str().expect("id").to_string();
 
@@ -257,19 +187,19 @@ fn damaged_and_foreign_snapshots_are_refused_and_an_unwritable_store_changes_not
     let away = home.path().join("blobs.away");
     std::fs::rename(&blobs, &away).expect("move blobs");
     std::fs::write(&blobs, b"not a directory").expect("block blobs");
-    let (status, refused) = post(&daemon, &format!("/v1/contexts/{id}/snapshot"), json!({}));
+    let (status, refused) = daemon.post(&format!("/v1/contexts/{id}/snapshot"), &json!({}));
     std::fs::remove_file(&blobs).expect("unblock");
     std::fs::rename(&away, &blobs).expect("restore blobs");
     assert_eq!(status, 500, "{refused}");
     let message = refused["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("not writable"), "{message}");
-    let (status, context) = get(&daemon, &format!("/v1/contexts/{id}"));
+    let (status, context) = daemon.get(&format!("/v1/contexts/{id}"));
     assert_eq!(status, 200);
     assert_eq!(
         context["tokens"], made["tokens"],
         "the context is untouched"
     );
-    let (_, listed) = get(&daemon, "/v1/snapshots");
+    let (_, listed) = daemon.get("/v1/snapshots");
     assert_eq!(listed["data"].as_array().map(Vec::len), Some(1), "{listed}");
     daemon.stop();
 
@@ -299,21 +229,21 @@ fn damaged_and_foreign_snapshots_are_refused_and_an_unwritable_store_changes_not
     std::fs::write(&blob, bytes).expect("damage");
 
     let daemon = start(home.path(), &model, &["-parallel", "2"]);
-    let (status, refused) = post(&daemon, "/v1/contexts", json!({"snapshot": snap}));
+    let (status, refused) = daemon.post("/v1/contexts", &json!({"snapshot": snap}));
     assert_eq!(status, 500, "{refused}");
     let message = refused["error"]["message"].as_str().unwrap_or_default();
     assert!(
         message.contains("damaged") && message.contains("nothing was restored"),
         "{message}"
     );
-    let (status, refused) = post(&daemon, "/v1/contexts", json!({"snapshot": foreign}));
+    let (status, refused) = daemon.post("/v1/contexts", &json!({"snapshot": foreign}));
     assert_eq!(status, 409, "{refused}");
     let message = refused["error"]["message"].as_str().unwrap_or_default();
     assert!(
         message.contains(&foreign_digest) && message.contains("file outside the store"),
         "{message}"
     );
-    let (_, contexts) = get(&daemon, "/v1/contexts");
+    let (_, contexts) = daemon.get("/v1/contexts");
     assert_eq!(contexts["data"], json!([]), "nothing was restored");
     daemon.stop();
 }
@@ -328,7 +258,7 @@ fn snapshot_digest(home: &Path, id: &str) -> String {
 fn raw_answer(daemon: &Daemon, context: &str, prompt: &str) -> String {
     let body = json!({"model": MODEL, "prompt": prompt, "raw": true, "stream": false,
         "options": {"temperature": 0, "num_predict": 3}, "llamay_context": context});
-    let (status, answer) = post(daemon, "/api/generate", body);
+    let (status, answer) = daemon.post("/api/generate", &body);
     assert_eq!(status, 200, "{answer}");
     answer["response"].as_str().expect("response").to_string()
 }
@@ -352,7 +282,7 @@ fn first_word(answer: &str) -> String {
 fn cold_answer(daemon: &Daemon, prompt: &str) -> String {
     let body = json!({"model": MODEL, "prompt": prompt, "raw": true, "stream": false,
         "options": {"temperature": 0, "num_predict": 3}});
-    let (status, answer) = post(daemon, "/api/generate", body);
+    let (status, answer) = daemon.post("/api/generate", &body);
     assert_eq!(status, 200, "{answer}");
     answer["response"].as_str().expect("response").to_string()
 }
@@ -383,7 +313,7 @@ fn a_hundred_contexts_on_four_sequences_all_answer_from_their_own_state() {
         let made = create(&daemon, json!({"model": MODEL, "prompt": counting(i)}));
         contexts.push(made["id"].as_str().expect("id").to_string());
     }
-    let (_, stats) = get(&daemon, "/v1/stats");
+    let (_, stats) = daemon.get("/v1/stats");
     let counts = &stats["contexts"];
     let parked = counts["parked"].as_u64().unwrap_or(0);
     let stored = counts["stored"].as_u64().unwrap_or(0);
@@ -397,7 +327,7 @@ fn a_hundred_contexts_on_four_sequences_all_answer_from_their_own_state() {
     );
     let memory = counts["parked_bytes"].as_u64().unwrap_or(0);
     assert!(memory > 0 && memory <= 16 << 20, "{counts}");
-    let (_, listed) = get(&daemon, "/v1/contexts");
+    let (_, listed) = daemon.get("/v1/contexts");
     let states: Vec<&str> = listed["data"]
         .as_array()
         .expect("data")
@@ -432,7 +362,7 @@ fn a_hundred_contexts_on_four_sequences_all_answer_from_their_own_state() {
             "round {round}: near ties tipped in {tipped:?}"
         );
     }
-    let (_, stats) = get(&daemon, "/v1/stats");
+    let (_, stats) = daemon.get("/v1/stats");
     let hits = stats["prefix_reuse"]["hits"].as_u64().unwrap_or(0);
     let saved = stats["prefix_reuse"]["tokens_saved"].as_u64().unwrap_or(0);
     assert!(
@@ -458,7 +388,7 @@ fn a_context_survives_its_model_being_unloaded_and_loaded_again() {
     let wait_unloaded = || {
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(30) {
-            let (_, ps) = get(&daemon, "/api/ps");
+            let (_, ps) = daemon.get("/api/ps");
             if ps["models"].as_array().is_some_and(Vec::is_empty) {
                 return;
             }
@@ -467,14 +397,14 @@ fn a_context_survives_its_model_being_unloaded_and_loaded_again() {
         panic!("the model did not unload");
     };
     wait_unloaded();
-    let (_, context) = get(&daemon, &format!("/v1/contexts/{id}"));
+    let (_, context) = daemon.get(&format!("/v1/contexts/{id}"));
     assert_eq!(context["state"], json!("parked"), "{context}");
     let turn = json!([{"role": "user", "content": "bread"}]);
     let first = greedy(&daemon, turn.clone(), Some(&id), 8);
     wait_unloaded();
     let second = greedy(&daemon, turn, Some(&id), 8);
     assert_eq!(first, second);
-    let (_, stats) = get(&daemon, "/v1/stats");
+    let (_, stats) = daemon.get("/v1/stats");
     assert!(stats["contexts"]["total"].as_u64() == Some(1), "{stats}");
     daemon.stop();
 }

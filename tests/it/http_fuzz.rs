@@ -8,19 +8,13 @@
 //! Bounded: a fixed number of cases and a wall-clock budget (cases past it are skipped), small
 //! `max_tokens` in the seeds and a small context, so an accepted mutation stays cheap.
 
-use std::io::Read;
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use llamay_test_support::daemon::Daemon;
+use llamay_test_support::json_pointers::{all_pointers, remove_at};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde_json::{json, Value};
-
-#[path = "support/json_pointers.rs"]
-mod json_pointers;
-use json_pointers::{all_pointers, remove_at};
 
 const MODEL: &str = "smollm2:135m";
 /// Cases past this budget are skipped, so the test stays within CI's minutes on a busy machine.
@@ -515,84 +509,22 @@ fn mutate_bytes(mut body: Vec<u8>, mutation: &ByteMutation) -> Vec<u8> {
     }
 }
 
-struct Daemon {
-    child: Child,
-    base: String,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn start_daemon() -> Daemon {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .expect("a free port")
-        .local_addr()
-        .expect("addr")
-        .port();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let log = dir.path().join("daemon.log");
-    let log_file = std::fs::File::create(&log).expect("log file");
-    let child = Command::new(env!("CARGO_BIN_EXE_llamay"))
+    Daemon::builder()
+        .model(MODEL)
         .args([
-            "serve",
-            "-m",
-            MODEL,
-            "-addr",
-            &format!("127.0.0.1:{port}"),
             "-c",
             "1024",
             "-parallel",
             "2",
             "-t",
             "1",
+            "-max-loaded",
+            "1",
+            "-keepalive",
+            "-1",
         ])
-        .args(["-max-loaded", "1", "-keepalive", "-1"])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(log_file)
-        .spawn()
-        .expect("llamay serve starts");
-    let mut daemon = Daemon {
-        child,
-        base: format!("http://127.0.0.1:{port}"),
-        log,
-        _dir: dir,
-    };
-    let client = client();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        if let Ok(response) = client.get(format!("{}/health", daemon.base)).send() {
-            if response.status().is_success() {
-                return daemon;
-            }
-        }
-        if let Ok(Some(status)) = daemon.child.try_wait() {
-            panic!(
-                "llamay serve exited with {status}: {}",
-                read_log(&daemon.log)
-            );
-        }
-        assert!(
-            Instant::now() < deadline,
-            "llamay serve did not answer /health: {}",
-            read_log(&daemon.log)
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-fn read_log(path: &PathBuf) -> String {
-    let mut text = String::new();
-    if let Ok(mut file) = std::fs::File::open(path) {
-        let _ = file.read_to_string(&mut text);
-    }
-    text
+        .start()
 }
 
 fn client() -> reqwest::blocking::Client {
@@ -727,10 +659,10 @@ fn run_case(
         Err(error) if error.is_builder() => Ok(()),
         Err(error) => Err(format!("{path}: no answer: {error}")),
     };
-    if let Ok(Some(status)) = daemon.child.try_wait() {
+    if let Some(status) = daemon.exit_status() {
         return Err(format!(
             "the daemon exited ({status}) on {path}: {}",
-            read_log(&daemon.log)
+            daemon.log()
         ));
     }
     let health = client
@@ -770,7 +702,7 @@ fn every_route_answers_mutated_bodies_with_a_4xx_in_its_shape_or_a_valid_answer(
     });
     let ran = ran.get();
     drop(shared);
-    let log = read_log(&daemon.log);
+    let log = daemon.log();
     assert!(
         !log.contains("panicked"),
         "the daemon logged a panic:\n{log}"

@@ -6,13 +6,11 @@
 //! Key types: [`TestRegistry`] (the running server), [`Layer`] (a blob and its media type),
 //! [`Faults`] (switches that make it misbehave the ways real registries and networks do: a
 //! missing tag, a blob whose bytes do not match its digest, a connection cut part-way, a slow
-//! body, 500s before a success). [`TestRegistry::blob_bytes_sent`] counts the blob bytes that
+//! body, 500s before a success, blobs redirected to another server). [`TestRegistry::blob_bytes_sent`] counts the blob bytes that
 //! went out, so a test can tell a resumed pull from a restarted one.
 //!
 //! Costs: one thread per connection; blobs backed by a file are streamed from it in 256 KiB
 //! reads, never held in memory. Plain HTTP/1.1, one request per connection (`Connection: close`).
-
-#![allow(dead_code)]
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -103,6 +101,9 @@ pub struct Faults {
     pub manifest_status: AtomicU64,
     /// Served instead of every manifest when set (an unknown schema, say).
     pub manifest_override: Mutex<Option<String>>,
+    /// A base URL (`http://host:port`) every blob request is redirected to (307), as registries
+    /// send blobs to a CDN.
+    pub redirect_blobs_to: Mutex<Option<String>>,
 }
 
 struct Model {
@@ -288,6 +289,15 @@ fn respond(stream: &mut TcpStream, status: u16, content_type: &str, body: &[u8])
     stream.flush()
 }
 
+fn redirect_to(stream: &mut TcpStream, location: &str) -> io::Result<()> {
+    write!(
+        stream,
+        "HTTP/1.1 307 Temporary Redirect\r\nLocation: {location}\r\nContent-Length: 0\r\n\
+         Connection: close\r\n\r\n"
+    )?;
+    stream.flush()
+}
+
 fn error_json(code: &str, message: &str) -> Vec<u8> {
     serde_json::to_vec(&serde_json::json!({"errors": [{"code": code, "message": message}]}))
         .unwrap_or_default()
@@ -338,6 +348,14 @@ fn serve_connection(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
         return serve_manifest(&mut stream, shared, repository, tag, &request.method);
     }
     if let Some((repository, digest)) = rest.split_once("/blobs/") {
+        let redirect = faults
+            .redirect_blobs_to
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some(base) = redirect {
+            return redirect_to(&mut stream, &format!("{base}{}", request.path));
+        }
         return serve_blob(&mut stream, shared, repository, digest, &request);
     }
     respond(

@@ -1,6 +1,6 @@
 //! Timing for the benches that compare llamay with llguidance (`maskbench`, `schema_compile`):
 //! the bench thread's CPU time, and one summary and printed row of a set of timings, so both
-//! report avg, p50, p99 and max the same way. Included by `#[path]`.
+//! report avg, p50, p99 and max the same way.
 //!
 //! Key items: [`CpuInstant`], [`summary`], [`row`]. Cost: a `clock_gettime` per reading.
 

@@ -13,6 +13,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use llamay::store::{ModelName, Store};
+use llamay_test_support::process::llamay_command;
 use sha2::{Digest, Sha256};
 
 /// Findings a crash may leave behind; anything else means the store was left inconsistent.
@@ -21,8 +22,8 @@ const OTHER_LABELS: &[&str] =
     &["missing blob", "damaged blob", "unreadable entry", "unknown tree", "unknown file"];
 
 fn llamay(home: &Path) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_llamay"));
-    command.env("LLAMAY_HOME", home).env("RUST_LOG", "warn");
+    let mut command = llamay_command();
+    command.env("LLAMAY_HOME", home);
     command
 }
 

@@ -8,85 +8,30 @@
 //! bounded; every process is killed on drop.
 
 use std::io::{BufRead, BufReader, Read};
-use std::process::Stdio;
 use std::time::Duration;
+
+use llamay_test_support::daemon::{Daemon, RpcWorker};
+use llamay_test_support::process::{free_port, llamay_command as llamay};
 
 const MODEL: &str = "smollm2:135m";
 
-#[path = "support/process.rs"]
-mod process;
-
-use process::{free_port, llamay_command as llamay, wait_for_health, wait_for_port, Process};
-
-fn start_worker() -> (Process, u16) {
-    start_worker_with(free_port(), &[])
-}
-
-/// A worker on `port` with `extra` flags.
-fn start_worker_with(port: u16, extra: &[&str]) -> (Process, u16) {
-    let child = llamay()
-        .args([
-            "rpc-worker",
-            "-addr",
-            &format!("127.0.0.1:{port}"),
-            "-t",
-            "1",
-        ])
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start rpc-worker");
-    let worker = Process(child);
-    assert!(
-        wait_for_port(port, Duration::from_secs(30)),
-        "rpc-worker on {port} did not listen"
-    );
-    (worker, port)
-}
-
 /// `llamay serve` with SmolLM2 preloaded, one sequence and one thread (so both runs decode
 /// with the same batch layout); `rpc` adds `-rpc`. Returns when /health answers.
-fn start_daemon(rpc: Option<&str>) -> (Process, String) {
+fn start_daemon(rpc: Option<&str>) -> Daemon {
     start_daemon_with(rpc, &[])
 }
 
-fn start_daemon_with(rpc: Option<&str>, extra: &[&str]) -> (Process, String) {
-    let port = free_port();
-    let mut command = llamay();
-    command.args([
-        "serve",
-        "-m",
-        MODEL,
-        "-addr",
-        &format!("127.0.0.1:{port}"),
-        "-parallel",
-        "1",
-        "-t",
-        "1",
-        "-context",
-        "512",
-    ]);
+fn start_daemon_with(rpc: Option<&str>, extra: &[&str]) -> Daemon {
+    let mut args = vec!["-parallel", "1", "-t", "1", "-context", "512"];
     if let Some(workers) = rpc {
-        command.args(["-rpc", workers]);
+        args.extend(["-rpc", workers]);
     }
-    command.args(extra);
-    let child = command
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start serve");
-    let daemon = Process(child);
-    let base = format!("http://127.0.0.1:{port}");
-    assert!(
-        wait_for_health(&base, Duration::from_secs(120)),
-        "serve {rpc:?} did not answer /health within 120 s"
-    );
-    (daemon, base)
+    args.extend(extra);
+    Daemon::builder().model(MODEL).args(args).start()
 }
 
 /// A greedy chat request with `extra` fields merged into its body: its status and body.
-fn greedy_request_with(base: &str, extra: serde_json::Value) -> (reqwest::StatusCode, serde_json::Value) {
+fn greedy_request_with(daemon: &Daemon, extra: serde_json::Value) -> (u16, serde_json::Value) {
     let mut body = serde_json::json!({
         "model": MODEL,
         "messages": [{"role": "user", "content": "Name three colours of the rainbow."}],
@@ -96,31 +41,24 @@ fn greedy_request_with(base: &str, extra: serde_json::Value) -> (reqwest::Status
     if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
         body.extend(extra.clone());
     }
-    let response = reqwest::blocking::Client::new()
-        .post(format!("{base}/v1/chat/completions"))
-        .json(&body)
-        .timeout(Duration::from_secs(120))
-        .send()
-        .expect("chat request");
-    let status = response.status();
-    (status, response.json().expect("json"))
+    daemon.post("/v1/chat/completions", &body)
 }
 
-fn greedy_request(base: &str) -> (reqwest::StatusCode, serde_json::Value) {
-    greedy_request_with(base, serde_json::json!({}))
+fn greedy_request(daemon: &Daemon) -> (u16, serde_json::Value) {
+    greedy_request_with(daemon, serde_json::json!({}))
 }
 
-fn greedy_text_with(base: &str, extra: serde_json::Value) -> String {
-    let (status, value) = greedy_request_with(base, extra);
-    assert!(status.is_success(), "status {status}: {value}");
+fn greedy_text_with(daemon: &Daemon, extra: serde_json::Value) -> String {
+    let (status, value) = greedy_request_with(daemon, extra);
+    assert_eq!(status, 200, "{value}");
     value["choices"][0]["message"]["content"]
         .as_str()
         .expect("content")
         .to_string()
 }
 
-fn greedy_text(base: &str) -> String {
-    greedy_text_with(base, serde_json::json!({}))
+fn greedy_text(daemon: &Daemon) -> String {
+    greedy_text_with(daemon, serde_json::json!({}))
 }
 
 /// The constraints a split model must enforce as a local one does: a JSON schema, a GBNF
@@ -138,26 +76,26 @@ fn constrained_requests() -> Vec<serde_json::Value> {
 
 #[test]
 fn split_over_two_workers_gives_the_same_greedy_text() {
-    let (local_daemon, local_base) = start_daemon(None);
-    let local = greedy_text(&local_base);
+    let local_daemon = start_daemon(None);
+    let local = greedy_text(&local_daemon);
     let local_constrained: Vec<String> = constrained_requests()
         .into_iter()
-        .map(|extra| greedy_text_with(&local_base, extra))
+        .map(|extra| greedy_text_with(&local_daemon, extra))
         .collect();
     drop(local_daemon);
     assert!(!local.is_empty(), "the local run generated nothing");
 
-    let (_first, first_port) = start_worker();
-    let (_second, second_port) = start_worker();
-    let workers = format!("127.0.0.1:{first_port},127.0.0.1:{second_port}");
-    let (_daemon, base) = start_daemon(Some(&workers));
-    let split = greedy_text(&base);
+    let first = RpcWorker::start_any();
+    let second = RpcWorker::start_any();
+    let workers = format!("{},{}", first.endpoint(), second.endpoint());
+    let daemon = start_daemon(Some(&workers));
+    let split = greedy_text(&daemon);
     assert_eq!(
         split, local,
         "greedy text differs between the split and the local model"
     );
     for (extra, local) in constrained_requests().into_iter().zip(local_constrained) {
-        let split = greedy_text_with(&base, extra.clone());
+        let split = greedy_text_with(&daemon, extra.clone());
         assert_eq!(split, local, "constrained greedy text differs for {extra}");
     }
 }
@@ -201,14 +139,8 @@ fn a_worker_refuses_a_remote_address_without_allow_remote() {
 }
 
 /// Each device's (name, layers, bytes) of the loaded model, from `/v1/stats`.
-fn placement(base: &str) -> Vec<(String, String, u64)> {
-    let stats: serde_json::Value = reqwest::blocking::Client::new()
-        .get(format!("{base}/v1/stats"))
-        .timeout(Duration::from_secs(10))
-        .send()
-        .expect("stats")
-        .json()
-        .expect("json");
+fn placement(daemon: &Daemon) -> Vec<(String, String, u64)> {
+    let (_, stats) = daemon.get("/v1/stats");
     stats["models"][0]["rpc_placement"]
         .as_array()
         .unwrap_or_else(|| panic!("no rpc_placement: {stats}"))
@@ -228,16 +160,13 @@ fn placement(base: &str) -> Vec<(String, String, u64)> {
 /// to this CPU, a quarter to the first worker and the rest to the second.
 #[test]
 fn mem_and_split_decide_what_each_worker_holds() {
-    let (_first, first_port) = start_worker_with(free_port(), &["-mem", "1073741824"]);
-    let (_second, second_port) = start_worker_with(free_port(), &["-mem", "1073741824"]);
-    let (first, second) = (
-        format!("127.0.0.1:{first_port}"),
-        format!("127.0.0.1:{second_port}"),
-    );
+    let first_worker = RpcWorker::start(free_port(), &["-mem", "1073741824"]);
+    let second_worker = RpcWorker::start(free_port(), &["-mem", "1073741824"]);
+    let (first, second) = (first_worker.endpoint(), second_worker.endpoint());
     let workers = format!("{first},{second}");
     {
-        let (_daemon, base) = start_daemon(Some(&workers));
-        let parts = placement(&base);
+        let daemon = start_daemon(Some(&workers));
+        let parts = placement(&daemon);
         let layers: Vec<(&str, &str)> = parts
             .iter()
             .map(|(d, l, _)| (d.as_str(), l.as_str()))
@@ -253,8 +182,8 @@ fn mem_and_split_decide_what_each_worker_holds() {
         // The input embeddings stay on this CPU; each worker holds weights.
         assert!(parts.iter().all(|(_, _, bytes)| *bytes > 0), "{parts:?}");
     }
-    let (_daemon, base) = start_daemon_with(Some(&workers), &["-split", "1,1,2"]);
-    let layers: Vec<String> = placement(&base).into_iter().map(|(_, l, _)| l).collect();
+    let daemon = start_daemon_with(Some(&workers), &["-split", "1,1,2"]);
+    let layers: Vec<String> = placement(&daemon).into_iter().map(|(_, l, _)| l).collect();
     assert_eq!(layers, ["0-7", "8-15", "16-30"]);
 }
 
@@ -293,11 +222,11 @@ fn bad_mem_and_split_values_are_named() {
 /// worker is down a request gets 503 naming it; once it is back, the model loads again.
 #[test]
 fn a_worker_lost_mid_stream_fails_that_request_and_the_daemon_serves_on() {
-    let (_kept, kept_port) = start_worker();
-    let (lost, lost_port) = start_worker();
-    let lost_endpoint = format!("127.0.0.1:{lost_port}");
-    let workers = format!("127.0.0.1:{kept_port},{lost_endpoint}");
-    let (mut daemon, base) = start_daemon(Some(&workers));
+    let kept = RpcWorker::start_any();
+    let lost = RpcWorker::start_any();
+    let (lost_port, lost_endpoint) = (lost.port, lost.endpoint());
+    let workers = format!("{},{lost_endpoint}", kept.endpoint());
+    let mut daemon = start_daemon(Some(&workers));
     // A long answer (about 120 tokens greedy), so the loss lands well inside it.
     let body = serde_json::json!({
         "model": MODEL,
@@ -306,9 +235,9 @@ fn a_worker_lost_mid_stream_fails_that_request_and_the_daemon_serves_on() {
         "max_tokens": 400,
         "stream": true,
     });
-    let client = reqwest::blocking::Client::new();
-    let response = client
-        .post(format!("{base}/v1/chat/completions"))
+    let response = daemon
+        .client()
+        .post(daemon.url("/v1/chat/completions"))
         .json(&body)
         .timeout(Duration::from_secs(120))
         .send()
@@ -341,23 +270,24 @@ fn a_worker_lost_mid_stream_fails_that_request_and_the_daemon_serves_on() {
     );
 
     assert!(
-        daemon.0.try_wait().expect("wait").is_none(),
+        daemon.exit_status().is_none(),
         "the daemon ended with its worker"
     );
-    let health = client
-        .get(format!("{base}/health"))
+    let health = daemon
+        .client()
+        .get(daemon.url("/health"))
         .timeout(Duration::from_secs(10))
         .send()
         .expect("health after the loss");
     assert!(health.status().is_success());
 
     // Down: the reload fails with a 503 naming the worker.
-    let (status, value) = greedy_request(&base);
-    assert_eq!(status.as_u16(), 503, "{value}");
+    let (status, value) = greedy_request(&daemon);
+    assert_eq!(status, 503, "{value}");
     assert!(value.to_string().contains(&lost_endpoint), "{value}");
 
     // Back on the same port: the next request loads the model again and is answered.
-    let (_back, _) = start_worker_with(lost_port, &[]);
-    let text = greedy_text(&base);
+    let _back = RpcWorker::start(lost_port, &[]);
+    let text = greedy_text(&daemon);
     assert!(!text.is_empty(), "the reloaded model generated nothing");
 }

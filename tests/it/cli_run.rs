@@ -2,11 +2,9 @@
 //! the store (scripts/setup imports them), and every bad input from the foundation issue.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn llamay() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_llamay"))
-}
+use llamay_test_support::process::llamay_command as llamay;
 
 fn run(args: &[&str]) -> Output {
     llamay().args(args).output().expect("the binary runs")
