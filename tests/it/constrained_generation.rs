@@ -74,7 +74,7 @@ fn generate(prompt: &str, constraint: Constraint, seed: Option<u32>, max_tokens:
 }
 
 fn corpus(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/gbnf").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/grammars").join(name)
 }
 
 #[test]
