@@ -52,6 +52,8 @@ pub enum LexiconError {
          a line `#!allow` or `#!deny`"
     )]
     NoKind,
+    #[error("the lexicon files mix allow and deny lists: lists applied together must all allow or all deny")]
+    MixedKinds,
     #[error("the lexicon's {at} is an unknown directive {text:?}: the only ones are `#!allow` and `#!deny`, before the first entry")]
     BadDirective { at: EntryAt, text: String },
     #[error(

@@ -234,6 +234,23 @@ impl Lexicon {
         Lexicon::build(kind, &raw, limits)
     }
 
+    /// Several lexicon files read as one list, their entries together (each file's kind as
+    /// in [`Lexicon::parse`]); files of different kinds are refused.
+    pub fn parse_all(texts: &[&str], kind: Option<LexiconKind>, limits: &LexiconLimits) -> Result<Lexicon, LexiconError> {
+        let mut chosen: Option<LexiconKind> = None;
+        let mut raw = Vec::new();
+        for text in texts {
+            let (declared, entries) = parse_file(text)?;
+            let this = declared.or(kind).ok_or(LexiconError::NoKind)?;
+            if chosen.is_some_and(|kind| kind != this) {
+                return Err(LexiconError::MixedKinds);
+            }
+            chosen = Some(this);
+            raw.extend(entries);
+        }
+        Lexicon::build(chosen.ok_or(LexiconError::NoEntries)?, &raw, limits)
+    }
+
     fn build(kind: LexiconKind, raw: &[RawEntry<'_>], limits: &LexiconLimits) -> Result<Lexicon, LexiconError> {
         let normalized = normalize(kind, raw, limits)?;
         let dfa = match kind {

@@ -68,3 +68,16 @@ fn an_automaton_past_its_budget_is_refused_at_load() {
     let lexicon = Lexicon::new(LexiconKind::Deny, &words, &LexiconLimits::default()).expect("fits the default");
     assert_eq!(lexicon.state_count(), states);
 }
+
+#[test]
+fn several_files_load_as_one_list_of_one_kind() {
+    let limits = LexiconLimits::default();
+    let both = Lexicon::parse_all(&["#!deny\nbad\n", "#!deny\nworse\n"], None, &limits).expect("loads");
+    assert_eq!((both.kind(), both.entry_count()), (LexiconKind::Deny, 2));
+    assert!(check_text(&both, b"bad", Target::Text) != LexiconCheck::Pass);
+    assert!(check_text(&both, b"worse", Target::Text) != LexiconCheck::Pass);
+    assert_eq!(
+        Lexicon::parse_all(&["#!deny\nbad\n", "#!allow\ngood\n"], None, &limits).err(),
+        Some(LexiconError::MixedKinds)
+    );
+}
