@@ -16,13 +16,10 @@ pub struct ChatRequest {
     pub options: Option<Options>,
     pub stream: Option<bool>,
     pub keep_alive: Option<Value>,
-    pub llamay_grammar: Option<String>,
     pub grammar: Option<String>,
-    /// llamay's contexts (issue 11): continue a named context, and append to it.
-    pub llamay_context: Option<String>,
-    #[serde(default)]
-    pub llamay_context_commit: bool,
-    pub llamay_formats: Option<String>,
+    /// The `llamay_*` extensions, shared by every route.
+    #[serde(flatten)]
+    pub llamay: crate::api::extensions::LlamayFields,
 }
 
 #[derive(Debug, Deserialize)]
@@ -39,13 +36,10 @@ pub struct GenerateRequest {
     pub options: Option<Options>,
     pub stream: Option<bool>,
     pub keep_alive: Option<Value>,
-    pub llamay_grammar: Option<String>,
     pub grammar: Option<String>,
-    /// llamay's contexts (issue 11): continue a named context, and append to it.
-    pub llamay_context: Option<String>,
-    #[serde(default)]
-    pub llamay_context_commit: bool,
-    pub llamay_formats: Option<String>,
+    /// The `llamay_*` extensions, shared by every route.
+    #[serde(flatten)]
+    pub llamay: crate::api::extensions::LlamayFields,
 }
 
 #[derive(Debug, Deserialize)]
