@@ -113,6 +113,9 @@ impl WireRequest {
                 request.model
             ))
         };
+        if request.lexicon.is_some() {
+            return Err(refuse("lexicons (llamay_lexicon or the daemon's -lexicon)"));
+        }
         let constraint = match &request.constraint {
             None => None,
             Some(constraint) => match &constraint.source {

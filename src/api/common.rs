@@ -104,8 +104,8 @@ impl Started {
     }
 }
 
-/// Compiles the request's constraint (or takes the daemon's `-grammar-file`), with `format`
-/// enforced as the request or else the config says, applies the
+/// Compiles the request's constraint (or takes the daemon's `-grammar-file`) under its lexicon
+/// (or the daemon's `-lexicon`), with `format` enforced as the request or else the config says, applies the
 /// daemon's token budget rules (the one place for all three APIs), leases the model (loading
 /// it if needed) and submits the request.
 pub async fn start_generation(
@@ -119,7 +119,11 @@ pub async fn start_generation(
     request.sampling.limit_tokens(state.token_limits);
     // One name per model from here on: its context and its loaded copy are found by it.
     request.model = crate::core::ModelName::parse(&request.model)?.to_string();
-    request.constraint = resolve_constraint(constraint, &state.constraints, state.default_grammar.as_ref())?;
+    // The request's `llamay_lexicon` wins over the daemon's `-lexicon`.
+    let lexicon = state.lexicons.choose(constraint.lexicon.take()).await?;
+    request.constraint =
+        resolve_constraint(constraint, &state.constraints, state.default_grammar.as_ref(), lexicon.as_ref())?;
+    request.lexicon = lexicon.map(|chosen| chosen.lexicon);
     // An unknown context is refused before any model loads.
     let context = match request.context.as_ref() {
         Some(asked) => Some(crate::api::contexts::context_use(state, asked, &request)?),

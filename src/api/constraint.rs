@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use crate::api::lexicon::{ChosenLexicon, LexiconField, LEXICON_PARAM};
 use crate::core::{Constraint, ConstraintCompileError, ConstraintKind, ConstraintSource};
 use crate::error::{CoreError, ErrorCode};
 use crate::grammar::automaton::CompiledGrammar;
@@ -35,6 +36,8 @@ pub struct ConstraintSources {
     pub grammar: Option<(String, &'static str)>,
     /// `llamay_formats` when the request sent it; otherwise the daemon's `formats` applies.
     pub formats: Option<FormatMode>,
+    /// `llamay_lexicon` when the request sent it; otherwise the daemon's `-lexicon` applies.
+    pub lexicon: Option<LexiconField>,
 }
 
 impl ConstraintSources {
@@ -128,12 +131,14 @@ impl ConstraintCache {
     }
 }
 
-/// The constraint for a request: its own if it sent one, else the daemon's `-grammar-file`.
-/// A grammar together with a schema (or "any JSON") is refused.
+/// The constraint for a request: its own if it sent one, else the daemon's `-grammar-file`;
+/// compiled under `lexicon` when one applies (see `api::lexicon`). A grammar together with a
+/// schema (or "any JSON") is refused.
 pub fn resolve_constraint(
     sources: ConstraintSources,
     cache: &ConstraintCache,
     default_grammar: Option<&Constraint>,
+    lexicon: Option<&ChosenLexicon>,
 ) -> Result<Option<Constraint>, CoreError> {
     let schema_param = sources
         .schema
@@ -159,11 +164,24 @@ pub fn resolve_constraint(
     } else if let Some(param) = sources.any_json {
         (ConstraintKind::Json, ConstraintSource::AnyJson, param, "json".into())
     } else {
-        return Ok(default_grammar.cloned());
+        // The daemon's grammar, compiled again under a lexicon when one applies.
+        match (default_grammar.and_then(|default| default.source.as_deref()), lexicon) {
+            (Some(ConstraintSource::Gbnf { text }), Some(_)) => {
+                let key = format!("gbnf\u{0}{text}");
+                (ConstraintKind::Grammar, ConstraintSource::Gbnf { text: text.clone() }, "grammar_file", key)
+            }
+            _ => return Ok(default_grammar.cloned()),
+        }
     };
-    let grammar = cache.get_or_compile(key, || {
-        source.compile(&limits).map_err(|e| refusal(kind, param, e))
-    })?;
+    let compile = || source.compile(&limits, lexicon.map(|chosen| &chosen.lexicon)).map_err(|e| refusal(kind, param, e));
+    let grammar = match lexicon {
+        None => cache.get_or_compile(key, compile)?,
+        // A daemon lexicon lives as long as the cache: its grammars are kept by its name.
+        Some(ChosenLexicon { daemon_name: Some(name), .. }) => {
+            cache.get_or_compile(format!("{key}\u{0}lexicon\u{0}{name}"), compile)?
+        }
+        Some(ChosenLexicon { daemon_name: None, .. }) => Arc::new(compile()?),
+    };
     Ok(Some(Constraint {
         kind,
         grammar,
@@ -177,6 +195,9 @@ fn refusal(kind: ConstraintKind, param: &'static str, error: ConstraintCompileEr
     match (kind, error) {
         (ConstraintKind::Json, e) => CoreError::internal(format!("{param}: the JSON grammar failed to compile: {e}")),
         (_, ConstraintCompileError::Schema(e)) => CoreError::new(ErrorCode::SchemaRefused, e).with_param(param),
+        (_, ConstraintCompileError::Lexicon(e)) => {
+            CoreError::new(ErrorCode::LexiconRefused, format!("{LEXICON_PARAM}: {e}")).with_param(LEXICON_PARAM)
+        }
         (ConstraintKind::Schema, e) => {
             CoreError::new(ErrorCode::SchemaRefused, format!("{param}: {e}")).with_param(param)
         }
@@ -201,7 +222,7 @@ mod tests {
         let cache = ConstraintCache::new(4);
         for _ in 0..2 {
             let constraint =
-                resolve_constraint(grammar("root ::= \"a\"".into()), &cache, None).unwrap();
+                resolve_constraint(grammar("root ::= \"a\"".into()), &cache, None, None).unwrap();
             assert_eq!(constraint.map(|c| c.kind), Some(ConstraintKind::Grammar));
         }
         let large = format!(
@@ -209,7 +230,7 @@ mod tests {
             "x".repeat(MAX_CACHED_SOURCE_BYTES)
         );
         for _ in 0..2 {
-            assert!(resolve_constraint(grammar(large.clone()), &cache, None)
+            assert!(resolve_constraint(grammar(large.clone()), &cache, None, None)
                 .unwrap()
                 .is_some());
         }
@@ -225,7 +246,7 @@ mod tests {
                 schema: Some((json!({"type": "integer", "minimum": n}), "format")),
                 ..Default::default()
             };
-            resolve_constraint(schema, &cache, None).unwrap();
+            resolve_constraint(schema, &cache, None, None).unwrap();
         }
         assert_eq!(cache.stats().clears, 1);
         assert_eq!(cache.stats().entries, 1);
@@ -240,20 +261,20 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            resolve_constraint(both, &cache, None).unwrap_err().code,
+            resolve_constraint(both, &cache, None, None).unwrap_err().code,
             ErrorCode::ConstraintConflict
         );
         let refused = ConstraintSources {
             schema: Some((json!({"if": {"type": "string"}}), "llamay_schema")),
             ..Default::default()
         };
-        let error = resolve_constraint(refused, &cache, None).unwrap_err();
+        let error = resolve_constraint(refused, &cache, None, None).unwrap_err();
         assert_eq!(
             (error.code, error.param.as_deref()),
             (ErrorCode::SchemaRefused, Some("llamay_schema"))
         );
         assert!(
-            resolve_constraint(ConstraintSources::default(), &cache, None)
+            resolve_constraint(ConstraintSources::default(), &cache, None, None)
                 .unwrap()
                 .is_none()
         );
@@ -270,12 +291,12 @@ mod tests {
     fn the_format_mode_is_part_of_the_cache_key() {
         let cache = ConstraintCache::new(8);
         let uuid = json!({"type": "string", "format": "uuid"});
-        let ignored = resolve_constraint(schema_with(uuid.clone(), None), &cache, None).unwrap().unwrap();
-        let enforced = resolve_constraint(schema_with(uuid.clone(), Some(FormatMode::Enforce)), &cache, None)
+        let ignored = resolve_constraint(schema_with(uuid.clone(), None), &cache, None, None).unwrap().unwrap();
+        let enforced = resolve_constraint(schema_with(uuid.clone(), Some(FormatMode::Enforce)), &cache, None, None)
             .unwrap()
             .unwrap();
         assert!(!Arc::ptr_eq(&ignored.grammar, &enforced.grammar));
-        let again = resolve_constraint(schema_with(uuid, Some(FormatMode::Enforce)), &cache, None).unwrap().unwrap();
+        let again = resolve_constraint(schema_with(uuid, Some(FormatMode::Enforce)), &cache, None, None).unwrap().unwrap();
         assert!(Arc::ptr_eq(&enforced.grammar, &again.grammar));
         let stats = cache.stats();
         assert_eq!((stats.entries, stats.hits, stats.misses), (2, 1, 2));
@@ -290,8 +311,8 @@ mod tests {
     fn enforcing_refuses_a_format_with_a_pattern_and_ignoring_does_not() {
         let cache = ConstraintCache::new(8);
         let both = json!({"type": "string", "format": "email", "pattern": "^a"});
-        assert!(resolve_constraint(schema_with(both.clone(), Some(FormatMode::Ignore)), &cache, None).is_ok());
-        let error = resolve_constraint(schema_with(both, Some(FormatMode::Enforce)), &cache, None).unwrap_err();
+        assert!(resolve_constraint(schema_with(both.clone(), Some(FormatMode::Ignore)), &cache, None, None).is_ok());
+        let error = resolve_constraint(schema_with(both, Some(FormatMode::Enforce)), &cache, None, None).unwrap_err();
         assert_eq!(error.code, ErrorCode::SchemaRefused);
         assert!(error.message.contains("format"), "{}", error.message);
     }

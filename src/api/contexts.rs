@@ -335,6 +335,7 @@ async fn create_context(
         tool_choice: ToolChoice::Auto,
         parallel_tool_calls: true,
         context: None,
+        lexicon: None,
     };
     let arrived = std::time::Instant::now();
     let lease = acquire(&state.supervisor, &model, None).await?;

@@ -12,6 +12,8 @@ pub mod constraint;
 pub mod limits;
 pub mod contexts;
 pub mod embeddings;
+pub mod extensions;
+pub mod lexicon;
 pub mod metrics;
 pub mod ollama;
 pub mod openai;
@@ -52,6 +54,8 @@ pub struct AppState {
     pub catalog: Arc<dyn ModelCatalog>,
     /// `-grammar-file`, applied to requests that bring no constraint of their own.
     pub default_grammar: Option<Constraint>,
+    /// `-lexicon` files, applied to requests that bring no lexicon of their own.
+    pub lexicons: lexicon::DaemonLexicons,
     pub constraints: ConstraintCache,
     pub max_body_bytes: usize,
     pub started_at: Instant,
@@ -93,6 +97,7 @@ impl AppState {
             supervisor,
             catalog,
             default_grammar,
+            lexicons: lexicon::DaemonLexicons::default(),
             constraints: ConstraintCache::new(CONSTRAINT_CACHE_ENTRIES),
             max_body_bytes,
             started_at: Instant::now(),

@@ -116,6 +116,7 @@ pub async fn serve_with_stores(
         Some(path) => Some(load_grammar_file(path)?),
         None => None,
     };
+    let lexicons = crate::api::lexicon::DaemonLexicons::load(&config.lexicon_files).map_err(io::Error::other)?;
     let supervisor = Supervisor::new(
         loader,
         SupervisorConfig {
@@ -145,6 +146,7 @@ pub async fn serve_with_stores(
         default_grammar,
         config.max_body_bytes,
     );
+    app_state.lexicons = lexicons;
     app_state.api_key = config.api_key.as_ref().map(|key| ApiKey::new(&key.0));
     app_state.origins = config.origins.clone();
     app_state.request_body_timeout = config.request_body_timeout;
@@ -179,7 +181,7 @@ pub async fn serve_with_stores(
     let (server, bound) = start_http(state.clone(), &limits, &config.socket_addrs()?)?;
     warn_if_exposed(&bound, state.api_key.is_some());
     let bound: Vec<String> = bound.iter().map(ToString::to_string).collect();
-    print_banner(&config, preloaded.as_ref(), &bound);
+    print_banner(&config, preloaded.as_ref(), &bound, state.lexicons.count());
     print_placement(preloaded.as_ref(), &placement);
     for line in &extra_models {
         println!("{line}");
@@ -421,7 +423,8 @@ pub fn route_table_with(base: &str, embed: Option<&str>, rerank: Option<&str>) -
     table
 }
 
-fn print_banner(config: &Config, model: Option<&ModelInfo>, bound: &[String]) {
+/// `lexicons`: the lists `-lexicon` loaded (files, not entries).
+fn print_banner(config: &Config, model: Option<&ModelInfo>, bound: &[String], lexicons: usize) {
     let (name, arch, params, context) = match model {
         Some(info) => (
             info.name.as_str(),
@@ -441,6 +444,7 @@ fn print_banner(config: &Config, model: Option<&ModelInfo>, bound: &[String]) {
         context,
         threads = config.threads,
         kv = %config.kv,
+        lexicon = lexicons,
         flash_attn = if config.flash_attention { "on" } else { "off" },
         parallel = config.parallel,
         listening = %bound.join(","),

@@ -61,6 +61,7 @@ fn generate(prompt: &str, constraint: Constraint, seed: Option<u32>, max_tokens:
         tool_choice: ToolChoice::None,
         parallel_tool_calls: false,
         context: None,
+        lexicon: None,
     };
     let mut generation = smollm2().submit(request).expect("submit");
     let mut text = String::new();
