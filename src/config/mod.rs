@@ -80,6 +80,8 @@ pub struct Config {
     pub kv: KvType,
     pub parallel: u32,
     pub grammar_file: Option<PathBuf>,
+    /// `-lexicon` files (word lists allowed or banned), applied to requests that bring none.
+    pub lexicon_files: Vec<PathBuf>,
     pub max_queue: usize,
     pub max_body_bytes: usize,
     pub log_format: LogFormat,
@@ -144,6 +146,7 @@ impl Default for Config {
             kv: KvType::F16,
             parallel: 4,
             grammar_file: None,
+            lexicon_files: Vec::new(),
             max_queue: 512,
             max_body_bytes: 8 * 1024 * 1024,
             log_format: LogFormat::Text,
@@ -191,6 +194,7 @@ struct FileConfig {
     kv: Option<String>,
     parallel: Option<u32>,
     grammar_file: Option<PathBuf>,
+    lexicon_files: Option<Vec<PathBuf>>,
     max_queue: Option<usize>,
     max_body_bytes: Option<usize>,
     log_format: Option<String>,
@@ -290,6 +294,7 @@ impl Config {
         if file.grammar_file.is_some() {
             self.grammar_file = file.grammar_file;
         }
+        set(&mut self.lexicon_files, file.lexicon_files);
         set(&mut self.max_queue, file.max_queue);
         set(&mut self.max_body_bytes, file.max_body_bytes);
         if let Some(format) = file.log_format {
@@ -363,6 +368,9 @@ impl Config {
         parse_env(env, "LLAMAY_PARALLEL", "parallel", &mut self.parallel)?;
         if let Some(path) = env("LLAMAY_GRAMMAR_FILE") {
             self.grammar_file = Some(PathBuf::from(path));
+        }
+        if let Some(paths) = env("LLAMAY_LEXICON") {
+            self.lexicon_files = std::env::split_paths(&paths).filter(|path| !path.as_os_str().is_empty()).collect();
         }
         parse_env(env, "LLAMAY_MAX_QUEUE", "max_queue", &mut self.max_queue)?;
         parse_env(
@@ -440,6 +448,9 @@ impl Config {
         set(&mut self.parallel, args.parallel);
         if args.grammar_file.is_some() {
             self.grammar_file = args.grammar_file.clone();
+        }
+        if !args.lexicon.is_empty() {
+            self.lexicon_files = args.lexicon.clone();
         }
         if let Some(key) = &args.api_key {
             self.api_key = Some(Secret(key.clone()));
@@ -572,6 +583,9 @@ impl Config {
             if !(1..=32).contains(&id.len()) || !id.bytes().all(|b| b.is_ascii_alphanumeric()) {
                 return invalid("daemon_id", id.clone(), "1 to 32 letters and digits");
             }
+        }
+        if let Some(path) = self.lexicon_files.iter().find(|path| !path.is_file()) {
+            return invalid("lexicon_files", path.display().to_string(), "a readable lexicon file (one entry per line)");
         }
         if let Some(path) = &self.grammar_file {
             if !path.is_file() {
