@@ -23,10 +23,7 @@ use llamay::grammar::schema::{compile_schema_with_lexicon, FormatMode};
 use llamay::grammar::{CompiledGrammar, Constraint, Lexicon, LexiconKind, LexiconLimits, LexiconMatcher, Limits, Matcher, Target, TokenTrie};
 use serde_json::{json, Value};
 
-#[path = "support/cpu_timing.rs"]
-mod cpu_timing;
-
-use cpu_timing::{row, CpuInstant};
+use llamay_test_support::cpu_timing::{row, CpuInstant};
 
 const DENY_WORDS: usize = 10_000;
 const PASSAGE_WORDS: usize = 60;
@@ -174,7 +171,7 @@ fn main() {
         documents.len(),
         documents.iter().map(|(_, docs)| docs.len()).sum::<usize>()
     );
-    for path in llamay::actors::model::benchmark_vocabularies() {
+    for path in llamay_test_support::vocabularies::names() {
         match llamay::actors::model::load_vocabulary(&path) {
             Ok(vocabulary) => bench_vocabulary(&path, vocabulary.pieces(), vocabulary.end_of_generation(), &passages, &avoid, &documents),
             Err(error) => eprintln!("{error}"),

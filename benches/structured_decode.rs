@@ -153,7 +153,6 @@ fn request(model: &str, tokens: u32, constraint: Option<Constraint>) -> ValidGen
     let sampling =
         SamplingParams { temperature: 0.0, repeat_penalty: 1.0, max_tokens: Some(tokens), ..Default::default() };
     ValidGenerateRequest::plain(model.into(), input, sampling, constraint)
-    lexicon: None,
 }
 
 fn through_llamay(handle: &LlamaModelHandle, tokens: u32, constraint: Option<Constraint>) -> Run {
