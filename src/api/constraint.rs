@@ -318,6 +318,30 @@ mod tests {
     }
 
     #[test]
+    fn a_lexicon_drops_what_it_bans_and_only_daemon_lexicons_are_cached() {
+        use crate::grammar::{Lexicon, LexiconKind, LexiconLimits};
+        let cache = ConstraintCache::new(8);
+        let lexicon = Arc::new(Lexicon::new(LexiconKind::Deny, &["cat"], &LexiconLimits::default()).unwrap());
+        let daemon = ChosenLexicon { lexicon: Arc::clone(&lexicon), daemon_name: Some("pets".into()) };
+        let pets = || grammar("root ::= \"cat\" | \"dog\"".into());
+        let compiled = resolve_constraint(pets(), &cache, None, Some(&daemon)).unwrap().unwrap();
+        assert!(crate::grammar::check_input(&compiled.grammar, b"cat") != crate::grammar::CheckOutcome::Match);
+        assert_eq!(crate::grammar::check_input(&compiled.grammar, b"dog"), crate::grammar::CheckOutcome::Match);
+        resolve_constraint(pets(), &cache, None, Some(&daemon)).unwrap();
+        let request = ChosenLexicon { lexicon, daemon_name: None };
+        resolve_constraint(pets(), &cache, None, Some(&request)).unwrap();
+        assert_eq!((cache.stats().entries, cache.stats().hits), (1, 1), "a request's own list is not kept");
+        // The daemon's -grammar-file is compiled again under the lexicon.
+        let default = Constraint::from_source(ConstraintSource::Gbnf { text: "root ::= \"cat\" | \"dog\"".into() }, &Limits::default()).unwrap();
+        let under = resolve_constraint(ConstraintSources::default(), &cache, Some(&default), Some(&daemon)).unwrap().unwrap();
+        assert!(crate::grammar::check_input(&under.grammar, b"cat") != crate::grammar::CheckOutcome::Match);
+        // Banning the only output is a 400 naming llamay_lexicon.
+        let only_cat = grammar("root ::= \"cat\"".into());
+        let error = resolve_constraint(only_cat, &cache, None, Some(&daemon)).unwrap_err();
+        assert_eq!((error.code, error.param.as_deref()), (ErrorCode::LexiconRefused, Some(LEXICON_PARAM)));
+    }
+
+    #[test]
     fn llamay_formats_takes_enforce_or_ignore() {
         assert_eq!(parse_formats(None).unwrap(), None);
         assert_eq!(parse_formats(Some("enforce".into())).unwrap(), Some(FormatMode::Enforce));

@@ -1,4 +1,5 @@
-//! Ollama wire types (serde only). Unknown fields and options are ignored, as Ollama does.
+//! Ollama wire types (serde only). Unknown fields and options are ignored, as Ollama does,
+//! but a misspelt `llamay_*` field (see `api::extensions`).
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

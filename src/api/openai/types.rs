@@ -1,5 +1,6 @@
 //! OpenAI chat-completions wire types (serde only). Unknown request fields are ignored, as the
-//! official clients send fields this daemon has no use for.
+//! official clients send fields this daemon has no use for; a misspelt `llamay_*` one is not
+//! (see `api::extensions`).
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
