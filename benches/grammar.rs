@@ -12,7 +12,7 @@
 //! text per engine, default 3: a step's time is its fastest run, which keeps a busy
 //! machine's preemptions out of both sides' figures). Run: `cargo bench --bench grammar --
 //! [DIR...]`: the `.gbnf` files of each directory, by default llama.cpp's samples in
-//! `testdata/gbnf`.
+//! `testdata/grammars`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -25,7 +25,7 @@ use llguidance::api::TopLevelGrammar;
 use llguidance::toktrie::{TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv};
 use llguidance::ParserFactory;
 
-const DEFAULT_CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/gbnf");
+const DEFAULT_CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/grammars");
 
 fn main() {
     let paths = vocabularies::names();

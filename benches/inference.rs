@@ -139,6 +139,7 @@ fn through_llamay(handle: &LlamaModelHandle, prompt: &str, tokens: u32) -> Measu
         tool_choice: ToolChoice::None,
         parallel_tool_calls: false,
         context: None,
+        lexicon: None,
     };
     let mut generation = handle.submit(request).expect("submit");
     while let Some(event) = generation.events.blocking_recv() {

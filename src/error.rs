@@ -18,6 +18,8 @@ pub enum ErrorCode {
     SchemaRefused,
     /// The GBNF grammar does not parse or is refused.
     GrammarRefused,
+    /// A lexicon (`llamay_lexicon`) is malformed, over a budget, or leaves no output.
+    LexiconRefused,
     /// A grammar and a schema on one request.
     ConstraintConflict,
     /// The prompt does not fit the context.
@@ -68,6 +70,7 @@ impl ErrorCode {
             | ErrorCode::InvalidRequest
             | ErrorCode::SchemaRefused
             | ErrorCode::GrammarRefused
+            | ErrorCode::LexiconRefused
             | ErrorCode::ConstraintConflict
             | ErrorCode::PromptTooLong
             | ErrorCode::InvalidModelName => 400,
@@ -109,6 +112,7 @@ impl ErrorCode {
             ErrorCode::InvalidRequest => "invalid_request",
             ErrorCode::SchemaRefused => "schema_refused",
             ErrorCode::GrammarRefused => "grammar_refused",
+            ErrorCode::LexiconRefused => "lexicon_refused",
             ErrorCode::ConstraintConflict => "constraint_conflict",
             ErrorCode::PromptTooLong => "prompt_too_long",
             ErrorCode::ModelNotFound => "model_not_found",
@@ -228,6 +232,7 @@ mod tests {
             ErrorCode::InvalidRequest,
             ErrorCode::SchemaRefused,
             ErrorCode::GrammarRefused,
+            ErrorCode::LexiconRefused,
             ErrorCode::ConstraintConflict,
             ErrorCode::PromptTooLong,
             ErrorCode::ModelNotFound,

@@ -28,6 +28,7 @@ use crate::core::{
     StreamEvent, Timings, ToolSpec, Usage, ValidGenerateRequest,
 };
 use crate::grammar::{CompiledGrammar, Limits};
+use crate::grammar::lexicon::{Constraint as OutputConstraint, LexiconMatcher, Target};
 use crate::grammar::matcher::Matcher;
 use crate::grammar::toktrie::TokenTrie;
 use crate::llm::sampling::SamplingConfig;
@@ -424,6 +425,7 @@ impl LlamaModelHandle {
             tool_choice: crate::core::ToolChoice::Auto,
             parallel_tool_calls: true,
             context: None,
+            lexicon: None,
         };
         let used = ContextUse { record, mode: ContextMode::Create, appended: Vec::new() };
         let prepared = Prepared { prompt, forced: None, tools: None, filters_markup: false };
@@ -460,8 +462,19 @@ impl LlamaModelHandle {
             (None, None) => (None, None),
         };
         let matcher = grammar.map(|grammar| Matcher::new(grammar, self.trie()));
+        // A forced tool call sets the lexicon aside, as it does the request's own constraint.
+        let target = match constraint_kind {
+            Some(ConstraintKind::Json | ConstraintKind::Schema) => Target::Json,
+            Some(ConstraintKind::Grammar) => Target::Grammar,
+            Some(ConstraintKind::Tool) | None => Target::Text,
+        };
+        let lexicon = request
+            .lexicon
+            .filter(|_| constraint_kind != Some(ConstraintKind::Tool))
+            .and_then(|lexicon| LexiconMatcher::new(lexicon, self.trie(), target));
+        let constraint = OutputConstraint::new(matcher, lexicon);
         let mut sampler =
-            SequenceSampler::new(config, matcher, Arc::clone(self.model.vocabulary()), request.stop, max_tokens);
+            SequenceSampler::new(config, constraint, Arc::clone(self.model.vocabulary()), request.stop, max_tokens);
         sampler.remember_prompt(&prompt);
         let (generation, events, cancel) = Generation::channel();
         let prefill_only = named.as_ref().is_some_and(|c| c.mode == ContextMode::Create);
@@ -788,17 +801,31 @@ fn end_live(entry: Live, reason: FinishReason, text: String, shared: &Shared) {
 
 fn finish(mut job: Job, reason: FinishReason, text: String, timings: Timings, prompt_tokens: usize, shared: &Shared) {
     let completion_tokens = job.sampler.generated();
-    let constraint_stats = job.sampler.matcher().map(|matcher| {
+    let constraint_stats = job.sampler.constraint().map(|constraint| {
         let label = match job.constraint {
             Some(ConstraintKind::Grammar) => "grammar",
             Some(ConstraintKind::Tool) => "tool",
-            _ => "json",
+            Some(ConstraintKind::Json | ConstraintKind::Schema) => "json",
+            None => "lexicon",
         };
-        serde_json::json!({
+        // One line per part: the grammar's (under its label), then the lexicon's.
+        let mut summary: Vec<String> = Vec::new();
+        if let Some(stats) = constraint.grammar_stats() {
+            summary.push(stats.render(label, timings.eval));
+        }
+        if let Some(stats) = constraint.lexicon_stats() {
+            summary.push(stats.render("lexicon", timings.eval));
+        }
+        let stats = constraint.grammar_stats().or(constraint.lexicon_stats());
+        let mut value = serde_json::json!({
             "label": label,
-            "summary": matcher.stats().render(label, timings.eval),
-            "stats": serde_json::to_value(matcher.stats()).unwrap_or_default(),
-        })
+            "summary": summary.join("\n"),
+            "stats": serde_json::to_value(stats).unwrap_or_default(),
+        });
+        if let (Some(_), Some(lexicon)) = (constraint.grammar_stats(), constraint.lexicon_stats()) {
+            value["lexicon_stats"] = serde_json::to_value(lexicon).unwrap_or_default();
+        }
+        value
     });
     if let Ok(mut totals) = shared.totals.lock() {
         totals.requests += 1;

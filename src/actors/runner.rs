@@ -116,6 +116,9 @@ impl WireRequest {
                 request.model
             ))
         };
+        if request.lexicon.is_some() {
+            return Err(refuse("lexicons (llamay_lexicon or the daemon's -lexicon)"));
+        }
         let constraint = match &request.constraint {
             None => None,
             // A forced call's grammar is made again from the tools by the runner's worker.

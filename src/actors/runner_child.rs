@@ -124,6 +124,7 @@ fn to_request(request: WireRequest) -> Result<ValidGenerateRequest, CoreError> {
         tool_choice: request.tool_choice,
         parallel_tool_calls: request.parallel_tool_calls,
         context: request.context_tokens.map(ContextRequest::Tokens),
+        lexicon: None,
     })
 }
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::core::{FinishReason, StepSplit};
-use crate::grammar::matcher::Matcher;
+use crate::grammar::lexicon::Constraint as OutputConstraint;
 use crate::llm::detok::Utf8Stream;
 use crate::llm::sampling::{Sampler, SamplingConfig, TokenConstraint};
 use crate::llm::Vocabulary;
@@ -32,7 +32,7 @@ enum Chosen {
 }
 
 /// Lets the sampler consult the constraint engine (which times itself, see `MaskStats`).
-struct ConstraintAdapter<'a>(&'a mut Matcher);
+struct ConstraintAdapter<'a>(&'a mut OutputConstraint);
 
 impl TokenConstraint for ConstraintAdapter<'_> {
     fn allows(&mut self, token: u32) -> bool {
@@ -97,7 +97,8 @@ impl StopStrings {
 /// Everything one sequence needs between decode steps.
 pub struct SequenceSampler {
     sampler: Sampler,
-    matcher: Option<Matcher>,
+    /// The request's grammar, lexicon, or both.
+    constraint: Option<OutputConstraint>,
     vocabulary: Arc<Vocabulary>,
     text: Utf8Stream,
     stops: StopStrings,
@@ -110,14 +111,14 @@ pub struct SequenceSampler {
 impl SequenceSampler {
     pub fn new(
         config: SamplingConfig,
-        matcher: Option<Matcher>,
+        constraint: Option<OutputConstraint>,
         vocabulary: Arc<Vocabulary>,
         stops: Vec<String>,
         max_tokens: u32,
     ) -> Self {
         Self {
             sampler: Sampler::new(config),
-            matcher,
+            constraint,
             vocabulary,
             text: Utf8Stream::new(),
             stops: StopStrings::new(stops),
@@ -142,8 +143,8 @@ impl SequenceSampler {
         self.last_token
     }
 
-    pub fn matcher(&self) -> Option<&Matcher> {
-        self.matcher.as_ref()
+    pub fn constraint(&self) -> Option<&OutputConstraint> {
+        self.constraint.as_ref()
     }
 
     /// Chooses the next token from `logits` and reports what it means, adding the time its
@@ -166,7 +167,7 @@ impl SequenceSampler {
 
     /// Time the constraint engine has spent on this sequence so far.
     fn constraint_time(&self) -> Duration {
-        self.matcher.as_ref().map_or(Duration::ZERO, |m| Duration::from_nanos(m.stats().mask_time_ns))
+        self.constraint.as_ref().map_or(Duration::ZERO, |c| Duration::from_nanos(c.mask_time_ns()))
     }
 
     /// The sampled token, committed to the constraint; or the step that ends the generation.
@@ -174,21 +175,28 @@ impl SequenceSampler {
         if self.generated >= self.max_tokens {
             return Chosen::Over(self.finish(FinishReason::Length));
         }
-        let chosen = match self.matcher.as_mut() {
-            Some(matcher) => {
-                self.sampler.sample(logits, Some(&mut ConstraintAdapter(matcher)))
+        let chosen = match self.constraint.as_mut() {
+            Some(constraint) => {
+                self.sampler.sample(logits, Some(&mut ConstraintAdapter(constraint)))
             }
             None => self.sampler.sample(logits, None),
         };
         let token = match chosen {
             Ok(token) => token,
-            Err(error) => return Chosen::Over(self.finish(FinishReason::Error(error.to_string()))),
+            Err(error) => {
+                // A grammar and a lexicon that together leave no token say where.
+                let message = match self.constraint.as_ref().and_then(OutputConstraint::dead_end) {
+                    Some(dead_end) => dead_end.to_string(),
+                    None => error.to_string(),
+                };
+                return Chosen::Over(self.finish(FinishReason::Error(message)));
+            }
         };
         if self.vocabulary.is_end_of_generation(token) {
             return Chosen::Over(self.finish(FinishReason::Stop));
         }
-        if let Some(matcher) = self.matcher.as_mut() {
-            if let Err(error) = matcher.commit(token) {
+        if let Some(constraint) = self.constraint.as_mut() {
+            if let Err(error) = constraint.commit(token) {
                 return Chosen::Over(self.finish(FinishReason::Error(error.to_string())));
             }
         }
@@ -207,8 +215,8 @@ impl SequenceSampler {
         }
         // A constraint that is complete and admits nothing more ends the output here rather
         // than waiting for the model to pick an end-of-generation token.
-        if let Some(matcher) = self.matcher.as_ref() {
-            if matcher.is_accepting() && !matcher.can_continue() {
+        if let Some(constraint) = self.constraint.as_ref() {
+            if constraint.is_accepting() && !constraint.can_continue() {
                 let mut rest = self.text.finish();
                 rest.push_str(&self.stops.finish());
                 return Step::Finished { text: format!("{text}{rest}"), reason: FinishReason::Stop };

@@ -22,6 +22,7 @@ use crate::actors::messages::Generation;
 use crate::actors::supervisor::{acquire, ModelLease};
 use crate::actors::contexts::{tools_in_effect, ContextUse};
 use crate::api::constraint::{resolve_constraint, ConstraintSources, ToolSources};
+use crate::api::lexicon::ChosenLexicon;
 use crate::api::metrics::GenerationObserver;
 use crate::core::{Completion, Constraint, FinishReason, StreamEvent, ValidGenerateRequest};
 use crate::error::{CoreError, ErrorCode};
@@ -104,8 +105,8 @@ impl Started {
     }
 }
 
-/// Compiles the request's constraint (or takes the daemon's `-grammar-file`), with `format`
-/// enforced as the request or else the config says, applies the
+/// Compiles the request's constraint (or takes the daemon's `-grammar-file`) under its lexicon
+/// (or the daemon's `-lexicon`), with `format` enforced as the request or else the config says, applies the
 /// daemon's token budget rules (the one place for all three APIs), leases the model (loading
 /// it if needed) and submits the request.
 pub async fn start_generation(
@@ -119,6 +120,8 @@ pub async fn start_generation(
     request.sampling.limit_tokens(state.token_limits);
     // One name per model from here on: its context and its loaded copy are found by it.
     request.model = crate::core::ModelName::parse(&request.model)?.to_string();
+    // The request's `llamay_lexicon` wins over the daemon's `-lexicon`.
+    let lexicon = state.lexicons.choose(constraint.lexicon.take()).await?;
     // An unknown context is refused before any model loads or anything compiles.
     let context = match request.context.as_ref() {
         Some(asked) => Some(crate::api::contexts::context_use(state, asked, &request)?),
@@ -129,7 +132,8 @@ pub async fn start_generation(
         choice: request.tool_choice.clone(),
         parallel: request.parallel_tool_calls,
     };
-    request.constraint = compile_constraint(state, constraint, Some(tools)).await?;
+    request.constraint = compile_constraint(state, constraint, Some(tools), lexicon.as_ref()).await?;
+    request.lexicon = lexicon.map(|chosen| chosen.lexicon);
     let lease = acquire(&state.supervisor, &request.model, request.keep_alive).await?;
     let generation = submit_off_worker(&lease, request, context).await?;
     let observer = state.metrics.observe_generation(&lease.model().info().name, arrived);
@@ -142,8 +146,9 @@ pub async fn compile_constraint(
     state: &AppState,
     sources: ConstraintSources,
     tools: Option<ToolSources>,
+    lexicon: Option<&ChosenLexicon>,
 ) -> Result<Option<Constraint>, CoreError> {
-    let work = resolve_constraint(sources, tools, &state.constraints, state.default_grammar.as_ref())?;
+    let work = resolve_constraint(sources, tools, &state.constraints, state.default_grammar.as_ref(), lexicon)?;
     if !work.needs_compile() {
         return work.finish(&state.constraints);
     }

@@ -22,11 +22,13 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use crate::api::lexicon::{ChosenLexicon, LexiconField, LEXICON_PARAM};
 use crate::core::{Constraint, ConstraintCompileError, ConstraintKind, ConstraintSource, ToolChoice, ToolSpec};
 use crate::error::{CoreError, ErrorCode};
 use crate::grammar::automaton::CompiledGrammar;
 use crate::grammar::limits::Limits;
 use crate::grammar::schema::FormatMode;
+use crate::grammar::Lexicon;
 
 /// The request field that turns `format` enforcement on or off for one request.
 pub const FORMATS_PARAM: &str = "llamay_formats";
@@ -42,6 +44,8 @@ pub struct ConstraintSources {
     pub grammar: Option<(String, &'static str)>,
     /// `llamay_formats` when the request sent it; otherwise the daemon's `formats` applies.
     pub formats: Option<FormatMode>,
+    /// `llamay_lexicon` when the request sent it; otherwise the daemon's `-lexicon` applies.
+    pub lexicon: Option<LexiconField>,
 }
 
 impl ConstraintSources {
@@ -185,6 +189,8 @@ enum Source {
         kind: ConstraintKind,
         source: ConstraintSource,
         param: &'static str,
+        /// The lexicon it compiles under (a forced call's grammar never has one).
+        lexicon: Option<Arc<Lexicon>>,
     },
     Tools(ToolSources),
 }
@@ -193,9 +199,12 @@ impl Source {
     /// The costly part: what the compile pool runs.
     fn compile(&self) -> Result<Compiled, CoreError> {
         match self {
-            Source::Own { kind, source, param } => {
+            Source::Own { kind, source, param, lexicon } => {
                 let limits = Limits::default();
-                source.compile(&limits).map(|grammar| Some(Arc::new(grammar))).map_err(|e| refusal(*kind, param, e))
+                source
+                    .compile(&limits, lexicon.as_ref())
+                    .map(|grammar| Some(Arc::new(grammar)))
+                    .map_err(|e| refusal(*kind, param, e))
             }
             Source::Tools(sources) => {
                 let Some(grammar) = crate::tools::compile_tool_use(&sources.tools, &sources.choice, sources.parallel)?
@@ -277,7 +286,8 @@ impl ConstraintWork {
 }
 
 /// What a request's constraint takes: its own if it sent one, else the daemon's
-/// `-grammar-file`, replaced by the grammar of a forced tool call. A grammar together with a
+/// `-grammar-file`, replaced by the grammar of a forced tool call; compiled under `lexicon` when
+/// one applies (see `api::lexicon`; a forced call sets it aside). A grammar together with a
 /// schema (or "any JSON") is refused here; compile refusals come from
 /// [`ConstraintWork::finish`].
 pub fn resolve_constraint(
@@ -285,6 +295,7 @@ pub fn resolve_constraint(
     tools: Option<ToolSources>,
     cache: &ConstraintCache,
     default_grammar: Option<&Constraint>,
+    lexicon: Option<&ChosenLexicon>,
 ) -> Result<ConstraintWork, CoreError> {
     let schema_param = sources
         .schema
@@ -298,21 +309,39 @@ pub fn resolve_constraint(
         )
         .with_param(*grammar_param));
     }
+    // A daemon lexicon lives as long as the cache: grammars under it are kept by its name. A
+    // request's own list is not kept.
+    let (lexicon_arc, lexicon_key) = match lexicon {
+        None => (None, Some(String::new())),
+        Some(ChosenLexicon { lexicon, daemon_name: Some(name) }) => {
+            (Some(Arc::clone(lexicon)), Some(format!("lexicon\u{0}{name}\u{0}")))
+        }
+        Some(ChosenLexicon { lexicon, daemon_name: None }) => (Some(Arc::clone(lexicon)), None),
+    };
+    let own_step = |kind, source: ConstraintSource, param, key: Option<String>| {
+        let key = lexicon_key.as_ref().and_then(|prefix| key.map(|key| format!("{prefix}{key}")));
+        Step::new(Source::Own { kind, source, param, lexicon: lexicon_arc.clone() }, key, cache)
+    };
     let own = if let Some((text, param)) = sources.grammar {
         let key = cache_key("gbnf\u{0}", KeyBody::Text(&text));
-        let source = ConstraintSource::Gbnf { text };
-        Some(Step::new(Source::Own { kind: ConstraintKind::Grammar, source, param }, key, cache))
+        Some(own_step(ConstraintKind::Grammar, ConstraintSource::Gbnf { text }, param, key))
     } else if let Some((schema, param)) = sources.schema {
         let formats = sources.formats.unwrap_or_default();
         // The same schema compiles to a different grammar when formats are enforced.
         let key = cache_key(&format!("schema\u{0}{formats:?}\u{0}"), KeyBody::Json(&schema));
-        let source = ConstraintSource::schema(schema, formats);
-        Some(Step::new(Source::Own { kind: ConstraintKind::Schema, source, param }, key, cache))
+        Some(own_step(ConstraintKind::Schema, ConstraintSource::schema(schema, formats), param, key))
     } else if let Some(param) = sources.any_json {
         let key = cache_key("json", KeyBody::Text(""));
-        Some(Step::new(Source::Own { kind: ConstraintKind::Json, source: ConstraintSource::AnyJson, param }, key, cache))
+        Some(own_step(ConstraintKind::Json, ConstraintSource::AnyJson, param, key))
     } else {
-        None
+        // The daemon's grammar, compiled again under a lexicon when one applies.
+        match (default_grammar.and_then(|default| default.source.as_deref()), lexicon) {
+            (Some(ConstraintSource::Gbnf { text }), Some(_)) => {
+                let key = cache_key("gbnf\u{0}", KeyBody::Text(text));
+                Some(own_step(ConstraintKind::Grammar, ConstraintSource::Gbnf { text: text.clone() }, "grammar_file", key))
+            }
+            _ => None,
+        }
     };
     let tools = tools.filter(|t| !t.tools.is_empty()).map(|tools| {
         let prefix = format!("tools\u{0}{}\u{0}{:?}\u{0}", tools.parallel, tools.choice);
@@ -328,6 +357,9 @@ fn refusal(kind: ConstraintKind, param: &'static str, error: ConstraintCompileEr
     match (kind, error) {
         (ConstraintKind::Json, e) => CoreError::internal(format!("{param}: the JSON grammar failed to compile: {e}")),
         (_, ConstraintCompileError::Schema(e)) => CoreError::new(ErrorCode::SchemaRefused, e).with_param(param),
+        (_, ConstraintCompileError::Lexicon(e)) => {
+            CoreError::new(ErrorCode::LexiconRefused, format!("{LEXICON_PARAM}: {e}")).with_param(LEXICON_PARAM)
+        }
         (ConstraintKind::Schema, e) => {
             CoreError::new(ErrorCode::SchemaRefused, format!("{param}: {e}")).with_param(param)
         }
@@ -342,7 +374,7 @@ mod tests {
 
     /// Resolves and compiles inline, as the compile pool would.
     fn resolve(sources: ConstraintSources, cache: &ConstraintCache) -> Result<Option<Constraint>, CoreError> {
-        resolve_constraint(sources, None, cache, None)?.finish(cache)
+        resolve_constraint(sources, None, cache, None, None)?.finish(cache)
     }
 
     fn grammar(text: String) -> ConstraintSources {
@@ -459,13 +491,13 @@ mod tests {
             schema: Some((json!({"type": "integer"}), "format")),
             ..Default::default()
         };
-        let first = resolve_constraint(schema(), None, &cache, None).unwrap();
+        let first = resolve_constraint(schema(), None, &cache, None, None).unwrap();
         assert!(first.needs_compile());
         first.finish(&cache).unwrap();
-        let again = resolve_constraint(schema(), None, &cache, None).unwrap();
+        let again = resolve_constraint(schema(), None, &cache, None, None).unwrap();
         assert!(!again.needs_compile());
         assert_eq!(again.finish(&cache).unwrap().map(|c| c.kind), Some(ConstraintKind::Schema));
-        assert!(!resolve_constraint(ConstraintSources::default(), None, &cache, None).unwrap().needs_compile());
+        assert!(!resolve_constraint(ConstraintSources::default(), None, &cache, None, None).unwrap().needs_compile());
     }
 
     #[test]
@@ -474,7 +506,7 @@ mod tests {
         assert!(cache_key("schema\u{0}", KeyBody::Json(&huge)).is_none());
         let cache = ConstraintCache::new(8);
         let sources = ConstraintSources { schema: Some((huge, "format")), ..Default::default() };
-        let work = resolve_constraint(sources, None, &cache, None).unwrap();
+        let work = resolve_constraint(sources, None, &cache, None, None).unwrap();
         assert!(work.needs_compile());
         assert!(work.finish(&cache).unwrap().is_some());
         assert_eq!(cache.stats().entries, 0);
@@ -493,7 +525,7 @@ mod tests {
     fn a_forced_call_replaces_the_own_constraint_and_is_cached_with_its_tools() {
         let cache = ConstraintCache::new(8);
         let sources = || ConstraintSources { any_json: Some("format"), ..Default::default() };
-        let forced = resolve_constraint(sources(), Some(weather_tools(ToolChoice::Required)), &cache, None)
+        let forced = resolve_constraint(sources(), Some(weather_tools(ToolChoice::Required)), &cache, None, None)
             .unwrap()
             .finish(&cache)
             .unwrap()
@@ -501,25 +533,49 @@ mod tests {
         assert_eq!(forced.kind, ConstraintKind::Tool);
         let call = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
         assert_eq!(crate::grammar::check_input(&forced.grammar, call.as_bytes()), crate::grammar::CheckOutcome::Match);
-        let again = resolve_constraint(sources(), Some(weather_tools(ToolChoice::Required)), &cache, None).unwrap();
+        let again = resolve_constraint(sources(), Some(weather_tools(ToolChoice::Required)), &cache, None, None).unwrap();
         assert!(!again.needs_compile(), "tools and choice hit the cache");
         // Offered without a forced call: checked (and cached), the request's own constraint stays.
-        let auto = resolve_constraint(sources(), Some(weather_tools(ToolChoice::Auto)), &cache, None)
+        let auto = resolve_constraint(sources(), Some(weather_tools(ToolChoice::Auto)), &cache, None, None)
             .unwrap()
             .finish(&cache)
             .unwrap();
         assert_eq!(auto.map(|c| c.kind), Some(ConstraintKind::Json));
-        assert!(!resolve_constraint(sources(), Some(weather_tools(ToolChoice::Auto)), &cache, None)
+        assert!(!resolve_constraint(sources(), Some(weather_tools(ToolChoice::Auto)), &cache, None, None)
             .unwrap()
             .needs_compile());
         let mut bad = weather_tools(ToolChoice::Auto);
         bad.tools[0].parameters = json!({"type": "object", "properties": {"city": {"if": {}}}});
-        let error = resolve_constraint(ConstraintSources::default(), Some(bad), &cache, None)
+        let error = resolve_constraint(ConstraintSources::default(), Some(bad), &cache, None, None)
             .unwrap()
             .finish(&cache)
             .unwrap_err();
         assert_eq!(error.status(), 400);
         assert!(error.message.contains("get_weather"), "{}", error.message);
+    }
+
+    #[test]
+    fn a_lexicon_drops_what_it_bans_and_only_daemon_lexicons_are_cached() {
+        use crate::grammar::{Lexicon, LexiconKind, LexiconLimits};
+        let cache = ConstraintCache::new(8);
+        let lexicon = Arc::new(Lexicon::new(LexiconKind::Deny, &["cat"], &LexiconLimits::default()).unwrap());
+        let daemon = ChosenLexicon { lexicon: Arc::clone(&lexicon), daemon_name: Some("pets".into()) };
+        let pets = || grammar("root ::= \"cat\" | \"dog\"".into());
+        let compiled = resolve_constraint(pets(), None, &cache, None, Some(&daemon)).and_then(|work| work.finish(&cache)).unwrap().unwrap();
+        assert!(crate::grammar::check_input(&compiled.grammar, b"cat") != crate::grammar::CheckOutcome::Match);
+        assert_eq!(crate::grammar::check_input(&compiled.grammar, b"dog"), crate::grammar::CheckOutcome::Match);
+        resolve_constraint(pets(), None, &cache, None, Some(&daemon)).and_then(|work| work.finish(&cache)).unwrap();
+        let request = ChosenLexicon { lexicon, daemon_name: None };
+        resolve_constraint(pets(), None, &cache, None, Some(&request)).and_then(|work| work.finish(&cache)).unwrap();
+        assert_eq!((cache.stats().entries, cache.stats().hits), (1, 1), "a request's own list is not kept");
+        // The daemon's -grammar-file is compiled again under the lexicon.
+        let default = Constraint::from_source(ConstraintSource::Gbnf { text: "root ::= \"cat\" | \"dog\"".into() }, &Limits::default()).unwrap();
+        let under = resolve_constraint(ConstraintSources::default(), None, &cache, Some(&default), Some(&daemon)).and_then(|work| work.finish(&cache)).unwrap().unwrap();
+        assert!(crate::grammar::check_input(&under.grammar, b"cat") != crate::grammar::CheckOutcome::Match);
+        // Banning the only output is a 400 naming llamay_lexicon.
+        let only_cat = grammar("root ::= \"cat\"".into());
+        let error = resolve_constraint(only_cat, None, &cache, None, Some(&daemon)).and_then(|work| work.finish(&cache)).unwrap_err();
+        assert_eq!((error.code, error.param.as_deref()), (ErrorCode::LexiconRefused, Some(LEXICON_PARAM)));
     }
 
     #[test]

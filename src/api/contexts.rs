@@ -346,12 +346,13 @@ async fn create_context(
         tool_choice: ToolChoice::Auto,
         parallel_tool_calls: true,
         context: None,
+        lexicon: None,
     };
     let arrived = std::time::Instant::now();
     // The tools' schemas are checked (compiled) as a chat request's are, off the HTTP workers.
     if let PromptInput::Chat { tools, .. } = &generate.input {
         let offered = ToolSources { tools: tools.clone(), choice: ToolChoice::Auto, parallel: true };
-        compile_constraint(state, ConstraintSources::default(), Some(offered)).await?;
+        compile_constraint(state, ConstraintSources::default(), Some(offered), None).await?;
     }
     let lease = acquire(&state.supervisor, &model, None).await?;
     let used = ContextUse {

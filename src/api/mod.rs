@@ -13,6 +13,8 @@ pub mod constraint;
 pub mod limits;
 pub mod contexts;
 pub mod embeddings;
+pub mod extensions;
+pub mod lexicon;
 pub mod metrics;
 pub mod ollama;
 pub mod openai;
@@ -58,6 +60,8 @@ pub struct AppState {
     pub catalog: Arc<dyn ModelCatalog>,
     /// `-grammar-file`, applied to requests that bring no constraint of their own.
     pub default_grammar: Option<Constraint>,
+    /// `-lexicon` files, applied to requests that bring no lexicon of their own.
+    pub lexicons: lexicon::DaemonLexicons,
     pub constraints: Arc<ConstraintCache>,
     /// Where schemas and grammars compile, off the HTTP workers.
     pub compile_pool: Arc<compile_pool::CompilePool>,
@@ -103,6 +107,7 @@ impl AppState {
             supervisor,
             catalog,
             default_grammar,
+            lexicons: lexicon::DaemonLexicons::default(),
             constraints: Arc::new(ConstraintCache::new(CONSTRAINT_CACHE_ENTRIES)),
             compile_pool: Arc::new(compile_pool::CompilePool::new(
                 crate::config::default_compile_threads(),

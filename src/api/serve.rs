@@ -94,6 +94,7 @@ pub async fn serve_with_stores(
     // and the workers: no local GPU is planned for.
     let memory_probe: Arc<dyn MemoryProbe> =
         if config.rpc.is_empty() { Arc::new(LlamaMemory) } else { Arc::new(NoProbe) };
+    let lexicons = crate::api::lexicon::DaemonLexicons::load(&config.lexicon_files).map_err(io::Error::other)?;
     let supervisor = Supervisor::new(
         loader,
         SupervisorConfig {
@@ -124,6 +125,7 @@ pub async fn serve_with_stores(
         default_grammar,
         config.max_body_bytes,
     );
+    app_state.lexicons = lexicons;
     app_state.api_key = config.api_key.as_ref().map(|key| ApiKey::new(&key.0));
     app_state.compile_pool = Arc::new(super::compile_pool::CompilePool::new(
         config.compile_threads,
@@ -166,7 +168,7 @@ pub async fn serve_with_stores(
     let (server, bound) = start_http(state.clone(), &limits, &config.socket_addrs()?)?;
     warn_if_exposed(&bound, state.api_key.is_some());
     let bound: Vec<String> = bound.iter().map(ToString::to_string).collect();
-    print_banner(&config, preloaded.as_ref(), &bound);
+    print_banner(&config, preloaded.as_ref(), &bound, state.lexicons.count());
     if config.rpc.is_empty() {
         if let Ok(status) = supervisor.send(Snapshot).await {
             for line in device_lines(&status) {
@@ -432,7 +434,8 @@ pub fn route_table_with(base: &str, embed: Option<&str>, rerank: Option<&str>) -
     table
 }
 
-fn print_banner(config: &Config, model: Option<&ModelInfo>, bound: &[String]) {
+/// `lexicons`: the lists `-lexicon` loaded (files, not entries).
+fn print_banner(config: &Config, model: Option<&ModelInfo>, bound: &[String], lexicons: usize) {
     let (name, arch, params, context) = match model {
         Some(info) => (
             info.name.as_str(),
@@ -452,6 +455,7 @@ fn print_banner(config: &Config, model: Option<&ModelInfo>, bound: &[String]) {
         context,
         threads = config.threads,
         kv = %config.kv,
+        lexicon = lexicons,
         flash_attn = if config.flash_attention { "on" } else { "off" },
         parallel = config.parallel,
         listening = %bound.join(","),

@@ -293,6 +293,7 @@ pub fn eval(args: EvalArgs) -> Result<ExitCode, CliError> {
         args.json,
         args.schema.as_ref(),
         args.formats,
+        None,
     )?;
     let prefix = std::fs::read_to_string(&args.prefix).map_err(|source| CliError::Io {
         path: args.prefix.display().to_string(),

@@ -256,6 +256,8 @@ impl ConditionalEventHandler for ClearOrInterrupt {
 pub struct ChatOptions {
     pub settings: Settings,
     pub constraint: Option<Constraint>,
+    /// `-lexicon`/`-deny`, checked beside the constraint (compiled under it).
+    pub lexicon: Option<std::sync::Arc<llamay::grammar::Lexicon>>,
     pub stats: bool,
 }
 
@@ -326,12 +328,13 @@ fn turn(
     }
     messages.extend(history.iter().cloned());
     messages.push(ChatMessage::new(Role::User, text.clone()));
-    let request = ValidGenerateRequest::plain(
+    let mut request = ValidGenerateRequest::plain(
         handle.info().name.clone(),
         PromptInput::Chat { messages, tools: Vec::new() },
         options.settings.sampling(),
         options.constraint.clone(),
     );
+    request.lexicon = options.lexicon.clone();
     let generation = match handle.submit(request) {
         Ok(generation) => generation,
         Err(error) => {

@@ -4,6 +4,7 @@
 //! Key types: [`Cli`], [`Command`], [`CliError`].
 
 mod check;
+mod lexicon;
 mod client;
 mod models;
 mod pull;
@@ -67,6 +68,11 @@ enum Command {
     Schema {
         #[command(subcommand)]
         command: check::SchemaCommand,
+    },
+    /// Check a text against a lexicon file (words allowed or banned): where it fails and why.
+    Lexicon {
+        #[command(subcommand)]
+        command: lexicon::LexiconCommand,
     },
     /// Check the model store: every model's blob present with its sha256, no orphans or
     /// leftovers of interrupted work. Exit status 1 when something is wrong.
@@ -174,6 +180,7 @@ pub fn main(args: Vec<String>) -> Result<ExitCode, CliError> {
         },
         Command::Grammar { command } => check::grammar(command),
         Command::Schema { command } => check::schema(command),
+        Command::Lexicon { command } => lexicon::lexicon(command),
         Command::Doctor { repair } => doctor::doctor(repair),
         Command::RpcWorker(args) => {
             init_logging(false);

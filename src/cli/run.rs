@@ -20,7 +20,7 @@ use llamay::core::{
     StreamEvent, ValidGenerateRequest,
 };
 use llamay::grammar::schema::FormatMode;
-use llamay::grammar::Limits;
+use llamay::grammar::{Lexicon, LexiconKind, Limits};
 use llamay::actors::memory::{human_binary, place_alone, LlamaMemory, MemoryProbe, Placed};
 use llamay::llm::offload::{EstimateParams, MemoryEstimate, ModelShape};
 use llamay::llm::{ContextParams, KvType, Model};
@@ -81,6 +81,14 @@ pub struct RunArgs {
     /// `ignore` leaves it an annotation.
     #[arg(long = "formats", default_value = "ignore", value_parser = parse_format_mode)]
     formats: FormatMode,
+    /// A lexicon file (`#!allow` or `#!deny` on its first line, then one entry per line): the
+    /// only words the output may use, or words and phrases it never contains.
+    #[arg(long = "lexicon")]
+    lexicon: Option<PathBuf>,
+    /// A file of words and phrases (one per line) the output never contains: `-lexicon` for a
+    /// file that does not say its kind.
+    #[arg(long = "deny")]
+    deny: Option<PathBuf>,
     /// KV cache type: f32, f16 or q8_0.
     #[arg(long = "kv", default_value = "f16")]
     kv: String,
@@ -121,13 +129,25 @@ fn read_file(path: &PathBuf) -> Result<String, CliError> {
     std::fs::read_to_string(path).map_err(|source| CliError::Io { path: path.display().to_string(), source })
 }
 
-/// The constraint the flags ask for, compiled; at most one of -grammar-file, -json, -schema
-/// (whose `format` is enforced when `formats` says so).
+/// The lexicon `-lexicon` or `-deny` names, loaded (at most one of them).
+fn lexicon_from_flags(lexicon: Option<&PathBuf>, deny: Option<&PathBuf>) -> Result<Option<Arc<Lexicon>>, CliError> {
+    let loaded = match (lexicon, deny) {
+        (Some(_), Some(_)) => return Err(CliError::Usage("use only one of -lexicon and -deny".into())),
+        (Some(path), None) => super::lexicon::load(path, None)?,
+        (None, Some(path)) => super::lexicon::load(path, Some(LexiconKind::Deny))?,
+        (None, None) => return Ok(None),
+    };
+    Ok(Some(Arc::new(loaded)))
+}
+
+/// The constraint the flags ask for, compiled under `lexicon`; at most one of -grammar-file,
+/// -json, -schema (whose `format` is enforced when `formats` says so).
 pub fn constraint_from_flags(
     grammar_file: Option<&PathBuf>,
     json: bool,
     schema: Option<&PathBuf>,
     formats: FormatMode,
+    lexicon: Option<&Arc<Lexicon>>,
 ) -> Result<Option<Constraint>, CliError> {
     let chosen = [grammar_file.is_some(), json, schema.is_some()].iter().filter(|b| **b).count();
     if chosen > 1 {
@@ -144,7 +164,7 @@ pub fn constraint_from_flags(
     } else {
         return Ok(None);
     };
-    Constraint::from_source(source, &Limits::default()).map(Some).map_err(|e| match path {
+    Constraint::from_source_under(source, &Limits::default(), lexicon).map(Some).map_err(|e| match path {
         Some(path) => CliError::Constraint(format!("{}: {e}", path.display())),
         None => CliError::Constraint(e.to_string()),
     })
@@ -170,7 +190,14 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
         Some(text) => llamay::config::parse_gpu_layers(text).map_err(|e| CliError::Usage(format!("-ngl: {e}")))?,
         None => None,
     };
-    let constraint = constraint_from_flags(args.grammar_file.as_ref(), args.json, args.schema.as_ref(), args.formats)?;
+    let lexicon = lexicon_from_flags(args.lexicon.as_ref(), args.deny.as_ref())?;
+    let constraint = constraint_from_flags(
+        args.grammar_file.as_ref(),
+        args.json,
+        args.schema.as_ref(),
+        args.formats,
+        lexicon.as_ref(),
+    )?;
     let prompt = match args.prompt {
         Some(prompt) => Some(prompt),
         None if std::io::stdin().is_terminal() => None,
@@ -213,7 +240,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
             num_predict: max_tokens,
             system: args.system,
         };
-        return super::interactive::chat(&handle, ChatOptions { settings, constraint, stats: args.stats });
+        return super::interactive::chat(&handle, ChatOptions { settings, constraint, lexicon, stats: args.stats });
     };
 
     let input = if args.chat {
@@ -236,7 +263,8 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
         seed,
         max_tokens: Some(max_tokens),
     };
-    let request = ValidGenerateRequest::plain(args.model.clone(), input, sampling, constraint);
+    let mut request = ValidGenerateRequest::plain(args.model.clone(), input, sampling, constraint);
+    request.lexicon = lexicon;
     let mut generation = handle.submit(request).map_err(|e| CliError::Model(e.to_string()))?;
     let mut stdout = std::io::stdout().lock();
     let mut ends_with_newline = true;

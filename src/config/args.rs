@@ -39,6 +39,10 @@ pub struct ServeArgs {
     /// A GBNF grammar applied to every request.
     #[arg(long = "grammar-file")]
     pub grammar_file: Option<PathBuf>,
+    /// A lexicon file (words allowed or banned, one per line) applied to every request that
+    /// brings none; repeatable.
+    #[arg(long = "lexicon")]
+    pub lexicon: Vec<PathBuf>,
     /// A TOML config file (default: $LLAMAY_CONFIG).
     #[arg(long = "config")]
     pub config: Option<PathBuf>,
@@ -95,10 +99,12 @@ pub const SINGLE_DASH_LONG_FLAGS: &[&str] = &[
     "kv",
     "parallel",
     "grammar-file",
+    "lexicon",
     "config",
     "model",
     "flash-attn",
     // run
+    "deny",
     "prompt",
     "chat",
     "system",

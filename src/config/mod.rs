@@ -84,6 +84,8 @@ pub struct Config {
     pub kv: KvType,
     pub parallel: u32,
     pub grammar_file: Option<PathBuf>,
+    /// `-lexicon` files (word lists allowed or banned), applied to requests that bring none.
+    pub lexicon_files: Vec<PathBuf>,
     /// Requests that may wait at once: for a model to load, and, per loaded model, for one of
     /// its sequences; more are refused with 503.
     pub max_queue: usize,
@@ -161,6 +163,7 @@ impl Default for Config {
             kv: KvType::F16,
             parallel: 4,
             grammar_file: None,
+            lexicon_files: Vec::new(),
             max_queue: crate::actors::model::DEFAULT_MAX_QUEUE,
             compile_threads: default_compile_threads(),
             compile_queue: crate::api::DEFAULT_COMPILE_QUEUE,
@@ -221,6 +224,7 @@ struct FileConfig {
     kv: Option<String>,
     parallel: Option<u32>,
     grammar_file: Option<PathBuf>,
+    lexicon_files: Option<Vec<PathBuf>>,
     max_queue: Option<usize>,
     compile_threads: Option<usize>,
     compile_queue: Option<usize>,
@@ -325,6 +329,7 @@ impl Config {
         if file.grammar_file.is_some() {
             self.grammar_file = file.grammar_file;
         }
+        set(&mut self.lexicon_files, file.lexicon_files);
         set(&mut self.max_queue, file.max_queue);
         set(&mut self.compile_threads, file.compile_threads);
         set(&mut self.compile_queue, file.compile_queue);
@@ -408,6 +413,9 @@ impl Config {
         parse_env(env, "LLAMAY_PARALLEL", "parallel", &mut self.parallel)?;
         if let Some(path) = env("LLAMAY_GRAMMAR_FILE") {
             self.grammar_file = Some(PathBuf::from(path));
+        }
+        if let Some(paths) = env("LLAMAY_LEXICON") {
+            self.lexicon_files = std::env::split_paths(&paths).filter(|path| !path.as_os_str().is_empty()).collect();
         }
         parse_env(env, "LLAMAY_MAX_QUEUE", "max_queue", &mut self.max_queue)?;
         parse_env(env, "LLAMAY_COMPILE_THREADS", "compile_threads", &mut self.compile_threads)?;
@@ -494,6 +502,9 @@ impl Config {
         set(&mut self.parallel, args.parallel);
         if args.grammar_file.is_some() {
             self.grammar_file = args.grammar_file.clone();
+        }
+        if !args.lexicon.is_empty() {
+            self.lexicon_files = args.lexicon.clone();
         }
         if let Some(key) = &args.api_key {
             self.api_key = Some(Secret(key.clone()));
@@ -661,6 +672,9 @@ impl Config {
             if !(1..=32).contains(&id.len()) || !id.bytes().all(|b| b.is_ascii_alphanumeric()) {
                 return invalid("daemon_id", id.clone(), "1 to 32 letters and digits");
             }
+        }
+        if let Some(path) = self.lexicon_files.iter().find(|path| !path.is_file()) {
+            return invalid("lexicon_files", path.display().to_string(), "a readable lexicon file (one entry per line)");
         }
         if let Some(path) = &self.grammar_file {
             if !path.is_file() {

@@ -129,6 +129,7 @@ fn the_documented_config_file_loads_and_documents_every_key() {
         "kv",
         "parallel",
         "grammar_file",
+        "lexicon_files",
         "max_queue",
         "max_body_bytes",
         "log_format",

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::keepalive::KeepAlive;
 use crate::grammar::automaton::CompiledGrammar;
+use crate::grammar::lexicon::{ConstraintError, Lexicon, Target};
 use crate::grammar::limits::Limits;
 use crate::grammar::schema::FormatMode;
 
@@ -200,17 +201,29 @@ pub enum ConstraintCompileError {
     Schema(String),
     #[error("{0}")]
     Automaton(String),
+    /// The lexicon rules out every output of the grammar or schema.
+    #[error("{0}")]
+    Lexicon(String),
 }
 
 impl Constraint {
     /// Compiles `source` (no cache): the kind follows from what it is.
     pub fn from_source(source: ConstraintSource, limits: &Limits) -> Result<Self, ConstraintCompileError> {
+        Constraint::from_source_under(source, limits, None)
+    }
+
+    /// [`Constraint::from_source`] under a lexicon (see [`ConstraintSource::compile`]).
+    pub fn from_source_under(
+        source: ConstraintSource,
+        limits: &Limits,
+        lexicon: Option<&Arc<Lexicon>>,
+    ) -> Result<Self, ConstraintCompileError> {
         let kind = match &source {
             ConstraintSource::Gbnf { .. } => ConstraintKind::Grammar,
             ConstraintSource::Schema { .. } => ConstraintKind::Schema,
             ConstraintSource::AnyJson => ConstraintKind::Json,
         };
-        Ok(Constraint { kind, grammar: Arc::new(source.compile(limits)?), source: Some(Arc::new(source)) })
+        Ok(Constraint { kind, grammar: Arc::new(source.compile(limits, lexicon)?), source: Some(Arc::new(source)) })
     }
 }
 
@@ -219,19 +232,42 @@ impl ConstraintSource {
         ConstraintSource::Schema { schema, enforce_formats: formats == FormatMode::Enforce }
     }
 
-    pub fn compile(&self, limits: &Limits) -> Result<CompiledGrammar, ConstraintCompileError> {
+    /// The grammar of this source; under a `lexicon`, without the fixed text it rules out (and,
+    /// for JSON output under an allow list, with free strings made of its words).
+    pub fn compile(&self, limits: &Limits, lexicon: Option<&Arc<Lexicon>>) -> Result<CompiledGrammar, ConstraintCompileError> {
+        use crate::grammar::schema;
         let automaton = |e: crate::grammar::GrammarError| ConstraintCompileError::Automaton(e.to_string());
+        let restricted = |ir: crate::grammar::ir::Grammar| match lexicon {
+            Some(lexicon) => lexicon
+                .restrict(ir, Target::Json)
+                .map_err(|e| ConstraintCompileError::Lexicon(e.to_string())),
+            None => Ok(ir),
+        };
         match self {
-            ConstraintSource::Gbnf { text } => crate::grammar::gbnf::compile_gbnf(text.as_bytes(), limits)
-                .map_err(|e| ConstraintCompileError::Grammar(e.to_string())),
+            ConstraintSource::Gbnf { text } => match lexicon {
+                Some(lexicon) => crate::grammar::lexicon::compile_gbnf_with_lexicon(text.as_bytes(), limits, lexicon)
+                    .map_err(|e| match e {
+                        ConstraintError::Grammar(e) => ConstraintCompileError::Grammar(e.to_string()),
+                        ConstraintError::Lexicon(e) => ConstraintCompileError::Lexicon(e.to_string()),
+                    }),
+                None => crate::grammar::gbnf::compile_gbnf(text.as_bytes(), limits)
+                    .map_err(|e| ConstraintCompileError::Grammar(e.to_string())),
+            },
             ConstraintSource::Schema { schema, enforce_formats } => {
                 let formats = if *enforce_formats { FormatMode::Enforce } else { FormatMode::Ignore };
-                let ir = crate::grammar::schema::compile_schema_with(schema, formats)
-                    .map_err(|e| ConstraintCompileError::Schema(e.to_string()))?;
-                CompiledGrammar::new(ir, limits).map_err(automaton)
+                let ir = match lexicon {
+                    Some(lexicon) => schema::compile_schema_with_lexicon(schema, formats, lexicon),
+                    None => schema::compile_schema_with(schema, formats),
+                }
+                .map_err(|e| ConstraintCompileError::Schema(e.to_string()))?;
+                CompiledGrammar::new(restricted(ir)?, limits).map_err(automaton)
             }
             ConstraintSource::AnyJson => {
-                CompiledGrammar::new(crate::grammar::schema::any_json_object(), limits).map_err(automaton)
+                let ir = match lexicon {
+                    Some(lexicon) => schema::any_json_object_with_lexicon(lexicon),
+                    None => schema::any_json_object(),
+                };
+                CompiledGrammar::new(restricted(ir)?, limits).map_err(automaton)
             }
         }
     }
@@ -263,6 +299,9 @@ pub struct ValidGenerateRequest {
     pub parallel_tool_calls: bool,
     /// `llamay_context`: continue a named context (issue 11).
     pub context: Option<ContextRequest>,
+    /// `llamay_lexicon` or the daemon's `-lexicon`: words allowed or banned, checked beside
+    /// `constraint` (which was compiled under it). A forced tool call sets it aside.
+    pub lexicon: Option<Arc<Lexicon>>,
 }
 
 impl ValidGenerateRequest {
@@ -280,6 +319,7 @@ impl ValidGenerateRequest {
             tool_choice: ToolChoice::None,
             parallel_tool_calls: false,
             context: None,
+            lexicon: None,
         }
     }
 }

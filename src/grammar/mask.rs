@@ -55,6 +55,13 @@ impl TokenMask {
         }
     }
 
+    /// Makes this mask the tokens in both `a` and `b` (three masks over the same vocabulary).
+    pub fn assign_intersection(&mut self, a: &TokenMask, b: &TokenMask) {
+        for ((word, a), b) in self.words.iter_mut().zip(&a.words).zip(&b.words) {
+            *word = a & b;
+        }
+    }
+
     #[inline]
     pub fn is_set(&self, token: u32) -> bool {
         self.words

@@ -62,6 +62,7 @@ fn generate(prompt: &str, constraint: Constraint, seed: Option<u32>, max_tokens:
         tool_choice: ToolChoice::None,
         parallel_tool_calls: false,
         context: None,
+        lexicon: None,
     };
     let mut generation = smollm2().submit(request).expect("submit");
     let mut text = String::new();
@@ -75,7 +76,7 @@ fn generate(prompt: &str, constraint: Constraint, seed: Option<u32>, max_tokens:
 }
 
 fn corpus(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/gbnf").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/grammars").join(name)
 }
 
 #[test]

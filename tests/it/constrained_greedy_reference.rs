@@ -115,7 +115,7 @@ fn constrained_greedy_output_is_the_masked_argmax_at_every_step_and_validates() 
             let constraint = Constraint::from_source(source, &Limits::default()).expect("compiles");
             // Each side gets its own compiled grammar, so neither sees the other's caches.
             let reference =
-                Arc::new(constraint.source.as_ref().expect("source").compile(&Limits::default()).expect("compiles"));
+                Arc::new(constraint.source.as_ref().expect("source").compile(&Limits::default(), None).expect("compiles"));
             let (text, done) = through_worker(&model, name, prompt, constraint);
             let (expected, expected_tokens) = by_definition(&model, prompt, reference);
             assert_eq!(text, expected, "{name} {label}: the worker's greedy output differs from the definition's");

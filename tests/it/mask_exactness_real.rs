@@ -9,7 +9,7 @@ use llamay::grammar::schema::compile_schema;
 use llamay::grammar::{check_input, compile_gbnf, CheckOutcome, CompiledGrammar, Limits, Matcher, TokenTrie};
 use llamay::llm::Vocabulary;
 
-const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/gbnf");
+const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/grammars");
 
 fn alive(grammar: &llamay::grammar::CompiledGrammar, text: &[u8]) -> bool {
     !matches!(check_input(grammar, text), CheckOutcome::Mismatch { .. })

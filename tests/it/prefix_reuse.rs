@@ -56,6 +56,7 @@ fn request(messages: Vec<ChatMessage>, max_tokens: u32) -> ValidGenerateRequest 
         tool_choice: ToolChoice::None,
         parallel_tool_calls: false,
         context: None,
+        lexicon: None,
     }
 }
 

@@ -10,7 +10,7 @@ use super::types::{
     ContentBlock, InputContent, MessagesRequest, SystemField, ToolChoiceField, ToolDefinition,
 };
 use crate::api::common::{check_range, check_stops};
-use crate::api::constraint::{parse_formats, ConstraintSources};
+use crate::api::constraint::ConstraintSources;
 use crate::api::tool_wire::{check_tool_type, check_tools};
 use crate::core::{
     ChatMessage, PromptInput, Role, SamplingParams, ToolCall, ToolChoice, ToolSpec,
@@ -37,7 +37,7 @@ pub fn convert(mut body: MessagesRequest) -> Result<Converted, CoreError> {
             "messages: at least one message is required",
         ));
     }
-    let context = crate::api::common::context_request(body.llamay_context.take(), body.llamay_context_commit)?;
+    let context = crate::api::common::context_request(body.llamay.llamay_context.take(), body.llamay.llamay_context_commit)?;
     let mut messages = Vec::new();
     if let Some(system) = body.system {
         let text = match system {
@@ -92,24 +92,7 @@ pub fn convert(mut body: MessagesRequest) -> Result<Converted, CoreError> {
     sampling.max_tokens = Some(body.max_tokens);
     let stop = check_stops("stop_sequences", body.stop_sequences.unwrap_or_default())?;
 
-    let mut constraint = ConstraintSources::default();
-    if let Some(format) = body.llamay_format {
-        if format != "json" {
-            return Err(CoreError::invalid(format!(
-                "llamay_format: {format:?} is not offered; the one value is \"json\""
-            )));
-        }
-        constraint.any_json = Some("llamay_format");
-    }
-    if let Some(schema) = body.llamay_schema {
-        constraint.schema = Some((schema, "llamay_schema"));
-        constraint.any_json = None;
-    }
-    constraint.grammar = body
-        .llamay_grammar
-        .map(|g| (g, "llamay_grammar"))
-        .or(body.grammar.map(|g| (g, "grammar")));
-    constraint.formats = parse_formats(body.llamay_formats)?;
+    let constraint = body.llamay.constraint_sources(body.grammar, || Ok(ConstraintSources::default()))?;
 
     let request = ValidGenerateRequest {
         model: body.model,
@@ -122,6 +105,7 @@ pub fn convert(mut body: MessagesRequest) -> Result<Converted, CoreError> {
         tool_choice,
         parallel_tool_calls,
         context,
+        lexicon: None,
     };
     Ok(Converted {
         request,

@@ -17,15 +17,10 @@ pub struct MessagesRequest {
     pub stream: bool,
     pub tools: Option<Vec<ToolDefinition>>,
     pub tool_choice: Option<ToolChoiceField>,
-    pub llamay_schema: Option<Value>,
-    pub llamay_format: Option<String>,
-    pub llamay_grammar: Option<String>,
     pub grammar: Option<String>,
-    /// llamay's contexts (issue 11): continue a named context, and append to it.
-    pub llamay_context: Option<String>,
-    #[serde(default)]
-    pub llamay_context_commit: bool,
-    pub llamay_formats: Option<String>,
+    /// The `llamay_*` extensions, shared by every route.
+    #[serde(flatten)]
+    pub llamay: crate::api::extensions::LlamayFields,
 }
 
 #[derive(Debug, Deserialize)]

@@ -43,7 +43,7 @@ const TTFT_BUCKETS: [f64; 12] = [
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 /// Constraint kinds as the model worker labels them; anything else is booked as `other`.
-const CONSTRAINT_KINDS: [&str; 3] = ["json", "grammar", "tool"];
+const CONSTRAINT_KINDS: [&str; 4] = ["json", "grammar", "tool", "lexicon"];
 
 /// Mask counters of one constraint kind, summed over the generations that used it.
 #[derive(Debug, Clone, Default)]

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::types::{ChatRequest, GenerateRequest, Message, Options};
 use crate::api::common::{check_range, check_stops};
-use crate::api::constraint::{parse_formats, ConstraintSources};
+use crate::api::constraint::ConstraintSources;
 use crate::api::tool_wire::{check_tool_type, check_tools, openai_style_choice};
 use crate::core::{
     ChatMessage, KeepAlive, PromptInput, Role, SamplingParams, ToolCall, ToolChoice, ToolSpec,
@@ -28,7 +28,7 @@ pub struct Converted {
 
 pub fn convert_chat(mut body: ChatRequest) -> Result<Converted, CoreError> {
     check_model(&body.model)?;
-    let context = crate::api::common::context_request(body.llamay_context.take(), body.llamay_context_commit)?;
+    let context = crate::api::common::context_request(body.llamay.llamay_context.take(), body.llamay.llamay_context_commit)?;
     let load_only = body.messages.is_empty();
     let messages = body
         .messages
@@ -67,10 +67,11 @@ pub fn convert_chat(mut body: ChatRequest) -> Result<Converted, CoreError> {
         tool_choice,
         parallel_tool_calls: false,
         context,
+        lexicon: None,
     };
     Ok(Converted {
         request,
-        constraint: constraint_sources(body.format, body.llamay_grammar, body.grammar, body.llamay_formats)?,
+        constraint: body.llamay.constraint_sources(body.grammar, || format_sources(body.format))?,
         stream: body.stream.unwrap_or(true),
         load_only,
         gpu_layers,
@@ -79,7 +80,7 @@ pub fn convert_chat(mut body: ChatRequest) -> Result<Converted, CoreError> {
 
 pub fn convert_generate(mut body: GenerateRequest) -> Result<Converted, CoreError> {
     check_model(&body.model)?;
-    let context = crate::api::common::context_request(body.llamay_context.take(), body.llamay_context_commit)?;
+    let context = crate::api::common::context_request(body.llamay.llamay_context.take(), body.llamay.llamay_context_commit)?;
     if body.template.as_deref().is_some_and(|t| !t.is_empty()) {
         return Err(CoreError::invalid("template: a per-request template is not offered; the model's own chat template is used (raw: true sends the prompt as is)"));
     }
@@ -128,10 +129,11 @@ pub fn convert_generate(mut body: GenerateRequest) -> Result<Converted, CoreErro
         tool_choice: ToolChoice::Auto,
         parallel_tool_calls: false,
         context,
+        lexicon: None,
     };
     Ok(Converted {
         request,
-        constraint: constraint_sources(body.format, body.llamay_grammar, body.grammar, body.llamay_formats)?,
+        constraint: body.llamay.constraint_sources(body.grammar, || format_sources(body.format))?,
         stream: body.stream.unwrap_or(true),
         load_only,
         gpu_layers,
@@ -239,16 +241,9 @@ fn convert_keep_alive(value: Option<Value>) -> Result<Option<KeepAlive>, CoreErr
     }
 }
 
-fn constraint_sources(
-    format: Option<Value>,
-    llamay_grammar: Option<String>,
-    grammar: Option<String>,
-    llamay_formats: Option<String>,
-) -> Result<ConstraintSources, CoreError> {
-    let mut sources = ConstraintSources {
-        formats: parse_formats(llamay_formats)?,
-        ..ConstraintSources::default()
-    };
+/// What Ollama's `format` asks for: `"json"` or a JSON Schema.
+fn format_sources(format: Option<Value>) -> Result<ConstraintSources, CoreError> {
+    let mut sources = ConstraintSources::default();
     match format {
         None | Some(Value::Null) => {}
         Some(Value::String(text)) if text.is_empty() => {}
@@ -260,9 +255,6 @@ fn constraint_sources(
             )))
         }
     }
-    sources.grammar = llamay_grammar
-        .map(|g| (g, "llamay_grammar"))
-        .or(grammar.map(|g| (g, "grammar")));
     Ok(sources)
 }
 

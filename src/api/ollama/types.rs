@@ -1,4 +1,5 @@
-//! Ollama wire types (serde only). Unknown fields and options are ignored, as Ollama does.
+//! Ollama wire types (serde only). Unknown fields and options are ignored, as Ollama does,
+//! but a misspelt `llamay_*` field (see `api::extensions`).
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -16,13 +17,10 @@ pub struct ChatRequest {
     pub options: Option<Options>,
     pub stream: Option<bool>,
     pub keep_alive: Option<Value>,
-    pub llamay_grammar: Option<String>,
     pub grammar: Option<String>,
-    /// llamay's contexts (issue 11): continue a named context, and append to it.
-    pub llamay_context: Option<String>,
-    #[serde(default)]
-    pub llamay_context_commit: bool,
-    pub llamay_formats: Option<String>,
+    /// The `llamay_*` extensions, shared by every route.
+    #[serde(flatten)]
+    pub llamay: crate::api::extensions::LlamayFields,
 }
 
 #[derive(Debug, Deserialize)]
@@ -39,13 +37,10 @@ pub struct GenerateRequest {
     pub options: Option<Options>,
     pub stream: Option<bool>,
     pub keep_alive: Option<Value>,
-    pub llamay_grammar: Option<String>,
     pub grammar: Option<String>,
-    /// llamay's contexts (issue 11): continue a named context, and append to it.
-    pub llamay_context: Option<String>,
-    #[serde(default)]
-    pub llamay_context_commit: bool,
-    pub llamay_formats: Option<String>,
+    /// The `llamay_*` extensions, shared by every route.
+    #[serde(flatten)]
+    pub llamay: crate::api::extensions::LlamayFields,
 }
 
 #[derive(Debug, Deserialize)]

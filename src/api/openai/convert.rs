@@ -6,7 +6,7 @@ use super::types::{
     ChatCompletionRequest, MessageContent, RequestMessage, ResponseFormat, StopField, Tool,
 };
 use crate::api::common::{check_range, check_stops};
-use crate::api::constraint::{parse_formats, ConstraintSources};
+use crate::api::constraint::ConstraintSources;
 use crate::api::tool_wire::{check_tool_type, check_tools, openai_style_choice};
 use crate::core::{
     ChatMessage, PromptInput, Role, SamplingParams, ToolCall, ToolSpec, ValidGenerateRequest,
@@ -45,7 +45,7 @@ pub fn convert(mut body: ChatCompletionRequest) -> Result<Converted, CoreError> 
                 .with_param("messages"),
         );
     }
-    let context = crate::api::common::context_request(body.llamay_context.take(), body.llamay_context_commit)?;
+    let context = crate::api::common::context_request(body.llamay.llamay_context.take(), body.llamay.llamay_context_commit)?;
     let messages = body
         .messages
         .into_iter()
@@ -97,14 +97,8 @@ pub fn convert(mut body: ChatCompletionRequest) -> Result<Converted, CoreError> 
     };
     let stop = check_stops("stop", stop)?;
 
-    let mut constraint = constraint_sources(
-        body.response_format,
-        body.llamay_schema,
-        body.llamay_format,
-        body.llamay_grammar,
-        body.grammar,
-    )?;
-    constraint.formats = parse_formats(body.llamay_formats)?;
+    let response_format = body.response_format;
+    let constraint = body.llamay.constraint_sources(body.grammar, || response_format_sources(response_format))?;
     let request = ValidGenerateRequest {
         model: body.model,
         input: PromptInput::Chat { messages, tools },
@@ -116,6 +110,7 @@ pub fn convert(mut body: ChatCompletionRequest) -> Result<Converted, CoreError> 
         tool_choice,
         parallel_tool_calls: body.parallel_tool_calls.unwrap_or(true),
         context,
+        lexicon: None,
     };
     Ok(Converted {
         request,
@@ -193,51 +188,27 @@ fn convert_tool(tool: Tool) -> Result<ToolSpec, CoreError> {
     })
 }
 
-fn constraint_sources(
-    response_format: Option<ResponseFormat>,
-    llamay_schema: Option<serde_json::Value>,
-    llamay_format: Option<String>,
-    llamay_grammar: Option<String>,
-    grammar: Option<String>,
-) -> Result<ConstraintSources, CoreError> {
+/// What OpenAI's `response_format` asks for.
+fn response_format_sources(response_format: Option<ResponseFormat>) -> Result<ConstraintSources, CoreError> {
     let mut sources = ConstraintSources::default();
-    if let Some(format) = llamay_format {
-        if format != "json" {
+    let Some(format) = response_format else {
+        return Ok(sources);
+    };
+    match format.kind.as_str() {
+        "text" => {}
+        "json_object" => sources.any_json = Some("response_format"),
+        "json_schema" => {
+            let schema = format.json_schema.and_then(|s| s.schema).ok_or_else(|| {
+                CoreError::invalid("response_format json_schema needs json_schema.schema").with_param("response_format")
+            })?;
+            sources.schema = Some((schema, "response_format"));
+        }
+        other => {
             return Err(CoreError::invalid(format!(
-                "llamay_format {format:?} is not offered; the one value is \"json\""
+                "response_format type {other:?} is not one of \"text\", \"json_object\", \"json_schema\""
             ))
-            .with_param("llamay_format"));
+            .with_param("response_format"))
         }
-        sources.any_json = Some("llamay_format");
-    }
-    if let Some(schema) = llamay_schema {
-        sources.schema = Some((schema, "llamay_schema"));
-        sources.any_json = None;
-    } else if sources.any_json.is_none() {
-        match response_format {
-            None => {}
-            Some(format) => match format.kind.as_str() {
-                "text" => {}
-                "json_object" => sources.any_json = Some("response_format"),
-                "json_schema" => {
-                    let schema = format.json_schema.and_then(|s| s.schema).ok_or_else(|| {
-                        CoreError::invalid("response_format json_schema needs json_schema.schema").with_param("response_format")
-                    })?;
-                    sources.schema = Some((schema, "response_format"));
-                }
-                other => {
-                    return Err(CoreError::invalid(format!(
-                        "response_format type {other:?} is not one of \"text\", \"json_object\", \"json_schema\""
-                    ))
-                    .with_param("response_format"))
-                }
-            },
-        }
-    }
-    if let Some(text) = llamay_grammar {
-        sources.grammar = Some((text, "llamay_grammar"));
-    } else if let Some(text) = grammar {
-        sources.grammar = Some((text, "grammar"));
     }
     Ok(sources)
 }

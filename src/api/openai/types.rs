@@ -1,5 +1,6 @@
 //! OpenAI chat-completions wire types (serde only). Unknown request fields are ignored, as the
-//! official clients send fields this daemon has no use for.
+//! official clients send fields this daemon has no use for; a misspelt `llamay_*` one is not
+//! (see `api::extensions`).
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -27,15 +28,10 @@ pub struct ChatCompletionRequest {
     pub top_k: Option<i32>,
     pub min_p: Option<f64>,
     pub repeat_penalty: Option<f64>,
-    pub llamay_schema: Option<Value>,
-    pub llamay_format: Option<String>,
-    pub llamay_grammar: Option<String>,
     pub grammar: Option<String>,
-    /// llamay's contexts (issue 11): continue a named context, and append to it.
-    pub llamay_context: Option<String>,
-    #[serde(default)]
-    pub llamay_context_commit: bool,
-    pub llamay_formats: Option<String>,
+    /// The `llamay_*` extensions, shared by every route.
+    #[serde(flatten)]
+    pub llamay: crate::api::extensions::LlamayFields,
 }
 
 #[derive(Debug, Deserialize)]

@@ -248,7 +248,7 @@ mod tests {
 
     #[test]
     fn assembled_expansions_are_the_followed_ones() {
-        let corpus = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/gbnf");
+        let corpus = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/grammars");
         for name in ["arithmetic", "c", "chess", "json", "list", "english"] {
             let source = std::fs::read(format!("{corpus}/{name}.gbnf")).unwrap_or_else(|e| panic!("{name}: {e}"));
             let grammar = compile_gbnf(&source, &Limits::default()).unwrap_or_else(|e| panic!("{name}: {e}"));

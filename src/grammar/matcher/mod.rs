@@ -287,6 +287,13 @@ impl Matcher {
         self.last_mask.insert(mask)
     }
 
+    /// [`Matcher::compute_mask`] as the shared mask itself, for a caller that keeps it to tell
+    /// whether the next mask is the same one.
+    pub fn compute_mask_shared(&mut self) -> Arc<TokenMask> {
+        self.compute_mask();
+        self.last_mask.clone().unwrap_or_else(|| Arc::new(TokenMask::new(self.trie.vocab_size())))
+    }
+
     /// Advances past `token`; refuses a token the grammar does not allow here, leaving the
     /// state unchanged.
     pub fn commit(&mut self, token: u32) -> Result<(), GrammarError> {

@@ -407,6 +407,16 @@ impl<'a> Compiler<'a> {
                 .pattern_string(pattern, LengthBounds { min, max })
                 .map_err(|refusal| SchemaError::new("pattern", location, refusal.0));
         }
+        if let Some(allowed) = self.sink.allowed.as_mut() {
+            let (keyword, location) = match &merged.max_length {
+                Some(bound) => ("maxLength", &bound.location),
+                None => ("minLength", &merged.min_length.location),
+            };
+            return allowed
+                .string(&mut self.sink.builder, min, max)
+                .map(Some)
+                .map_err(|reason| SchemaError::new(keyword, location, reason));
+        }
         if min == 0 && max.is_none() {
             return Ok(Some(self.sink.any_string()));
         }

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::Value;
 
+use crate::lexicon::strings::AllowedStrings;
 use crate::ir::{
     char_ranges_to_alternatives, complement_char_ranges, literal_symbols, ByteSet, GrammarBuilder, RuleId, Symbol,
 };
@@ -45,6 +46,8 @@ pub(crate) struct RuleSink {
     any_number: Option<RuleId>,
     any_integer: Option<RuleId>,
     literal_cache: HashMap<String, RuleId>,
+    /// With an allow lexicon: the strings free string values are lowered to.
+    pub allowed: Option<AllowedStrings>,
 }
 
 impl RuleSink {
@@ -62,6 +65,7 @@ impl RuleSink {
             any_number: None,
             any_integer: None,
             literal_cache: HashMap::new(),
+            allowed: None,
         }
     }
 
@@ -92,6 +96,7 @@ impl RuleSink {
         let object = self.builder.declare("json-object");
         self.any_value = Some((value, object));
         let string = self.any_string();
+        let value_string = self.free_string();
         let number = self.any_number();
         let pair = self.add(
             "json-member",
@@ -126,7 +131,7 @@ impl RuleSink {
             vec![
                 vec![Symbol::Rule(object)],
                 vec![Symbol::Rule(array)],
-                vec![Symbol::Rule(string)],
+                vec![Symbol::Rule(value_string)],
                 vec![Symbol::Rule(number)],
                 literal_symbols(b"true"),
                 literal_symbols(b"false"),
@@ -190,6 +195,15 @@ impl RuleSink {
         let id = self.add("json-string", vec![vec![byte(b'"'), Symbol::Rule(body), byte(b'"')]]);
         self.any_string = Some(id);
         id
+    }
+
+    /// A string value with nothing but its type to constrain it: any string, or with an allow
+    /// lexicon one of its words only (property names stay any string).
+    pub fn free_string(&mut self) -> RuleId {
+        match self.allowed.as_mut() {
+            Some(allowed) => allowed.any_length(&mut self.builder),
+            None => self.any_string(),
+        }
     }
 
     /// One character in its canonical encoding (see [`canonical_char_alternatives`]).

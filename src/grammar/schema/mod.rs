@@ -56,10 +56,13 @@ mod number_tests;
 mod shape_tests;
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde_json::Value;
 
 use crate::ir::{Grammar, RuleId, Symbol};
+use crate::lexicon::strings::AllowedStrings;
+use crate::lexicon::Lexicon;
 
 pub use budget::{MAX_DOCUMENT_DEPTH, MAX_SCHEMA_DEPTH, MAX_SCHEMA_SYMBOLS};
 pub use formats::FormatMode;
@@ -102,7 +105,23 @@ fn document(value: RuleId) -> Vec<Vec<Symbol>> {
 
 /// Any RFC 8259 JSON document.
 pub fn any_json() -> Grammar {
+    any_json_in(json::RuleSink::new())
+}
+
+/// [`any_json`] under a lexicon: with an allow list, string values hold only its words (see
+/// [`crate::lexicon`]); a deny list is checked beside the grammar, so nothing changes here.
+pub fn any_json_with_lexicon(lexicon: &Arc<Lexicon>) -> Grammar {
     let mut sink = json::RuleSink::new();
+    sink.allowed = allowed_strings(Some(lexicon));
+    any_json_in(sink)
+}
+
+/// What free string values are lowered to under `lexicon`, when it restricts them.
+fn allowed_strings(lexicon: Option<&Arc<Lexicon>>) -> Option<AllowedStrings> {
+    lexicon.filter(|lexicon| lexicon.restricts_strings()).map(|lexicon| AllowedStrings::new(lexicon.clone()))
+}
+
+fn any_json_in(mut sink: json::RuleSink) -> Grammar {
     let value = sink.any_value();
     let root = sink.add("root", document(value));
     sink.builder.finish(root, WHITESPACE_BUDGET)
@@ -112,7 +131,17 @@ pub fn any_json() -> Grammar {
 /// `json_object`): every client of a JSON mode reads an object, as llama.cpp's server and
 /// Ollama compile theirs. Bounded as [`any_json`] is: the same number digits and whitespace budget.
 pub fn any_json_object() -> Grammar {
+    any_json_object_in(json::RuleSink::new())
+}
+
+/// [`any_json_object`] under a lexicon, as [`any_json_with_lexicon`] is.
+pub fn any_json_object_with_lexicon(lexicon: &Arc<Lexicon>) -> Grammar {
     let mut sink = json::RuleSink::new();
+    sink.allowed = allowed_strings(Some(lexicon));
+    any_json_object_in(sink)
+}
+
+fn any_json_object_in(mut sink: json::RuleSink) -> Grammar {
     let object = sink.any_object();
     let root = sink.add("root", document(object));
     sink.builder.finish(root, WHITESPACE_BUDGET)
@@ -137,12 +166,25 @@ pub fn compile_schema(schema: &Value) -> Result<Grammar, SchemaError> {
 
 /// [`compile_schema`], with `format` enforced when `formats` says so.
 pub fn compile_schema_with(schema: &Value, formats: FormatMode) -> Result<Grammar, SchemaError> {
+    compile_schema_in(schema, formats, None)
+}
+
+/// [`compile_schema_with`] under a lexicon: with an allow list, the string values the schema
+/// leaves free (no `enum`, `const`, `pattern` or enforced `format`) hold only its words (see
+/// [`crate::lexicon`]). A deny list is checked beside the grammar; pass the result to
+/// [`Lexicon::restrict`] in either case.
+pub fn compile_schema_with_lexicon(schema: &Value, formats: FormatMode, lexicon: &Arc<Lexicon>) -> Result<Grammar, SchemaError> {
+    compile_schema_in(schema, formats, Some(lexicon))
+}
+
+fn compile_schema_in(schema: &Value, formats: FormatMode, lexicon: Option<&Arc<Lexicon>>) -> Result<Grammar, SchemaError> {
     budget::check_document_depth(schema)?;
     if let Some(refusal) = keywords::first_refusal(schema) {
         return Err(refusal);
     }
     let mut compiler = compile::Compiler::new(schema);
     compiler.formats = formats;
+    compiler.sink.allowed = allowed_strings(lexicon);
     let value = compiler.compile(vec![compile::Part::new(schema, "")], true)?.ok_or_else(|| {
         SchemaError::new("schema", "", "which no JSON document can satisfy")
     })?;
@@ -200,7 +242,7 @@ pub fn review_schema_with(schema: &Value, formats: FormatMode) -> SchemaReport {
 /// Drops alternatives that can never finish (a dead end would let a sampler walk into a state
 /// with no way out) and rules the root cannot reach. `None` when the root itself is dead.
 /// Rules are moved, not copied: on large schemas this pass touches every symbol.
-fn prune(mut grammar: Grammar) -> Option<Grammar> {
+pub(crate) fn prune(mut grammar: Grammar) -> Option<Grammar> {
     let count = grammar.rules.len();
     let productive = crate::ir::rules_satisfying(&grammar, |symbol| match symbol {
         Symbol::Bytes(set) => !set.is_empty(),

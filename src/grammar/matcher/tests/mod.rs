@@ -8,7 +8,7 @@ use super::*;
 use crate::gbnf::compile_gbnf;
 use crate::limits::Limits;
 
-const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/gbnf");
+const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/grammars");
 
 /// xorshift64*: deterministic and dependency-free.
 pub(crate) struct TestRng(u64);

@@ -1,0 +1,64 @@
+//! `llamay lexicon check FILE TEXT`: whether a text passes a lexicon file and, when not, where
+//! it fails and on which entry, with the same automaton the sampler runs. Also loads the
+//! lexicon files of `llamay run -lexicon`/`-deny`. Exit 0 when the text passes, 1 otherwise.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Subcommand;
+
+use llamay::grammar::{check_text, Lexicon, LexiconCheck, LexiconKind, LexiconLimits, Target};
+
+use super::CliError;
+
+#[derive(Debug, Subcommand)]
+pub enum LexiconCommand {
+    /// Load FILE (one entry per line, `#!allow` or `#!deny` first) and check TEXT (- reads
+    /// stdin) against it: where it fails and why.
+    Check {
+        file: PathBuf,
+        #[arg(allow_hyphen_values = true)]
+        text: String,
+        /// Read TEXT as JSON output (escapes decoded), as under a schema.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// A lexicon file, of the kind it declares, else `kind`; refusals name the file.
+pub fn load(path: &Path, kind: Option<LexiconKind>) -> Result<Lexicon, CliError> {
+    let text = std::fs::read_to_string(path).map_err(|source| CliError::Io { path: path.display().to_string(), source })?;
+    Lexicon::parse(&text, kind, &LexiconLimits::default())
+        .map_err(|e| CliError::Constraint(format!("{}: {e}", path.display())))
+}
+
+pub fn lexicon(command: LexiconCommand) -> Result<ExitCode, CliError> {
+    let LexiconCommand::Check { file, text, json } = command;
+    let lexicon = load(&file, None)?;
+    println!(
+        "{}: {} list, {} entries, {} automaton states",
+        file.display(),
+        lexicon.kind(),
+        lexicon.entry_count(),
+        lexicon.state_count()
+    );
+    let text = if text == "-" {
+        let mut read = String::new();
+        std::io::stdin().read_to_string(&mut read).map_err(|source| CliError::Io { path: "stdin".into(), source })?;
+        read
+    } else {
+        text
+    };
+    let target = if json { Target::Json } else { Target::Text };
+    match check_text(&lexicon, text.as_bytes(), target) {
+        LexiconCheck::Pass => {
+            println!("the text passes ({} bytes)", text.len());
+            Ok(ExitCode::SUCCESS)
+        }
+        LexiconCheck::Fail(violation) => {
+            println!("the text fails at {violation}");
+            Ok(ExitCode::from(1))
+        }
+    }
+}
