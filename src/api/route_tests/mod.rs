@@ -589,7 +589,6 @@ async fn grammar_refusals_name_the_problem_and_compiled_constraints_are_reused()
     assert_eq!(stats["compiled_constraints"]["entries"], 1);
 }
 
-#[path = "tool_route_tests.rs"]
 mod tools;
 
 /// Issue 9: every API's requests get the daemon's default budget when they name none, and a

@@ -127,5 +127,4 @@ pub(crate) fn first_repeat(calls: &[ToolCall]) -> Option<usize> {
 }
 
 #[cfg(test)]
-#[path = "answer_tests.rs"]
 mod tests;

@@ -578,14 +578,10 @@ fn dominant_type_name(elements_by_type: &[u64; GGML_TYPE_LIMIT]) -> String {
         .unwrap_or_else(|| "unknown".to_string())
 }
 
-// Explicit paths so the modules resolve the same whether this file is mounted as `gguf.rs`
-// or through a `#[path]` attribute.
 #[cfg(test)]
-#[path = "gguf/testing.rs"]
 pub(crate) mod testing;
 
 #[cfg(test)]
-#[path = "gguf/tests.rs"]
 mod tests;
 
 pub mod write;

@@ -14,11 +14,11 @@ use crate::grammar::limits::Limits;
 use crate::tools::parse_calls;
 
 fn weather_tools() -> Vec<ToolSpec> {
-    serde_json::from_str(include_str!("../../testdata/tools/get_weather.json")).expect("fixture parses")
+    serde_json::from_str(include_str!("../../../testdata/tools/get_weather.json")).expect("fixture parses")
 }
 
 fn order_tools() -> Vec<ToolSpec> {
-    serde_json::from_str(include_str!("../../testdata/tools/order_tools.json")).expect("fixture parses")
+    serde_json::from_str(include_str!("../../../testdata/tools/order_tools.json")).expect("fixture parses")
 }
 
 fn compiled(tools: &[ToolSpec], choice: &ToolChoice, parallel: bool) -> CompiledGrammar {

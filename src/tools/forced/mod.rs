@@ -162,5 +162,4 @@ fn choice_label(choice: &ToolChoice) -> String {
 }
 
 #[cfg(test)]
-#[path = "forced_tests.rs"]
 mod tests;

@@ -658,5 +658,4 @@ pub fn install_abort_report() {
 }
 
 #[cfg(test)]
-#[path = "rpc_tests.rs"]
 mod tests;

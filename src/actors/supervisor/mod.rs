@@ -776,5 +776,4 @@ impl Handler<Shutdown> for Supervisor {
 mod placing;
 
 #[cfg(test)]
-#[path = "supervisor_tests.rs"]
 mod tests;

@@ -6,12 +6,12 @@ use serde_json::json;
 use super::*;
 
 fn weather() -> Vec<ToolSpec> {
-    serde_json::from_str(include_str!("../../testdata/tools/get_weather.json"))
+    serde_json::from_str(include_str!("../../../testdata/tools/get_weather.json"))
         .expect("fixture parses")
 }
 
 fn order_tools() -> Vec<ToolSpec> {
-    serde_json::from_str(include_str!("../../testdata/tools/order_tools.json"))
+    serde_json::from_str(include_str!("../../../testdata/tools/order_tools.json"))
         .expect("fixture parses")
 }
 

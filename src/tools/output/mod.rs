@@ -213,5 +213,4 @@ fn tail_that_may_open_a_call(text: &str) -> usize {
 }
 
 #[cfg(test)]
-#[path = "output_tests.rs"]
 mod tests;

@@ -7,7 +7,7 @@
 //!
 //! Key types: [`LlamaModelHandle`] (the [`LoadedModel`] the supervisor holds), [`WorkerSettings`],
 //! [`StoreLoader`] (the real [`ModelLoader`](super::messages::ModelLoader): store name -> file
-//! -> loaded model; in `model_locate.rs` with the other ways of finding and loading a model).
+//! -> loaded model; in `locate.rs` with the other ways of finding and loading a model).
 //! Cost: one thread and one KV cache per loaded model; each step is one `llama_decode` call of
 //! (live sequences + prompt chunk) tokens, plus one sampling pass per generating sequence.
 
@@ -871,9 +871,7 @@ fn finish(mut job: Job, reason: FinishReason, text: String, timings: Timings, pr
     let _ = job.events.blocking_send(StreamEvent::Done(completion));
 }
 
-#[path = "model_kv.rs"]
 mod kv;
 
-#[path = "model_locate.rs"]
 mod locate;
 pub use locate::{load_any_model, load_model, load_vocabulary, locate_model, StoreLoader};

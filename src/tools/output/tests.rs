@@ -9,7 +9,7 @@ use super::*;
 use crate::tools::finish_tool_answer;
 
 fn weather() -> Vec<ToolSpec> {
-    serde_json::from_str(include_str!("../../testdata/tools/get_weather.json")).expect("fixture parses")
+    serde_json::from_str(include_str!("../../../testdata/tools/get_weather.json")).expect("fixture parses")
 }
 
 fn auto() -> ToolOutput {
