@@ -24,15 +24,13 @@ use super::messages::{CancelToken, Generation, LoadedModel, SavedState};
 use super::prefix::SlotCache;
 use super::sampler::{SequenceSampler, Step};
 use crate::core::{
-    Completion, ConstraintKind, CoreError, FinishReason, ModelInfo, ModelTotals, PromptInput, Role, StepSplit,
-    StreamEvent, Timings, ToolSpec, Usage, ValidGenerateRequest,
+    Completion, ConstraintKind, CoreError, FinishReason, ModelInfo, ModelTotals, PromptInput, StepSplit,
+    StreamEvent, Timings, Usage, ValidGenerateRequest,
 };
-use crate::grammar::{CompiledGrammar, Limits};
 use crate::grammar::lexicon::{Constraint as OutputConstraint, LexiconMatcher, Target};
 use crate::grammar::matcher::Matcher;
 use crate::grammar::toktrie::TokenTrie;
 use crate::llm::sampling::SamplingConfig;
-use crate::llm::template::TemplateMessage;
 use crate::llm::{BatchEntry, Context, ContextParams, Model};
 use crate::tools::ToolAnswer;
 
@@ -209,81 +207,6 @@ impl LlamaModelHandle {
     fn trie(&self) -> Arc<TokenTrie> {
         Arc::clone(self.trie.get_or_init(|| build_trie(&self.model)))
     }
-
-    /// The prompt as tokens (rendered through the chat template where the input asks for it),
-    /// with what tools change: a forced call's grammar and the tools calls are read back for.
-    fn prepare(&self, request: &ValidGenerateRequest) -> Result<Prepared, CoreError> {
-        let template_error = |e: crate::llm::LlmError| CoreError::bad_request(e.to_string());
-        match &request.input {
-            PromptInput::Chat { messages, tools } => {
-                let has_tool_history = messages.iter().any(|m| !m.tool_calls.is_empty() || m.role == Role::Tool);
-                if tools.is_empty() && !has_tool_history {
-                    let messages: Vec<TemplateMessage> = messages.iter().map(template_message).collect();
-                    let prompt = self.model.tokenize_chat(&messages, None).map_err(template_error)?;
-                    return Ok(Prepared { prompt, forced: None, tools: None, filters_markup: false });
-                }
-                let plan = crate::tools::plan_tool_use(
-                    messages,
-                    tools,
-                    &request.tool_choice,
-                    request.parallel_tool_calls,
-                    self.model.chat_template().handles_tools(),
-                );
-                let forced = match &request.constraint {
-                    _ if !plan.forces_call => None,
-                    // The API compiled it on its compile pool.
-                    Some(constraint) if constraint.kind == ConstraintKind::Tool => Some(Arc::clone(&constraint.grammar)),
-                    // Submitted without the API (a runner process, the CLI): compiled here.
-                    _ => forced_call_grammar(tools, request)?,
-                };
-                let rendered: Vec<TemplateMessage> = plan.messages.iter().map(template_message).collect();
-                let prompt = self
-                    .model
-                    .tokenize_chat(&rendered, plan.template_tools.as_deref())
-                    .map_err(template_error)?;
-                self.check_room_to_name_a_tool(&plan, request.sampling.max_tokens)?;
-                Ok(Prepared { prompt, forced, tools: plan.output(), filters_markup: true })
-            }
-            PromptInput::Raw { prompt, system, template: true } => {
-                let mut messages = Vec::new();
-                if let Some(system) = system {
-                    messages.push(TemplateMessage::new("system", system.clone()));
-                }
-                messages.push(TemplateMessage::new("user", prompt.clone()));
-                let prompt = self.model.tokenize_chat(&messages, None).map_err(template_error)?;
-                Ok(Prepared { prompt, forced: None, tools: None, filters_markup: false })
-            }
-            PromptInput::Raw { prompt, template: false, .. } => {
-                let prompt = self.model.tokenize(prompt, true, false).map_err(template_error)?;
-                Ok(Prepared { prompt, forced: None, tools: None, filters_markup: false })
-            }
-        }
-    }
-
-    /// Refuses a forced call among several tools whose token budget cannot hold the text that
-    /// names even the shortest of them: the answer could be no call at all.
-    fn check_room_to_name_a_tool(&self, plan: &crate::tools::ToolPlan, budget: Option<u32>) -> Result<(), CoreError> {
-        let (Some(naming), Some(budget)) = (plan.shortest_naming(), budget) else { return Ok(()) };
-        let needed = self.model.tokenize(&naming, false, false).map_err(|e| CoreError::internal(e.to_string()))?.len();
-        if (budget as usize) < needed {
-            return Err(CoreError::invalid(format!(
-                "max_tokens is {budget}, too few for a forced tool call: naming one of the {} tools it may \
-                 call takes {needed} tokens with this model; raise max_tokens (num_predict on Ollama's routes)",
-                plan.forced_tools.len()
-            ))
-            .with_param("max_tokens"));
-        }
-        Ok(())
-    }
-}
-
-/// The grammar of a forced call compiled here, for requests that did not come through the API.
-fn forced_call_grammar(tools: &[ToolSpec], request: &ValidGenerateRequest) -> Result<Option<Arc<CompiledGrammar>>, CoreError> {
-    let Some(grammar) = crate::tools::compile_tool_use(tools, &request.tool_choice, request.parallel_tool_calls)? else {
-        return Ok(None);
-    };
-    let compiled = CompiledGrammar::new(grammar, &Limits::default()).map_err(|e| CoreError::bad_request(e.to_string()))?;
-    Ok(Some(Arc::new(compiled)))
 }
 
 /// A split as the API shows it: each device, its layers and bytes.
@@ -305,27 +228,6 @@ fn placement_of(split: &crate::llm::rpc::LayerSplit) -> Vec<crate::core::DeviceP
             bytes: split.bytes.get(index).copied().unwrap_or(0),
         })
         .collect()
-}
-
-/// A request turned into what the worker runs.
-struct Prepared {
-    prompt: Vec<u32>,
-    /// A forced tool call's grammar; it replaces the request's own constraint.
-    forced: Option<Arc<CompiledGrammar>>,
-    /// How the answer is watched for calls, when the request offers tools.
-    tools: Option<crate::tools::ToolOutput>,
-    /// Whether the prompt described tools or earlier calls, so the answer may carry markup.
-    filters_markup: bool,
-}
-
-fn template_message(message: &crate::core::ChatMessage) -> TemplateMessage {
-    TemplateMessage {
-        role: message.role.as_str().to_string(),
-        content: message.content.clone(),
-        tool_calls: (!message.tool_calls.is_empty()).then(|| crate::tools::calls_as_template_json(&message.tool_calls)),
-        name: message.name.clone(),
-        tool_call_id: message.tool_call_id.clone(),
-    }
 }
 
 impl LoadedModel for LlamaModelHandle {
@@ -872,6 +774,9 @@ fn finish(mut job: Job, reason: FinishReason, text: String, timings: Timings, pr
 }
 
 mod kv;
+
+mod prepare;
+use prepare::Prepared;
 
 mod locate;
 pub use locate::{load_any_model, load_model, load_vocabulary, locate_model, StoreLoader};
