@@ -44,10 +44,27 @@ fn has_word(text: &str, word: &str) -> bool {
     words(text).split(' ').any(|w| w == word)
 }
 
-/// Whether `text` holds "brown fox" or "lazy" as whole words, any case or spacing.
+/// Whether `text` holds "brown fox" or "lazy" as whole words, any case or spacing, as the
+/// README defines a deny entry: words are runs of letters, digits and `_`, and the space in a
+/// phrase matches a run of whitespace only (`brown-fox` is not the phrase).
 fn banned_in(text: &str) -> bool {
-    let words = format!(" {} ", words(text));
-    words.contains(" brown fox ") || words.contains(" lazy ")
+    let lower = text.to_lowercase();
+    let is_word = |c: char| c.is_alphanumeric() || c == '_';
+    // Each word with the text that follows it up to the next word.
+    let mut parts: Vec<(String, String)> = Vec::new();
+    for c in lower.chars() {
+        match parts.last_mut() {
+            Some((word, gap)) if is_word(c) && gap.is_empty() => word.push(c),
+            _ if is_word(c) => parts.push((c.to_string(), String::new())),
+            Some((_, gap)) => gap.push(c),
+            None => {}
+        }
+    }
+    parts.iter().any(|(word, _)| word == "lazy")
+        || parts.windows(2).any(|pair| {
+            let ((first, gap), (second, _)) = (&pair[0], &pair[1]);
+            first == "brown" && second == "fox" && gap.chars().all(char::is_whitespace)
+        })
 }
 
 /// One request on `route` (`openai`, `anthropic`, `ollama`) with `extra` fields; the answer's

@@ -388,18 +388,7 @@ impl Supervisor {
             ctx.cancel_future(timer);
         }
         slot.expires_at = None;
-        // As in Ollama, each request sets the keepalive: its own, or the daemon's default.
-        slot.keep_alive = waiter.keep_alive.unwrap_or(self.config.default_keep_alive);
-        slot.refcount += 1;
-        let lease = ModelLease {
-            model: slot.model.clone(),
-            name: waiter.model.clone(),
-            slot_id: slot.id,
-            load_duration: Duration::ZERO,
-            supervisor: ctx.address(),
-        };
-        // A receiver that went away drops the lease, which releases it again.
-        let _ = waiter.reply.send(Ok(lease));
+        self.grant_loaded(waiter, Duration::ZERO, ctx);
     }
 
     /// The idle model that would expire soonest; one kept forever goes last.
@@ -518,6 +507,7 @@ impl Supervisor {
             load_duration,
             supervisor: ctx.address(),
         };
+        // A receiver that went away drops the lease, which releases it again.
         let _ = waiter.reply.send(Ok(lease));
     }
 
