@@ -4,20 +4,11 @@
 //! are checked against the independent numpy reference in testdata/embeddings; reranking is
 //! scored by MRR@10 on testdata/embeddings/retrieval.json against the random baseline.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use actix::Actor;
 use actix_web::web;
-use llamay::actors::model::{StoreLoader, WorkerSettings};
-use llamay::actors::supervisor::{Supervisor, SupervisorConfig};
 use llamay::api::limits::HttpLimits;
 use llamay::api::serve::start_http;
-use llamay::api::AppState;
-use llamay::core::KeepAlive;
-use llamay::llm::ContextParams;
-use llamay::serve::StoreCatalog;
-use llamay::store::Store;
 use serde_json::{json, Value};
 
 const ENCODER: &str = "all-minilm:l6-v2";
@@ -26,31 +17,7 @@ const OTHER_CHAT: &str = "gemma3:270m";
 
 /// The real daemon on a free loopback port; returns its base URL.
 fn start_daemon() -> String {
-    let store = Arc::new(
-        Store::open(&Store::default_home()).expect("the model store (scripts/setup fills it)"),
-    );
-    let settings = WorkerSettings {
-        context: ContextParams {
-            n_ctx: 2048,
-            threads: 1,
-            sequences: 2,
-            ..ContextParams::default()
-        },
-        ..WorkerSettings::default()
-    };
-    let loader = Arc::new(StoreLoader::new(Arc::clone(&store), settings));
-    let config = SupervisorConfig {
-        max_loaded: 2,
-        default_keep_alive: KeepAlive::For(Duration::from_secs(300)),
-        max_queue: 8,
-    };
-    let supervisor = Supervisor::new(loader, config).start();
-    let mut state = AppState::new(
-        supervisor,
-        Arc::new(StoreCatalog::new(store)),
-        None,
-        8 << 20,
-    );
+    let mut state = crate::in_process::store_backed_state(2048, 2, 8 << 20);
     state.embed_model = Some(ENCODER.to_string());
     state.rerank_model = Some(CHAT.to_string());
     let addr = "127.0.0.1:0".parse().unwrap();

@@ -19,6 +19,7 @@ mod embed_real;
 mod embed_routes;
 mod eval;
 mod http_fuzz;
+mod in_process;
 mod json_schema_suite;
 mod lexicons;
 mod llm_real;

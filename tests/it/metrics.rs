@@ -6,18 +6,9 @@
 //! `/v1/models/{name:.*}` series to integration/test_metrics.py, whose parser (the official
 //! Python client's) reads the whole format.
 
-use std::sync::Arc;
-use std::time::Duration;
 
-use actix::Actor;
 use actix_web::{test, web};
-use llamay::actors::model::{StoreLoader, WorkerSettings};
-use llamay::actors::supervisor::{Supervisor, SupervisorConfig};
 use llamay::api::{build_app, AppState};
-use llamay::core::KeepAlive;
-use llamay::llm::ContextParams;
-use llamay::serve::StoreCatalog;
-use llamay::store::Store;
 use prometheus_parse::{Sample, Scrape, Value};
 use serde_json::json;
 
@@ -25,31 +16,7 @@ const MODEL: &str = "smollm2:135m";
 const OTHER_MODEL: &str = "gemma3:270m";
 
 fn state() -> web::Data<AppState> {
-    let store = Arc::new(
-        Store::open(&Store::default_home()).expect("the model store (scripts/setup fills it)"),
-    );
-    let settings = WorkerSettings {
-        context: ContextParams {
-            n_ctx: 1024,
-            threads: 1,
-            sequences: 2,
-            ..ContextParams::default()
-        },
-        ..WorkerSettings::default()
-    };
-    let loader = Arc::new(StoreLoader::new(Arc::clone(&store), settings));
-    let config = SupervisorConfig {
-        max_loaded: 1,
-        default_keep_alive: KeepAlive::For(Duration::from_secs(300)),
-        max_queue: 8,
-    };
-    let supervisor = Supervisor::new(loader, config).start();
-    web::Data::new(AppState::new(
-        supervisor,
-        Arc::new(StoreCatalog::new(store)),
-        None,
-        1 << 20,
-    ))
+    web::Data::new(crate::in_process::store_backed_state(1024, 1, 1 << 20))
 }
 
 fn value(scrape: &Scrape, name: &str, labels: &[(&str, &str)]) -> Option<f64> {

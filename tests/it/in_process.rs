@@ -1,0 +1,37 @@
+//! The app's state over the real store and llama.cpp, for tests that drive the routes in this
+//! process (actix's test service or `start_http` on a loopback port) rather than a `llamay serve`
+//! child. It reads the store through llamay's library, which the test-support crate does not
+//! depend on.
+//!
+//! Key item: [`store_backed_state`]. Cost: opening the shared store; models load on first use.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::Actor;
+use llamay::actors::model::{StoreLoader, WorkerSettings};
+use llamay::actors::supervisor::{Supervisor, SupervisorConfig};
+use llamay::api::AppState;
+use llamay::core::KeepAlive;
+use llamay::llm::ContextParams;
+use llamay::serve::StoreCatalog;
+use llamay::store::Store;
+
+/// State of a daemon over the default store (where scripts/setup imports the test models):
+/// one llama.cpp thread and two sequences per model of `n_ctx` tokens, at most `max_loaded`
+/// models, a queue of 8, bodies up to `max_body_bytes`. Must be called inside an actix system.
+pub fn store_backed_state(n_ctx: u32, max_loaded: usize, max_body_bytes: usize) -> AppState {
+    let store = Arc::new(Store::open(&Store::default_home()).expect("the model store (scripts/setup fills it)"));
+    let settings = WorkerSettings {
+        context: ContextParams { n_ctx, threads: 1, sequences: 2, ..ContextParams::default() },
+        ..WorkerSettings::default()
+    };
+    let loader = Arc::new(StoreLoader::new(Arc::clone(&store), settings));
+    let config = SupervisorConfig {
+        max_loaded,
+        default_keep_alive: KeepAlive::For(Duration::from_secs(300)),
+        max_queue: 8,
+    };
+    let supervisor = Supervisor::new(loader, config).start();
+    AppState::new(supervisor, Arc::new(StoreCatalog::new(store)), None, max_body_bytes)
+}
