@@ -65,6 +65,11 @@ impl Environment {
         }
     }
 
+    /// `$LLAMAY_HOME`, when it is set (tests that need the real models skip without it).
+    pub fn llamay_home(&self) -> Option<PathBuf> {
+        self.llamay_home.as_ref().map(PathBuf::from)
+    }
+
     /// The user's home directory, for `~/` in paths a shell did not expand.
     pub fn user_home(&self) -> Option<PathBuf> {
         self.user_home.as_ref().map(PathBuf::from)
