@@ -177,6 +177,11 @@ impl SequenceSampler {
         }
         let chosen = match self.constraint.as_mut() {
             Some(constraint) => {
+                // The output is cut after the budget's last token: a lexicon must be able to
+                // end there.
+                if self.generated + 1 == self.max_tokens {
+                    constraint.next_token_is_last();
+                }
                 self.sampler.sample(logits, Some(&mut ConstraintAdapter(constraint)))
             }
             None => self.sampler.sample(logits, None),

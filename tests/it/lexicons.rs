@@ -115,6 +115,28 @@ fn a_banned_phrase_the_prompt_asks_for_never_appears_on_any_route() {
 }
 
 #[test]
+fn a_budget_that_cuts_the_output_right_after_a_banned_word_does_not_leave_it_whole() {
+    let daemon = start(&[]);
+    let greedy = |tokens: u32, extra: Value| {
+        let mut body = json!({"temperature": 0});
+        if let (Some(body), Value::Object(extra)) = (body.as_object_mut(), extra) {
+            body.extend(extra);
+        }
+        ask(&daemon, "openai", STEERED, 0, tokens, body).expect("answers")
+    };
+    // The budget at which the free answer's last word is `lazy`: cut there, nothing after the
+    // word says it is whole, so only the cut can.
+    let budget = (1..=24)
+        .find(|&tokens| greedy(tokens, json!({})).trim_end().to_lowercase().ends_with("lazy"))
+        .expect("the free answer reaches `lazy` within 24 tokens");
+    for route in ["openai", "anthropic", "ollama"] {
+        let text = ask(&daemon, route, STEERED, 0, budget, json!({"temperature": 0, "llamay_lexicon": {"deny": ["lazy"]}}))
+            .unwrap_or_else(|e| panic!("{route}: {e:?}"));
+        assert!(!has_word(&text, "lazy"), "{route}, {budget} tokens: {text:?}");
+    }
+}
+
+#[test]
 fn an_allow_list_leaves_only_its_words_on_every_route() {
     let daemon = start(&[]);
     let allow = json!({"llamay_lexicon": {"allow": ["yes", "no", "maybe"]}});

@@ -3,6 +3,11 @@
 //! both allow it, a mask is the intersection of both masks, and the output may end when both
 //! accept. Both automata read the same bytes, so this is their product.
 //!
+//! The last token a budget allows is held to more: the output is cut after it, so it must also
+//! leave the lexicon where the output may end (a length cut right after `lazy` would otherwise
+//! leave a banned word at the end, since only the next character would have said `lazy` was
+//! whole).
+//!
 //! Cost: a check runs the grammar's, then the lexicon's; a mask with both is the two masks
 //! (each cached) and their intersection, updated token by token while the grammar's mask
 //! stays the same (see `intersection.rs`), counted in the lexicon's time.
@@ -26,6 +31,10 @@ pub struct Constraint {
     nothing_allowed: bool,
     /// The end of the output so far, to say where a dead end happened.
     recent: Vec<u8>,
+    /// Whether the next token is the last one the budget allows.
+    last_token: bool,
+    /// The last token's mask: the usual one less the tokens the lexicon may not end after.
+    last_mask: Option<TokenMask>,
 }
 
 enum Parts {
@@ -44,21 +53,60 @@ impl Constraint {
             (None, Some(lexicon)) => Parts::Lexicon(lexicon),
             (None, None) => return None,
         };
-        Some(Constraint { parts, nothing_allowed: false, recent: Vec::new() })
+        Some(Constraint { parts, nothing_allowed: false, recent: Vec::new(), last_token: false, last_mask: None })
+    }
+
+    /// Says that the next token is the last the budget allows: until the next commit, a token
+    /// is allowed only where the lexicon lets the output end after it, when some token does
+    /// (where none does, the usual tokens stay allowed, and the cut may leave a word the
+    /// lexicon would have wanted to see finished). A grammar is not held to this: a cut
+    /// leaves JSON or grammar output unfinished whatever the token.
+    pub fn next_token_is_last(&mut self) {
+        self.last_token = self.lexicon().is_some();
     }
 
     /// Whether `token` may come next.
     pub fn is_allowed(&mut self, token: u32) -> bool {
-        match &mut self.parts {
+        let allowed = match &mut self.parts {
             Parts::Grammar(grammar) => grammar.is_allowed(token),
             Parts::Lexicon(lexicon) => lexicon.is_allowed(token),
             // The grammar first: it refuses far more often than a lexicon does.
             Parts::Both(grammar, lexicon, _) => grammar.is_allowed(token) && lexicon.is_allowed(token),
-        }
+        };
+        allowed && (!self.last_token || self.lexicon().is_some_and(|lexicon| lexicon.ends_after(token)))
     }
 
     /// Every token allowed next.
     pub fn compute_mask(&mut self) -> &TokenMask {
+        if self.last_token {
+            return self.last_token_mask();
+        }
+        self.usual_mask()
+    }
+
+    /// The usual mask, less the tokens the lexicon may not end after; the usual mask where
+    /// that leaves none.
+    fn last_token_mask(&mut self) -> &TokenMask {
+        let mut last = self.usual_mask().clone();
+        let started = Instant::now();
+        if let Some(lexicon) = self.lexicon() {
+            let refused: Vec<u32> = last.iter_set().filter(|&token| !lexicon.ends_after(token)).collect();
+            for token in refused {
+                last.unset(token);
+            }
+        }
+        if let Some(lexicon) = self.lexicon_mut() {
+            lexicon.add_time(started);
+        }
+        if last.count() == 0 {
+            self.last_token = false;
+            return self.usual_mask();
+        }
+        self.nothing_allowed = false;
+        self.last_mask.insert(last)
+    }
+
+    fn usual_mask(&mut self) -> &TokenMask {
         let mask = match &mut self.parts {
             Parts::Grammar(grammar) => grammar.compute_mask(),
             Parts::Lexicon(lexicon) => lexicon.compute_mask(),
@@ -100,6 +148,7 @@ impl Constraint {
             self.recent.drain(..excess);
         }
         self.nothing_allowed = false;
+        self.last_token = false;
         Ok(())
     }
 
@@ -132,6 +181,13 @@ impl Constraint {
 
     pub fn lexicon(&self) -> Option<&LexiconMatcher> {
         match &self.parts {
+            Parts::Lexicon(lexicon) | Parts::Both(_, lexicon, _) => Some(lexicon),
+            Parts::Grammar(_) => None,
+        }
+    }
+
+    fn lexicon_mut(&mut self) -> Option<&mut LexiconMatcher> {
+        match &mut self.parts {
             Parts::Lexicon(lexicon) | Parts::Both(_, lexicon, _) => Some(lexicon),
             Parts::Grammar(_) => None,
         }

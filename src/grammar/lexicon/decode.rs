@@ -5,12 +5,12 @@
 //! A [`Decoder`] is a small state machine over bytes, precomputed as a table: each (decoder
 //! state, byte) gives the next decoder state and zero, one or two symbols, or a refusal. It
 //! needs state because a character of several bytes is classified only once its first two
-//! (sometimes three) bytes are known, and because a JSON escape spans up to six bytes.
+//! or three bytes are known, and because a JSON escape spans up to six bytes.
 //!
 //! Key items: [`Decoder`], [`Mode`], [`is_word_symbol`], [`SEPARATOR`], [`unicode_separators`].
 //! Text that is not UTF-8 is refused.
 //!
-//! Cost: one table lookup per byte; the tables (two of 25 x 256 entries) are built once.
+//! Cost: one table lookup per byte; the tables (two of 31 x 256 entries) are built once.
 
 use std::sync::OnceLock;
 
@@ -38,7 +38,7 @@ pub(crate) const SEPARATOR: u8 = 0xFE;
 pub(crate) const NON_WORD_NEXT: u8 = 0xF5;
 pub(crate) const WORD_OR_NOT_NEXT: u8 = 0xF6;
 /// The lead bytes of characters that may be a word character or not.
-pub(crate) const PROBED_LEADS: [u8; 3] = [0xE2, 0xE3, 0xF0];
+pub(crate) const PROBED_LEADS: [u8; 4] = [0xE2, 0xE3, 0xF0, 0xEF];
 
 /// The lead byte a "word or not" probe stands for, if `symbol` is one.
 pub(crate) fn probed_lead(symbol: u8) -> Option<u8> {
@@ -77,17 +77,50 @@ fn ascii_symbol(byte: u8) -> u8 {
 /// sets in sequence (each alternative one character): the Latin-1 punctuation block and C1
 /// controls (U+0080–U+00BF, no-break space included), general punctuation, super- and
 /// subscripts, currency, letterlike symbols, arrows, mathematical and technical symbols, box
-/// drawing, dingbats (U+2000–U+2BFF), CJK punctuation (U+3000–U+303F), and the emoji and
-/// pictograph planes (U+1F000–U+1FFFF). Everything else outside ASCII counts as a letter.
+/// drawing, dingbats (U+2000–U+2BFF), supplemental punctuation (U+2E00–U+2E7F), CJK
+/// punctuation (U+3000–U+303F), the vertical, compatibility and small forms of punctuation
+/// (U+FE10–U+FE19, U+FE30–U+FE6F), the fullwidth and halfwidth forms of ASCII and CJK
+/// punctuation and symbols (`！`, `～`, `｡`, `￥`), the specials (U+FFF9–U+FFFD), and the emoji
+/// and pictograph planes (U+1F000–U+1FFFF). Everything else outside ASCII counts as a letter.
 /// Shared with the schema lowering of allowed strings, so both read characters alike.
 pub(crate) fn unicode_separators() -> Vec<Vec<ByteSet>> {
     let continuation = ByteSet::range(0x80, 0xBF);
-    vec![
+    let mut sequences = vec![
         vec![ByteSet::single(0xC2), continuation],
         vec![ByteSet::single(0xE2), ByteSet::range(0x80, 0xAF), continuation],
+        vec![ByteSet::single(0xE2), ByteSet::range(0xB8, 0xB9), continuation],
         vec![ByteSet::single(0xE3), ByteSet::single(0x80), continuation],
         vec![ByteSet::single(0xF0), ByteSet::single(0x9F), continuation, continuation],
-    ]
+    ];
+    for (second, lasts) in SPECIALS_SEPARATORS {
+        for &(first, last) in lasts {
+            sequences.push(vec![ByteSet::single(0xEF), ByteSet::single(second), ByteSet::range(first, last)]);
+        }
+    }
+    sequences
+}
+
+/// The separators among the characters U+FE00–U+FFFF (lead byte 0xEF): per second byte, the
+/// ranges of third bytes that are punctuation or symbols. Every other character there is a
+/// letter, among them the fullwidth letters and digits (`Ａ`, `１`) and halfwidth katakana.
+const SPECIALS_SEPARATORS: [(u8, &[(u8, u8)]); 5] = [
+    // U+FE10–U+FE19 vertical forms, U+FE30–U+FE3F compatibility forms.
+    (0xB8, &[(0x90, 0x99), (0xB0, 0xBF)]),
+    // U+FE40–U+FE4F compatibility forms, U+FE50–U+FE6F small forms.
+    (0xB9, &[(0x80, 0xAF)]),
+    // U+FF01–U+FF0F, U+FF1A–U+FF20, U+FF3B–U+FF3F: fullwidth ASCII punctuation.
+    (0xBC, &[(0x81, 0x8F), (0x9A, 0xA0), (0xBB, 0xBF)]),
+    // U+FF40, U+FF5B–U+FF65: fullwidth ASCII and halfwidth CJK punctuation.
+    (0xBD, &[(0x80, 0x80), (0x9B, 0xA5)]),
+    // U+FFE0–U+FFEE fullwidth and halfwidth symbols, U+FFF9–U+FFFD specials.
+    (0xBF, &[(0xA0, 0xAE), (0xB9, 0xBD)]),
+];
+
+/// Whether the character 0xEF `second` `third` (UTF-8) is a separator; `None` where `second`
+/// leaves no separator among its characters.
+fn special_is_separator(second: u8, third: u8) -> Option<bool> {
+    let (_, lasts) = SPECIALS_SEPARATORS.iter().find(|(known, _)| *known == second)?;
+    Some(lasts.iter().any(|&(first, last)| (first..=last).contains(&third)))
 }
 
 // Decoder states.
@@ -114,22 +147,29 @@ const UNICODE_2: u8 = 15;
 const UNICODE_3: u8 = 16;
 /// After `\u00` and the digit `d` (0–7): `UNICODE_4 + d`.
 const UNICODE_4: u8 = 17;
-pub(crate) const DECODER_STATES: usize = 25;
+const AFTER_EF: u8 = 25;
+/// After 0xEF and a second byte in [`SPECIALS_SEPARATORS`]: `AFTER_EF_SECOND + index`.
+const AFTER_EF_SECOND: u8 = 26;
+pub(crate) const DECODER_STATES: usize = 31;
 
 /// The decoder state before any byte.
 pub(crate) const START: u8 = GROUND;
 
-/// What one byte does: packed as next state (bits 0–7), first and second symbol (8–15,
-/// 16–23), symbol count (24–25) and refusal (bit 31).
+/// What one byte does: packed as next state (bits 0–4), symbol count (5–6), refusal (bit 7)
+/// and up to three symbols (8–15, 16–23, 24–31): a letter whose class only its third byte
+/// tells gives all three of its bytes at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Decoded(u32);
 
+const _: () = assert!(DECODER_STATES <= 32, "a decoder state is packed in five bits");
+
 impl Decoded {
-    const REFUSED: Decoded = Decoded(1 << 31);
+    const REFUSED: Decoded = Decoded(1 << 7);
 
     fn emit(next: u8, symbols: &[u8]) -> Decoded {
-        let mut packed = u32::from(next) | ((symbols.len() as u32) << 24);
-        for (index, &symbol) in symbols.iter().take(2).enumerate() {
+        debug_assert!(usize::from(next) < DECODER_STATES && symbols.len() <= 3);
+        let mut packed = u32::from(next) | ((symbols.len() as u32) << 5);
+        for (index, &symbol) in symbols.iter().take(3).enumerate() {
             packed |= u32::from(symbol) << (8 + 8 * index);
         }
         Decoded(packed)
@@ -137,17 +177,17 @@ impl Decoded {
 
     #[inline]
     pub(crate) fn is_refused(self) -> bool {
-        self.0 & (1 << 31) != 0
+        self.0 & (1 << 7) != 0
     }
 
     #[inline]
     pub(crate) fn next(self) -> u8 {
-        self.0 as u8
+        (self.0 & 0x1F) as u8
     }
 
     #[inline]
     pub(crate) fn symbols(self) -> impl Iterator<Item = u8> {
-        let count = (self.0 >> 24) & 3;
+        let count = (self.0 >> 5) & 3;
         (0..count).map(move |index| (self.0 >> (8 + 8 * index)) as u8)
     }
 }
@@ -221,18 +261,20 @@ fn transition(mode: Mode, state: u8, byte: u8) -> Decoded {
             0xE2 => Decoded::emit(AFTER_E2, &[WORD_OR_NOT_NEXT]),
             0xE3 => Decoded::emit(AFTER_E3, &[WORD_OR_NOT_NEXT + 1]),
             0xF0 => Decoded::emit(AFTER_F0, &[WORD_OR_NOT_NEXT + 2]),
+            0xEF => Decoded::emit(AFTER_EF, &[WORD_OR_NOT_NEXT + 3]),
             // Leads of letters pass through as themselves, their continuations after them.
             0xC3..=0xDF => Decoded::emit(LETTER_ONE, &[byte]),
-            0xE0..=0xEF => Decoded::emit(LETTER_TWO, &[byte]),
+            0xE0..=0xEE => Decoded::emit(LETTER_TWO, &[byte]),
             0xF1..=0xF4 => Decoded::emit(LETTER_THREE, &[byte]),
             _ => Decoded::REFUSED,
         },
-        _ if !continuation && state < ESCAPE => Decoded::REFUSED,
+        // Every state but the escape ones waits for the rest of a character.
+        _ if !continuation && (state < ESCAPE || state >= AFTER_EF) => Decoded::REFUSED,
         AFTER_C2 => Decoded::emit(GROUND, &[if byte == 0xA0 { b' ' } else { SEPARATOR }]),
         AFTER_E2 => match byte {
             0x80 => Decoded::emit(AFTER_E2_80, &[NON_WORD_NEXT]),
             0x81 => Decoded::emit(AFTER_E2_81, &[NON_WORD_NEXT]),
-            0x82..=0xAF => Decoded::emit(SKIP_ONE, &[SEPARATOR]),
+            0x82..=0xAF | 0xB8..=0xB9 => Decoded::emit(SKIP_ONE, &[SEPARATOR]),
             _ => Decoded::emit(LETTER_ONE, &[0xE2, byte]),
         },
         // U+2000–U+200A and U+202F are spaces; the rest of the block is punctuation.
@@ -248,6 +290,19 @@ fn transition(mode: Mode, state: u8, byte: u8) -> Decoded {
         AFTER_E3_80 => Decoded::emit(GROUND, &[if byte == 0x80 { b' ' } else { SEPARATOR }]),
         AFTER_F0 if byte == 0x9F => Decoded::emit(SKIP_TWO, &[SEPARATOR]),
         AFTER_F0 => Decoded::emit(LETTER_TWO, &[0xF0, byte]),
+        // Whether the character is a letter waits for its third byte where the block mixes
+        // letters and punctuation; its symbols come then.
+        AFTER_EF => match SPECIALS_SEPARATORS.iter().position(|(second, _)| *second == byte) {
+            Some(index) => Decoded::emit(AFTER_EF_SECOND + index as u8, &[]),
+            None => Decoded::emit(LETTER_ONE, &[0xEF, byte]),
+        },
+        _ if (AFTER_EF_SECOND..AFTER_EF_SECOND + SPECIALS_SEPARATORS.len() as u8).contains(&state) => {
+            let second = SPECIALS_SEPARATORS[usize::from(state - AFTER_EF_SECOND)].0;
+            match special_is_separator(second, byte) {
+                Some(true) => Decoded::emit(GROUND, &[SEPARATOR]),
+                _ => Decoded::emit(GROUND, &[0xEF, second, byte]),
+            }
+        }
         SKIP_ONE => Decoded::emit(GROUND, &[]),
         SKIP_TWO => Decoded::emit(SKIP_ONE, &[]),
         LETTER_ONE => Decoded::emit(GROUND, &[byte]),
@@ -318,6 +373,38 @@ mod tests {
             assert_eq!(found.len(), 1, "{bytes:x?}");
             assert!(!is_word_symbol(found[0]), "{bytes:x?}");
         }
+    }
+
+    /// The separators outside ASCII by code point, as the documentation lists them.
+    fn documented_separator(c: char) -> bool {
+        matches!(u32::from(c),
+            0x80..=0xBF | 0x2000..=0x2BFF | 0x2E00..=0x2E7F | 0x3000..=0x303F
+            | 0xFE10..=0xFE19 | 0xFE30..=0xFE6F | 0xFF01..=0xFF0F | 0xFF1A..=0xFF20 | 0xFF3B..=0xFF40
+            | 0xFF5B..=0xFF65 | 0xFFE0..=0xFFEE | 0xFFF9..=0xFFFD | 0x1F000..=0x1FFFF)
+    }
+
+    #[test]
+    fn every_character_outside_ascii_is_a_letter_or_a_separator_as_documented() {
+        let sequences = unicode_separators();
+        for c in (0x80..=0x10FFFF).filter_map(char::from_u32) {
+            let mut buffer = [0u8; 4];
+            let bytes = c.encode_utf8(&mut buffer).as_bytes();
+            let found = symbols(Mode::Text, bytes).unwrap_or_else(|at| panic!("U+{:04X} refused at {at}", u32::from(c)));
+            let separator = documented_separator(c);
+            if separator {
+                assert!(found.len() == 1 && !is_word_symbol(found[0]), "U+{:04X}: {found:x?}", u32::from(c));
+            } else {
+                assert_eq!(found, bytes, "U+{:04X} is a letter", u32::from(c));
+            }
+            let listed = sequences.iter().any(|sequence| {
+                sequence.len() == bytes.len() && sequence.iter().zip(bytes).all(|(set, byte)| set.contains(*byte))
+            });
+            assert_eq!(listed, separator, "U+{:04X} in unicode_separators()", u32::from(c));
+        }
+        // A character cut short by another is refused.
+        assert_eq!(symbols(Mode::Text, &[0xEF, 0xBC, b'x']), Err(0));
+        assert_eq!(symbols(Mode::Text, "a！b～".as_bytes()), Ok(vec![b'a', SEPARATOR, b'b', SEPARATOR]));
+        assert_eq!(symbols(Mode::Text, "Ａ１".as_bytes()), Ok("Ａ１".as_bytes().to_vec()));
     }
 
     #[test]

@@ -279,6 +279,12 @@ impl LexiconMatcher {
         self.accepts(self.at)
     }
 
+    /// Whether `token` is allowed and leaves the output where it may end (for the last token
+    /// of a budget: see [`Constraint::next_token_is_last`](super::Constraint::next_token_is_last)).
+    pub(crate) fn ends_after(&self, token: u32) -> bool {
+        self.after(token).is_some_and(|next| self.accepts(next))
+    }
+
     /// Whether the output may end at `at`: no listed word pending, no word unfinished, and no
     /// character or escape cut short.
     fn accepts(&self, at: Position) -> bool {

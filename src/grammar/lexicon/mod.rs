@@ -5,8 +5,9 @@
 //!
 //! **Words.** A word is a maximal run of word characters: ASCII letters and digits, `_`, and
 //! every character outside ASCII except punctuation, symbols and spaces (U+0080–U+00BF,
-//! U+2000–U+2BFF, U+3000–U+303F and the emoji planes U+1F000–U+1FFFF are not word
-//! characters). Everything else separates words. Matching ignores ASCII case (`Bad`, `BAD` and
+//! U+2000–U+2BFF, U+2E00–U+2E7F, U+3000–U+303F, the punctuation and symbols among the
+//! compatibility, small, fullwidth and halfwidth forms of U+FE10–U+FFFD, and the emoji
+//! planes U+1F000–U+1FFFF are not word characters; see `decode.rs`). Everything else separates words. Matching ignores ASCII case (`Bad`, `BAD` and
 //! `bad` are one word); letters outside ASCII match exactly as written.
 //!
 //! **deny** — the output never contains a listed entry:
@@ -22,6 +23,8 @@
 //!   unreachable as one token holding it. While the output ends with a complete banned word
 //!   that a following word character could still turn into another word (`bad`, which may
 //!   become `badge`), ending the output is refused as well, and so is any non-word character.
+//!   A token budget's cut is an end too: the last token it allows must leave the output where
+//!   it may end ([`Constraint::next_token_is_last`]).
 //!
 //! **allow** — every word of the output is one of the list's words: an entry with several
 //! words (`New York`) allows each of them, in any order; separators between words are always

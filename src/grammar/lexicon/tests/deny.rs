@@ -15,6 +15,32 @@ fn passes(lexicon: &Lexicon, text: &str) -> bool {
 }
 
 #[test]
+fn the_budgets_last_token_leaves_no_banned_word_at_the_cut() {
+    let trie = vocabulary(&[b"the ", b"lazy", b"lazy ", b"lazyish"]);
+    let lexicon = deny(&["lazy"]);
+    let t = |text: &str| token_of(&trie, text.as_bytes());
+    let mut constraint = Constraint::new(None, Some(text_matcher(&lexicon, &trie))).expect("a lexicon");
+    constraint.commit(t("the ")).expect("allowed");
+    // Mid-budget, `lazy` may come: `lazyish` could follow.
+    assert!(constraint.is_allowed(t("lazy")));
+    constraint.next_token_is_last();
+    assert!(!constraint.is_allowed(t("lazy")), "a cut right after it would leave the word whole");
+    assert!(constraint.is_allowed(t("lazyish")) && constraint.is_allowed(eog(&trie)));
+    let mask = constraint.compute_mask().clone();
+    assert!(!mask.is_set(t("lazy")) && !mask.is_set(t("lazy ")));
+    assert!(mask.is_set(t("lazyish")) && mask.is_set(t("l")), "a prefix of the word is no match");
+    // A commit ends the rule.
+    constraint.commit(t("l")).expect("allowed");
+    assert!(constraint.is_allowed(t("a")));
+    // After a whole banned word, the last token must turn it into another word.
+    let mut pending = Constraint::new(None, Some(text_matcher(&lexicon, &trie))).expect("a lexicon");
+    pending.commit(t("lazy")).expect("pending");
+    pending.next_token_is_last();
+    assert!(pending.compute_mask().is_set(t("i")), "a word character may still follow");
+    assert!(!pending.compute_mask().is_set(t(" ")));
+}
+
+#[test]
 fn a_banned_word_split_over_tokens_is_unreachable() {
     let trie = vocabulary(&[b"ba", b"ad", b"bad", b"badge", b"ge", b"bad ", b" bad.", b"d."]);
     let lexicon = deny(&["bad"]);
