@@ -24,7 +24,8 @@ use llama_cpp_2::model::LlamaModel;
 
 use llamay::actors::messages::LoadedModel;
 use llamay::actors::model::{locate_model, LlamaModelHandle, WorkerSettings};
-use llamay::core::{PromptInput, SamplingParams, StreamEvent, ToolChoice, ValidGenerateRequest};
+use llamay::core::{PromptInput, SamplingParams, StreamEvent, UncheckedGenerateRequest};
+use llamay::service::validate_local;
 use llamay::llm::threadpool::CpuThreadpool;
 use llamay::llm::{ContextParams, KvType, Model};
 use llamay::store::Store;
@@ -123,24 +124,10 @@ fn plain_loop(backend: &LlamaBackend, model: &LlamaModel, threads: i32, prompt: 
 
 /// llamay: the same prompt through the model worker, greedy, budget `tokens`.
 fn through_llamay(handle: &LlamaModelHandle, prompt: &str, tokens: u32) -> Measure {
-    let request = ValidGenerateRequest {
-        model: handle.info().name.clone(),
-        input: PromptInput::Raw { prompt: prompt.into(), system: None, template: false },
-        sampling: SamplingParams {
-            temperature: 0.0,
-            repeat_penalty: 1.0,
-            max_tokens: Some(tokens),
-            ..Default::default()
-        },
-        stop: Vec::new(),
-        constraint: None,
-        num_ctx: None,
-        keep_alive: None,
-        tool_choice: ToolChoice::None,
-        parallel_tool_calls: false,
-        context: None,
-        lexicon: None,
-    };
+    let input = PromptInput::Raw { prompt: prompt.into(), system: None, template: false };
+    let sampling = SamplingParams { temperature: 0.0, repeat_penalty: 1.0, max_tokens: Some(tokens), ..Default::default() };
+    let request = UncheckedGenerateRequest::new(handle.info().name.clone(), input).with_sampling(sampling);
+    let request = validate_local(request, None, None).expect("a valid request");
     let mut generation = handle.submit(request).expect("submit");
     while let Some(event) = generation.events.blocking_recv() {
         if let StreamEvent::Done(done) = event {

@@ -37,7 +37,7 @@ use llamay::actors::messages::LoadedModel;
 use llamay::actors::model::{locate_model, LlamaModelHandle, WorkerSettings};
 use llamay::core::{
     Completion, Constraint, ConstraintSource, FinishReason, PromptInput, SamplingParams, StreamEvent,
-    ValidGenerateRequest,
+    UncheckedGenerateRequest, ValidGenerateRequest,
 };
 use llamay::grammar::schema::FormatMode;
 use llamay::grammar::Limits;
@@ -152,7 +152,8 @@ fn request(model: &str, tokens: u32, constraint: Option<Constraint>) -> ValidGen
     let input = PromptInput::Raw { prompt: PROMPT.into(), system: None, template: false };
     let sampling =
         SamplingParams { temperature: 0.0, repeat_penalty: 1.0, max_tokens: Some(tokens), ..Default::default() };
-    ValidGenerateRequest::plain(model.into(), input, sampling, constraint)
+    let request = UncheckedGenerateRequest::new(model, input).with_sampling(sampling);
+    llamay::service::validate_local(request, constraint, None).expect("a valid request")
 }
 
 fn through_llamay(handle: &LlamaModelHandle, tokens: u32, constraint: Option<Constraint>) -> Run {

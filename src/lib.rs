@@ -16,6 +16,7 @@ pub mod platform;
 pub mod pull;
 pub mod store;
 pub mod api;
+pub mod service;
 pub mod serve;
 pub mod tools;
 pub mod convert;

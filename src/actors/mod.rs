@@ -11,7 +11,6 @@ pub mod messages;
 pub mod model;
 pub mod prefix;
 pub mod runner;
-pub mod runner_child;
 pub mod rerank;
 pub mod sampler;
 pub mod snapshots;

@@ -8,7 +8,7 @@
 //!
 //! Key types: [`RunnerLoader`] (the [`ModelLoader`] that starts runners), [`RunnerModel`] (the
 //! [`LoadedModel`] that forwards to one), [`ToRunner`] / [`FromRunner`] (the wire: one JSON
-//! object a line over the runner's stdin and stdout; the runner's side is `runner_child.rs`).
+//! object a line over the runner's stdin and stdout; the runner's side is `service::runner_child`).
 //! Costs: a process per loaded model; per request one line each way to start it (the caller
 //! waits for the runner to accept it) and one line per event back. Constraints travel as their
 //! source (a compiled grammar has no wire form) and the runner compiles them again, keeping a
@@ -110,16 +110,17 @@ pub struct WireRequest {
 
 impl WireRequest {
     fn from_request(request: ValidGenerateRequest) -> Result<Self, CoreError> {
+        let (request, constraint, lexicon) = request.into_parts();
         let refuse = |what: &str| {
             CoreError::bad_request(format!(
                 "model {} is split over RPC workers and runs in a runner process, which does not take {what}",
                 request.model
             ))
         };
-        if request.lexicon.is_some() {
+        if lexicon.is_some() {
             return Err(refuse("lexicons (llamay_lexicon or the daemon's -lexicon)"));
         }
-        let constraint = match &request.constraint {
+        let constraint = match constraint {
             None => None,
             // A forced call's grammar is made again from the tools by the runner's worker.
             Some(constraint) if constraint.kind == ConstraintKind::Tool => None,

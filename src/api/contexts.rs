@@ -1,6 +1,6 @@
 //! `/v1/contexts` (issue 11): named KV state that outlives requests. Create a context from a
 //! conversation or raw text (prefilled once), list, inspect, delete and fork it; every chat
-//! route continues one with `llamay_context` (see [`context_use`]). Errors come in the OpenAI
+//! route continues one with `llamay_context`. Errors come in the OpenAI
 //! error shape, as on the other `/v1/` routes.
 //!
 //! `GET /v1/contexts` lists a page at a time, oldest first, as OpenAI lists: `limit` (1 to
@@ -8,26 +8,22 @@
 //! `has_more`, `first_id` and `last_id`. Past `max_contexts`, creating, forking and restoring
 //! answer 507.
 //!
-//! Key items: [`configure`] (the routes), [`context_use`] (a request's context, checked).
+//! Key item: [`configure`] (the routes); creating a context and a request's use of one are the
+//! generation service's (`crate::service`).
 //! Costs: creating prefills the prompt once on the model's worker; forking copies no KV state
 //! up front (a child's first request copies its parent's sequence); a page is O(log n + limit).
 
-use std::sync::Arc;
 
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::common::{collect, compile_constraint, error_response, read_json, submit_off_worker, Started};
-use super::constraint::{ConstraintSources, ToolSources};
+use super::body::read_json;
+use super::common::error_response;
 use super::AppState;
-use crate::actors::contexts::{ContextContent, ContextMode, ContextRecord, ContextUse, MAX_PAGE};
-use crate::actors::supervisor::acquire;
-use crate::core::{
-    ChatMessage, ContextRequest, KeepAlive, PromptInput, Role, SamplingParams, ToolChoice,
-    ToolSpec, ValidGenerateRequest,
-};
+use crate::actors::contexts::{ContextContent, ContextRecord, MAX_PAGE};
+use crate::core::{ChatMessage, KeepAlive, PromptInput, Role, ToolSpec};
 use crate::error::CoreError;
 
 /// Contexts a page lists when the request names no `limit`.
@@ -88,59 +84,6 @@ pub(super) fn describe(record: &ContextRecord) -> Value {
         "expires_at": record.expires_at().map(|t| t.timestamp()),
         "parent": record.parent,
         "state": record.residence().as_str(),
-    })
-}
-
-/// A request's `llamay_context`, checked: it exists, belongs to the request's model, and a
-/// commit carries the request's messages to append.
-pub fn context_use(
-    state: &AppState,
-    asked: &ContextRequest,
-    request: &ValidGenerateRequest,
-) -> Result<ContextUse, CoreError> {
-    let (id, commit) = match asked {
-        ContextRequest::Named { id, commit } => (id, *commit),
-        ContextRequest::Tokens(tokens) => {
-            // Ollama's context array: an unnamed context that lives for this request.
-            let record = state.contexts.new_record(
-                &request.model,
-                ContextContent::Raw,
-                Arc::new(tokens.clone()),
-                None,
-                None,
-            );
-            return Ok(ContextUse {
-                record,
-                mode: ContextMode::Read,
-                appended: Vec::new(),
-            });
-        }
-    };
-    let record = state
-        .contexts
-        .get(id)
-        .map_err(|e| e.with_param("llamay_context"))?;
-    if record.model != request.model {
-        return Err(CoreError::invalid(format!(
-            "context {} belongs to model {:?}, not {:?}; send it to its own model",
-            record.id, record.model, request.model
-        ))
-        .with_param("llamay_context"));
-    }
-    record.touch();
-    let appended = match &request.input {
-        PromptInput::Chat { messages, .. } => messages.clone(),
-        PromptInput::Raw { prompt, .. } => vec![ChatMessage::new(Role::User, prompt.clone())],
-    };
-    let mode = if commit {
-        ContextMode::Commit
-    } else {
-        ContextMode::Read
-    };
-    Ok(ContextUse {
-        record,
-        mode,
-        appended,
     })
 }
 
@@ -264,8 +207,6 @@ async fn create_context(
         CoreError::invalid("model is required: the model whose KV state the context holds")
             .with_param("model")
     })?;
-    // The context belongs to the model, not to this spelling of its name.
-    let model = crate::core::ModelName::parse(&model)?.to_string();
     let keep_alive = match &body.keep_alive {
         Some(value) => Some(
             KeepAlive::from_json(value)
@@ -326,45 +267,7 @@ async fn create_context(
             .with_param("messages"));
         }
     };
-    // Refused before the prefill; the insert below checks again, as others may create meanwhile.
-    state.contexts.check_room(1)?;
-    let record = state
-        .contexts
-        .new_record(&model, content, Arc::new(Vec::new()), keep_alive, None);
-    let generate = ValidGenerateRequest {
-        model: model.clone(),
-        input,
-        sampling: SamplingParams {
-            temperature: 0.0,
-            max_tokens: Some(1),
-            ..SamplingParams::default()
-        },
-        stop: Vec::new(),
-        constraint: None,
-        num_ctx: None,
-        keep_alive: None,
-        tool_choice: ToolChoice::Auto,
-        parallel_tool_calls: true,
-        context: None,
-        lexicon: None,
-    };
-    let arrived = std::time::Instant::now();
-    // The tools' schemas are checked (compiled) as a chat request's are, off the HTTP workers.
-    if let PromptInput::Chat { tools, .. } = &generate.input {
-        let offered = ToolSources { tools: tools.clone(), choice: ToolChoice::Auto, parallel: true };
-        compile_constraint(state, ConstraintSources::default(), Some(offered), None).await?;
-    }
-    let lease = acquire(&state.supervisor, &model, None).await?;
-    let used = ContextUse {
-        record: Arc::clone(&record),
-        mode: ContextMode::Create,
-        appended: Vec::new(),
-    };
-    let generation = submit_off_worker(&lease, generate, Some(used)).await?;
-    let observer = state.metrics.observe_generation(&lease.model().info().name, arrived);
-    collect(Started { generation, lease, observer }).await?;
-    record.touch();
-    state.contexts.insert(Arc::clone(&record))?;
+    let record = state.generation.create_context(&model, content, input, keep_alive).await?;
     Ok((StatusCode::CREATED, describe(&record)))
 }
 

@@ -13,7 +13,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::common::read_json;
+use super::body::read_json;
 use super::AppState;
 use crate::actors::embed::{EmbedInput, Embedded};
 use crate::actors::supervisor::acquire;

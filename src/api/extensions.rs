@@ -12,8 +12,8 @@ use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::api::constraint::{parse_formats, ConstraintSources};
-use crate::api::lexicon::parse_lexicon;
+use crate::service::constraint::{parse_formats, ConstraintSources};
+use crate::service::lexicons::parse_lexicon;
 use crate::error::CoreError;
 
 /// Every `llamay_*` field a generation route takes.
@@ -34,7 +34,7 @@ pub struct LlamayFields {
     pub llamay_grammar: Option<String>,
     /// Whether a schema's `format` constrains strings (`"enforce"` or `"ignore"`).
     pub llamay_formats: Option<String>,
-    /// Words allowed or banned (see `api::lexicon`).
+    /// Words allowed or banned (see `service::lexicons`).
     pub llamay_lexicon: Option<Value>,
     /// llamay's contexts (issue 11): continue a named context, and append to it.
     pub llamay_context: Option<String>,

@@ -7,14 +7,13 @@
 
 pub mod anthropic;
 pub mod auth;
+pub mod body;
 pub mod common;
-pub mod compile_pool;
-pub mod constraint;
 pub mod limits;
 pub mod contexts;
 pub mod embeddings;
 pub mod extensions;
-pub mod lexicon;
+pub mod fields;
 pub mod metrics;
 pub mod ollama;
 pub mod openai;
@@ -45,31 +44,19 @@ use actix_web::dev::{ServiceFactory, ServiceRequest, ServiceResponse};
 use actix_web::{web, App, HttpRequest, HttpResponse};
 
 use crate::actors::supervisor::Supervisor;
-use crate::core::{Constraint, ModelAdmin, ModelCatalog, TokenLimits};
+use crate::core::{Constraint, ModelAdmin, ModelCatalog};
 use crate::error::{CoreError, ErrorCode};
-use constraint::ConstraintCache;
-
-/// Compiled constraints kept for reuse (schemas and grammars sent again and again).
-pub const CONSTRAINT_CACHE_ENTRIES: usize = 64;
-/// Compiles that may wait for a compile thread when the config names no `compile_queue`.
-pub const DEFAULT_COMPILE_QUEUE: usize = 64;
+use crate::service::{GenerationPolicy, GenerationService};
 
 /// What every handler shares.
 pub struct AppState {
     pub supervisor: Addr<Supervisor>,
     pub catalog: Arc<dyn ModelCatalog>,
-    /// `-grammar-file`, applied to requests that bring no constraint of their own.
-    pub default_grammar: Option<Constraint>,
-    /// `-lexicon` files, applied to requests that bring no lexicon of their own.
-    pub lexicons: lexicon::DaemonLexicons,
-    pub constraints: Arc<ConstraintCache>,
-    /// Where schemas and grammars compile, off the HTTP workers.
-    pub compile_pool: Arc<compile_pool::CompilePool>,
+    /// Validates and runs every generation the routes ask for.
+    pub generation: GenerationService,
     pub max_body_bytes: usize,
     pub started_at: Instant,
     pub shutting_down: AtomicBool,
-    /// The default and the cap of every request's `max_tokens` (config).
-    pub token_limits: TokenLimits,
     /// When set, every route but `/health` requires this key (see [`auth`]).
     pub api_key: Option<auth::ApiKey>,
     /// Browser origins allowed to call (CORS); none by default.
@@ -84,8 +71,6 @@ pub struct AppState {
     pub metrics: Arc<metrics::Metrics>,
     /// Named contexts (issue 11).
     pub contexts: Arc<crate::actors::contexts::ContextRegistry>,
-    /// Whether a schema's `format` constrains strings when a request does not say (config).
-    pub formats: crate::grammar::schema::FormatMode,
     /// RPC workers the models are split over (`serve -rpc`), shown by `/v1/stats`.
     pub rpc_workers: Vec<String>,
     /// Context snapshots in the model store; `None` when the store is read-only.
@@ -103,33 +88,36 @@ impl AppState {
         default_grammar: Option<Constraint>,
         max_body_bytes: usize,
     ) -> Self {
+        let contexts = Arc::new(crate::actors::contexts::ContextRegistry::new());
+        let metrics = Arc::new(metrics::Metrics::new());
+        let policy = GenerationPolicy { default_grammar, ..GenerationPolicy::default() };
         AppState {
+            generation: GenerationService::new(supervisor.clone(), Arc::clone(&contexts), policy)
+                .with_book(metrics.clone()),
             supervisor,
             catalog,
-            default_grammar,
-            lexicons: lexicon::DaemonLexicons::default(),
-            constraints: Arc::new(ConstraintCache::new(CONSTRAINT_CACHE_ENTRIES)),
-            compile_pool: Arc::new(compile_pool::CompilePool::new(
-                crate::config::default_compile_threads(),
-                DEFAULT_COMPILE_QUEUE,
-            )),
             max_body_bytes,
             started_at: Instant::now(),
             shutting_down: AtomicBool::new(false),
-            token_limits: TokenLimits::default(),
             api_key: None,
             origins: Vec::new(),
             host_check: host_check::HostCheck::default(),
             request_body_timeout: limits::HttpLimits::default().request_body_timeout,
             admin: None,
-            metrics: Arc::new(metrics::Metrics::new()),
-            contexts: Arc::new(crate::actors::contexts::ContextRegistry::new()),
-            formats: crate::grammar::schema::FormatMode::Ignore,
+            metrics,
+            contexts,
             rpc_workers: Vec::new(),
             snapshots: None,
             embed_model: None,
             rerank_model: None,
         }
+    }
+
+    /// The same state with the generation service under `policy`.
+    pub fn with_policy(mut self, policy: GenerationPolicy) -> Self {
+        self.generation = GenerationService::new(self.supervisor.clone(), Arc::clone(&self.contexts), policy)
+            .with_book(self.metrics.clone());
+        self
     }
 
     /// The same state with the model routes that change the store enabled.

@@ -12,7 +12,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::common::read_json;
+use super::body::read_json;
 use super::embeddings::check_count;
 use super::AppState;
 use crate::actors::supervisor::acquire;

@@ -28,6 +28,7 @@ use crate::actors::messages::ModelLoader;
 use crate::actors::memory::{human_binary, LlamaMemory, MemoryProbe, NoProbe};
 use crate::actors::supervisor::{acquire, Shutdown, Snapshot, Supervisor, SupervisorConfig, SupervisorStatus};
 use crate::config::Config;
+use crate::service::GenerationPolicy;
 use crate::core::{Constraint, ConstraintSource, ModelAdmin, ModelCatalog, ModelInfo, TokenLimits};
 
 /// Seconds running requests get to finish after a stop signal.
@@ -94,7 +95,7 @@ pub async fn serve_with_stores(
     // and the workers: no local GPU is planned for.
     let memory_probe: Arc<dyn MemoryProbe> =
         if config.rpc.is_empty() { Arc::new(LlamaMemory) } else { Arc::new(NoProbe) };
-    let lexicons = crate::api::lexicon::DaemonLexicons::load(&config.lexicon_files).map_err(io::Error::other)?;
+    let lexicons = crate::service::lexicons::DaemonLexicons::load(&config.lexicon_files).map_err(io::Error::other)?;
     let supervisor = Supervisor::new(
         loader,
         SupervisorConfig {
@@ -119,29 +120,22 @@ pub async fn serve_with_stores(
     };
     let extra_models = preload_embed_and_rerank(&config, &supervisor).await?;
 
-    let mut app_state = AppState::new(
-        supervisor.clone(),
-        catalog,
+    let policy = GenerationPolicy {
         default_grammar,
-        config.max_body_bytes,
-    );
-    app_state.lexicons = lexicons;
+        lexicons,
+        formats: config.formats,
+        token_limits: TokenLimits { default_max_tokens: config.default_max_tokens, max_tokens_limit: config.max_tokens_limit },
+        compile_threads: config.compile_threads,
+        compile_queue: config.compile_queue,
+    };
+    let mut app_state = AppState::new(supervisor.clone(), catalog, None, config.max_body_bytes).with_policy(policy);
     app_state.api_key = config.api_key.as_ref().map(|key| ApiKey::new(&key.0));
-    app_state.compile_pool = Arc::new(super::compile_pool::CompilePool::new(
-        config.compile_threads,
-        config.compile_queue,
-    ));
     app_state.origins = config.origins.clone();
     app_state.host_check = super::host_check::HostCheck::new(&config.addr, &config.allowed_hosts);
     app_state.request_body_timeout = config.request_body_timeout;
-    app_state.formats = config.formats;
     app_state.rpc_workers = config.rpc.clone();
     app_state.embed_model = config.embed.clone();
     app_state.rerank_model = config.rerank.clone();
-    app_state.token_limits = TokenLimits {
-        default_max_tokens: config.default_max_tokens,
-        max_tokens_limit: config.max_tokens_limit,
-    };
     if let Some(admin) = admin {
         app_state = app_state.with_admin(admin);
     }
@@ -168,7 +162,7 @@ pub async fn serve_with_stores(
     let (server, bound) = start_http(state.clone(), &limits, &config.socket_addrs()?)?;
     warn_if_exposed(&bound, state.api_key.is_some());
     let bound: Vec<String> = bound.iter().map(ToString::to_string).collect();
-    print_banner(&config, preloaded.as_ref(), &bound, state.lexicons.count());
+    print_banner(&config, preloaded.as_ref(), &bound, state.generation.lexicon_count());
     if config.rpc.is_empty() {
         if let Ok(status) = supervisor.send(Snapshot).await {
             for line in device_lines(&status) {

@@ -4,6 +4,9 @@
 //! one as a new context ([`restore`], called from `contexts.rs`). Errors come in the OpenAI
 //! shape, as on the other `/v1/` routes.
 //!
+//! Saving and restoring a context's state are the generation service's; this module stores
+//! and lists what they move.
+//!
 //! Key items: [`configure`], [`restore`]. Costs: a snapshot runs one job on the model's worker
 //! (no prefill when the context is in a sequence or parked) and one blob write; a restore
 //! reads and hashes the blob and writes it into a sequence, with no prefill.
@@ -14,12 +17,10 @@ use actix_web::http::StatusCode;
 use actix_web::{web, HttpResponse};
 use serde_json::{json, Value};
 
-use super::common::{collect, Started};
 use super::contexts::{describe, respond};
 use super::AppState;
 use crate::actors::snapshots::SnapshotManifest;
 use crate::actors::snapshots::{snapshot_content, SnapshotShelf};
-use crate::actors::supervisor::acquire;
 use crate::core::KeepAlive;
 use crate::error::CoreError;
 
@@ -70,25 +71,7 @@ async fn take(state: web::Data<AppState>, id: web::Path<String>) -> HttpResponse
 async fn take_snapshot(state: &AppState, id: &str) -> Result<(StatusCode, Value), CoreError> {
     let shelf = shelf(state)?;
     let record = state.contexts.get(id)?;
-    record.touch();
-    let arrived = std::time::Instant::now();
-    let lease = acquire(&state.supervisor, &record.model, None).await?;
-    let digest = lease.model().info().digest.clone();
-    let saving = lease.model().save_context(Arc::clone(&record))?;
-    let observer = state
-        .metrics
-        .observe_generation(&lease.model().info().name, arrived);
-    collect(Started {
-        generation: saving.generation,
-        lease,
-        observer,
-    })
-    .await?;
-    let bytes = saving
-        .state
-        .await
-        .map_err(|_| CoreError::internal("the model stopped before sending the context's state"))?
-        .map_err(|e| CoreError::internal(format!("could not read the context's state: {e}")))?;
+    let (digest, bytes) = state.generation.save_context_state(&record).await?;
     let tokens = record.tokens().as_ref().clone();
     let manifest = blocking(move || shelf.put(&record, tokens, &digest, &bytes)).await?;
     Ok((StatusCode::CREATED, show(&manifest)))
@@ -157,37 +140,10 @@ pub async fn restore(
         .with_param("model"));
     }
     let content = snapshot_content(&manifest)?;
-    state.contexts.check_room(1)?;
-    let arrived = std::time::Instant::now();
-    let lease = acquire(&state.supervisor, &manifest.model, None).await?;
-    let digest = lease.model().info().digest.clone();
-    let (manifest, bytes) = blocking(move || {
-        let bytes = shelf.state_for(&manifest, &digest)?;
-        Ok((manifest, bytes))
-    })
-    .await?;
-    let record = state.contexts.new_record(
-        &manifest.model,
-        content,
-        Arc::new(manifest.tokens.clone()),
-        keep_alive,
-        None,
-    );
-    let generation = lease
-        .model()
-        .restore_context(Arc::clone(&record), Arc::new(bytes))?;
-    let observer = state
-        .metrics
-        .observe_generation(&lease.model().info().name, arrived);
-    collect(Started {
-        generation,
-        lease,
-        observer,
-    })
-    .await?;
-    record.touch();
-    state.contexts.insert(Arc::clone(&record))?;
+    let (model, tokens, snapshot) = (manifest.model.clone(), manifest.tokens.clone(), manifest.id.clone());
+    let read_state = move |digest: &str| shelf.state_for(&manifest, digest);
+    let record = state.generation.restore_context(&model, content, tokens, keep_alive, read_state).await?;
     let mut shown = describe(&record);
-    shown["snapshot"] = json!(manifest.id);
+    shown["snapshot"] = json!(snapshot);
     Ok((StatusCode::CREATED, shown))
 }

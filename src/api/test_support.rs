@@ -108,10 +108,10 @@ fn prompt_text(input: &PromptInput) -> String {
 }
 
 fn forced_call(request: &ValidGenerateRequest) -> Option<ToolCall> {
-    let PromptInput::Chat { tools, .. } = &request.input else {
+    let PromptInput::Chat { tools, .. } = request.input() else {
         return None;
     };
-    let name = match &request.tool_choice {
+    let name = match request.tool_choice() {
         ToolChoice::Required => tools.first()?.name.clone(),
         ToolChoice::Named(name) => name.clone(),
         ToolChoice::Auto | ToolChoice::None => return None,
@@ -129,7 +129,7 @@ impl LoadedModel for ScriptedModel {
     }
 
     fn submit(&self, request: ValidGenerateRequest) -> Result<Generation, CoreError> {
-        let prompt = prompt_text(&request.input);
+        let prompt = prompt_text(request.input());
         if prompt.contains("TOO LONG") {
             return Err(CoreError::prompt_too_long(5000, 2048));
         }
@@ -138,7 +138,7 @@ impl LoadedModel for ScriptedModel {
             if cut {
                 call.arguments = serde_json::json!({"city": "Par"});
             }
-            let calls = if prompt.contains("TWO") && request.parallel_tool_calls {
+            let calls = if prompt.contains("TWO") && request.parallel_tool_calls() {
                 vec![call.clone(), call]
             } else {
                 vec![call]
@@ -155,14 +155,14 @@ impl LoadedModel for ScriptedModel {
             });
             return Ok(generation);
         }
-        let words: Vec<String> = if request.constraint.is_some() {
+        let words: Vec<String> = if request.constraint().is_some() {
             vec!["{\"ok\":".into(), "true}".into()]
         } else {
             vec!["Hello".into(), " there".into(), ", friend".into()]
         };
         let slow = prompt.contains("SLOW");
         let fail = prompt.contains("FAIL");
-        let limit = request.sampling.max_tokens.unwrap_or(u32::MAX) as usize;
+        let limit = request.sampling().max_tokens.unwrap_or(u32::MAX) as usize;
         let (generation, sender, cancel) = Generation::channel();
         let in_use = self.in_use.clone();
         in_use.fetch_add(1, Ordering::SeqCst);

@@ -20,9 +20,10 @@ use llamay::actors::contexts::{
 };
 use llamay::actors::messages::LoadedModel;
 use llamay::actors::model::{locate_model, LlamaModelHandle, WorkerSettings};
+use llamay::service::validate_local;
 use llamay::core::{
     ChatMessage, Completion, Constraint, FinishReason, KeepAlive, PromptInput, Role,
-    SamplingParams, StreamEvent, ValidGenerateRequest,
+    SamplingParams, StreamEvent, UncheckedGenerateRequest, ValidGenerateRequest,
 };
 use llamay::grammar::schema::FormatMode;
 use llamay::llm::{ContextParams, KvType, Model};
@@ -242,10 +243,11 @@ impl Local {
         &self,
         input: PromptInput,
         max_tokens: u32,
+        temperature: f32,
         constraint: Option<Constraint>,
-    ) -> ValidGenerateRequest {
+    ) -> Result<ValidGenerateRequest, CliError> {
         let sampling = SamplingParams {
-            temperature: self.settings.temperature,
+            temperature,
             top_k: 40,
             top_p: 0.95,
             min_p: 0.05,
@@ -254,7 +256,8 @@ impl Local {
             seed: self.settings.seed,
             max_tokens: Some(max_tokens),
         };
-        ValidGenerateRequest::plain(self.model.clone(), input, sampling, constraint)
+        let request = UncheckedGenerateRequest::new(self.model.clone(), input).with_sampling(sampling);
+        validate_local(request, constraint, None).map_err(model_error)
     }
 
     /// Runs a job to its end: its text and completion.
@@ -319,8 +322,7 @@ impl Local {
             mode: ContextMode::Create,
             appended: Vec::new(),
         };
-        let mut request = self.request(input, 1, None);
-        request.sampling.temperature = 0.0;
+        let request = self.request(input, 1, 0.0, None)?;
         self.finish_job(request, used)?;
         self.registry.insert(Arc::clone(&record)).map_err(model_error)?;
         let tokens = record.tokens().len() as u32;
@@ -349,7 +351,7 @@ impl Local {
                 tools: Vec::new(),
             },
         };
-        let request = self.request(input, self.settings.max_tokens, self.constraint.clone());
+        let request = self.request(input, self.settings.max_tokens, self.settings.temperature, self.constraint.clone())?;
         let used = ContextUse {
             record: Arc::clone(&child),
             mode: ContextMode::Read,

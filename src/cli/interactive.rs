@@ -16,9 +16,10 @@ use std::process::ExitCode;
 
 use llamay::actors::messages::LoadedModel;
 use llamay::actors::model::LlamaModelHandle;
+use llamay::service::validate_local;
 use llamay::core::{
     ChatMessage, Completion, Constraint, FinishReason, PromptInput, Role, SamplingParams,
-    StreamEvent, ValidGenerateRequest,
+    StreamEvent, UncheckedGenerateRequest,
 };
 use rustyline::error::ReadlineError;
 use rustyline::{
@@ -328,14 +329,11 @@ fn turn(
     }
     messages.extend(history.iter().cloned());
     messages.push(ChatMessage::new(Role::User, text.clone()));
-    let mut request = ValidGenerateRequest::plain(
-        handle.info().name.clone(),
-        PromptInput::Chat { messages, tools: Vec::new() },
-        options.settings.sampling(),
-        options.constraint.clone(),
-    );
-    request.lexicon = options.lexicon.clone();
-    let generation = match handle.submit(request) {
+    let request = UncheckedGenerateRequest::new(handle.info().name.clone(), PromptInput::Chat { messages, tools: Vec::new() })
+        .with_sampling(options.settings.sampling());
+    let submitted = validate_local(request, options.constraint.clone(), options.lexicon.clone())
+        .and_then(|request| handle.submit(request));
+    let generation = match submitted {
         Ok(generation) => generation,
         Err(error) => {
             println!("Error: {error}");

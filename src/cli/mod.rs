@@ -188,7 +188,7 @@ pub fn main(args: Vec<String>) -> Result<ExitCode, CliError> {
         }
         Command::RpcRunner => {
             init_logging(false);
-            llamay::actors::runner_child::run().map_err(CliError::Model)?;
+            llamay::service::runner_child::run().map_err(CliError::Model)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Eval(args) => {

@@ -15,9 +15,10 @@ use clap::Args;
 
 use llamay::actors::messages::LoadedModel;
 use llamay::actors::model::{locate_model, LlamaModelHandle, WorkerSettings};
+use llamay::service::validate_local;
 use llamay::core::{
     ChatMessage, Completion, Constraint, ConstraintSource, FinishReason, PromptInput, Role, SamplingParams,
-    StreamEvent, ValidGenerateRequest,
+    StreamEvent, UncheckedGenerateRequest,
 };
 use llamay::grammar::schema::FormatMode;
 use llamay::grammar::{Lexicon, LexiconKind, Limits};
@@ -263,8 +264,8 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
         seed,
         max_tokens: Some(max_tokens),
     };
-    let mut request = ValidGenerateRequest::plain(args.model.clone(), input, sampling, constraint);
-    request.lexicon = lexicon;
+    let request = UncheckedGenerateRequest::new(args.model.clone(), input).with_sampling(sampling);
+    let request = validate_local(request, constraint, lexicon).map_err(|e| CliError::Model(e.to_string()))?;
     let mut generation = handle.submit(request).map_err(|e| CliError::Model(e.to_string()))?;
     let mut stdout = std::io::stdout().lock();
     let mut ends_with_newline = true;

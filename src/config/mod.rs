@@ -166,7 +166,7 @@ impl Default for Config {
             lexicon_files: Vec::new(),
             max_queue: crate::actors::model::DEFAULT_MAX_QUEUE,
             compile_threads: default_compile_threads(),
-            compile_queue: crate::api::DEFAULT_COMPILE_QUEUE,
+            compile_queue: crate::service::DEFAULT_COMPILE_QUEUE,
             max_body_bytes: 8 * 1024 * 1024,
             log_format: LogFormat::Text,
             default_max_tokens: crate::core::TokenLimits::default().default_max_tokens,

@@ -22,7 +22,7 @@ pub use response::generation_failed;
 pub use name::{InvalidModelName, ModelName};
 pub use request::{
     ChatMessage, Constraint, ConstraintCompileError, ConstraintKind, ConstraintSource, ContextRequest, PromptInput, Role, SamplingParams, ToolCall,
-    ToolChoice, ToolSpec, ValidGenerateRequest,
+    ToolChoice, ToolSpec, UncheckedGenerateRequest, ValidGenerateRequest, Decoding,
 };
 pub use request::TokenLimits;
 pub use response::{Completion, FinishReason, StreamEvent, Timings, Usage};

@@ -281,14 +281,15 @@ impl std::fmt::Debug for Constraint {
     }
 }
 
-/// A request every field of which has been checked; the only thing a model actor accepts.
+/// A generation as a route, the command line or a test asks for it, before the generation
+/// service has checked it against the daemon (model name, token budget, lexicon, context,
+/// constraint): what [`crate::service`] turns into a [`ValidGenerateRequest`].
 #[derive(Debug, Clone)]
-pub struct ValidGenerateRequest {
+pub struct UncheckedGenerateRequest {
     pub model: String,
     pub input: PromptInput,
     pub sampling: SamplingParams,
     pub stop: Vec<String>,
-    pub constraint: Option<Constraint>,
     /// Ollama's `options.num_ctx`: a request may ask for less context than the model was loaded
     /// with, never more.
     pub num_ctx: Option<u32>,
@@ -299,28 +300,125 @@ pub struct ValidGenerateRequest {
     pub parallel_tool_calls: bool,
     /// `llamay_context`: continue a named context (issue 11).
     pub context: Option<ContextRequest>,
-    /// `llamay_lexicon` or the daemon's `-lexicon`: words allowed or banned, checked beside
-    /// `constraint` (which was compiled under it). A forced tool call sets it aside.
-    pub lexicon: Option<Arc<Lexicon>>,
 }
 
-impl ValidGenerateRequest {
-    /// A request as the command line makes one: no stop strings, tools or context, the model's
-    /// own context length and keep-alive.
-    pub fn plain(model: String, input: PromptInput, sampling: SamplingParams, constraint: Option<Constraint>) -> Self {
-        ValidGenerateRequest {
-            model,
+impl UncheckedGenerateRequest {
+    /// A request for `model` with `input` and nothing else: default sampling, no stop strings,
+    /// no tool choice, no context, the model's own context length and keep-alive.
+    pub fn new(model: impl Into<String>, input: PromptInput) -> Self {
+        UncheckedGenerateRequest {
+            model: model.into(),
             input,
-            sampling,
+            sampling: SamplingParams::default(),
             stop: Vec::new(),
-            constraint,
             num_ctx: None,
             keep_alive: None,
             tool_choice: ToolChoice::None,
             parallel_tool_calls: false,
             context: None,
-            lexicon: None,
         }
+    }
+
+    pub fn with_sampling(mut self, sampling: SamplingParams) -> Self {
+        self.sampling = sampling;
+        self
+    }
+}
+
+/// A request every field of which has been checked; the only thing a model actor accepts.
+/// Built in one place, `crate::service`'s validation; read through its accessors.
+#[derive(Debug, Clone)]
+pub struct ValidGenerateRequest {
+    request: UncheckedGenerateRequest,
+    constraint: Option<Constraint>,
+    /// `llamay_lexicon` or the daemon's `-lexicon`: words allowed or banned, checked beside
+    /// `constraint` (which was compiled under it). A forced tool call sets it aside.
+    lexicon: Option<Arc<Lexicon>>,
+}
+
+/// What a model worker needs to decode a request once its prompt is ready.
+#[derive(Debug, Clone, Default)]
+pub struct Decoding {
+    pub sampling: SamplingParams,
+    pub stop: Vec<String>,
+    pub num_ctx: Option<u32>,
+    pub constraint: Option<Constraint>,
+    pub lexicon: Option<Arc<Lexicon>>,
+}
+
+impl ValidGenerateRequest {
+    /// Only the generation service's validation calls this, once it has checked `request` and
+    /// compiled `constraint` (under `lexicon`).
+    pub(crate) fn checked(
+        request: UncheckedGenerateRequest,
+        constraint: Option<Constraint>,
+        lexicon: Option<Arc<Lexicon>>,
+    ) -> Self {
+        ValidGenerateRequest { request, constraint, lexicon }
+    }
+
+    pub fn model(&self) -> &str {
+        &self.request.model
+    }
+
+    pub fn input(&self) -> &PromptInput {
+        &self.request.input
+    }
+
+    pub fn sampling(&self) -> &SamplingParams {
+        &self.request.sampling
+    }
+
+    pub fn stop(&self) -> &[String] {
+        &self.request.stop
+    }
+
+    pub fn num_ctx(&self) -> Option<u32> {
+        self.request.num_ctx
+    }
+
+    pub fn keep_alive(&self) -> Option<KeepAlive> {
+        self.request.keep_alive
+    }
+
+    pub fn tool_choice(&self) -> &ToolChoice {
+        &self.request.tool_choice
+    }
+
+    pub fn parallel_tool_calls(&self) -> bool {
+        self.request.parallel_tool_calls
+    }
+
+    pub fn context(&self) -> Option<&ContextRequest> {
+        self.request.context.as_ref()
+    }
+
+    pub fn constraint(&self) -> Option<&Constraint> {
+        self.constraint.as_ref()
+    }
+
+    pub fn lexicon(&self) -> Option<&Arc<Lexicon>> {
+        self.lexicon.as_ref()
+    }
+
+    /// The request as it was asked for, with its checked constraint and lexicon (a runner
+    /// forwards these to its own process, which validates them again).
+    pub fn into_parts(self) -> (UncheckedGenerateRequest, Option<Constraint>, Option<Arc<Lexicon>>) {
+        (self.request, self.constraint, self.lexicon)
+    }
+
+    /// The same request with `input` in place of its own: a context's conversation followed by
+    /// the request's, as the model worker prepares a continued context.
+    pub(crate) fn continued(&self, input: PromptInput) -> Self {
+        let mut continued = self.clone();
+        continued.request.input = input;
+        continued
+    }
+
+    /// What decoding needs, once the prompt is prepared.
+    pub fn into_decoding(self) -> Decoding {
+        let (request, constraint, lexicon) = self.into_parts();
+        Decoding { sampling: request.sampling, stop: request.stop, num_ctx: request.num_ctx, constraint, lexicon }
     }
 }
 

@@ -8,8 +8,9 @@ use llamay::actors::messages::LoadedModel;
 use llamay::actors::model::{locate_model, LlamaModelHandle, WorkerSettings};
 use llamay::core::{
     ChatMessage, Completion, Constraint, ConstraintKind, FinishReason, PromptInput, Role, SamplingParams,
-    StreamEvent, ToolChoice, ValidGenerateRequest,
+    StreamEvent, UncheckedGenerateRequest,
 };
+use llamay::service::validate_local;
 use llamay::grammar::{check_input, compile_gbnf, CheckOutcome, CompiledGrammar, Limits};
 use llamay::llm::{ContextParams, KvType, Model};
 use llamay::store::Store;
@@ -45,25 +46,16 @@ fn the_token_trie_is_built_after_loading_without_a_request() {
 }
 
 fn generate(prompt: &str, constraint: Constraint, seed: Option<u32>, max_tokens: u32) -> (String, Completion) {
-    let request = ValidGenerateRequest {
-        model: "smollm2:135m".into(),
-        input: PromptInput::Chat { messages: vec![ChatMessage::new(Role::User, prompt)], tools: Vec::new() },
-        sampling: SamplingParams {
-            temperature: if seed.is_some() { 0.9 } else { 0.0 },
-            seed,
-            max_tokens: Some(max_tokens),
-            repeat_penalty: 1.0,
-            ..Default::default()
-        },
-        stop: Vec::new(),
-        constraint: Some(constraint),
-        num_ctx: None,
-        keep_alive: None,
-        tool_choice: ToolChoice::None,
-        parallel_tool_calls: false,
-        context: None,
-        lexicon: None,
+    let input = PromptInput::Chat { messages: vec![ChatMessage::new(Role::User, prompt)], tools: Vec::new() };
+    let sampling = SamplingParams {
+        temperature: if seed.is_some() { 0.9 } else { 0.0 },
+        seed,
+        max_tokens: Some(max_tokens),
+        repeat_penalty: 1.0,
+        ..Default::default()
     };
+    let request = UncheckedGenerateRequest::new("smollm2:135m", input).with_sampling(sampling);
+    let request = validate_local(request, Some(constraint), None).expect("a valid request");
     let mut generation = smollm2().submit(request).expect("submit");
     let mut text = String::new();
     while let Some(event) = generation.events.blocking_recv() {

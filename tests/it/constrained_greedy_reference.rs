@@ -11,8 +11,9 @@ use llamay::actors::messages::LoadedModel;
 use llamay::actors::model::{locate_model, LlamaModelHandle, WorkerSettings};
 use llamay::core::{
     Completion, Constraint, ConstraintSource, FinishReason, PromptInput, SamplingParams, StreamEvent,
-    ValidGenerateRequest,
+    UncheckedGenerateRequest,
 };
+use llamay::service::validate_local;
 use llamay::grammar::schema::FormatMode;
 use llamay::grammar::{CompiledGrammar, Limits, Matcher, TokenTrie};
 use llamay::llm::template::TemplateMessage;
@@ -45,8 +46,9 @@ fn through_worker(model: &Arc<Model>, name: &str, prompt: &str, constraint: Cons
     let input = PromptInput::Raw { prompt: prompt.into(), system: None, template: true };
     let sampling =
         SamplingParams { temperature: 0.0, repeat_penalty: 1.0, max_tokens: Some(MAX_TOKENS), ..Default::default() };
-    let mut generation =
-        handle.submit(ValidGenerateRequest::plain(name.into(), input, sampling, Some(constraint))).expect("submit");
+    let request = UncheckedGenerateRequest::new(name, input).with_sampling(sampling);
+    let request = validate_local(request, Some(constraint), None).expect("a valid request");
+    let mut generation = handle.submit(request).expect("submit");
     let mut text = String::new();
     while let Some(event) = generation.events.blocking_recv() {
         match event {

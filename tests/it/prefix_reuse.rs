@@ -12,9 +12,10 @@ use std::sync::Arc;
 use llamay::actors::messages::LoadedModel;
 use llamay::actors::model::{locate_model, LlamaModelHandle, WorkerSettings};
 use llamay::core::{
-    ChatMessage, Completion, PromptInput, Role, SamplingParams, StreamEvent, ToolChoice,
+    ChatMessage, Completion, PromptInput, Role, SamplingParams, StreamEvent, UncheckedGenerateRequest,
     ValidGenerateRequest,
 };
+use llamay::service::validate_local;
 use llamay::llm::{ContextParams, KvType, Model};
 use llamay::store::Store;
 
@@ -38,26 +39,10 @@ fn worker(sequences: u32, batch: u32) -> LlamaModelHandle {
 }
 
 fn request(messages: Vec<ChatMessage>, max_tokens: u32) -> ValidGenerateRequest {
-    ValidGenerateRequest {
-        model: "smollm2:135m".into(),
-        input: PromptInput::Chat {
-            messages,
-            tools: Vec::new(),
-        },
-        sampling: SamplingParams {
-            temperature: 0.0,
-            max_tokens: Some(max_tokens),
-            ..Default::default()
-        },
-        stop: Vec::new(),
-        constraint: None,
-        num_ctx: None,
-        keep_alive: None,
-        tool_choice: ToolChoice::None,
-        parallel_tool_calls: false,
-        context: None,
-        lexicon: None,
-    }
+    let input = PromptInput::Chat { messages, tools: Vec::new() };
+    let sampling = SamplingParams { temperature: 0.0, max_tokens: Some(max_tokens), ..Default::default() };
+    validate_local(UncheckedGenerateRequest::new("smollm2:135m", input).with_sampling(sampling), None, None)
+        .expect("a valid request")
 }
 
 fn run(

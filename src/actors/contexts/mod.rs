@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
-use crate::core::{ChatMessage, PromptInput, ToolSpec, ValidGenerateRequest};
+use crate::core::{ChatMessage, PromptInput, ToolSpec};
 
 mod parking;
 mod registry;
@@ -400,8 +400,8 @@ pub struct ContextUse {
 
 /// The tools a request runs with: its own, or, when it continues a conversation context and
 /// brings none, the context's.
-pub fn tools_in_effect(request: &ValidGenerateRequest, context: Option<&ContextUse>) -> Vec<ToolSpec> {
-    let continues_chat = match &request.input {
+pub fn tools_in_effect(input: &PromptInput, context: Option<&ContextUse>) -> Vec<ToolSpec> {
+    let continues_chat = match input {
         PromptInput::Chat { tools, .. } if !tools.is_empty() => return tools.clone(),
         PromptInput::Chat { .. } | PromptInput::Raw { template: true, .. } => true,
         PromptInput::Raw { template: false, .. } => false,

@@ -361,16 +361,12 @@ impl LlamaModelHandle {
             return self.prepare(request);
         }
         let body = used.record.body();
-        match (&body.content, &request.input) {
+        match (&body.content, request.input()) {
             (ContextContent::Chat { messages, .. }, PromptInput::Chat { messages: more, .. }) => {
-                let mut continued = request.clone();
                 let mut all = messages.clone();
                 all.extend(more.iter().cloned());
-                continued.input = PromptInput::Chat {
-                    messages: all,
-                    tools: tools_in_effect(request, Some(used)),
-                };
-                self.prepare(&continued)
+                let tools = tools_in_effect(request.input(), Some(used));
+                self.prepare(&request.continued(PromptInput::Chat { messages: all, tools }))
             }
             (
                 ContextContent::Chat { messages, .. },
@@ -380,17 +376,10 @@ impl LlamaModelHandle {
                     ..
                 },
             ) => {
-                let mut continued = request.clone();
                 let mut all = messages.clone();
-                all.push(crate::core::ChatMessage::new(
-                    crate::core::Role::User,
-                    prompt.clone(),
-                ));
-                continued.input = PromptInput::Chat {
-                    messages: all,
-                    tools: tools_in_effect(request, Some(used)),
-                };
-                self.prepare(&continued)
+                all.push(crate::core::ChatMessage::new(crate::core::Role::User, prompt.clone()));
+                let tools = tools_in_effect(request.input(), Some(used));
+                self.prepare(&request.continued(PromptInput::Chat { messages: all, tools }))
             }
             _ => {
                 let vocabulary = self.model.vocabulary();

@@ -24,8 +24,8 @@ use super::messages::{CancelToken, Generation, LoadedModel, SavedState};
 use super::prefix::SlotCache;
 use super::sampler::{SequenceSampler, Step};
 use crate::core::{
-    Completion, ConstraintKind, CoreError, FinishReason, ModelInfo, ModelTotals, PromptInput, StepSplit,
-    StreamEvent, Timings, Usage, ValidGenerateRequest,
+    Completion, ConstraintKind, CoreError, FinishReason, ModelInfo, ModelTotals, StepSplit,
+    StreamEvent, Timings, Usage, ValidGenerateRequest, Decoding,
 };
 use crate::grammar::lexicon::{Constraint as OutputConstraint, LexiconMatcher, Target};
 use crate::grammar::matcher::Matcher;
@@ -299,7 +299,7 @@ impl LlamaModelHandle {
             Some(named) => self.prepare_in_context(&request, named)?,
             None => self.prepare(&request)?,
         };
-        self.submit_prepared(request, named, prepared, StateOp::None)
+        self.submit_prepared(request.into_decoding(), named, prepared, StateOp::None)
     }
 
     /// A job that puts the context's own tokens into a slot (restoring `Restore` state rather
@@ -316,39 +316,31 @@ impl LlamaModelHandle {
                 record.id, self.info.name
             )));
         }
-        let request = ValidGenerateRequest {
-            model: record.model.clone(),
-            input: PromptInput::Raw { prompt: String::new(), system: None, template: false },
+        // Nothing is sampled: the job ends once the context's tokens are in the slot.
+        let decoding = Decoding {
             sampling: crate::core::SamplingParams { temperature: 0.0, max_tokens: Some(1), ..Default::default() },
-            stop: Vec::new(),
-            constraint: None,
-            num_ctx: None,
-            keep_alive: None,
-            tool_choice: crate::core::ToolChoice::Auto,
-            parallel_tool_calls: true,
-            context: None,
-            lexicon: None,
+            ..Decoding::default()
         };
         let used = ContextUse { record, mode: ContextMode::Create, appended: Vec::new() };
         let prepared = Prepared { prompt, forced: None, tools: None, filters_markup: false };
-        self.submit_prepared(request, Some(used), prepared, op)
+        self.submit_prepared(decoding, Some(used), prepared, op)
     }
 
     fn submit_prepared(
         &self,
-        request: ValidGenerateRequest,
+        decoding: Decoding,
         named: Option<ContextUse>,
         prepared: Prepared,
         state_op: StateOp,
     ) -> Result<Generation, CoreError> {
         let Prepared { prompt, forced, tools, filters_markup } = prepared;
-        let context = request.num_ctx.map_or(self.per_sequence_ctx, |n| n.min(self.per_sequence_ctx));
+        let context = decoding.num_ctx.map_or(self.per_sequence_ctx, |n| n.min(self.per_sequence_ctx));
         if prompt.len() as u32 >= context {
             return Err(CoreError::prompt_too_long(prompt.len(), context as usize));
         }
         let room = context - prompt.len() as u32;
-        let max_tokens = request.sampling.max_tokens.map_or(room, |n| n.min(room));
-        let sampling = &request.sampling;
+        let max_tokens = decoding.sampling.max_tokens.map_or(room, |n| n.min(room));
+        let sampling = &decoding.sampling;
         let config = SamplingConfig {
             temperature: sampling.temperature,
             top_k: sampling.top_k.max(0) as usize,
@@ -358,7 +350,7 @@ impl LlamaModelHandle {
             repeat_last_n: sampling.repeat_last_n.max(0) as usize,
             seed: sampling.seed.map_or_else(rand::random::<u64>, u64::from),
         };
-        let (constraint_kind, grammar) = match (forced, &request.constraint) {
+        let (constraint_kind, grammar) = match (forced, &decoding.constraint) {
             (Some(forced), _) => (Some(ConstraintKind::Tool), Some(forced)),
             (None, Some(constraint)) => (Some(constraint.kind), Some(Arc::clone(&constraint.grammar))),
             (None, None) => (None, None),
@@ -370,13 +362,13 @@ impl LlamaModelHandle {
             Some(ConstraintKind::Grammar) => Target::Grammar,
             Some(ConstraintKind::Tool) | None => Target::Text,
         };
-        let lexicon = request
+        let lexicon = decoding
             .lexicon
             .filter(|_| constraint_kind != Some(ConstraintKind::Tool))
             .and_then(|lexicon| LexiconMatcher::new(lexicon, self.trie(), target));
         let constraint = OutputConstraint::new(matcher, lexicon);
         let mut sampler =
-            SequenceSampler::new(config, constraint, Arc::clone(self.model.vocabulary()), request.stop, max_tokens);
+            SequenceSampler::new(config, constraint, Arc::clone(self.model.vocabulary()), decoding.stop, max_tokens);
         sampler.remember_prompt(&prompt);
         let (generation, events, cancel) = Generation::channel();
         let prefill_only = named.as_ref().is_some_and(|c| c.mode == ContextMode::Create);

@@ -18,7 +18,7 @@ impl LlamaModelHandle {
     /// with what tools change: a forced call's grammar and the tools calls are read back for.
     pub(super) fn prepare(&self, request: &ValidGenerateRequest) -> Result<Prepared, CoreError> {
         let template_error = |e: crate::llm::LlmError| CoreError::bad_request(e.to_string());
-        match &request.input {
+        match request.input() {
             PromptInput::Chat { messages, tools } => {
                 let has_tool_history = messages.iter().any(|m| !m.tool_calls.is_empty() || m.role == Role::Tool);
                 if tools.is_empty() && !has_tool_history {
@@ -29,11 +29,11 @@ impl LlamaModelHandle {
                 let plan = crate::tools::plan_tool_use(
                     messages,
                     tools,
-                    &request.tool_choice,
-                    request.parallel_tool_calls,
+                    request.tool_choice(),
+                    request.parallel_tool_calls(),
                     self.model.chat_template().handles_tools(),
                 );
-                let forced = match &request.constraint {
+                let forced = match request.constraint() {
                     _ if !plan.forces_call => None,
                     // The API compiled it on its compile pool.
                     Some(constraint) if constraint.kind == ConstraintKind::Tool => Some(Arc::clone(&constraint.grammar)),
@@ -45,7 +45,7 @@ impl LlamaModelHandle {
                     .model
                     .tokenize_chat(&rendered, plan.template_tools.as_deref())
                     .map_err(template_error)?;
-                self.check_room_to_name_a_tool(&plan, request.sampling.max_tokens)?;
+                self.check_room_to_name_a_tool(&plan, request.sampling().max_tokens)?;
                 Ok(Prepared { prompt, forced, tools: plan.output(), filters_markup: true })
             }
             PromptInput::Raw { prompt, system, template: true } => {
@@ -83,7 +83,7 @@ impl LlamaModelHandle {
 
 /// The grammar of a forced call compiled here, for requests that did not come through the API.
 fn forced_call_grammar(tools: &[ToolSpec], request: &ValidGenerateRequest) -> Result<Option<Arc<CompiledGrammar>>, CoreError> {
-    let Some(grammar) = crate::tools::compile_tool_use(tools, &request.tool_choice, request.parallel_tool_calls)? else {
+    let Some(grammar) = crate::tools::compile_tool_use(tools, request.tool_choice(), request.parallel_tool_calls())? else {
         return Ok(None);
     };
     let compiled = CompiledGrammar::new(grammar, &Limits::default()).map_err(|e| CoreError::bad_request(e.to_string()))?;

@@ -9,18 +9,18 @@ use serde_json::Value;
 use super::types::{
     ContentBlock, InputContent, MessagesRequest, SystemField, ToolChoiceField, ToolDefinition,
 };
-use crate::api::common::{check_range, check_stops};
-use crate::api::constraint::ConstraintSources;
+use crate::api::fields::{check_range, check_stops, context_request};
+use crate::service::constraint::ConstraintSources;
 use crate::api::tool_wire::{check_tool_type, check_tools};
 use crate::core::{
     ChatMessage, PromptInput, Role, SamplingParams, ToolCall, ToolChoice, ToolSpec,
-    ValidGenerateRequest,
+    UncheckedGenerateRequest,
 };
 use crate::error::CoreError;
 
 #[derive(Debug)]
 pub struct Converted {
-    pub request: ValidGenerateRequest,
+    pub request: UncheckedGenerateRequest,
     pub constraint: ConstraintSources,
     pub stream: bool,
 }
@@ -37,7 +37,7 @@ pub fn convert(mut body: MessagesRequest) -> Result<Converted, CoreError> {
             "messages: at least one message is required",
         ));
     }
-    let context = crate::api::common::context_request(body.llamay.llamay_context.take(), body.llamay.llamay_context_commit)?;
+    let context = context_request(body.llamay.llamay_context.take(), body.llamay.llamay_context_commit)?;
     let mut messages = Vec::new();
     if let Some(system) = body.system {
         let text = match system {
@@ -94,18 +94,16 @@ pub fn convert(mut body: MessagesRequest) -> Result<Converted, CoreError> {
 
     let constraint = body.llamay.constraint_sources(body.grammar, || Ok(ConstraintSources::default()))?;
 
-    let request = ValidGenerateRequest {
+    let request = UncheckedGenerateRequest {
         model: body.model,
         input: PromptInput::Chat { messages, tools },
         sampling,
         stop,
-        constraint: None,
         num_ctx: None,
         keep_alive: None,
         tool_choice,
         parallel_tool_calls,
         context,
-        lexicon: None,
     };
     Ok(Converted {
         request,

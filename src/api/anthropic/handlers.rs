@@ -7,9 +7,8 @@ use serde_json::json;
 use super::convert::convert;
 use super::stream::{stop_reason, tool_use_block, with_anthropic_ids, MessageStream};
 use super::types::{ErrorBody, ErrorDetail, MessageResponse, MessagesRequest, UsageBody};
-use crate::api::common::{
-    collect, error_response, event_stream, random_id, read_json, sse_response, start_generation,
-};
+use crate::api::body::read_json;
+use crate::api::common::{error_response, event_stream, random_id, sse_response};
 use crate::api::AppState;
 use crate::error::CoreError;
 
@@ -43,7 +42,7 @@ async fn create(
     let converted = convert(body)?;
     let request = converted.request;
     let model = request.model.clone();
-    let started = start_generation(state, request, converted.constraint).await?;
+    let started = state.generation.generate(request, converted.constraint).await?;
     let id = format!("msg_{}", random_id(24));
     if converted.stream {
         return Ok(sse_response(event_stream(
@@ -51,7 +50,7 @@ async fn create(
             MessageStream::new(id, model),
         )));
     }
-    let collected = collect(started).await?;
+    let collected = crate::service::collect(started).await?;
     let completion = collected.completion;
     let mut content = Vec::new();
     if !collected.text.is_empty() || completion.tool_calls.is_empty() {

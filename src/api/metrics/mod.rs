@@ -256,7 +256,7 @@ impl Metrics {
         render_masks(&mut out, &counters.masks);
         drop(counters);
 
-        let compiled = state.constraints.stats();
+        let compiled = state.generation.constraint_stats();
         family(
             &mut out,
             "llamay_constraint_compile_cache_hits_total",
@@ -294,7 +294,7 @@ impl Metrics {
             compiled.entries as f64,
         );
 
-        let pool = state.compile_pool.stats();
+        let pool = state.generation.compile_pool_stats();
         let gauges = [
             ("llamay_compile_running", "gauge", "Schema and grammar compiles running on the compile pool.", pool.running as f64),
             ("llamay_compile_waiting", "gauge", "Compiles waiting for a compile thread.", pool.waiting as f64),
@@ -641,6 +641,22 @@ impl GenerationObserver {
             ttft,
             Some(completion),
         );
+    }
+}
+
+impl crate::service::GenerationBook for Metrics {
+    fn open(self: Arc<Self>, model: &str, arrived: Instant) -> Box<dyn crate::service::GenerationTally> {
+        Box::new(self.observe_generation(model, arrived))
+    }
+}
+
+impl crate::service::GenerationTally for GenerationObserver {
+    fn token(&mut self) {
+        GenerationObserver::token(self);
+    }
+
+    fn finished(&mut self, completion: &Completion) {
+        GenerationObserver::finished(self, completion);
     }
 }
 

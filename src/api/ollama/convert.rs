@@ -5,18 +5,18 @@
 use serde_json::Value;
 
 use super::types::{ChatRequest, GenerateRequest, Message, Options};
-use crate::api::common::{check_range, check_stops};
-use crate::api::constraint::ConstraintSources;
+use crate::api::fields::{check_range, check_stops, context_request};
+use crate::service::constraint::ConstraintSources;
 use crate::api::tool_wire::{check_tool_type, check_tools, openai_style_choice};
 use crate::core::{
     ChatMessage, KeepAlive, PromptInput, Role, SamplingParams, ToolCall, ToolChoice, ToolSpec,
-    ValidGenerateRequest,
+    UncheckedGenerateRequest,
 };
 use crate::error::CoreError;
 
 #[derive(Debug)]
 pub struct Converted {
-    pub request: ValidGenerateRequest,
+    pub request: UncheckedGenerateRequest,
     pub constraint: ConstraintSources,
     pub stream: bool,
     /// Nothing to generate: load the model (or unload it, with keep_alive 0) and answer at once.
@@ -28,7 +28,7 @@ pub struct Converted {
 
 pub fn convert_chat(mut body: ChatRequest) -> Result<Converted, CoreError> {
     check_model(&body.model)?;
-    let context = crate::api::common::context_request(body.llamay.llamay_context.take(), body.llamay.llamay_context_commit)?;
+    let context = context_request(body.llamay.llamay_context.take(), body.llamay.llamay_context_commit)?;
     let load_only = body.messages.is_empty();
     let messages = body
         .messages
@@ -56,18 +56,16 @@ pub fn convert_chat(mut body: ChatRequest) -> Result<Converted, CoreError> {
     check_tools(&tools, &tool_choice)?;
     let gpu_layers = gpu_layers(body.options.as_ref());
     let (sampling, stop, num_ctx) = convert_options(body.options)?;
-    let request = ValidGenerateRequest {
+    let request = UncheckedGenerateRequest {
         model: body.model,
         input: PromptInput::Chat { messages, tools },
         sampling,
         stop,
-        constraint: None,
         num_ctx,
         keep_alive: convert_keep_alive(body.keep_alive)?,
         tool_choice,
         parallel_tool_calls: false,
         context,
-        lexicon: None,
     };
     Ok(Converted {
         request,
@@ -80,7 +78,7 @@ pub fn convert_chat(mut body: ChatRequest) -> Result<Converted, CoreError> {
 
 pub fn convert_generate(mut body: GenerateRequest) -> Result<Converted, CoreError> {
     check_model(&body.model)?;
-    let context = crate::api::common::context_request(body.llamay.llamay_context.take(), body.llamay.llamay_context_commit)?;
+    let context = context_request(body.llamay.llamay_context.take(), body.llamay.llamay_context_commit)?;
     if body.template.as_deref().is_some_and(|t| !t.is_empty()) {
         return Err(CoreError::invalid("template: a per-request template is not offered; the model's own chat template is used (raw: true sends the prompt as is)"));
     }
@@ -114,7 +112,7 @@ pub fn convert_generate(mut body: GenerateRequest) -> Result<Converted, CoreErro
     let load_only = prompt.is_empty();
     let gpu_layers = gpu_layers(body.options.as_ref());
     let (sampling, stop, num_ctx) = convert_options(body.options)?;
-    let request = ValidGenerateRequest {
+    let request = UncheckedGenerateRequest {
         model: body.model,
         input: PromptInput::Raw {
             prompt,
@@ -123,13 +121,11 @@ pub fn convert_generate(mut body: GenerateRequest) -> Result<Converted, CoreErro
         },
         sampling,
         stop,
-        constraint: None,
         num_ctx,
         keep_alive: convert_keep_alive(body.keep_alive)?,
         tool_choice: ToolChoice::Auto,
         parallel_tool_calls: false,
         context,
-        lexicon: None,
     };
     Ok(Converted {
         request,
@@ -215,7 +211,7 @@ fn convert_options(
         None => None,
         Some(0) => return Err(CoreError::invalid("options.num_predict is 0, which generates nothing; use a positive count, or -1 for no limit")),
         // -1 (no limit) and -2 (fill the context): as much as the daemon allows, which
-        // start_generation clamps to max_tokens_limit.
+        // The generation service clamps it to max_tokens_limit.
         Some(n) if n < 0 => Some(u32::MAX),
         Some(n) => Some(u32::try_from(n).unwrap_or(u32::MAX)),
     };

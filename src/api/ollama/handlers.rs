@@ -11,7 +11,8 @@ use super::types::{
     TagEntry, TagsResponse,
 };
 use crate::actors::supervisor::{acquire_with, Snapshot};
-use crate::api::common::{collect, error_response, event_stream, read_json, start_generation};
+use crate::api::body::read_json;
+use crate::api::common::{error_response, event_stream};
 use crate::api::AppState;
 use crate::core::{CatalogEntry, KeepAlive};
 use crate::error::CoreError;
@@ -68,20 +69,15 @@ async fn answer(
         object["done_reason"] = json!(reason);
         return Ok(HttpResponse::Ok().json(object));
     }
-    // `num_gpu` decides how the model loads: hold a copy loaded so until the generation holds
-    // its own lease on it.
-    let placed = match converted.gpu_layers {
-        Some(layers) => Some(acquire_with(&state.supervisor, &model, request.keep_alive, Some(layers)).await?),
-        None => None,
-    };
-    let started = start_generation(state, request, converted.constraint).await?;
-    drop(placed);
+    // `num_gpu` decides how the model loads.
+    let validated = state.generation.validate(request, converted.constraint).await?;
+    let started = state.generation.start(validated, converted.gpu_layers).await?;
     if converted.stream {
         return Ok(HttpResponse::Ok()
             .content_type("application/x-ndjson")
             .streaming(event_stream(started, NdjsonStream::new(endpoint, model))));
     }
-    let collected = collect(started).await?;
+    let collected = crate::service::collect(started).await?;
     Ok(HttpResponse::Ok().json(answer_object(
         endpoint,
         &model,

@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 
 use super::handlers::render_error;
 use crate::actors::supervisor::Retire;
-use crate::api::common::read_json;
+use crate::api::body::read_json;
 use crate::api::AppState;
 use crate::core::{CreateModel, ModelAdmin, ModelName, PullProgress};
 use crate::error::{CoreError, ErrorCode};

@@ -5,18 +5,18 @@
 use super::types::{
     ChatCompletionRequest, MessageContent, RequestMessage, ResponseFormat, StopField, Tool,
 };
-use crate::api::common::{check_range, check_stops};
-use crate::api::constraint::ConstraintSources;
+use crate::api::fields::{check_range, check_stops, context_request};
+use crate::service::constraint::ConstraintSources;
 use crate::api::tool_wire::{check_tool_type, check_tools, openai_style_choice};
 use crate::core::{
-    ChatMessage, PromptInput, Role, SamplingParams, ToolCall, ToolSpec, ValidGenerateRequest,
+    ChatMessage, PromptInput, Role, SamplingParams, ToolCall, ToolSpec, UncheckedGenerateRequest,
 };
 use crate::error::CoreError;
 
-/// A converted request; the handler compiles `constraint` and sets it on `request`.
+/// A converted request: the generation service checks `request` and compiles `constraint`.
 #[derive(Debug)]
 pub struct Converted {
-    pub request: ValidGenerateRequest,
+    pub request: UncheckedGenerateRequest,
     pub constraint: ConstraintSources,
     pub stream: bool,
     pub include_usage: bool,
@@ -45,7 +45,7 @@ pub fn convert(mut body: ChatCompletionRequest) -> Result<Converted, CoreError> 
                 .with_param("messages"),
         );
     }
-    let context = crate::api::common::context_request(body.llamay.llamay_context.take(), body.llamay.llamay_context_commit)?;
+    let context = context_request(body.llamay.llamay_context.take(), body.llamay.llamay_context_commit)?;
     let messages = body
         .messages
         .into_iter()
@@ -99,18 +99,16 @@ pub fn convert(mut body: ChatCompletionRequest) -> Result<Converted, CoreError> 
 
     let response_format = body.response_format;
     let constraint = body.llamay.constraint_sources(body.grammar, || response_format_sources(response_format))?;
-    let request = ValidGenerateRequest {
+    let request = UncheckedGenerateRequest {
         model: body.model,
         input: PromptInput::Chat { messages, tools },
         sampling,
         stop,
-        constraint: None,
         num_ctx: None,
         keep_alive: None,
         tool_choice,
         parallel_tool_calls: body.parallel_tool_calls.unwrap_or(true),
         context,
-        lexicon: None,
     };
     Ok(Converted {
         request,

@@ -10,10 +10,8 @@ use super::types::{
     ChatCompletionRequest, ChatCompletionResponse, Choice, ErrorBody, ErrorDetail, ModelList,
     ModelObject, ResponseMessage,
 };
-use crate::api::common::{
-    collect, error_response, event_stream, random_id, read_json, sse_response, start_generation,
-    unix_now,
-};
+use crate::api::body::read_json;
+use crate::api::common::{error_response, event_stream, random_id, sse_response, unix_now};
 use crate::api::AppState;
 use crate::error::{CoreError, ErrorCode};
 
@@ -48,14 +46,14 @@ async fn chat(
     let converted = convert(body)?;
     let request = converted.request;
     let requested_model = request.model.clone();
-    let started = start_generation(state, request, converted.constraint).await?;
+    let started = state.generation.generate(request, converted.constraint).await?;
     let id = format!("chatcmpl-{}", random_id(24));
     let created = unix_now();
     if converted.stream {
         let translator = ChatStream::new(id, created, requested_model, converted.include_usage);
         return Ok(sse_response(event_stream(started, translator)));
     }
-    let collected = collect(started).await?;
+    let collected = crate::service::collect(started).await?;
     let completion = collected.completion;
     let tool_calls = response_tool_calls(&completion.tool_calls, completion.cut_off_arguments.as_deref());
     let content = if tool_calls.is_empty() || !collected.text.is_empty() {

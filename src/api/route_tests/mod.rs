@@ -602,8 +602,9 @@ async fn max_tokens_gets_the_configured_default_and_is_clamped_to_the_limit() {
         max_queue: 4,
     };
     let supervisor = Supervisor::new(Arc::new(loader), config).start();
-    let mut state = AppState::new(supervisor, Arc::new(FakeCatalog), None, BODY_LIMIT);
-    state.token_limits = crate::core::TokenLimits { default_max_tokens: 1, max_tokens_limit: 2 };
+    let token_limits = crate::core::TokenLimits { default_max_tokens: 1, max_tokens_limit: 2 };
+    let state = AppState::new(supervisor, Arc::new(FakeCatalog), None, BODY_LIMIT)
+        .with_policy(crate::service::GenerationPolicy { token_limits, ..Default::default() });
     let app = test::init_service(build_app(web::Data::new(state))).await;
 
     let mut body = chat_body("tiny:1m", "x");
@@ -662,8 +663,9 @@ async fn llamay_formats_enforce_refuses_a_format_with_a_pattern_and_the_default_
         SupervisorConfig { max_loaded: 1, default_keep_alive: KeepAlive::For(Duration::from_secs(60)), max_queue: 4 },
     )
     .start();
-    let mut state = AppState::new(supervisor, Arc::new(FakeCatalog), None, BODY_LIMIT);
-    state.formats = crate::grammar::schema::FormatMode::Enforce;
+    let formats = crate::grammar::schema::FormatMode::Enforce;
+    let state = AppState::new(supervisor, Arc::new(FakeCatalog), None, BODY_LIMIT)
+        .with_policy(crate::service::GenerationPolicy { formats, ..Default::default() });
     let app = test::init_service(build_app(web::Data::new(state))).await;
     openai.as_object_mut().map(|body| body.remove("llamay_formats"));
     assert_eq!(call!(app, post, "/v1/chat/completions", openai.clone()).status, StatusCode::BAD_REQUEST);

@@ -1,23 +1,24 @@
-//! The runner's side of `runner.rs`: the hidden `llamay rpc-runner` reads a [`ToRunner::Load`]
+//! The runner's side of `actors::runner`: the hidden `llamay rpc-runner` reads a [`ToRunner::Load`]
 //! on stdin, connects the RPC workers and loads the model split over them (as `serve` would
 //! in-process), answers [`FromRunner::Ready`], then serves requests until its input closes.
 //! If ggml aborts because a worker is lost, only this process ends; the daemon sees its output
 //! close and fails the requests in flight.
 //!
+//! Each request is validated again in this process, its constraint compiled through the same
+//! cache type as the daemon's ([`ConstraintCache`]).
+//!
 //! Key item: [`run`]. Cost: one thread per request in flight, forwarding its events to stdout.
 
 use std::collections::HashMap;
 use std::io::BufRead;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
-use super::messages::{CancelOnDrop, LoadedModel};
-use super::model::{load_model, LlamaModelHandle};
-use super::runner::{
-    write_line, FromRunner, RunnerSpec, ToRunner, WireError, WireRequest, WireTotals,
-};
-use crate::core::{
-    Constraint, ConstraintSource, ContextRequest, CoreError, StreamEvent, ValidGenerateRequest,
-};
+use super::constraint::{resolve_constraint, ConstraintCache, ConstraintSources};
+use super::validate_local;
+use crate::actors::messages::{CancelOnDrop, LoadedModel};
+use crate::actors::model::{load_model, LlamaModelHandle};
+use crate::actors::runner::{write_line, FromRunner, RunnerSpec, ToRunner, WireError, WireRequest, WireTotals};
+use crate::core::{ContextRequest, CoreError, StreamEvent, UncheckedGenerateRequest, ValidGenerateRequest};
 use crate::error::ErrorCode;
 
 type Output = Arc<Mutex<std::io::Stdout>>;
@@ -58,10 +59,11 @@ pub fn run() -> Result<(), String> {
         },
     );
     let cancels: Arc<Mutex<HashMap<u64, CancelOnDrop>>> = Arc::default();
+    let constraints = ConstraintCache::new(COMPILED_KEPT);
     for line in lines {
         let Ok(line) = line else { break };
         match serde_json::from_str::<ToRunner>(&line) {
-            Ok(ToRunner::Submit { id, request }) => submit(&model, id, request, &output, &cancels),
+            Ok(ToRunner::Submit { id, request }) => submit(&model, &constraints, id, request, &output, &cancels),
             Ok(ToRunner::Cancel { id }) => {
                 // Dropping the guard cancels the request at the model's next step.
                 cancels
@@ -88,54 +90,39 @@ fn load(spec: &RunnerSpec) -> Result<LlamaModelHandle, CoreError> {
     load_model(&spec.path, spec.info.clone(), &spec.settings.to_settings()?)
 }
 
-/// Compiled grammars kept for repeated constraints (the daemon's cache is in the daemon).
+/// Compiled grammars kept for repeated constraints (the daemon keeps its own, in its process).
 const COMPILED_KEPT: usize = 32;
 
-/// The request's constraint compiled in this process; a few are kept for the next requests.
-fn compile(source: ConstraintSource) -> Result<Constraint, CoreError> {
-    static KEPT: OnceLock<Mutex<HashMap<String, Constraint>>> = OnceLock::new();
-    let kept = KEPT.get_or_init(|| Mutex::new(HashMap::new()));
-    let key = serde_json::to_string(&source).map_err(|e| CoreError::internal(e.to_string()))?;
-    if let Some(found) = kept.lock().ok().and_then(|kept| kept.get(&key).cloned()) {
-        return Ok(found);
-    }
-    // The daemon compiled the same source before forwarding it, so a failure here is ours.
-    let constraint = Constraint::from_source(source, &crate::grammar::limits::Limits::default())
-        .map_err(|e| CoreError::internal(format!("the runner could not compile the constraint: {e}")))?;
-    if let Ok(mut kept) = kept.lock() {
-        if kept.len() >= COMPILED_KEPT {
-            kept.clear();
-        }
-        kept.insert(key, constraint.clone());
-    }
-    Ok(constraint)
-}
-
-fn to_request(request: WireRequest) -> Result<ValidGenerateRequest, CoreError> {
-    let constraint = request.constraint.map(compile).transpose()?;
-    Ok(ValidGenerateRequest {
+/// The request as the daemon validated it, validated again here: its constraint compiled in
+/// this process (from `constraints` when it was before).
+fn to_request(request: WireRequest, constraints: &ConstraintCache) -> Result<ValidGenerateRequest, CoreError> {
+    let constraint = match request.constraint {
+        Some(source) => resolve_constraint(ConstraintSources::of(source), None, constraints, None, None)?.finish(constraints)?,
+        None => None,
+    };
+    let request = UncheckedGenerateRequest {
         model: request.model,
         input: request.input,
         sampling: request.sampling,
         stop: request.stop,
-        constraint,
         num_ctx: request.num_ctx,
         keep_alive: None,
         tool_choice: request.tool_choice,
         parallel_tool_calls: request.parallel_tool_calls,
         context: request.context_tokens.map(ContextRequest::Tokens),
-        lexicon: None,
-    })
+    };
+    validate_local(request, constraint, None)
 }
 
 fn submit(
     model: &Arc<LlamaModelHandle>,
+    constraints: &ConstraintCache,
     id: u64,
     request: WireRequest,
     output: &Output,
     cancels: &Arc<Mutex<HashMap<u64, CancelOnDrop>>>,
 ) {
-    let generation = match to_request(request).and_then(|request| model.submit(request)) {
+    let generation = match to_request(request, constraints).and_then(|request| model.submit(request)) {
         Ok(generation) => generation,
         Err(error) => {
             send(

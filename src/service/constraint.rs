@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::api::lexicon::{ChosenLexicon, LexiconField, LEXICON_PARAM};
+use super::lexicons::{ChosenLexicon, LexiconField, LEXICON_PARAM};
 use crate::core::{Constraint, ConstraintCompileError, ConstraintKind, ConstraintSource, ToolChoice, ToolSpec};
 use crate::error::{CoreError, ErrorCode};
 use crate::grammar::automaton::CompiledGrammar;
@@ -51,6 +51,19 @@ pub struct ConstraintSources {
 impl ConstraintSources {
     pub fn is_empty(&self) -> bool {
         self.schema.is_none() && self.any_json.is_none() && self.grammar.is_none()
+    }
+
+    /// The sources of a constraint compiled before, as a runner child gets it from its daemon.
+    pub fn of(source: ConstraintSource) -> Self {
+        match source {
+            ConstraintSource::Gbnf { text } => ConstraintSources { grammar: Some((text, "grammar")), ..Default::default() },
+            ConstraintSource::Schema { schema, enforce_formats } => ConstraintSources {
+                schema: Some((schema, "schema")),
+                formats: Some(if enforce_formats { FormatMode::Enforce } else { FormatMode::Ignore }),
+                ..Default::default()
+            },
+            ConstraintSource::AnyJson => ConstraintSources { any_json: Some("format"), ..Default::default() },
+        }
     }
 }
 
@@ -287,7 +300,7 @@ impl ConstraintWork {
 
 /// What a request's constraint takes: its own if it sent one, else the daemon's
 /// `-grammar-file`, replaced by the grammar of a forced tool call; compiled under `lexicon` when
-/// one applies (see `api::lexicon`; a forced call sets it aside). A grammar together with a
+/// one applies (see `lexicons.rs`; a forced call sets it aside). A grammar together with a
 /// schema (or "any JSON") is refused here; compile refusals come from
 /// [`ConstraintWork::finish`].
 pub fn resolve_constraint(

@@ -1,0 +1,314 @@
+//! The generation service: the one path from a request a route (or the command line, or the
+//! runner child) has read to a generation running on a model. Routes translate wire shapes to
+//! an [`UncheckedGenerateRequest`] and [`ConstraintSources`] and hand them here; nothing below
+//! the service sees a wire shape, and nothing above it builds a [`ValidGenerateRequest`].
+//!
+//! The path of a request: [`GenerationService::validate`] applies the daemon's policy (token
+//! budget, one spelling of the model's name, the lexicon, the context, the constraint compiled
+//! from the cache or on the compile pool) and builds the [`ValidGenerateRequest`];
+//! [`GenerationService::start`] leases the model (loading it if needed), submits the request
+//! off the HTTP workers and opens the generation's tally in the daemon's book ([`GenerationBook`],
+//! `/metrics`); [`collect`] waits for a whole answer, or a route streams the [`Started`]
+//! generation's events through its translator. Contexts are created here too
+//! ([`GenerationService::create_context`]), since creating one is a generation (a prefill).
+//!
+//! Rooms: `constraint.rs` (resolution and the one compiled-constraint cache), `compile_pool.rs`
+//! (where compiles run), `lexicons.rs` (the daemon's `-lexicon` files and a request's list),
+//! `contexts.rs` (a request's use of a context, and creating one).
+//!
+//! Key types: [`GenerationService`], [`GenerationPolicy`], [`Started`], [`Collected`],
+//! [`validate_local`] (the same validation for callers that hold a model themselves: `llamay
+//! run`, `llamay eval`, the runner child, tests and benches). Costs: validation is cheap on the
+//! HTTP worker when the constraint is cached, else a compile on the pool (milliseconds to
+//! seconds); submitting renders and tokenizes the prompt on a blocking thread.
+
+pub mod compile_pool;
+pub mod constraint;
+mod contexts;
+pub mod runner_child;
+pub mod lexicons;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix::Addr;
+
+use crate::actors::contexts::{tools_in_effect, ContextRegistry, ContextUse};
+use crate::actors::messages::Generation;
+use crate::actors::supervisor::{acquire_with, ModelLease, Supervisor};
+use crate::core::{
+    Completion, Constraint, FinishReason, ModelName, StreamEvent, TokenLimits, UncheckedGenerateRequest,
+    ValidGenerateRequest,
+};
+use crate::error::CoreError;
+use crate::grammar::schema::FormatMode;
+use crate::grammar::Lexicon;
+use compile_pool::{CompilePool, CompilePoolStats};
+use constraint::{resolve_constraint, ConstraintCache, ConstraintCacheStats, ConstraintSources, ToolSources};
+use lexicons::{ChosenLexicon, DaemonLexicons};
+
+/// Compiled constraints kept for reuse (schemas and grammars sent again and again).
+pub const CONSTRAINT_CACHE_ENTRIES: usize = 64;
+/// Compiles that may wait for a compile thread when the config names no `compile_queue`.
+pub const DEFAULT_COMPILE_QUEUE: usize = 64;
+
+/// Where the daemon books what each generation did (its `/metrics`); the service opens one
+/// tally per generation and reports tokens and the finish to it.
+pub trait GenerationBook: Send + Sync {
+    fn open(self: Arc<Self>, model: &str, arrived: Instant) -> Box<dyn GenerationTally>;
+}
+
+/// One generation's entry in a [`GenerationBook`]. Dropped before `finished`, the generation
+/// counts as cancelled.
+pub trait GenerationTally: Send {
+    /// Text arrived from the model.
+    fn token(&mut self);
+    /// The generation ended with `completion`.
+    fn finished(&mut self, completion: &Completion);
+}
+
+/// A book that keeps nothing, for a service no one reads the metrics of.
+struct NoBook;
+
+struct NoTally;
+
+impl GenerationBook for NoBook {
+    fn open(self: Arc<Self>, _model: &str, _arrived: Instant) -> Box<dyn GenerationTally> {
+        Box::new(NoTally)
+    }
+}
+
+impl GenerationTally for NoTally {
+    fn token(&mut self) {}
+    fn finished(&mut self, _completion: &Completion) {}
+}
+
+/// The daemon's rules for every request (from the config).
+pub struct GenerationPolicy {
+    /// `-grammar-file`, applied to requests that bring no constraint of their own.
+    pub default_grammar: Option<Constraint>,
+    /// `-lexicon` files, applied to requests that bring no lexicon of their own.
+    pub lexicons: DaemonLexicons,
+    /// Whether a schema's `format` constrains strings when a request does not say.
+    pub formats: FormatMode,
+    /// The default and the cap of every request's `max_tokens`.
+    pub token_limits: TokenLimits,
+    /// Threads that compile schemas and grammars, and compiles that may wait for one.
+    pub compile_threads: usize,
+    pub compile_queue: usize,
+}
+
+impl Default for GenerationPolicy {
+    fn default() -> Self {
+        GenerationPolicy {
+            default_grammar: None,
+            lexicons: DaemonLexicons::default(),
+            formats: FormatMode::Ignore,
+            token_limits: TokenLimits::default(),
+            compile_threads: crate::config::default_compile_threads(),
+            compile_queue: DEFAULT_COMPILE_QUEUE,
+        }
+    }
+}
+
+/// A request the service has checked, with the context it continues, if any.
+pub struct Validated {
+    pub request: ValidGenerateRequest,
+    pub context: Option<ContextUse>,
+}
+
+/// A generation under way, holding its model's lease so the model is not unloaded under it.
+pub struct Started {
+    pub generation: Generation,
+    pub lease: ModelLease,
+    /// Books tokens, time to first token and the finish.
+    pub tally: Box<dyn GenerationTally>,
+}
+
+impl Started {
+    pub fn model_name(&self) -> &str {
+        &self.lease.model().info().name
+    }
+}
+
+/// The whole answer of a non-streaming request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Collected {
+    pub text: String,
+    pub completion: Completion,
+}
+
+/// Validates and runs generations for the daemon; one per daemon, shared by every route.
+pub struct GenerationService {
+    supervisor: Addr<Supervisor>,
+    contexts: Arc<ContextRegistry>,
+    book: Arc<dyn GenerationBook>,
+    constraints: Arc<ConstraintCache>,
+    compile_pool: Arc<CompilePool>,
+    default_grammar: Option<Constraint>,
+    lexicons: DaemonLexicons,
+    formats: FormatMode,
+    token_limits: TokenLimits,
+}
+
+impl GenerationService {
+    pub fn new(supervisor: Addr<Supervisor>, contexts: Arc<ContextRegistry>, policy: GenerationPolicy) -> Self {
+        GenerationService {
+            supervisor,
+            contexts,
+            book: Arc::new(NoBook),
+            constraints: Arc::new(ConstraintCache::new(CONSTRAINT_CACHE_ENTRIES)),
+            compile_pool: Arc::new(CompilePool::new(policy.compile_threads, policy.compile_queue)),
+            default_grammar: policy.default_grammar,
+            lexicons: policy.lexicons,
+            formats: policy.formats,
+            token_limits: policy.token_limits,
+        }
+    }
+
+    /// The same service, booking its generations in `book`.
+    pub fn with_book(mut self, book: Arc<dyn GenerationBook>) -> Self {
+        self.book = book;
+        self
+    }
+
+    pub fn supervisor(&self) -> &Addr<Supervisor> {
+        &self.supervisor
+    }
+
+    pub fn contexts(&self) -> &Arc<ContextRegistry> {
+        &self.contexts
+    }
+
+    pub fn constraint_stats(&self) -> ConstraintCacheStats {
+        self.constraints.stats()
+    }
+
+    pub fn compile_pool_stats(&self) -> CompilePoolStats {
+        self.compile_pool.stats()
+    }
+
+    /// Lexicon files the daemon loaded.
+    pub fn lexicon_count(&self) -> usize {
+        self.lexicons.count()
+    }
+
+    /// Checks `request` against the daemon and compiles its constraint under its lexicon (or
+    /// the daemon's `-lexicon`), with `format` enforced as the request or else the config says.
+    pub async fn validate(
+        &self,
+        mut request: UncheckedGenerateRequest,
+        mut sources: ConstraintSources,
+    ) -> Result<Validated, CoreError> {
+        // The request's `llamay_formats` wins over the daemon's `formats`.
+        sources.formats = sources.formats.or(Some(self.formats));
+        request.sampling.limit_tokens(self.token_limits);
+        // One name per model from here on: its context and its loaded copy are found by it.
+        request.model = ModelName::parse(&request.model)?.to_string();
+        // The request's `llamay_lexicon` wins over the daemon's `-lexicon`.
+        let lexicon = self.lexicons.choose(sources.lexicon.take()).await?;
+        // An unknown context is refused before any model loads or anything compiles.
+        let context = match request.context.as_ref() {
+            Some(asked) => Some(contexts::context_use(&self.contexts, asked, &request)?),
+            None => None,
+        };
+        let tools = ToolSources {
+            tools: tools_in_effect(&request.input, context.as_ref()),
+            choice: request.tool_choice.clone(),
+            parallel: request.parallel_tool_calls,
+        };
+        let constraint = self.compile_constraint(sources, Some(tools), lexicon.as_ref()).await?;
+        let lexicon = lexicon.map(|chosen| chosen.lexicon);
+        Ok(Validated { request: ValidGenerateRequest::checked(request, constraint, lexicon), context })
+    }
+
+    /// Leases the request's model (loaded with `gpu_layers` on the GPU where it says) and
+    /// submits the request.
+    pub async fn start(&self, validated: Validated, gpu_layers: Option<u32>) -> Result<Started, CoreError> {
+        let arrived = Instant::now();
+        let Validated { request, context } = validated;
+        let lease = acquire_with(&self.supervisor, request.model(), request.keep_alive(), gpu_layers).await?;
+        let generation = submit_off_worker(&lease, request, context).await?;
+        let tally = Arc::clone(&self.book).open(&lease.model().info().name, arrived);
+        Ok(Started { generation, lease, tally })
+    }
+
+    /// [`validate`](Self::validate), then [`start`](Self::start) with the model's own placement.
+    pub async fn generate(
+        &self,
+        request: UncheckedGenerateRequest,
+        sources: ConstraintSources,
+    ) -> Result<Started, CoreError> {
+        let validated = self.validate(request, sources).await?;
+        self.start(validated, None).await
+    }
+
+    /// The constraint a request runs under: from the cache on the calling thread when every
+    /// part of it is there, else compiled on the compile pool (503 when its queue is full).
+    async fn compile_constraint(
+        &self,
+        sources: ConstraintSources,
+        tools: Option<ToolSources>,
+        lexicon: Option<&ChosenLexicon>,
+    ) -> Result<Option<Constraint>, CoreError> {
+        let work = resolve_constraint(sources, tools, &self.constraints, self.default_grammar.as_ref(), lexicon)?;
+        if !work.needs_compile() {
+            return work.finish(&self.constraints);
+        }
+        let cache = Arc::clone(&self.constraints);
+        self.compile_pool.run(move || work.finish(&cache)).await
+    }
+}
+
+/// Validation for a caller that runs a model itself rather than through a daemon (`llamay
+/// run`, `llamay eval`, the runner child, tests and benches): the model's name checked, the
+/// constraint already compiled (under `lexicon`).
+pub fn validate_local(
+    mut request: UncheckedGenerateRequest,
+    constraint: Option<Constraint>,
+    lexicon: Option<Arc<Lexicon>>,
+) -> Result<ValidGenerateRequest, CoreError> {
+    request.model = ModelName::parse(&request.model)?.to_string();
+    Ok(ValidGenerateRequest::checked(request, constraint, lexicon))
+}
+
+/// Submits a request to its leased model. Submitting renders the template and tokenizes the
+/// prompt: CPU time that grows with the body (seconds for a few megabytes). On an HTTP worker
+/// it would stall every connection the worker serves, whose head and keep-alive timers then
+/// fire, so it runs on a blocking thread.
+async fn submit_off_worker(
+    lease: &ModelLease,
+    request: ValidGenerateRequest,
+    context: Option<ContextUse>,
+) -> Result<Generation, CoreError> {
+    let model = Arc::clone(lease.model());
+    tokio::task::spawn_blocking(move || match context {
+        Some(context) => model.submit_in_context(request, context),
+        None => model.submit(request),
+    })
+    .await
+    .map_err(|e| CoreError::internal(format!("preparing the prompt stopped: {e}")))?
+}
+
+/// Waits for the whole answer. An error part way is returned as an error, since nothing has
+/// been sent yet.
+pub async fn collect(mut started: Started) -> Result<Collected, CoreError> {
+    let mut text = String::new();
+    while let Some(event) = started.generation.events.recv().await {
+        match event {
+            StreamEvent::Delta { text: delta } => {
+                started.tally.token();
+                text.push_str(&delta);
+            }
+            StreamEvent::Done(mut completion) => {
+                started.tally.finished(&completion);
+                if let FinishReason::Error(message) = &completion.finish_reason {
+                    return Err(crate::core::generation_failed(message));
+                }
+                completion.timings.load = completion.timings.load.max(started.lease.load_duration());
+                return Ok(Collected { text, completion });
+            }
+        }
+    }
+    Err(CoreError::internal("the model stopped before finishing the request"))
+}
