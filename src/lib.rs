@@ -6,6 +6,7 @@
 
 pub mod actors;
 pub mod config;
+pub mod contexts;
 pub mod core;
 pub mod error;
 pub mod gguf;

@@ -223,7 +223,7 @@ pub fn run(mut config: Config, store: Arc<Store>) -> std::io::Result<()> {
     if config.daemon_id.is_none() {
         config.daemon_id = store.daemon_id();
     }
-    let snapshots = Arc::new(crate::actors::snapshots::SnapshotShelf::new(Arc::clone(&store)));
+    let snapshots = Arc::new(crate::contexts::snapshots::SnapshotShelf::new(Arc::clone(&store)));
     let registries = crate::pull::reference::RegistrySettings {
         insecure: crate::pull::policy::InsecureRegistries::listed(&config.insecure_registries),
         ..crate::pull::reference::RegistrySettings::from_env()

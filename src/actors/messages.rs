@@ -28,7 +28,7 @@ pub trait LoadedModel: Send + Sync {
     fn submit_in_context(
         &self,
         _request: ValidGenerateRequest,
-        context: super::contexts::ContextUse,
+        context: crate::contexts::ContextUse,
     ) -> Result<Generation, CoreError> {
         Err(CoreError::bad_request(format!(
             "model {} cannot hold context {}",
@@ -38,7 +38,7 @@ pub trait LoadedModel: Send + Sync {
     }
     /// Puts the context's tokens in a sequence (prefilling what no sequence or parked state
     /// holds) and sends that sequence's state once it is there (snapshots).
-    fn save_context(&self, record: Arc<super::contexts::ContextRecord>) -> Result<SavedState, CoreError> {
+    fn save_context(&self, record: Arc<crate::contexts::ContextRecord>) -> Result<SavedState, CoreError> {
         Err(CoreError::bad_request(format!(
             "model {} keeps no KV state to snapshot context {}",
             self.info().name,
@@ -49,7 +49,7 @@ pub trait LoadedModel: Send + Sync {
     /// and gives it to the context: the context is ready with no prefill.
     fn restore_context(
         &self,
-        record: Arc<super::contexts::ContextRecord>,
+        record: Arc<crate::contexts::ContextRecord>,
         _state: Arc<Vec<u8>>,
     ) -> Result<Generation, CoreError> {
         Err(CoreError::bad_request(format!(

@@ -4,7 +4,6 @@
 //!
 //! `actors` never imports `api`.
 
-pub mod contexts;
 pub mod embed;
 pub mod memory;
 pub mod messages;
@@ -13,5 +12,4 @@ pub mod prefix;
 pub mod runner;
 pub mod rerank;
 pub mod sampler;
-pub mod snapshots;
 pub mod supervisor;

@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 use super::body::read_json;
 use super::common::error_response;
 use super::AppState;
-use crate::actors::contexts::{ContextContent, ContextRecord, MAX_PAGE};
+use crate::contexts::{ContextContent, ContextRecord, MAX_PAGE};
 use crate::core::{ChatMessage, KeepAlive, PromptInput, Role, ToolSpec};
 use crate::error::CoreError;
 

@@ -70,11 +70,11 @@ pub struct AppState {
     /// What `/metrics` counts beyond the supervisor's snapshot.
     pub metrics: Arc<metrics::Metrics>,
     /// Named contexts (issue 11).
-    pub contexts: Arc<crate::actors::contexts::ContextRegistry>,
+    pub contexts: Arc<crate::contexts::ContextRegistry>,
     /// RPC workers the models are split over (`serve -rpc`), shown by `/v1/stats`.
     pub rpc_workers: Vec<String>,
     /// Context snapshots in the model store; `None` when the store is read-only.
-    pub snapshots: Option<Arc<crate::actors::snapshots::SnapshotShelf>>,
+    pub snapshots: Option<Arc<crate::contexts::snapshots::SnapshotShelf>>,
     /// The model embedding routes use when a request names none (`serve -embed`).
     pub embed_model: Option<String>,
     /// The model rerank routes use when a request names none (`serve -rerank`).
@@ -88,7 +88,7 @@ impl AppState {
         default_grammar: Option<Constraint>,
         max_body_bytes: usize,
     ) -> Self {
-        let contexts = Arc::new(crate::actors::contexts::ContextRegistry::new());
+        let contexts = Arc::new(crate::contexts::ContextRegistry::new());
         let metrics = Arc::new(metrics::Metrics::new());
         let policy = GenerationPolicy { default_grammar, ..GenerationPolicy::default() };
         AppState {

@@ -52,7 +52,7 @@ pub fn serve_blocking_with_admin(
     loader: Arc<dyn ModelLoader>,
     catalog: Arc<dyn ModelCatalog>,
     admin: Arc<dyn ModelAdmin>,
-    snapshots: Option<Arc<crate::actors::snapshots::SnapshotShelf>>,
+    snapshots: Option<Arc<crate::contexts::snapshots::SnapshotShelf>>,
 ) -> io::Result<()> {
     crate::platform::limit_heap_retention(crate::config::environment());
     actix_web::rt::System::new().block_on(async move {
@@ -85,7 +85,7 @@ pub async fn serve_with_stores(
     loader: Arc<dyn ModelLoader>,
     catalog: Arc<dyn ModelCatalog>,
     admin: Option<Arc<dyn ModelAdmin>>,
-    snapshots: Option<Arc<crate::actors::snapshots::SnapshotShelf>>,
+    snapshots: Option<Arc<crate::contexts::snapshots::SnapshotShelf>>,
 ) -> io::Result<()> {
     let default_grammar = match &config.grammar_file {
         Some(path) => Some(load_grammar_file(path)?),

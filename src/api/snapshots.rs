@@ -19,8 +19,8 @@ use serde_json::{json, Value};
 
 use super::contexts::{describe, respond};
 use super::AppState;
-use crate::actors::snapshots::SnapshotManifest;
-use crate::actors::snapshots::{snapshot_content, SnapshotShelf};
+use crate::contexts::snapshots::SnapshotManifest;
+use crate::contexts::snapshots::{snapshot_content, SnapshotShelf};
 use crate::core::KeepAlive;
 use crate::error::CoreError;
 

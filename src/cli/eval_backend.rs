@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use llamay::actors::contexts::{
+use llamay::contexts::{
     ContextContent, ContextMode, ContextRecord, ContextRegistry, ContextUse,
 };
 use llamay::actors::messages::LoadedModel;

@@ -15,7 +15,7 @@ use std::time::Instant;
 use super::constraint::{ConstraintSources, ToolSources};
 use super::{collect, validate_local, GenerationService, Started, Validated};
 use crate::actors::supervisor::acquire;
-use crate::actors::contexts::{ContextContent, ContextMode, ContextRecord, ContextRegistry, ContextUse};
+use crate::contexts::{ContextContent, ContextMode, ContextRecord, ContextRegistry, ContextUse};
 use crate::core::{
     ChatMessage, ContextRequest, KeepAlive, PromptInput, Role, SamplingParams, ToolChoice, UncheckedGenerateRequest,
 };

@@ -33,7 +33,7 @@ use std::time::Instant;
 
 use actix::Addr;
 
-use crate::actors::contexts::{tools_in_effect, ContextRegistry, ContextUse};
+use crate::contexts::{tools_in_effect, ContextRegistry, ContextUse};
 use crate::actors::messages::Generation;
 use crate::actors::supervisor::{acquire_with, ModelLease, Supervisor};
 use crate::core::{

@@ -149,7 +149,7 @@ fn a_prefix_held_by_a_running_request_is_copied_into_a_free_sequence() {
 fn run_in_context(
     model: &LlamaModelHandle,
     messages: Vec<ChatMessage>,
-    used: llamay::actors::contexts::ContextUse,
+    used: llamay::contexts::ContextUse,
 ) -> (String, Completion) {
     let mut generation = model
         .submit_in_context(request(messages, 24), used)
@@ -166,7 +166,7 @@ fn run_in_context(
 
 #[test]
 fn a_forked_context_answers_as_the_full_prompt_and_a_commit_grows_its_parent_only() {
-    use llamay::actors::contexts::{ContextContent, ContextMode, ContextRegistry, ContextUse};
+    use llamay::contexts::{ContextContent, ContextMode, ContextRegistry, ContextUse};
     let warm = worker(2, 512);
     let registry = ContextRegistry::new();
     let history = vec![

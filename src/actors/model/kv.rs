@@ -13,7 +13,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Weak};
 
 use super::{end_live, next_waiting, Job, Live, LlamaModelHandle, Prepared, Shared, StateOp};
-use crate::actors::contexts::{tools_in_effect, ContextContent, ContextMode, ContextRecord, ContextUse, Residence};
+use crate::contexts::{tools_in_effect, ContextContent, ContextMode, ContextRecord, ContextUse, Residence};
 use crate::actors::prefix::{Placement, SlotCache};
 use crate::core::{CoreError, FinishReason, PromptInput, ValidGenerateRequest};
 use crate::llm::Context;

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
-use super::contexts::{ContextMode, ContextRecord, ContextUse};
+use crate::contexts::{ContextMode, ContextRecord, ContextUse};
 use super::messages::{CancelToken, Generation, LoadedModel, SavedState};
 use super::prefix::SlotCache;
 use super::sampler::{SequenceSampler, Step};

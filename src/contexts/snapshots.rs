@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::contexts::{random_hex, ContextContent, ContextRecord};
+use super::{random_hex, ContextContent, ContextRecord};
 use crate::core::{ChatMessage, Role, ToolCall, ToolSpec};
 use crate::error::{CoreError, ErrorCode};
 pub use crate::store::SnapshotManifest;

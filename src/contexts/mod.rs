@@ -16,6 +16,9 @@
 //! forking past that is refused with 507 until some are deleted or expire. That count bounds
 //! the registry's memory too: a record's tokens and conversation fit its model's context.
 //!
+//! Snapshots (`snapshots.rs`, [`snapshots::SnapshotShelf`]) keep a context's KV state in the
+//! model store, to restore it as a new context in this daemon or another.
+//!
 //! Key types: [`ContextRegistry`] (every context, by id; `registry.rs`), [`ContextRecord`] (one
 //! context), [`ContextUse`] (what a job carries into the worker), [`ContextMode`],
 //! [`ParkingLot`] (`parking.rs`). Cost: one record per context (its token ids and messages,
@@ -34,6 +37,7 @@ use crate::core::{ChatMessage, PromptInput, ToolSpec};
 
 mod parking;
 mod registry;
+pub mod snapshots;
 
 pub use parking::ParkingLot;
 pub use registry::{ContextPage, ContextRegistry, ResidenceCounts, MAX_PAGE};
