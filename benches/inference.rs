@@ -22,7 +22,7 @@ use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
 
-use llamay::actors::messages::LoadedModel;
+use llamay::actors::messages::{Generate, LoadedModel};
 use llamay::actors::model::{locate_model, LlamaModelHandle, WorkerSettings};
 use llamay::core::{PromptInput, SamplingParams, StreamEvent, UncheckedGenerateRequest};
 use llamay::service::validate_local;

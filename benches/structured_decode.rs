@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use llamay::actors::messages::LoadedModel;
+use llamay::actors::messages::{Generate, LoadedModel};
 use llamay::actors::model::{locate_model, LlamaModelHandle, WorkerSettings};
 use llamay::core::{
     Completion, Constraint, ConstraintSource, FinishReason, PromptInput, SamplingParams, StreamEvent,

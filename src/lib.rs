@@ -8,6 +8,7 @@ pub mod actors;
 pub mod config;
 pub mod contexts;
 pub mod core;
+pub mod embed;
 pub mod error;
 pub mod gguf;
 /// The constraint engine, a crate of its own (`src/grammar`): pure, with no dependency on the rest.

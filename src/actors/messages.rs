@@ -1,5 +1,6 @@
 //! The contract between the supervisor, the API and a model actor: what a loaded model offers
-//! ([`LoadedModel`]), how a model gets loaded ([`ModelLoader`], behind a trait so the supervisor's
+//! ([`LoadedModel`], with a capability accessor each for [`Generate`], [`HoldContexts`],
+//! embeddings and [`Rerank`]), how a model gets loaded ([`ModelLoader`], behind a trait so the supervisor's
 //! eviction and keepalive are tested without a model), and what a submitted request returns
 //! ([`Generation`]: a bounded event channel plus a cancel-on-drop guard).
 //!
@@ -10,54 +11,21 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
+use crate::contexts::{ContextRecord, ContextUse};
 use crate::core::{ModelInfo, ModelTotals, StreamEvent, ValidGenerateRequest};
+use crate::embed::rerank::{Reranker, ScorerKind};
+use crate::embed::EmbeddingService;
 use crate::error::CoreError;
 
 /// Events buffered per request before the model thread waits for the client to read.
 pub const GENERATION_CHANNEL_CAPACITY: usize = 256;
 
-/// A model in memory, ready to take requests. Implemented by the model actor (and by test fakes).
+/// A model in memory: what every kind of worker reports about itself, and one accessor per
+/// capability it may have (generating, holding contexts, embedding, reranking). Implemented by
+/// the model worker, the embedding model, the runner process's stand-in, and test fakes.
 pub trait LoadedModel: Send + Sync {
     fn info(&self) -> &ModelInfo;
-    /// Queues a request. Failures knowable before the first token (the prompt does not fit the
-    /// context, the template fails) are returned here, synchronously, so the API answers 400
-    /// rather than a stream that ends in an error.
-    fn submit(&self, request: ValidGenerateRequest) -> Result<Generation, CoreError>;
-    /// Queues a request that creates, continues or commits to a named context (issue 11).
-    /// Models that keep no KV state (test fakes) refuse.
-    fn submit_in_context(
-        &self,
-        _request: ValidGenerateRequest,
-        context: crate::contexts::ContextUse,
-    ) -> Result<Generation, CoreError> {
-        Err(CoreError::bad_request(format!(
-            "model {} cannot hold context {}",
-            self.info().name,
-            context.record.id
-        )))
-    }
-    /// Puts the context's tokens in a sequence (prefilling what no sequence or parked state
-    /// holds) and sends that sequence's state once it is there (snapshots).
-    fn save_context(&self, record: Arc<crate::contexts::ContextRecord>) -> Result<SavedState, CoreError> {
-        Err(CoreError::bad_request(format!(
-            "model {} keeps no KV state to snapshot context {}",
-            self.info().name,
-            record.id
-        )))
-    }
-    /// Writes `state` (saved from the same model with the context's tokens) into a sequence
-    /// and gives it to the context: the context is ready with no prefill.
-    fn restore_context(
-        &self,
-        record: Arc<crate::contexts::ContextRecord>,
-        _state: Arc<Vec<u8>>,
-    ) -> Result<Generation, CoreError> {
-        Err(CoreError::bad_request(format!(
-            "model {} keeps no KV state to restore context {}",
-            self.info().name,
-            record.id
-        )))
-    }
+    fn totals(&self) -> ModelTotals;
     /// Sequences decoding right now.
     fn sequences_in_use(&self) -> usize;
     /// Requests waiting for a free sequence right now (bounded by `max_queue`).
@@ -73,24 +41,68 @@ pub trait LoadedModel: Send + Sync {
     fn is_lost(&self) -> bool {
         false
     }
-    fn totals(&self) -> ModelTotals;
-    /// What the model is for; a chat model by default (issue 14).
-    fn kind(&self) -> ModelKind {
-        ModelKind::Chat
+    /// Generating text; `None` for an embedding model.
+    fn generator(&self) -> Option<&dyn Generate> {
+        None
+    }
+    /// Named contexts' KV state; `None` for a model that keeps none of its own.
+    fn context_states(&self) -> Option<&dyn HoldContexts> {
+        None
     }
     /// The embedding thread of a model made for embeddings; `None` for a chat model.
-    fn embeddings(&self) -> Option<super::embed::EmbeddingService> {
+    fn embeddings(&self) -> Option<EmbeddingService> {
         None
     }
-    /// How `/rerank` scores documents with this model, known without starting anything.
-    fn rerank_scorer(&self) -> Option<super::rerank::ScorerKind> {
+    /// How `/rerank` scores documents with this model; `None` when it cannot.
+    fn reranking(&self) -> Option<&dyn Rerank> {
         None
     }
-    /// The reranker of this model, started on first use (blocks while it starts: call it on a
-    /// blocking thread). A model that cannot rerank says so by name.
-    fn reranker(&self) -> Result<super::rerank::Reranker, CoreError> {
-        Err(CoreError::bad_request(format!("model {} cannot rerank", self.info().name)))
+}
+
+/// What a loaded model is for: an embedding model offers embeddings and no generation.
+pub fn model_kind(model: &dyn LoadedModel) -> ModelKind {
+    match (model.generator(), model.embeddings()) {
+        (None, Some(_)) => ModelKind::Embedding,
+        _ => ModelKind::Chat,
     }
+}
+
+/// The reranker of `model`, started on first use (blocks: call it on a blocking thread); a
+/// model that cannot rerank says so by name.
+pub fn reranker_of(model: &dyn LoadedModel) -> Result<Reranker, CoreError> {
+    match model.reranking() {
+        Some(rerank) => rerank.reranker(),
+        None => Err(CoreError::bad_request(format!("model {} cannot rerank", model.info().name))),
+    }
+}
+
+/// Generating text.
+pub trait Generate: Send + Sync {
+    /// Queues a request. Failures knowable before the first token (the prompt does not fit the
+    /// context, the template fails) are returned here, synchronously, so the API answers 400
+    /// rather than a stream that ends in an error.
+    fn submit(&self, request: ValidGenerateRequest) -> Result<Generation, CoreError>;
+}
+
+/// Keeping named contexts' KV state (issue 11).
+pub trait HoldContexts: Send + Sync {
+    /// Queues a request that creates, continues or commits to a named context.
+    fn submit_in_context(&self, request: ValidGenerateRequest, context: ContextUse) -> Result<Generation, CoreError>;
+    /// Puts the context's tokens in a sequence (prefilling what no sequence or parked state
+    /// holds) and sends that sequence's state once it is there (snapshots).
+    fn save_context(&self, record: Arc<ContextRecord>) -> Result<SavedState, CoreError>;
+    /// Writes `state` (saved from the same model with the context's tokens) into a sequence
+    /// and gives it to the context: the context is ready with no prefill.
+    fn restore_context(&self, record: Arc<ContextRecord>, state: Arc<Vec<u8>>) -> Result<Generation, CoreError>;
+}
+
+/// Scoring documents against a query.
+pub trait Rerank: Send + Sync {
+    /// The scorer, known without starting anything.
+    fn scorer(&self) -> ScorerKind;
+    /// The reranker, started on first use (blocks while it starts: call it on a blocking
+    /// thread).
+    fn reranker(&self) -> Result<Reranker, CoreError>;
 }
 
 /// What a loaded model is for: generating text, or turning text into vectors.

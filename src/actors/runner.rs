@@ -26,7 +26,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use super::messages::{CancelToken, Generation, LoadedModel, ModelLoader};
+use super::messages::{CancelToken, Generate, Generation, LoadedModel, ModelLoader};
 use super::model::{StoreLoader, WorkerSettings};
 use crate::core::{
     Completion, ConstraintKind, ConstraintSource, ContextRequest, CoreError, DevicePlacement, FinishReason,
@@ -569,8 +569,8 @@ impl LoadedModel for RunnerModel {
         &self.info
     }
 
-    fn submit(&self, request: ValidGenerateRequest) -> Result<Generation, CoreError> {
-        self.submit_wire(WireRequest::from_request(request)?)
+    fn generator(&self) -> Option<&dyn Generate> {
+        Some(self)
     }
 
     fn sequences_in_use(&self) -> usize {
@@ -591,6 +591,13 @@ impl LoadedModel for RunnerModel {
 
     fn is_lost(&self) -> bool {
         lock(&self.state.lost).is_some()
+    }
+}
+
+/// The runner process takes whole requests; named contexts stay with in-process models.
+impl Generate for RunnerModel {
+    fn submit(&self, request: ValidGenerateRequest) -> Result<Generation, CoreError> {
+        self.submit_wire(WireRequest::from_request(request)?)
     }
 }
 

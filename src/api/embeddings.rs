@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use super::body::read_json;
 use super::AppState;
-use crate::actors::embed::{EmbedInput, Embedded};
+use crate::embed::{EmbedInput, Embedded};
 use crate::actors::supervisor::acquire;
 use crate::core::{KeepAlive, ModelInfo};
 use crate::error::{CoreError, ErrorCode};

@@ -128,7 +128,7 @@ async fn rerank(
             })?;
         let lease = acquire(&state.supervisor, &model, None).await?;
         let loaded = Arc::clone(lease.model());
-        let reranker = web::block(move || loaded.reranker())
+        let reranker = web::block(move || crate::actors::messages::reranker_of(loaded.as_ref()))
             .await
             .map_err(|e| CoreError::internal(format!("the reranker would not start: {e}")))??;
         let scores = reranker.score(query, documents.clone()).await?;

@@ -369,7 +369,7 @@ async fn preload_embed_and_rerank(
             .await
             .map_err(|e| io::Error::other(format!("cannot load -rerank {name}: {e}")))?;
         let model = std::sync::Arc::clone(lease.model());
-        let reranker = web::block(move || model.reranker())
+        let reranker = web::block(move || crate::actors::messages::reranker_of(model.as_ref()))
             .await
             .map_err(|e| io::Error::other(e.to_string()))?
             .map_err(|e| io::Error::other(format!("-rerank {name}: {e}")))?;

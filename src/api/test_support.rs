@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::actors::messages::{Generation, LoadedModel, ModelLoader};
+use crate::actors::messages::{Generate, Generation, LoadedModel, ModelLoader};
 use crate::core::{
     CatalogEntry, Completion, FinishReason, ModelCatalog, ModelDescription, ModelInfo, ModelTotals,
     PromptInput, StreamEvent, Timings, ToolCall, ToolChoice, Usage, ValidGenerateRequest,
@@ -128,6 +128,20 @@ impl LoadedModel for ScriptedModel {
         &self.info
     }
 
+    fn sequences_in_use(&self) -> usize {
+        self.in_use.load(Ordering::SeqCst)
+    }
+
+    fn totals(&self) -> ModelTotals {
+        ModelTotals::default()
+    }
+
+    fn generator(&self) -> Option<&dyn Generate> {
+        Some(self)
+    }
+}
+
+impl Generate for ScriptedModel {
     fn submit(&self, request: ValidGenerateRequest) -> Result<Generation, CoreError> {
         let prompt = prompt_text(request.input());
         if prompt.contains("TOO LONG") {
@@ -220,13 +234,5 @@ impl LoadedModel for ScriptedModel {
             let _ = sender.blocking_send(StreamEvent::Done(completion));
         });
         Ok(generation)
-    }
-
-    fn sequences_in_use(&self) -> usize {
-        self.in_use.load(Ordering::SeqCst)
-    }
-
-    fn totals(&self) -> ModelTotals {
-        ModelTotals::default()
     }
 }

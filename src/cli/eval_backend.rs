@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use llamay::contexts::{
     ContextContent, ContextMode, ContextRecord, ContextRegistry, ContextUse,
 };
-use llamay::actors::messages::LoadedModel;
+use llamay::actors::messages::HoldContexts;
 use llamay::actors::model::{locate_model, LlamaModelHandle, WorkerSettings};
 use llamay::service::validate_local;
 use llamay::core::{

@@ -14,7 +14,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use llamay::actors::messages::LoadedModel;
+use llamay::actors::messages::{Generate, LoadedModel};
 use llamay::actors::model::LlamaModelHandle;
 use llamay::service::validate_local;
 use llamay::core::{

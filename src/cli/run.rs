@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use llamay::actors::messages::LoadedModel;
+use llamay::actors::messages::Generate;
 use llamay::actors::model::{locate_model, LlamaModelHandle, WorkerSettings};
 use llamay::service::validate_local;
 use llamay::core::{

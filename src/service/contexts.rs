@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::constraint::{ConstraintSources, ToolSources};
-use super::{collect, validate_local, GenerationService, Started, Validated};
+use super::{collect, context_holder, validate_local, GenerationService, Started, Validated};
 use crate::actors::supervisor::acquire;
 use crate::contexts::{ContextContent, ContextMode, ContextRecord, ContextRegistry, ContextUse};
 use crate::core::{
@@ -94,7 +94,7 @@ impl GenerationService {
         let arrived = Instant::now();
         let lease = acquire(&self.supervisor, &record.model, None).await?;
         let digest = lease.model().info().digest.clone();
-        let saving = lease.model().save_context(Arc::clone(record))?;
+        let saving = context_holder(lease.model().as_ref(), record)?.save_context(Arc::clone(record))?;
         let tally = Arc::clone(&self.book).open(&lease.model().info().name, arrived);
         collect(Started { generation: saving.generation, lease, tally }).await?;
         let bytes = saving
@@ -124,7 +124,7 @@ impl GenerationService {
             .await
             .map_err(|e| CoreError::internal(format!("the store call did not finish: {e}")))??;
         let record = self.contexts.new_record(model, content, Arc::new(tokens), keep_alive, None);
-        let generation = lease.model().restore_context(Arc::clone(&record), Arc::new(state))?;
+        let generation = context_holder(lease.model().as_ref(), &record)?.restore_context(Arc::clone(&record), Arc::new(state))?;
         let tally = Arc::clone(&self.book).open(&lease.model().info().name, arrived);
         collect(Started { generation, lease, tally }).await?;
         record.touch();

@@ -33,8 +33,8 @@ use std::time::Instant;
 
 use actix::Addr;
 
-use crate::contexts::{tools_in_effect, ContextRegistry, ContextUse};
-use crate::actors::messages::Generation;
+use crate::contexts::{tools_in_effect, ContextRecord, ContextRegistry, ContextUse};
+use crate::actors::messages::{Generate, Generation, HoldContexts, LoadedModel};
 use crate::actors::supervisor::{acquire_with, ModelLease, Supervisor};
 use crate::core::{
     Completion, Constraint, FinishReason, ModelName, StreamEvent, TokenLimits, UncheckedGenerateRequest,
@@ -283,11 +283,30 @@ async fn submit_off_worker(
 ) -> Result<Generation, CoreError> {
     let model = Arc::clone(lease.model());
     tokio::task::spawn_blocking(move || match context {
-        Some(context) => model.submit_in_context(request, context),
-        None => model.submit(request),
+        Some(context) => context_holder(model.as_ref(), &context.record)?.submit_in_context(request, context),
+        None => generator(model.as_ref())?.submit(request),
     })
     .await
     .map_err(|e| CoreError::internal(format!("preparing the prompt stopped: {e}")))?
+}
+
+/// The model's generation, or a 400 saying it has none (an embedding model) and what to use.
+pub fn generator(model: &dyn LoadedModel) -> Result<&dyn Generate, CoreError> {
+    model.generator().ok_or_else(|| {
+        let info = model.info();
+        CoreError::bad_request(format!(
+            "model {} ({}) is an embedding model; it cannot chat or generate. Use POST /v1/embeddings or /api/embed with it, or name a chat model",
+            info.name, info.architecture
+        ))
+        .with_param("model")
+    })
+}
+
+/// The model's contexts, or a 400 saying it keeps none (a model split over RPC workers).
+fn context_holder<'m>(model: &'m dyn LoadedModel, record: &ContextRecord) -> Result<&'m dyn HoldContexts, CoreError> {
+    model
+        .context_states()
+        .ok_or_else(|| CoreError::bad_request(format!("model {} cannot hold context {}", model.info().name, record.id)))
 }
 
 /// Waits for the whole answer. An error part way is returned as an error, since nothing has

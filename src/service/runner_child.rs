@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use super::constraint::{resolve_constraint, ConstraintCache, ConstraintSources};
 use super::validate_local;
-use crate::actors::messages::{CancelOnDrop, LoadedModel};
+use crate::actors::messages::{CancelOnDrop, Generate, LoadedModel};
 use crate::actors::model::{load_model, LlamaModelHandle};
 use crate::actors::runner::{write_line, FromRunner, RunnerSpec, ToRunner, WireError, WireRequest, WireTotals};
 use crate::core::{ContextRequest, CoreError, StreamEvent, UncheckedGenerateRequest, ValidGenerateRequest};

@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use llamay::actors::messages::LoadedModel;
+use llamay::actors::messages::Generate;
 use llamay::actors::model::{locate_model, LlamaModelHandle, WorkerSettings};
 use llamay::core::{
     Completion, Constraint, ConstraintSource, FinishReason, PromptInput, SamplingParams, StreamEvent,

@@ -1,7 +1,7 @@
 //! The embedding actor on the real models: a request of many inputs answered in order, the
 //! bad inputs refused as 400s naming the input, truncation, and a chat model refused.
 
-use llamay::actors::embed::{EmbedInput, EmbeddingService};
+use llamay::embed::{EmbedInput, EmbeddingService};
 use llamay::llm::embed::EmbedderParams;
 use llamay::store::{ModelName, Store};
 

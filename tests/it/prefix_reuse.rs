@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use llamay::actors::messages::LoadedModel;
+use llamay::actors::messages::{Generate, HoldContexts, LoadedModel};
 use llamay::actors::model::{locate_model, LlamaModelHandle, WorkerSettings};
 use llamay::core::{
     ChatMessage, Completion, PromptInput, Role, SamplingParams, StreamEvent, UncheckedGenerateRequest,

@@ -128,7 +128,7 @@ fn load_any_model_placed(
     let model = Model::load_placed(path, placement).map_err(|e| CoreError::bad_request(e.to_string()))?;
     if model.is_embedding_model() {
         let params = embedder_params(model.context_train(), settings);
-        return Ok(Arc::new(super::super::embed::EmbeddingModelHandle::start(Arc::new(model), info, params)?));
+        return Ok(Arc::new(super::super::embedding_model::EmbeddingModelHandle::start(Arc::new(model), info, params)?));
     }
     Ok(Arc::new(LlamaModelHandle::start(Arc::new(model), info, settings)?))
 }

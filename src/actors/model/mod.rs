@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 use crate::contexts::{ContextMode, ContextRecord, ContextUse};
-use super::messages::{CancelToken, Generation, LoadedModel, SavedState};
+use crate::embed::rerank::{RelevanceScorer, Reranker, ScorerKind};
+use super::messages::{CancelToken, Generate, Generation, HoldContexts, LoadedModel, Rerank, SavedState};
 use super::prefix::SlotCache;
 use super::sampler::{SequenceSampler, Step};
 use crate::core::{
@@ -126,7 +127,7 @@ pub struct LlamaModelHandle {
     /// The context settings, reused by the reranking context (issue 14).
     context_params: ContextParams,
     /// This model as a reranker, started on the first `/rerank` that names it.
-    scorer: OnceLock<Result<super::rerank::RelevanceScorer, CoreError>>,
+    scorer: OnceLock<Result<RelevanceScorer, CoreError>>,
 }
 
 fn build_trie(model: &Model) -> Arc<TokenTrie> {
@@ -235,10 +236,42 @@ impl LoadedModel for LlamaModelHandle {
         &self.info
     }
 
+    fn sequences_in_use(&self) -> usize {
+        self.shared.in_use.load(Ordering::Acquire).min(self.slots)
+    }
+
+    fn queue_depth(&self) -> usize {
+        self.shared.in_use.load(Ordering::Acquire).saturating_sub(self.slots)
+    }
+
+    fn placement(&self) -> Vec<crate::core::DevicePlacement> {
+        self.model.rpc_split().map(placement_of).unwrap_or_default()
+    }
+
+    fn totals(&self) -> ModelTotals {
+        self.shared.totals.lock().map(|t| t.clone()).unwrap_or_default()
+    }
+
+    fn generator(&self) -> Option<&dyn Generate> {
+        Some(self)
+    }
+
+    fn context_states(&self) -> Option<&dyn HoldContexts> {
+        Some(self)
+    }
+
+    fn reranking(&self) -> Option<&dyn Rerank> {
+        Some(self)
+    }
+}
+
+impl Generate for LlamaModelHandle {
     fn submit(&self, request: ValidGenerateRequest) -> Result<Generation, CoreError> {
         self.submit_job(request, None)
     }
+}
 
+impl HoldContexts for LlamaModelHandle {
     fn submit_in_context(&self, request: ValidGenerateRequest, context: ContextUse) -> Result<Generation, CoreError> {
         if context.mode == ContextMode::Commit && !context.record.begin_commit() {
             return Err(CoreError::new(
@@ -264,32 +297,19 @@ impl LoadedModel for LlamaModelHandle {
     fn restore_context(&self, record: Arc<ContextRecord>, state: Arc<Vec<u8>>) -> Result<Generation, CoreError> {
         self.submit_state_job(record, StateOp::Restore(state))
     }
+}
 
-    fn sequences_in_use(&self) -> usize {
-        self.shared.in_use.load(Ordering::Acquire).min(self.slots)
+/// A chat model reranks by query likelihood, on a scorer thread of its own started on first use.
+impl Rerank for LlamaModelHandle {
+    fn scorer(&self) -> ScorerKind {
+        ScorerKind::Relevance
     }
 
-    fn queue_depth(&self) -> usize {
-        self.shared.in_use.load(Ordering::Acquire).saturating_sub(self.slots)
-    }
-
-    fn placement(&self) -> Vec<crate::core::DevicePlacement> {
-        self.model.rpc_split().map(placement_of).unwrap_or_default()
-    }
-
-    fn totals(&self) -> ModelTotals {
-        self.shared.totals.lock().map(|t| t.clone()).unwrap_or_default()
-    }
-
-    fn rerank_scorer(&self) -> Option<super::rerank::ScorerKind> {
-        Some(super::rerank::ScorerKind::Relevance)
-    }
-
-    fn reranker(&self) -> Result<super::rerank::Reranker, CoreError> {
-        let scorer = self.scorer.get_or_init(|| {
-            super::rerank::RelevanceScorer::start(&self.info.name, Arc::clone(&self.model), &self.context_params)
-        });
-        scorer.clone().map(super::rerank::Reranker::Relevance)
+    fn reranker(&self) -> Result<Reranker, CoreError> {
+        let scorer = self
+            .scorer
+            .get_or_init(|| RelevanceScorer::start(&self.info.name, Arc::clone(&self.model), &self.context_params));
+        scorer.clone().map(Reranker::Relevance)
     }
 }
 

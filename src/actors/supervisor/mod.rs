@@ -178,7 +178,7 @@ pub struct LoadedModelStatus {
     /// Chat or embedding (issue 14).
     pub kind: super::messages::ModelKind,
     /// How `/rerank` scores with this model, if it can.
-    pub rerank_scorer: Option<super::rerank::ScorerKind>,
+    pub rerank_scorer: Option<crate::embed::rerank::ScorerKind>,
     /// What it holds on the host and on a GPU, as estimated when it loaded (`None`: loaded
     /// without an estimate, as over RPC).
     pub memory: Option<ModelMemory>,
@@ -599,8 +599,8 @@ impl Supervisor {
                     loaded_at: slot.loaded_at,
                     totals: slot.model.totals(),
                     placement: slot.model.placement(),
-                    kind: slot.model.kind(),
-                    rerank_scorer: slot.model.rerank_scorer(),
+                    kind: super::messages::model_kind(slot.model.as_ref()),
+                    rerank_scorer: slot.model.reranking().map(|rerank| rerank.scorer()),
                     memory: slot.placed.as_ref().map(|p| p.memory.clone()),
                 }
             })

@@ -7,8 +7,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use super::*;
-use crate::actors::messages::Generation;
-use crate::core::ValidGenerateRequest;
 
 #[derive(Default)]
 struct Journal {
@@ -50,9 +48,6 @@ struct FakeModel {
 impl LoadedModel for FakeModel {
     fn info(&self) -> &ModelInfo {
         &self.info
-    }
-    fn submit(&self, _: ValidGenerateRequest) -> Result<Generation, CoreError> {
-        Err(CoreError::internal("the fake model generates nothing"))
     }
     fn sequences_in_use(&self) -> usize {
         0

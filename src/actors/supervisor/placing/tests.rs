@@ -12,8 +12,8 @@ use actix::prelude::*;
 use super::super::{acquire, acquire_with, Retire, Snapshot, Supervisor, SupervisorConfig};
 use crate::actors::memory::testing::{estimate, FakeGpu, GIB, MIB};
 use crate::actors::memory::{MemoryProbe, DEVICE_HEADROOM};
-use crate::actors::messages::{Generation, LoadedModel, ModelLoader};
-use crate::core::{KeepAlive, ModelInfo, ModelTotals, ValidGenerateRequest};
+use crate::actors::messages::{LoadedModel, ModelLoader};
+use crate::core::{KeepAlive, ModelInfo, ModelTotals};
 use crate::error::CoreError;
 use crate::llm::offload::{LayerPlacement, MemoryEstimate};
 
@@ -25,9 +25,6 @@ struct Model {
 impl LoadedModel for Model {
     fn info(&self) -> &ModelInfo {
         &self.info
-    }
-    fn submit(&self, _: ValidGenerateRequest) -> Result<Generation, CoreError> {
-        Err(CoreError::internal("the fake model generates nothing"))
     }
     fn sequences_in_use(&self) -> usize {
         0

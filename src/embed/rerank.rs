@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
-use super::embed::{EmbedInput, EmbeddingService};
+use super::{EmbedInput, EmbeddingService};
 use crate::error::{CoreError, ErrorCode};
 use crate::llm::{BatchEntry, ContextParams, Model};
 

@@ -1,13 +1,15 @@
-//! The embedding actor: a dedicated thread owning one embedding model and its llama.cpp
-//! context, taking whole requests (many inputs each) from a bounded queue and answering each
-//! on a oneshot channel. Tokenizing, the empty/over-long checks and truncation happen here, so
-//! the API sends only text or token ids and gets vectors or a [`CoreError`] naming the input.
+//! Embeddings and reranking. The embedding worker: a dedicated thread owning one embedding
+//! model and its llama.cpp context, taking whole requests (many inputs each) from a bounded
+//! queue and answering each on a oneshot channel. Tokenizing, the empty/over-long checks and
+//! truncation happen here, so the API sends only text or token ids and gets vectors or a
+//! [`CoreError`] naming the input. Reranking (`rerank.rs`) scores documents with an embedding
+//! model's vectors or a chat model's likelihoods.
 //!
-//! [`EmbeddingModelHandle`] is how the supervisor holds such a model (load on demand,
-//! keepalive, refcounts, as a chat model): it refuses to chat and hands out its service.
+//! How the supervisor holds an embedding model is `actors::embedding_model`; this room knows
+//! nothing of the supervisor.
 //!
 //! Key types: [`EmbeddingService`], [`EmbedInput`], [`Embedded`], [`EmbeddingModelInfo`],
-//! [`EmbeddingModelHandle`].
+//! [`rerank::Reranker`].
 //! Cost: one thread and one context per embedding model; requests run one at a time, each as
 //! few forward passes as its inputs need.
 
@@ -17,9 +19,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use super::messages::{Generation, LoadedModel, ModelKind};
-use super::rerank::{Reranker, ScorerKind};
-use crate::core::{ModelInfo, ModelTotals, ValidGenerateRequest};
+use crate::core::ModelTotals;
+
+pub mod rerank;
 use crate::error::{CoreError, ErrorCode};
 use crate::llm::embed::EmbedderParams;
 use crate::llm::Model;
@@ -237,62 +239,6 @@ fn prepare(
             Ok(tokens)
         })
         .collect()
-}
-
-/// An embedding model as the supervisor holds it. Dropping it (unload) closes the service's
-/// queue; the thread ends once the last request holding a clone of the service is answered.
-pub struct EmbeddingModelHandle {
-    info: ModelInfo,
-    service: EmbeddingService,
-}
-
-impl EmbeddingModelHandle {
-    /// Starts the embedding thread on `model`; `info` is completed with what the context allows.
-    pub fn start(model: Arc<Model>, mut info: ModelInfo, params: EmbedderParams) -> Result<Self, CoreError> {
-        let sequences = params.sequences;
-        let service = EmbeddingService::start_loaded(&info.name, model, params)?;
-        info.context_length = service.info().max_input_tokens as u32;
-        info.parallel = sequences;
-        Ok(Self { info, service })
-    }
-}
-
-impl LoadedModel for EmbeddingModelHandle {
-    fn info(&self) -> &ModelInfo {
-        &self.info
-    }
-
-    fn submit(&self, _request: ValidGenerateRequest) -> Result<Generation, CoreError> {
-        Err(CoreError::bad_request(format!(
-            "model {} ({}) is an embedding model; it cannot chat or generate. Use POST /v1/embeddings or /api/embed with it, or name a chat model",
-            self.info.name, self.info.architecture
-        ))
-        .with_param("model"))
-    }
-
-    fn sequences_in_use(&self) -> usize {
-        0
-    }
-
-    fn totals(&self) -> ModelTotals {
-        self.service.totals()
-    }
-
-    fn kind(&self) -> ModelKind {
-        ModelKind::Embedding
-    }
-
-    fn embeddings(&self) -> Option<EmbeddingService> {
-        Some(self.service.clone())
-    }
-
-    fn rerank_scorer(&self) -> Option<ScorerKind> {
-        Some(ScorerKind::Cosine)
-    }
-
-    fn reranker(&self) -> Result<Reranker, CoreError> {
-        Ok(Reranker::Cosine(self.service.clone()))
-    }
 }
 
 /// How long a request's inputs took on the embedding thread.
