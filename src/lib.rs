@@ -1,13 +1,16 @@
 //! llamay: a local LLM daemon whose structured output is enforced by the sampler.
 //!
 //! Layers, bottom up: `grammar` (pure constraint engine), `gguf` and `store` (model files),
-//! `llm` (llama.cpp, the only module touching it), `core` (API-neutral types), `actors`
-//! (supervisor, model worker, per-request sampler), `api` (HTTP routes), `serve` (wiring).
+//! `llm` (llama.cpp, the only module touching it), `core` (API-neutral types), `contexts` and
+//! `embed` (features the workers serve), `actors` (supervisor, model worker, per-request
+//! sampler), `service` (validation and the one path to a worker), `api` (HTTP routes only),
+//! `daemon` (the composition root). ARCHITECTURE.md has the rooms and import rules.
 
 pub mod actors;
 pub mod config;
 pub mod contexts;
 pub mod core;
+pub mod daemon;
 pub mod embed;
 pub mod error;
 pub mod gguf;
@@ -19,6 +22,5 @@ pub mod pull;
 pub mod store;
 pub mod api;
 pub mod service;
-pub mod serve;
 pub mod tools;
 pub mod convert;

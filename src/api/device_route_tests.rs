@@ -12,7 +12,7 @@ use actix_web::dev::{Service, ServiceResponse};
 use actix_web::{test, web, Error};
 use serde_json::{json, Value};
 
-use super::serve::device_lines;
+use crate::daemon::banner::device_lines;
 use super::test_support::{FakeCatalog, ScriptedLoader};
 use super::{build_app, AppState};
 use crate::actors::memory::testing::{estimate, FakeGpu, GIB};

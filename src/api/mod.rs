@@ -3,7 +3,7 @@
 //! the supervisor's messages (never `llm`, llama.cpp or the store).
 //!
 //! Key items: [`AppState`], [`configure`] / [`build_app`] (the real app, also mounted by tests),
-//! [`serve::serve`] (the `llamay serve` entry). Costs: one `AppState` shared by all workers.
+//! [`server::start_http`] (the HTTP server; `crate::daemon` starts it). Costs: one `AppState` shared by all workers.
 
 pub mod anthropic;
 pub mod auth;
@@ -18,7 +18,7 @@ pub mod metrics;
 pub mod ollama;
 pub mod openai;
 pub mod rerank;
-pub mod serve;
+pub mod server;
 pub mod snapshots;
 pub mod stats;
 pub mod tool_wire;

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 use super::auth::ApiKey;
 use super::limits::HttpLimits;
-use super::serve::start_http;
+use super::server::start_http;
 use super::test_support::{FakeCatalog, ScriptedLoader};
 use super::{build_app, AppState};
 use crate::actors::supervisor::{Supervisor, SupervisorConfig};

@@ -99,7 +99,7 @@ pub fn serve(args: llamay::config::ServeArgs) -> Result<ExitCode, CliError> {
     let config = llamay::config::Config::load(args).map_err(|e| CliError::Usage(e.to_string()))?;
     super::init_logging(config.log_format == llamay::config::LogFormat::Json);
     let store = Arc::new(open_store()?);
-    llamay::serve::run(config, store).map_err(|e| CliError::Model(e.to_string()))?;
+    llamay::daemon::serve_store(config, store).map_err(|e| CliError::Model(e.to_string()))?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use actix_web::web;
 use llamay::api::limits::HttpLimits;
-use llamay::api::serve::start_http;
+use llamay::api::server::start_http;
 use serde_json::{json, Value};
 
 const ENCODER: &str = "all-minilm:l6-v2";

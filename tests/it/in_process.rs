@@ -14,7 +14,7 @@ use llamay::actors::supervisor::{Supervisor, SupervisorConfig};
 use llamay::api::AppState;
 use llamay::core::KeepAlive;
 use llamay::llm::ContextParams;
-use llamay::serve::StoreCatalog;
+use llamay::daemon::store::StoreCatalog;
 use llamay::store::Store;
 
 /// State of a daemon over the default store (where scripts/setup imports the test models):

@@ -1,7 +1,8 @@
-//! Wiring for `llamay serve`: the real model loader (store -> llama.cpp -> model worker) and the
-//! store as the API's model catalog, handed to the daemon in `api::serve`.
+//! `llamay serve` over the model store: the real model loader (store -> llama.cpp -> model
+//! worker), the store as the API's model catalog, model administration (pulls, copies,
+//! deletes, creates) and the snapshot shelf, handed to a [`super::Daemon`].
 //!
-//! Key types: [`StoreCatalog`]. Cost: nothing beyond what the loader and the store do, but
+//! Key items: [`serve_store`], [`StoreCatalog`]. Cost: nothing beyond what the loader and the store do, but
 //! for a model whose facts were recorded before they said whether it is an embedding model:
 //! its file's header is read once (well under a megabyte) and the answer remembered.
 
@@ -171,7 +172,7 @@ fn register_file(reference: &mut Option<String>) -> std::io::Result<Option<(Mode
 
 /// Serves until a stop signal, with models loaded from `store`. A `-m` that is a file path is
 /// registered under a name made from its stem: requests use that name, as they cannot name files.
-pub fn run(mut config: Config, store: Arc<Store>) -> std::io::Result<()> {
+pub fn serve_store(mut config: Config, store: Arc<Store>) -> std::io::Result<()> {
     let file_model = register_file(&mut config.model)?;
     // `-embed` and `-rerank` paths are served under names the same way (issue 14).
     let mut files: Vec<(ModelName, std::path::PathBuf)> = file_model.into_iter().collect();
@@ -211,7 +212,7 @@ pub fn run(mut config: Config, store: Arc<Store>) -> std::io::Result<()> {
     };
     let catalog = Arc::new(catalog);
     if store.is_read_only() {
-        return crate::api::serve::serve_blocking(config, loader, catalog);
+        return super::Daemon::new(config, loader, catalog).run_blocking();
     }
     // Partial downloads abandoned for a day go at start-up, as `llamay prune` does.
     let freed = crate::pull::prune(&store);
@@ -229,7 +230,7 @@ pub fn run(mut config: Config, store: Arc<Store>) -> std::io::Result<()> {
         ..crate::pull::reference::RegistrySettings::from_env()
     };
     let admin = Arc::new(crate::pull::service::StoreAdmin::new(store, registries));
-    crate::api::serve::serve_blocking_with_admin(config, loader, catalog, admin, Some(snapshots))
+    super::Daemon::new(config, loader, catalog).with_admin(admin).with_snapshots(snapshots).run_blocking()
 }
 
 #[cfg(test)]
