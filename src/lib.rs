@@ -23,4 +23,3 @@ pub mod store;
 pub mod api;
 pub mod service;
 pub mod tools;
-pub mod convert;

@@ -9,10 +9,10 @@ use actix_web::{web, HttpResponse};
 use serde_json::json;
 
 use super::AppState;
-use crate::actors::supervisor::Snapshot;
+use crate::actors::supervisor::GetStatus;
 
 pub async fn stats(state: web::Data<AppState>) -> HttpResponse {
-    let Ok(status) = state.supervisor.send(Snapshot).await else {
+    let Ok(status) = state.supervisor.send(GetStatus).await else {
         return HttpResponse::ServiceUnavailable().json(
             json!({"error": {"message": "llamay is shutting down", "type": "Service Unavailable"}}),
         );

@@ -113,7 +113,7 @@ impl ConvertedFile {
     fn from_directory(dir: &Path) -> Result<Self, CliError> {
         let path = std::env::temp_dir().join(format!("llamay-import-{}.gguf", std::process::id()));
         let converted = ConvertedFile { path };
-        let summary = llamay::convert::convert_directory(dir, &converted.path)
+        let summary = llamay::gguf::convert::convert_directory(dir, &converted.path)
             .map_err(|e| CliError::Model(format!("cannot import {}: {e}", dir.display())))?;
         println!(
             "converted {} ({}, {} layers, {} dimensions, {} tokens, {} pooling{}, {} tensors)",

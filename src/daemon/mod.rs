@@ -22,7 +22,7 @@ use actix_web::web;
 
 use crate::actors::memory::{LlamaMemory, MemoryProbe, NoProbe};
 use crate::actors::messages::ModelLoader;
-use crate::actors::supervisor::{acquire, Shutdown, Snapshot, Supervisor, SupervisorConfig};
+use crate::actors::supervisor::{acquire, Shutdown, GetStatus, Supervisor, SupervisorConfig};
 use crate::api::auth::ApiKey;
 use crate::api::limits::HttpLimits;
 use crate::api::server::{start_http, ACCEPT_HEADROOM, SHUTDOWN_GRACE_SECONDS};
@@ -149,7 +149,7 @@ impl Daemon {
         let bound: Vec<String> = bound.iter().map(ToString::to_string).collect();
         print_banner(&config, preloaded.as_ref(), &bound, state.generation.lexicon_count());
         if config.rpc.is_empty() {
-            if let Ok(status) = supervisor.send(Snapshot).await {
+            if let Ok(status) = supervisor.send(GetStatus).await {
                 for line in device_lines(&status) {
                     println!("{line}");
                 }

@@ -1,5 +1,6 @@
-//! GGUF header reader: the facts the model store records about a model file, read without
-//! llama.cpp.
+//! GGUF files without llama.cpp: the header reader (the facts the model store records about a
+//! model file), the writer (`write.rs`), and conversion of Hugging Face safetensors directories
+//! to GGUF (`convert/`, what `llamay import DIR` runs).
 //!
 //! Key types: [`GgufFacts`] (architecture, parameter count, quantization, context length, chat
 //! template, name) and [`GgufError`]. Entry point: [`read_gguf_facts`].
@@ -584,4 +585,5 @@ pub(crate) mod testing;
 #[cfg(test)]
 mod tests;
 
+pub mod convert;
 pub mod write;

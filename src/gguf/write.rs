@@ -2,7 +2,7 @@
 //! layout [`super::read_gguf_facts`] and llama.cpp read back.
 //!
 //! Key types: [`GgufWriter`], [`MetaValue`]. Used by the Hugging Face importer
-//! (`crate::convert`). Cost: the tensors are held in memory until [`GgufWriter::write`]
+//! (`crate::gguf::convert`). Cost: the tensors are held in memory until [`GgufWriter::write`]
 //! streams them out in one pass (about the model's size in f32; 90 MB for MiniLM-L6).
 
 use std::fs::File;

@@ -14,7 +14,7 @@ use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::token::LlamaToken;
 
 use super::{backend, LlmError, Model};
-use crate::convert::NORMALIZE_KEY;
+use crate::gguf::convert::NORMALIZE_KEY;
 
 /// Sizes of an embedding context.
 #[derive(Debug, Clone, PartialEq, Eq)]

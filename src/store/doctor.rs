@@ -3,17 +3,17 @@
 //!
 //! [`Store::check`] changes nothing: every entry that references a blob (`refs.rs`) must find
 //! it under `blobs/` with the recorded size and SHA-256; every blob must be referenced; no
-//! temporary file may be left over; the manifests snapshot must match the database. Each
+//! temporary file may be left over; the manifests file must match the database. Each
 //! problem is one [`Finding`]. [`Store::repair`] then deletes what no entry references
-//! (orphan blobs, temporary files), rewrites the snapshot, and reports every other finding as
+//! (orphan blobs, temporary files), rewrites the manifests file, and reports every other finding as
 //! kept with what the user can do: it never unregisters a model or deletes a referenced blob.
 //!
-//! A read-only view (another process holds the database) checks the snapshot's models against
+//! A read-only view (another process holds the database) checks the manifests file's models against
 //! their blobs only: orphans and temporary files may be that process's work in progress.
 //!
 //! Key types: [`CheckReport`], [`Finding`], [`RepairReport`], [`RepairAction`].
 //! Cost: reads every referenced blob once (hashing runs at several hundred MB/s), one listing
-//! of `blobs/` and one read of the snapshot.
+//! of `blobs/` and one read of the manifests file.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use super::hash::{self, Progress};
 use super::refs::Referrer;
 use super::probe::probe_is_leftover;
-use super::{human_size, snapshot, sync_dir, FileKind, Manifest, Store, StoreError, BLOB_PREFIX};
+use super::{human_size, manifests_file, sync_dir, FileKind, Manifest, Store, StoreError, BLOB_PREFIX};
 
 /// One thing wrong with the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,12 +39,12 @@ pub enum Finding {
     UnknownTree { tree: String },
     /// A blob no entry references.
     OrphanBlob { path: PathBuf, bytes: u64 },
-    /// A partial import, a snapshot temp file or an old probe: left by interrupted work.
+    /// A partial import, a manifests-file temp file or an old probe: left by interrupted work.
     TemporaryFile { path: PathBuf, bytes: u64 },
     /// A file in the store's directories that the store never writes.
     UnknownFile { path: PathBuf },
-    /// The snapshot other processes read is missing, unreadable or not what the database says.
-    Snapshot { problem: String },
+    /// The manifests file other processes read is missing, unreadable or not what the database says.
+    StaleManifestsFile { problem: String },
 }
 
 impl Finding {
@@ -58,7 +58,7 @@ impl Finding {
             Finding::OrphanBlob { .. } => "orphan blob",
             Finding::TemporaryFile { .. } => "temporary file",
             Finding::UnknownFile { .. } => "unknown file",
-            Finding::Snapshot { .. } => "stale snapshot",
+            Finding::StaleManifestsFile { .. } => "stale manifests file",
         }
     }
 }
@@ -94,7 +94,7 @@ impl fmt::Display for Finding {
             Finding::UnknownFile { path } => {
                 write!(f, "{} is not a file the store writes", path.display())
             }
-            Finding::Snapshot { problem } => write!(f, "{}: {problem}", snapshot::SNAPSHOT_FILE),
+            Finding::StaleManifestsFile { problem } => write!(f, "{}: {problem}", manifests_file::MANIFESTS_FILE),
         }
     }
 }
@@ -102,7 +102,7 @@ impl fmt::Display for Finding {
 /// What [`Store::check`] found.
 #[derive(Debug, Clone)]
 pub struct CheckReport {
-    /// Another process holds the database: only the snapshot's models were checked.
+    /// Another process holds the database: only the manifests file's models were checked.
     pub read_only: bool,
     /// Entries that reference blobs (models, ...), readable or not.
     pub entries: usize,
@@ -179,8 +179,8 @@ fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
 pub enum RepairAction {
     /// A file no entry references was deleted.
     Removed { path: PathBuf, bytes: u64 },
-    /// The snapshot was rewritten from the database.
-    RewroteSnapshot,
+    /// The manifests file was rewritten from the database.
+    RewroteManifestsFile,
     /// The finding was left as it is; `advice` says why and what the user can do.
     Kept { finding: Finding, advice: String },
 }
@@ -191,8 +191,8 @@ impl fmt::Display for RepairAction {
             RepairAction::Removed { path, bytes } => {
                 write!(f, "removed {} ({})", path.display(), human_size(*bytes))
             }
-            RepairAction::RewroteSnapshot => {
-                write!(f, "rewrote {} from the database", snapshot::SNAPSHOT_FILE)
+            RepairAction::RewroteManifestsFile => {
+                write!(f, "rewrote {} from the database", manifests_file::MANIFESTS_FILE)
             }
             RepairAction::Kept { finding, advice } => {
                 write!(f, "not repaired: {finding}; {advice}")
@@ -291,13 +291,13 @@ impl Store {
                 FileKind::Other => report.findings.push(Finding::UnknownFile { path }),
             }
         }
-        if let Some(problem) = self.snapshot_problem()? {
-            report.findings.push(Finding::Snapshot { problem });
+        if let Some(problem) = self.manifests_file_problem()? {
+            report.findings.push(Finding::StaleManifestsFile { problem });
         }
         Ok(report)
     }
 
-    /// Deletes the orphans and temporary files of `report`, rewrites a stale snapshot, and
+    /// Deletes the orphans and temporary files of `report`, rewrites a stale manifests file, and
     /// says what it left and why. Needs the database (not a read-only view). Orphans are
     /// checked against the database again first, and kept when some entry cannot be read.
     pub fn repair(&self, report: &CheckReport) -> Result<RepairReport, StoreError> {
@@ -336,11 +336,11 @@ impl Store {
                     removed_any = true;
                     self.remove_file(&self.home.join(path), path, *bytes)?
                 }
-                Finding::Snapshot { .. } => {
+                Finding::StaleManifestsFile { .. } => {
                     let manifests = self.readable_manifests()?;
-                    snapshot::write(&self.home, &manifests)
-                        .map_err(StoreError::io("write the manifests snapshot"))?;
-                    RepairAction::RewroteSnapshot
+                    manifests_file::write(&self.home, &manifests)
+                        .map_err(StoreError::io("write the manifests file"))?;
+                    RepairAction::RewroteManifestsFile
                 }
                 Finding::MissingBlob { referrer, .. } => kept(&model_advice(referrer)),
                 Finding::DamagedBlob { referrers, .. } => {
@@ -385,11 +385,11 @@ impl Store {
         path.strip_prefix(&self.home).map_or_else(|_| path.to_path_buf(), Path::to_path_buf)
     }
 
-    /// How the snapshot differs from the database, if it does.
-    fn snapshot_problem(&self) -> Result<Option<String>, StoreError> {
+    /// How the manifests file differs from the database, if it does.
+    fn manifests_file_problem(&self) -> Result<Option<String>, StoreError> {
         let in_db: BTreeMap<String, Manifest> =
             self.readable_manifests()?.into_iter().map(|m| (m.name.key(), m)).collect();
-        let in_snapshot = match snapshot::read(&self.home) {
+        let in_file = match manifests_file::read(&self.home) {
             Ok(Some(list)) => list,
             Ok(None) if in_db.is_empty() => return Ok(None),
             Ok(None) => {
@@ -401,23 +401,23 @@ impl Store {
             }
             Err(error) => return Ok(Some(format!("cannot be read: {error}"))),
         };
-        let in_snapshot: BTreeMap<String, Manifest> =
-            in_snapshot.into_iter().map(|m| (m.name.key(), m)).collect();
+        let in_file: BTreeMap<String, Manifest> =
+            in_file.into_iter().map(|m| (m.name.key(), m)).collect();
         let only_db: Vec<&str> =
-            in_db.keys().filter(|k| !in_snapshot.contains_key(*k)).map(String::as_str).collect();
-        let only_snapshot: Vec<&str> =
-            in_snapshot.keys().filter(|k| !in_db.contains_key(*k)).map(String::as_str).collect();
+            in_db.keys().filter(|k| !in_file.contains_key(*k)).map(String::as_str).collect();
+        let only_in_file: Vec<&str> =
+            in_file.keys().filter(|k| !in_db.contains_key(*k)).map(String::as_str).collect();
         let differing: Vec<&str> = in_db
             .iter()
-            .filter(|(k, m)| in_snapshot.get(*k).is_some_and(|s| s != *m))
+            .filter(|(k, m)| in_file.get(*k).is_some_and(|s| s != *m))
             .map(|(k, _)| k.as_str())
             .collect();
         let mut parts = Vec::new();
         if !only_db.is_empty() {
             parts.push(format!("missing {}", only_db.join(", ")));
         }
-        if !only_snapshot.is_empty() {
-            parts.push(format!("lists removed {}", only_snapshot.join(", ")));
+        if !only_in_file.is_empty() {
+            parts.push(format!("lists removed {}", only_in_file.join(", ")));
         }
         if !differing.is_empty() {
             parts.push(format!("has old entries for {}", differing.join(", ")));

@@ -146,25 +146,25 @@ fn orphans_and_stale_partials_are_found_and_removed() {
     let a = fx.import("a");
     let b = fx.import("b");
     // What a crash leaves: b's blob renamed but its manifest never written, a half-written
-    // import, and a snapshot temp file.
+    // import, and a manifests-file temp file.
     manifests_tree(&fx.store).remove(b.name.key().as_bytes()).expect("unregister b");
     fs::write(fx.blobs().join(".partial-77-1-0"), vec![0u8; 1000]).expect("partial");
-    fs::write(fx.store.home().join(".manifests.json.tmp-77-0"), b"{").expect("snapshot temp");
+    fs::write(fx.store.home().join(".manifests.json.tmp-77-0"), b"{").expect("manifests-file temp");
     let fx = fx.reopen_for_check();
 
     let report = fx.check();
     let mut found = labels(&report);
     found.sort();
-    assert_eq!(found, ["orphan blob", "stale snapshot", "temporary file", "temporary file"]);
+    assert_eq!(found, ["orphan blob", "stale manifests file", "temporary file", "temporary file"]);
     let orphan = report.findings.iter().find(|f| f.label() == "orphan blob").expect("orphan");
     assert_eq!(*orphan, Finding::OrphanBlob { path: shown(&b), bytes: b.size });
-    let snapshot = report.findings.iter().find(|f| f.label() == "stale snapshot").expect("snap");
-    assert!(snapshot.to_string().contains("lists removed b:latest"), "{snapshot}");
+    let stale = report.findings.iter().find(|f| f.label() == "stale manifests file").expect("a stale manifests file");
+    assert!(stale.to_string().contains("lists removed b:latest"), "{stale}");
 
     let repair = fx.store.repair(&report).expect("repair");
     assert_eq!(repair.unrepaired(), 0, "{:?}", repair.actions);
     assert!(repair.actions.contains(&RepairAction::Removed { path: shown(&b), bytes: b.size }));
-    assert!(repair.actions.contains(&RepairAction::RewroteSnapshot));
+    assert!(repair.actions.contains(&RepairAction::RewroteManifestsFile));
     assert!(fx.check().is_consistent(), "{:?}", fx.check().findings);
     assert!(fx.store.blob_path(&a).is_file());
     assert_eq!(fx.store.list().expect("list"), vec![a]);
@@ -200,17 +200,17 @@ fn a_probe_is_a_leftover_once_its_writer_is_gone_and_the_next_open_removes_it() 
 }
 
 #[test]
-fn a_missing_or_lagging_snapshot_is_rewritten() {
+fn a_missing_or_lagging_manifests_file_is_rewritten() {
     let fx = Broken::new();
     let a = fx.import("a");
-    fs::remove_file(fx.store.home().join("manifests.json")).expect("remove snapshot");
+    fs::remove_file(fx.store.home().join("manifests.json")).expect("remove the manifests file");
     let report = fx.check();
-    assert_eq!(labels(&report), ["stale snapshot"]);
+    assert_eq!(labels(&report), ["stale manifests file"]);
     assert!(report.findings[0].to_string().contains("missing, while the database has 1 model"));
     fx.store.repair(&report).expect("repair");
     assert!(fx.check().is_consistent());
 
-    // The database changed but the snapshot did not (a crash between the two writes).
+    // The database changed but the manifests file did not (a crash between the two writes).
     let mut changed = a.clone();
     changed.added_at += 1;
     manifests_tree(&fx.store)

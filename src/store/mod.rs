@@ -3,7 +3,7 @@
 //! Layout under the store's home (`$LLAMAY_HOME`, else `~/.llamay`):
 //! `blobs/sha256-<hex>` (the model files, named by their SHA-256), `db/` (sled: the
 //! `manifests` tree keyed by `name:tag`, and the schema version, see [`migrate`]) and
-//! `manifests.json` (a copy of the manifests for other processes, see `snapshot.rs`).
+//! `manifests.json` (a copy of the manifests for other processes, see `manifests_file.rs`).
 //!
 //! Key types: [`Store`], [`Manifest`], [`ModelName`], [`ModelRef`], [`StoreError`].
 //!
@@ -11,18 +11,18 @@
 //! to its digest name and fsyncs `blobs/`; only then is the manifest written and sled flushed,
 //! so a crash at any step leaves either nothing registered or a manifest whose blob is durable
 //! with the bytes its name says. A removal unregisters first and deletes the blob after the
-//! flush. What a crash can leave (a partial file, a blob no entry names, a snapshot temp file,
-//! a stale snapshot) is swept and rewritten at the next open; `doctor` (see `doctor.rs`)
+//! flush. What a crash can leave (a partial file, a blob no entry names, a manifests-file temp file,
+//! a stale manifests file) is swept and rewritten at the next open; `doctor` (see `doctor.rs`)
 //! checks all of it without changing anything, and `refs.rs` says which entries own blobs.
 //! sled holds an exclusive lock on `db/`, so one process at a time has the store open for
 //! writing; within that process, commits, removals and copies are serialized by a mutex so a
 //! blob is never deleted while another manifest is being pointed at it. Other processes open the
-//! store read-only from a snapshot the owner keeps (see `snapshot.rs`): they can resolve and list
+//! store read-only from a manifests file the owner keeps (see `manifests_file.rs`): they can resolve and list
 //! models, and get [`StoreError::Locked`] if they try to change anything.
 //!
 //! Costs: import reads the source once (hash + copy, 1 MiB buffer) plus the GGUF header twice;
 //! resolve is one sled lookup (one small file read when read-only); list, remove, copy and
-//! open scan the manifests and rewrite the snapshot (both a few hundred bytes per model).
+//! open scan the manifests and rewrite the manifests file (both a few hundred bytes per model).
 
 use std::fs::{self, File};
 use std::io::{self, Read};
@@ -43,7 +43,7 @@ mod name;
 mod probe;
 mod pulled;
 pub mod refs;
-mod snapshot;
+mod manifests_file;
 mod table;
 
 pub use doctor::{CheckReport, Finding, RepairAction, RepairReport};
@@ -189,7 +189,7 @@ pub struct Store {
     home: PathBuf,
     blobs: PathBuf,
     /// The database, or `None` when another process holds it and this store is a read-only
-    /// view of that process's snapshot.
+    /// view of that process's manifests file.
     database: Option<Database>,
     /// Serializes the steps that register or release blobs.
     commit_lock: Mutex<()>,
@@ -213,19 +213,19 @@ impl Store {
     }
 
     /// Opens (creating if needed) the store at `home`, runs pending migrations, sweeps
-    /// leftovers of interrupted work and rewrites the snapshot. When another process has the
+    /// leftovers of interrupted work and rewrites the manifests file. When another process has the
     /// store open, this one gets a read-only view ([`Store::is_read_only`]) if that process
-    /// left a snapshot, else [`StoreError::Locked`].
+    /// left a manifests file, else [`StoreError::Locked`].
     pub fn open(home: &Path) -> Result<Store, StoreError> {
         let store = Store::open_unswept(home)?;
         if !store.is_read_only() {
             store.sweep()?;
-            store.write_snapshot();
+            store.write_manifests_file();
         }
         Ok(store)
     }
 
-    /// Opens like [`Store::open`] but sweeps nothing and leaves the snapshot as it is, so
+    /// Opens like [`Store::open`] but sweeps nothing and leaves the manifests file as it is, so
     /// [`Store::check`] sees the store as the last process left it (migrations still run).
     pub fn open_for_check(home: &Path) -> Result<Store, StoreError> {
         Store::open_unswept(home)
@@ -254,8 +254,8 @@ impl Store {
         let db = match opened {
             Ok(db) => db,
             Err(StoreError::Locked { path }) => {
-                // Validates the snapshot's version and entries before anyone relies on them.
-                return match snapshot::read(home)? {
+                // Validates the manifests file's version and entries before anyone relies on them.
+                return match manifests_file::read(home)? {
                     Some(_) => Ok(Store {
                         home: home.to_path_buf(),
                         blobs,
@@ -331,7 +331,7 @@ impl Store {
         let not_found = || StoreError::NotFound { name: key.clone() };
         let Some(database) = &self.database else {
             return self
-                .read_snapshot()?
+                .read_manifests_file()?
                 .into_iter()
                 .find(|m| m.name == *name)
                 .ok_or_else(not_found);
@@ -386,7 +386,7 @@ impl Store {
         // Durable before the blob goes: a crash in between leaves an orphan, never a manifest
         // without its blob.
         self.flush()?;
-        self.write_snapshot();
+        self.write_manifests_file();
         match decode_manifest(&key, &raw) {
             Ok(removed) => self.release_blob(&removed.digest),
             Err(error) => {
@@ -518,7 +518,7 @@ impl Store {
             .insert(key.as_bytes(), bytes)
             .map_err(StoreError::db("write a manifest"))?;
         self.flush()?;
-        self.write_snapshot();
+        self.write_manifests_file();
         if let Some(previous) = previous {
             if let Ok(previous) = decode_manifest(&key, &previous) {
                 if previous.digest != manifest.digest {
@@ -550,7 +550,7 @@ impl Store {
 
     fn all_manifests(&self) -> Result<Vec<Manifest>, StoreError> {
         let Some(database) = &self.database else {
-            return self.read_snapshot();
+            return self.read_manifests_file();
         };
         let mut all = Vec::new();
         for entry in database.manifests.iter() {
@@ -583,30 +583,30 @@ impl Store {
     }
 
     /// Re-read on every call, so a long-lived reader sees the owner's later changes.
-    fn read_snapshot(&self) -> Result<Vec<Manifest>, StoreError> {
-        snapshot::read(&self.home)?.ok_or_else(|| StoreError::Locked { path: self.home.clone() })
+    fn read_manifests_file(&self) -> Result<Vec<Manifest>, StoreError> {
+        manifests_file::read(&self.home)?.ok_or_else(|| StoreError::Locked { path: self.home.clone() })
     }
 
-    /// Refreshes the snapshot other processes read. A failure is logged, not returned: the
+    /// Refreshes the manifests file other processes read. A failure is logged, not returned: the
     /// database already holds the change, and only other processes' view is stale.
-    fn write_snapshot(&self) {
-        // Entries that cannot be read are left out: `doctor` reports them, and the snapshot
+    fn write_manifests_file(&self) {
+        // Entries that cannot be read are left out: `doctor` reports them, and the manifests file
         // must not stay stale because of them.
         let result = self.readable_manifests().and_then(|all| {
-            snapshot::write(&self.home, &all)
-                .map_err(StoreError::io("write the manifests snapshot"))
+            manifests_file::write(&self.home, &all)
+                .map_err(StoreError::io("write the manifests file"))
         });
         if let Err(error) = result {
-            tracing::warn!(home = %self.home.display(), %error, "model store snapshot not updated");
+            tracing::warn!(home = %self.home.display(), %error, "model store manifests file not updated");
         }
     }
 
     /// Every blob reference the database holds (see `refs.rs`); a read-only view has only
-    /// the manifests of its snapshot.
+    /// the manifests of its manifests file.
     pub fn references(&self) -> Result<refs::References, StoreError> {
         match &self.database {
             Some(database) => refs::References::collect(&database.db),
-            None => Ok(refs::References::from_manifests(&self.read_snapshot()?)),
+            None => Ok(refs::References::from_manifests(&self.read_manifests_file()?)),
         }
     }
 
@@ -645,7 +645,7 @@ impl Store {
         Ok(())
     }
 
-    /// The files under `blobs/`, and the snapshot's temporary files in the home, classified.
+    /// The files under `blobs/`, and the manifests file's temporary files in the home, classified.
     fn scan_files(&self) -> Result<Vec<StoreFile>, StoreError> {
         let mut files = Vec::new();
         let entries = fs::read_dir(&self.blobs)
@@ -668,7 +668,7 @@ impl Store {
         let entries = fs::read_dir(&self.home)
             .map_err(StoreError::io(format!("list {}", self.home.display())))?;
         for entry in entries.flatten() {
-            if entry.file_name().to_string_lossy().starts_with(snapshot::TEMP_PREFIX) {
+            if entry.file_name().to_string_lossy().starts_with(manifests_file::TEMP_PREFIX) {
                 files.push(StoreFile { path: entry.path(), kind: FileKind::Temporary });
             }
         }
@@ -686,7 +686,7 @@ struct StoreFile {
 enum FileKind {
     /// `blobs/sha256-<hex>`.
     Blob { hex: String },
-    /// A partial import or a snapshot being written: only the process holding the database
+    /// A partial import or a manifests file being written: only the process holding the database
     /// writes them, so at its open they are leftovers of a crash.
     Temporary,
     /// A writability probe, which any process opening the store writes for an instant: a

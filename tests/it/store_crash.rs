@@ -17,7 +17,7 @@ use llamay_test_support::process::llamay_command;
 use sha2::{Digest, Sha256};
 
 /// Findings a crash may leave behind; anything else means the store was left inconsistent.
-const LEFTOVER_LABELS: &[&str] = &["orphan blob", "temporary file", "stale snapshot"];
+const LEFTOVER_LABELS: &[&str] = &["orphan blob", "temporary file", "stale manifests file"];
 const OTHER_LABELS: &[&str] =
     &["missing blob", "damaged blob", "unreadable entry", "unknown tree", "unknown file"];
 

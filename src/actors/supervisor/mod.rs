@@ -14,7 +14,7 @@
 //! once that copy is idle, as Ollama does.
 //!
 //! Key types: [`Supervisor`] (an actix actor), [`Acquire`] -> [`ModelLease`] (dropping the lease
-//! releases the model), [`Snapshot`] -> [`SupervisorStatus`] for `/api/ps` and `/v1/stats`,
+//! releases the model), [`GetStatus`] -> [`SupervisorStatus`] for `/api/ps` and `/v1/stats`,
 //! [`Retire`], [`Shutdown`]. Costs: O(loaded + queued) per event; both are small and bounded;
 //! planning a load asks the devices for their free memory (driver calls).
 
@@ -94,7 +94,7 @@ pub async fn acquire_with(
 /// The state of every loaded model and the queue.
 #[derive(Message)]
 #[rtype(result = "SupervisorStatus")]
-pub struct Snapshot;
+pub struct GetStatus;
 
 /// The model's store entry is gone (`/api/delete`): its loaded copy is never granted again. Idle,
 /// it unloads now; busy, its running requests finish on it and it is freed when the last ends
@@ -727,10 +727,10 @@ impl Handler<Retire> for Supervisor {
     }
 }
 
-impl Handler<Snapshot> for Supervisor {
-    type Result = MessageResult<Snapshot>;
+impl Handler<GetStatus> for Supervisor {
+    type Result = MessageResult<GetStatus>;
 
-    fn handle(&mut self, _: Snapshot, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, _: GetStatus, _: &mut Context<Self>) -> Self::Result {
         // Free GPU memory changes under other programs too: read it again (a driver call).
         if !self.devices.is_empty() {
             self.devices = self.probe.devices();

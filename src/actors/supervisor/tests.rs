@@ -139,7 +139,7 @@ async fn acquire(
 }
 
 async fn loaded_names(addr: &Addr<Supervisor>) -> Vec<String> {
-    match addr.send(Snapshot).await {
+    match addr.send(GetStatus).await {
         Ok(status) => status.models.into_iter().map(|m| m.info.name).collect(),
         Err(_) => vec!["<mailbox closed>".into()],
     }
@@ -158,7 +158,7 @@ async fn loads_once_and_shares_between_requests() {
     let second = acquire(&addr, "a", None).await.unwrap();
     assert!(Arc::ptr_eq(first.model(), second.model()));
     assert_eq!(journal.events(), vec!["load a:latest"]);
-    let status = addr.send(Snapshot).await.unwrap();
+    let status = addr.send(GetStatus).await.unwrap();
     assert_eq!(status.models[0].requests_in_flight, 2);
 }
 
@@ -184,7 +184,7 @@ async fn never_evicts_a_model_with_requests_in_flight() {
         }
     });
     sleep_ms(50).await;
-    let status = addr.send(Snapshot).await.unwrap();
+    let status = addr.send(GetStatus).await.unwrap();
     assert_eq!(status.queue_depth, 1);
     assert_eq!(journal.events(), vec!["load a:latest"]);
     drop(a);
@@ -238,7 +238,7 @@ async fn keepalive_expires_only_after_the_last_request() {
     drop(lease);
     sleep_ms(50).await;
     assert_eq!(loaded_names(&addr).await, vec!["a:latest"]);
-    let status = addr.send(Snapshot).await.unwrap();
+    let status = addr.send(GetStatus).await.unwrap();
     assert!(status.models[0].expires_at.is_some());
     sleep_ms(1200).await;
     assert!(
@@ -252,12 +252,12 @@ async fn each_request_sets_the_keepalive_and_none_means_the_default() {
     let (addr, _journal) = start(2, LONG, 8, 0);
     drop(acquire(&addr, "a", Some(KeepAlive::Forever)).await.unwrap());
     assert_eq!(
-        addr.send(Snapshot).await.unwrap().models[0].keep_alive,
+        addr.send(GetStatus).await.unwrap().models[0].keep_alive,
         "-1"
     );
     drop(acquire(&addr, "a", None).await.unwrap());
     assert_eq!(
-        addr.send(Snapshot).await.unwrap().models[0].keep_alive,
+        addr.send(GetStatus).await.unwrap().models[0].keep_alive,
         "10m0s"
     );
 }
@@ -389,7 +389,7 @@ async fn a_lost_model_is_forgotten_and_the_next_request_loads_it_again() {
     // The old lease's release does not touch the new model's count.
     drop(held);
     sleep_ms(20).await;
-    let status = addr.send(Snapshot).await.unwrap();
+    let status = addr.send(GetStatus).await.unwrap();
     assert_eq!(status.models.len(), 1);
     assert_eq!(status.models[0].requests_in_flight, 1);
     assert_eq!(journal.events(), vec!["load a:latest", "load a:latest", "unload a:latest"]);
@@ -409,7 +409,7 @@ async fn every_spelling_of_a_model_shares_one_loaded_copy() {
         drop(acquire(&addr, spelling, None).await.unwrap());
     }
     assert_eq!(journal.events(), vec!["load m:latest"]);
-    let status = addr.send(Snapshot).await.unwrap();
+    let status = addr.send(GetStatus).await.unwrap();
     assert_eq!(status.models.len(), 1);
     assert_eq!(status.models[0].info.name, "m:latest");
     assert_eq!(status.lifetime.evictions, 0);
@@ -431,7 +431,7 @@ async fn retiring_an_idle_model_unloads_it_and_loads_nothing() {
         journal.events(),
         vec!["load a:latest", "load other:latest", "unload a:latest"]
     );
-    let status = addr.send(Snapshot).await.unwrap();
+    let status = addr.send(GetStatus).await.unwrap();
     assert_eq!((status.lifetime.deletions, status.lifetime.evictions), (1, 0));
     // Asked for again, it is not found: nothing serves it from memory.
     let refused = acquire(&addr, "a", None).await.unwrap_err();
@@ -460,7 +460,7 @@ async fn retiring_a_busy_model_lets_its_requests_finish_and_evicts_nothing() {
         journal.events(),
         vec!["load other:latest", "load a:latest", "unload a:latest"]
     );
-    let status = addr.send(Snapshot).await.unwrap();
+    let status = addr.send(GetStatus).await.unwrap();
     assert_eq!((status.lifetime.deletions, status.lifetime.evictions), (1, 0));
     assert_eq!(loaded_names(&addr).await, vec!["other:latest"]);
 }
@@ -477,7 +477,7 @@ async fn a_retiring_model_holds_its_place_until_its_requests_end() {
     });
     sleep_ms(50).await;
     assert!(!waiting.is_finished(), "b waits: a still runs and max_loaded is 1");
-    assert_eq!(addr.send(Snapshot).await.unwrap().queue_depth, 1);
+    assert_eq!(addr.send(GetStatus).await.unwrap().queue_depth, 1);
     drop(running);
     assert!(waiting.await.unwrap().is_ok());
     assert_eq!(

@@ -10,7 +10,7 @@ use super::types::{
     ChatRequest, ErrorBody, GenerateRequest, ModelDetails, PsEntry, PsResponse, ShowRequest,
     TagEntry, TagsResponse,
 };
-use crate::actors::supervisor::{acquire_with, Snapshot};
+use crate::actors::supervisor::{acquire_with, GetStatus};
 use crate::api::body::read_json;
 use crate::api::common::{error_response, event_stream};
 use crate::api::AppState;
@@ -137,7 +137,7 @@ pub async fn tags(state: web::Data<AppState>) -> HttpResponse {
 }
 
 pub async fn ps(state: web::Data<AppState>) -> HttpResponse {
-    let status = match state.supervisor.send(Snapshot).await {
+    let status = match state.supervisor.send(GetStatus).await {
         Ok(status) => status,
         Err(_) => {
             return render_error(&CoreError::new(

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use actix::prelude::*;
 
-use super::super::{acquire, acquire_with, Retire, Snapshot, Supervisor, SupervisorConfig};
+use super::super::{acquire, acquire_with, Retire, GetStatus, Supervisor, SupervisorConfig};
 use crate::actors::memory::testing::{estimate, FakeGpu, GIB, MIB};
 use crate::actors::memory::{MemoryProbe, DEVICE_HEADROOM};
 use crate::actors::messages::{LoadedModel, ModelLoader};
@@ -119,7 +119,7 @@ impl Harness {
 
     /// (name, gpu layers, device bytes, host bytes) of each loaded model.
     async fn placed(&self) -> Vec<(String, u32, u64, u64)> {
-        let status = self.addr.send(Snapshot).await.unwrap();
+        let status = self.addr.send(GetStatus).await.unwrap();
         status
             .models
             .into_iter()
@@ -145,7 +145,7 @@ async fn a_model_that_fits_goes_to_the_device_whole() {
     assert_eq!(h.events(), vec!["load a gpu 9"]);
     let whole = estimate(8, LAYER_MIB).split(9);
     assert_eq!(h.placed().await, vec![("a".to_string(), 9, whole.device_bytes, whole.host_bytes)]);
-    let status = h.addr.send(Snapshot).await.unwrap();
+    let status = h.addr.send(GetStatus).await.unwrap();
     assert_eq!(status.devices.len(), 1);
     assert_eq!((status.devices[0].used_by_models, status.devices[0].models), (whole.device_bytes, 1));
     drop(lease);
@@ -159,7 +159,7 @@ async fn an_idle_model_on_the_device_is_evicted_to_make_room() {
     // a and b hold 2.8 GiB of the 3.5 GiB room; c needs 1.4 GiB: a (expiring first) goes.
     drop(acquire(&h.addr, "c", None).await.unwrap());
     assert_eq!(h.events(), vec!["load a gpu 9", "load b gpu 9", "unload a", "load c gpu 9"]);
-    let status = h.addr.send(Snapshot).await.unwrap();
+    let status = h.addr.send(GetStatus).await.unwrap();
     assert_eq!(status.lifetime.evictions, 1);
     let held: u64 = h.placed().await.iter().map(|(_, _, device, _)| device).sum();
     assert!(held <= 4 * GIB - DEVICE_HEADROOM, "{held} bytes held on a 4 GiB device");
@@ -193,7 +193,7 @@ async fn a_deleted_model_still_answering_holds_its_device_memory() {
     let events = h.events();
     let loaded_c = events.iter().find(|e| e.starts_with("load c")).expect("c loads");
     assert!(loaded_c != "load c gpu 9", "c placed as if a had gone: {events:?}");
-    let status = h.addr.send(Snapshot).await.unwrap();
+    let status = h.addr.send(GetStatus).await.unwrap();
     let whole = estimate(8, LAYER_MIB).split(9).device_bytes;
     assert_eq!(status.devices[0].models, 3, "a, b and c are on the device");
     assert!(status.devices[0].used_by_models <= 4 * GIB - DEVICE_HEADROOM && status.devices[0].used_by_models > 2 * whole);
@@ -261,7 +261,7 @@ async fn without_a_gpu_models_load_as_before_and_count_host_memory() {
     assert_eq!(h.placed().await, vec![("a".to_string(), 0, 0, estimate(8, LAYER_MIB).total())]);
     // A loader without estimates (RPC runners) is loaded as it always was.
     drop(acquire(&h.addr, "unestimated", None).await.unwrap());
-    let status = h.addr.send(Snapshot).await.unwrap();
+    let status = h.addr.send(GetStatus).await.unwrap();
     let unestimated = status.models.iter().find(|m| m.info.name == "unestimated").unwrap();
     assert!(unestimated.memory.is_none());
 }

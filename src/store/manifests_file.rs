@@ -1,11 +1,11 @@
-//! The manifests snapshot: `<home>/manifests.json`, a read-only view of the store for other
+//! The manifests file: `<home>/manifests.json`, a read-only view of the store for other
 //! processes.
 //!
 //! sled lets one process at a time open the database, so while `llamay serve` holds the store,
 //! `llamay list` or `llamay run -m NAME` in another shell could not even read it. The process
 //! holding the database therefore rewrites this file (temp file, fsync, rename, fsync of the
 //! directory, so readers never see half of it and a crash never leaves an empty one) after
-//! every change and at open, and a process that finds the database locked reads the snapshot
+//! every change and at open, and a process that finds the database locked reads the manifests file
 //! instead. It is a copy, never the source of truth: it can lag the database
 //! only if its owner crashed between the two writes, until that store is next opened.
 //! Cost: one small JSON file per change, O(models).
@@ -19,25 +19,25 @@ use serde::{Deserialize, Serialize};
 
 use super::{migrate, validate_manifest, Manifest, StoreError};
 
-pub const SNAPSHOT_FILE: &str = "manifests.json";
+pub const MANIFESTS_FILE: &str = "manifests.json";
 /// How the temporary files a write renames into place begin.
 pub const TEMP_PREFIX: &str = ".manifests.json.tmp-";
 
 #[derive(Serialize, Deserialize)]
-struct Snapshot {
+struct ManifestsFile {
     schema_version: u64,
     manifests: Vec<Manifest>,
 }
 
 pub fn path(home: &Path) -> PathBuf {
-    home.join(SNAPSHOT_FILE)
+    home.join(MANIFESTS_FILE)
 }
 
-/// Replaces the snapshot with `manifests`.
+/// Replaces the manifests file with `manifests`.
 pub fn write(home: &Path, manifests: &[Manifest]) -> io::Result<()> {
-    let snapshot =
-        Snapshot { schema_version: migrate::current_version(), manifests: manifests.to_vec() };
-    let bytes = serde_json::to_vec_pretty(&snapshot).map_err(io::Error::other)?;
+    let file =
+        ManifestsFile { schema_version: migrate::current_version(), manifests: manifests.to_vec() };
+    let bytes = serde_json::to_vec_pretty(&file).map_err(io::Error::other)?;
     static SERIAL: AtomicU64 = AtomicU64::new(0);
     let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
     let temp = home.join(format!("{TEMP_PREFIX}{}-{serial}", std::process::id()));
@@ -51,7 +51,7 @@ pub fn write(home: &Path, manifests: &[Manifest]) -> io::Result<()> {
     File::open(home)?.sync_all()
 }
 
-/// The manifests in the snapshot; `Ok(None)` when there is none.
+/// The manifests in the manifests file; `Ok(None)` when there is none.
 pub fn read(home: &Path) -> Result<Option<Vec<Manifest>>, StoreError> {
     let file = path(home);
     let bytes = match fs::read(&file) {
@@ -61,18 +61,18 @@ pub fn read(home: &Path) -> Result<Option<Vec<Manifest>>, StoreError> {
             return Err(StoreError::Io { context: format!("read {}", file.display()), source: e })
         }
     };
-    let corrupt = |reason: String| StoreError::Corrupt { key: SNAPSHOT_FILE.into(), reason };
-    let snapshot: Snapshot = serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
+    let corrupt = |reason: String| StoreError::Corrupt { key: MANIFESTS_FILE.into(), reason };
+    let file: ManifestsFile = serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
     let supported = migrate::current_version();
-    if snapshot.schema_version > supported {
+    if file.schema_version > supported {
         return Err(StoreError::NewerStore {
             path: home.to_path_buf(),
-            found: snapshot.schema_version,
+            found: file.schema_version,
             supported,
         });
     }
-    for manifest in &snapshot.manifests {
+    for manifest in &file.manifests {
         validate_manifest(&manifest.name.key(), manifest)?;
     }
-    Ok(Some(snapshot.manifests))
+    Ok(Some(file.manifests))
 }
