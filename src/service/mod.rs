@@ -172,14 +172,6 @@ impl GenerationService {
         self
     }
 
-    pub fn supervisor(&self) -> &Addr<Supervisor> {
-        &self.supervisor
-    }
-
-    pub fn contexts(&self) -> &Arc<ContextRegistry> {
-        &self.contexts
-    }
-
     pub fn constraint_stats(&self) -> ConstraintCacheStats {
         self.constraints.stats()
     }
@@ -291,7 +283,7 @@ async fn submit_off_worker(
 }
 
 /// The model's generation, or a 400 saying it has none (an embedding model) and what to use.
-pub fn generator(model: &dyn LoadedModel) -> Result<&dyn Generate, CoreError> {
+fn generator(model: &dyn LoadedModel) -> Result<&dyn Generate, CoreError> {
     model.generator().ok_or_else(|| {
         let info = model.info();
         CoreError::bad_request(format!(
