@@ -125,12 +125,6 @@ pub struct Started {
     pub tally: Box<dyn GenerationTally>,
 }
 
-impl Started {
-    pub fn model_name(&self) -> &str {
-        &self.lease.model().info().name
-    }
-}
-
 /// The whole answer of a non-streaming request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Collected {
