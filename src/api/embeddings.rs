@@ -15,8 +15,8 @@ use serde_json::{json, Value};
 
 use super::body::read_json;
 use super::AppState;
-use crate::embed::{EmbedInput, Embedded};
-use crate::actors::supervisor::acquire;
+use crate::embed::EmbedInput;
+use crate::service::encode::Embedding;
 use crate::core::{KeepAlive, ModelInfo};
 use crate::error::{CoreError, ErrorCode};
 
@@ -110,14 +110,6 @@ fn token_ids(items: &[Value], field: &str, index: Option<usize>) -> Result<Vec<u
         .collect()
 }
 
-/// What one embedding request produced, with the facts the responses report.
-pub struct Outcome {
-    pub embedded: Embedded,
-    pub model: String,
-    pub load_duration: Duration,
-    pub dimensions: usize,
-}
-
 /// The model a request names, else the daemon's `-embed`.
 fn embedding_model(state: &AppState, requested: Option<String>) -> Result<String, CoreError> {
     requested.filter(|name| !name.is_empty()).or_else(|| state.embed_model.clone()).ok_or_else(|| {
@@ -135,27 +127,16 @@ pub fn not_an_encoder(info: &ModelInfo, route: &str) -> CoreError {
     .with_param("model")
 }
 
-/// Leases the model, checks it embeds, and embeds the inputs.
-pub async fn run_embedding(
+/// Embeds the inputs through the generation service, a chat model refused naming `route`.
+async fn run_embedding(
     state: &AppState,
     model: String,
     keep_alive: Option<KeepAlive>,
     inputs: EmbeddingInputs,
     truncate: bool,
     route: &str,
-) -> Result<Outcome, CoreError> {
-    let lease = acquire(&state.supervisor, &model, keep_alive).await?;
-    let service = lease
-        .model()
-        .embeddings()
-        .ok_or_else(|| not_an_encoder(lease.model().info(), route))?;
-    let embedded = service.embed(inputs.0, truncate).await?;
-    Ok(Outcome {
-        embedded,
-        model: lease.model().info().name.clone(),
-        load_duration: lease.load_duration(),
-        dimensions: service.info().dimensions,
-    })
+) -> Result<Embedding, CoreError> {
+    state.generation.embed(&model, keep_alive, inputs.0, truncate, |info| not_an_encoder(info, route)).await
 }
 
 /// The first `dimensions` of `vector`, scaled back to unit length (OpenAI's `dimensions`).

@@ -6,7 +6,6 @@
 //!
 //! Key items: [`configure`], [`RerankRequest`], [`rank`]. Costs: one sort of the scores.
 
-use std::sync::Arc;
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
@@ -15,7 +14,6 @@ use serde_json::{json, Value};
 use super::body::read_json;
 use super::embeddings::check_count;
 use super::AppState;
-use crate::actors::supervisor::acquire;
 use crate::error::CoreError;
 
 pub fn configure(config: &mut web::ServiceConfig) {
@@ -126,12 +124,8 @@ async fn rerank(
                 CoreError::bad_request("name a model in \"model\", or start llamay with -rerank")
                     .with_param("model")
             })?;
-        let lease = acquire(&state.supervisor, &model, None).await?;
-        let loaded = Arc::clone(lease.model());
-        let reranker = web::block(move || crate::actors::messages::reranker_of(loaded.as_ref()))
-            .await
-            .map_err(|e| CoreError::internal(format!("the reranker would not start: {e}")))??;
-        let scores = reranker.score(query, documents.clone()).await?;
+        let ranking = state.generation.rerank(&model, query, documents.clone()).await?;
+        let scores = ranking.scores;
         let with_documents = body.return_documents.unwrap_or(false);
         let results: Vec<Value> = rank(&scores.scores, top_n)
             .into_iter()
@@ -144,7 +138,7 @@ async fn rerank(
             })
             .collect();
         Ok(json!({
-            "model": lease.model().info().name,
+            "model": ranking.model,
             "results": results,
             "usage": {"prompt_tokens": scores.prompt_tokens, "total_tokens": scores.prompt_tokens},
         }))

@@ -14,7 +14,8 @@
 //!
 //! Rooms: `constraint.rs` (resolution and the one compiled-constraint cache), `compile_pool.rs`
 //! (where compiles run), `lexicons.rs` (the daemon's `-lexicon` files and a request's list),
-//! `contexts.rs` (a request's use of a context, and creating one).
+//! `contexts.rs` (a request's use of a context, and creating one), `encode.rs` (embeddings,
+//! reranking, and loading a model without generating).
 //!
 //! Key types: [`GenerationService`], [`GenerationPolicy`], [`Started`], [`Collected`],
 //! [`validate_local`] (the same validation for callers that hold a model themselves: `llamay
@@ -25,6 +26,7 @@
 pub mod compile_pool;
 pub mod constraint;
 mod contexts;
+pub mod encode;
 pub mod runner_child;
 pub mod lexicons;
 

@@ -10,7 +10,7 @@ use super::types::{
     ChatRequest, ErrorBody, GenerateRequest, ModelDetails, PsEntry, PsResponse, ShowRequest,
     TagEntry, TagsResponse,
 };
-use crate::actors::supervisor::{acquire_with, GetStatus};
+use crate::actors::supervisor::GetStatus;
 use crate::api::body::read_json;
 use crate::api::common::{error_response, event_stream};
 use crate::api::AppState;
@@ -57,8 +57,7 @@ async fn answer(
     let model = request.model.clone();
     crate::core::ModelName::parse(&model)?;
     if converted.load_only {
-        let lease = acquire_with(&state.supervisor, &model, request.keep_alive, converted.gpu_layers).await?;
-        drop(lease);
+        state.generation.load(&model, request.keep_alive, converted.gpu_layers).await?;
         let reason = if request.keep_alive == Some(KeepAlive::UnloadNow) {
             "unload"
         } else {
