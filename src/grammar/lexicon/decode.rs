@@ -116,12 +116,6 @@ const SPECIALS_SEPARATORS: [(u8, &[(u8, u8)]); 5] = [
     (0xBF, &[(0xA0, 0xAE), (0xB9, 0xBD)]),
 ];
 
-/// Whether the character 0xEF `second` `third` (UTF-8) is a separator; `None` where `second`
-/// leaves no separator among its characters.
-fn special_is_separator(second: u8, third: u8) -> Option<bool> {
-    let (_, lasts) = SPECIALS_SEPARATORS.iter().find(|(known, _)| *known == second)?;
-    Some(lasts.iter().any(|&(first, last)| (first..=last).contains(&third)))
-}
 
 // Decoder states.
 const GROUND: u8 = 0;
@@ -297,10 +291,11 @@ fn transition(mode: Mode, state: u8, byte: u8) -> Decoded {
             None => Decoded::emit(LETTER_ONE, &[0xEF, byte]),
         },
         _ if (AFTER_EF_SECOND..AFTER_EF_SECOND + SPECIALS_SEPARATORS.len() as u8).contains(&state) => {
-            let second = SPECIALS_SEPARATORS[usize::from(state - AFTER_EF_SECOND)].0;
-            match special_is_separator(second, byte) {
-                Some(true) => Decoded::emit(GROUND, &[SEPARATOR]),
-                _ => Decoded::emit(GROUND, &[0xEF, second, byte]),
+            let (second, separators) = SPECIALS_SEPARATORS[usize::from(state - AFTER_EF_SECOND)];
+            if separators.iter().any(|&(first, last)| (first..=last).contains(&byte)) {
+                Decoded::emit(GROUND, &[SEPARATOR])
+            } else {
+                Decoded::emit(GROUND, &[0xEF, second, byte])
             }
         }
         SKIP_ONE => Decoded::emit(GROUND, &[]),
