@@ -67,13 +67,13 @@ impl Constraint {
 
     /// Whether `token` may come next.
     pub fn is_allowed(&mut self, token: u32) -> bool {
-        let allowed = match &mut self.parts {
+        let must_end = self.last_token;
+        match &mut self.parts {
             Parts::Grammar(grammar) => grammar.is_allowed(token),
-            Parts::Lexicon(lexicon) => lexicon.is_allowed(token),
+            Parts::Lexicon(lexicon) => lexicon.allows(token, must_end),
             // The grammar first: it refuses far more often than a lexicon does.
-            Parts::Both(grammar, lexicon, _) => grammar.is_allowed(token) && lexicon.is_allowed(token),
-        };
-        allowed && (!self.last_token || self.lexicon().is_some_and(|lexicon| lexicon.ends_after(token)))
+            Parts::Both(grammar, lexicon, _) => grammar.is_allowed(token) && lexicon.allows(token, must_end),
+        }
     }
 
     /// Every token allowed next.

@@ -178,8 +178,17 @@ impl LexiconMatcher {
     /// Whether `token` may come next: its bytes complete no banned entry (no word outside an
     /// allow list), or it ends generation where the output may end.
     pub fn is_allowed(&mut self, token: u32) -> bool {
+        self.allows(token, false)
+    }
+
+    /// [`LexiconMatcher::is_allowed`], and when `must_end`, only where the output may end
+    /// after `token` (the last token of a budget): one walk of the token either way.
+    pub(crate) fn allows(&mut self, token: u32, must_end: bool) -> bool {
         let started = Instant::now();
-        let allowed = self.after(token).is_some();
+        let allowed = match self.after(token) {
+            Some(next) => !must_end || self.accepts(next),
+            None => false,
+        };
         self.add_time(started);
         allowed
     }
