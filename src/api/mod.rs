@@ -44,7 +44,7 @@ use actix_web::dev::{ServiceFactory, ServiceRequest, ServiceResponse};
 use actix_web::{web, App, HttpRequest, HttpResponse};
 
 use crate::actors::supervisor::Supervisor;
-use crate::core::{Constraint, ModelAdmin, ModelCatalog};
+use crate::core::{ModelAdmin, ModelCatalog};
 use crate::error::{CoreError, ErrorCode};
 use crate::service::{GenerationPolicy, GenerationService};
 
@@ -82,15 +82,15 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// The state of an app whose generations follow `policy`.
     pub fn new(
         supervisor: Addr<Supervisor>,
         catalog: Arc<dyn ModelCatalog>,
-        default_grammar: Option<Constraint>,
+        policy: GenerationPolicy,
         max_body_bytes: usize,
     ) -> Self {
         let contexts = Arc::new(crate::contexts::ContextRegistry::new());
         let metrics = Arc::new(metrics::Metrics::new());
-        let policy = GenerationPolicy { default_grammar, ..GenerationPolicy::default() };
         AppState {
             generation: GenerationService::new(supervisor.clone(), Arc::clone(&contexts), policy)
                 .with_book(metrics.clone()),
@@ -111,13 +111,6 @@ impl AppState {
             embed_model: None,
             rerank_model: None,
         }
-    }
-
-    /// The same state with the generation service under `policy`.
-    pub fn with_policy(mut self, policy: GenerationPolicy) -> Self {
-        self.generation = GenerationService::new(self.supervisor.clone(), Arc::clone(&self.contexts), policy)
-            .with_book(self.metrics.clone());
-        self
     }
 
     /// The same state with the model routes that change the store enabled.

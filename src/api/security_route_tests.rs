@@ -15,6 +15,7 @@ use actix_web::http::StatusCode;
 use actix_web::{test, web};
 use serde_json::{json, Value};
 
+use crate::service::GenerationPolicy;
 use super::auth::ApiKey;
 use super::limits::HttpLimits;
 use super::server::start_http;
@@ -30,7 +31,7 @@ fn state() -> AppState {
         max_queue: 8,
     };
     let supervisor = Supervisor::new(Arc::new(ScriptedLoader::new()), config).start();
-    AppState::new(supervisor, Arc::new(FakeCatalog), None, 64 * 1024)
+    AppState::new(supervisor, Arc::new(FakeCatalog), GenerationPolicy::default(), 64 * 1024)
 }
 
 struct Answer {

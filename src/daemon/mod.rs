@@ -113,7 +113,7 @@ impl Daemon {
             compile_threads: config.compile_threads,
             compile_queue: config.compile_queue,
         };
-        let mut app_state = AppState::new(supervisor.clone(), catalog, None, config.max_body_bytes).with_policy(policy);
+        let mut app_state = AppState::new(supervisor.clone(), catalog, policy, config.max_body_bytes);
         app_state.api_key = config.api_key.as_ref().map(|key| ApiKey::new(&key.0));
         app_state.origins = config.origins.clone();
         app_state.host_check = crate::api::host_check::HostCheck::new(&config.addr, &config.allowed_hosts);

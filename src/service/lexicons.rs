@@ -11,7 +11,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use actix_web::web;
 use serde_json::Value;
 
 use crate::error::{CoreError, ErrorCode};
@@ -156,7 +155,7 @@ impl DaemonLexicons {
                 }
             },
             Some(LexiconField::List { kind, entries }) => {
-                let built = web::block(move || Lexicon::new(kind, &entries, &LexiconLimits::default()))
+                let built = tokio::task::spawn_blocking(move || Lexicon::new(kind, &entries, &LexiconLimits::default()))
                     .await
                     .map_err(|e| CoreError::internal(format!("compiling the lexicon stopped: {e}")))?;
                 let lexicon = built.map_err(|e| {

@@ -12,6 +12,7 @@ use actix::Actor;
 use llamay::actors::model::{StoreLoader, WorkerSettings};
 use llamay::actors::supervisor::{Supervisor, SupervisorConfig};
 use llamay::api::AppState;
+use llamay::service::GenerationPolicy;
 use llamay::core::KeepAlive;
 use llamay::llm::ContextParams;
 use llamay::daemon::store::StoreCatalog;
@@ -33,5 +34,5 @@ pub fn store_backed_state(n_ctx: u32, max_loaded: usize, max_body_bytes: usize) 
         max_queue: 8,
     };
     let supervisor = Supervisor::new(loader, config).start();
-    AppState::new(supervisor, Arc::new(StoreCatalog::new(store)), None, max_body_bytes)
+    AppState::new(supervisor, Arc::new(StoreCatalog::new(store)), GenerationPolicy::default(), max_body_bytes)
 }
