@@ -15,19 +15,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use llama_cpp_2::context::params::{KvCacheType, LlamaContextParams};
-use llama_cpp_2::llama_backend::LlamaBackend;
-use llama_cpp_2::llama_batch::LlamaBatch;
-use llama_cpp_2::token::LlamaToken;
-use llama_cpp_2::model::params::LlamaModelParams;
-use llama_cpp_2::model::LlamaModel;
-
 use llamay::actors::messages::{Generate, LoadedModel};
 use llamay::actors::model::{locate_model, LlamaModelHandle, WorkerSettings};
 use llamay::core::{PromptInput, SamplingParams, StreamEvent, UncheckedGenerateRequest};
 use llamay::service::validate_local;
-use llamay::llm::threadpool::CpuThreadpool;
-use llamay::llm::{ContextParams, KvType, Model};
+use llamay::llm::{BatchEntry, ContextParams, KvType, Model};
 use llamay::store::Store;
 use llamay_test_support::process;
 
@@ -72,51 +64,35 @@ impl Measure {
     }
 }
 
-/// llama.cpp alone: decode the prompt in one batch, then greedy argmax token by token. The
-/// model is loaded once by the caller, and the prompt is decoded once before the timed
-/// decode: like llamay's loaded model and warm worker, the timed part then finds the weights
-/// paged in and the compute buffers allocated.
-fn plain_loop(backend: &LlamaBackend, model: &LlamaModel, threads: i32, prompt: &str, tokens: u32) -> Measure {
-    let params = LlamaContextParams::default()
-        .with_n_ctx(std::num::NonZeroU32::new(1024))
-        .with_n_batch(512)
-        .with_n_ubatch(512)
-        .with_n_seq_max(1)
-        .with_kv_unified(true)
-        .with_n_threads(threads)
-        .with_n_threads_batch(threads)
-        .with_type_k(KvCacheType::F16)
-        .with_type_v(KvCacheType::F16)
-        .with_flash_attention_policy(llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_ENABLED);
-    let mut context = model.new_context(backend, params).expect("context");
-    // The same persistent threadpool llamay's contexts compute on.
-    let threadpool = CpuThreadpool::new(threads).expect("threadpool");
-    threadpool.attach(&mut context).expect("threadpool attaches");
-    let prompt = model.vocab().tokenize(prompt.as_bytes(), true, false);
-    let mut batch = LlamaBatch::new(512, 1);
-    batch.add_sequence(&prompt, 0, false).expect("batch");
-    context.decode(&mut batch).expect("warm-up decode");
-    context.clear_kv_cache();
+/// llama.cpp alone, through llamay's thin context (the same threadpool, no worker, sampler or
+/// detokenizer): decode the prompt in one batch, then greedy argmax token by token. The model is
+/// loaded once by the caller, and the prompt is decoded once before the timed decode: like
+/// llamay's loaded model and warm worker, the timed part then finds the weights paged in and
+/// the compute buffers allocated.
+fn plain_loop(model: &Model, context_params: &ContextParams, prompt: &str, tokens: u32) -> Measure {
+    let mut context = model.new_context(context_params).expect("context");
+    let seq = context.seq(0).expect("one sequence");
+    let prompt = model.tokenize(prompt, true, false).expect("tokenize");
+    let prompt_entry = BatchEntry { seq, tokens: &prompt, first_pos: 0, want_logits: true };
+    context.decode(&[prompt_entry]).expect("warm-up decode");
+    context.clear(seq);
     let start = Instant::now();
-    context.decode(&mut batch).expect("decode prompt");
+    let mut row = context.decode(&[prompt_entry]).expect("decode prompt")[0].expect("logits row");
     let prompt_time = start.elapsed();
-    let mut position = prompt.len() as i32;
-    let mut row = batch.n_tokens() - 1;
+    let mut position = prompt.len() as u32;
     let start = Instant::now();
     let mut generated = 0;
     while generated < tokens {
-        let logits = context.get_logits_ith(row);
+        let logits = context.logits(row).expect("logits");
         let next = logits
             .iter()
             .enumerate()
             .max_by(|a, b| a.1.total_cmp(b.1))
-            .map(|(i, _)| i as i32)
+            .map(|(i, _)| i as u32)
             .unwrap_or(0);
-        batch.clear();
-        batch.add(LlamaToken(next), position, &[0], true).expect("batch");
-        context.decode(&mut batch).expect("decode");
+        let entry = BatchEntry { seq, tokens: &[next], first_pos: position, want_logits: true };
+        row = context.decode(&[entry]).expect("decode")[0].expect("logits row");
         position += 1;
-        row = 0;
         generated += 1;
     }
     Measure { prompt_tokens: prompt.len() as u32, prompt_time, generated, generation_time: start.elapsed() }
@@ -198,28 +174,23 @@ fn main() {
     println!("{:<14} {:<8} {:>12} {:>12} {:>10} {:>10}", "model", "path", "prompt t/s", "gen t/s", "prompt x", "gen x");
     for name in ["smollm2:135m", "gemma3:270m"] {
         let (path, info) = locate_model(name, Some(&store)).expect("model in the store (run scripts/setup)");
-        // Loading through llamay first initialises the shared backend the plain loop reuses.
         let model = Arc::new(Model::load(&path).expect("model loads"));
-        let settings = WorkerSettings {
-            context: ContextParams { n_ctx: 1024, threads, batch: 512, sequences: 1, kv_type: KvType::F16, flash_attention: true },
-            ..WorkerSettings::default()
-        };
-        let handle = LlamaModelHandle::start(model, info, &settings).expect("worker starts");
-        let backend = llamay::llm::llama_backend().expect("backend");
+        let context_params =
+            ContextParams { n_ctx: 1024, threads, batch: 512, sequences: 1, kv_type: KvType::F16, flash_attention: true };
+        let settings = WorkerSettings { context: context_params.clone(), ..WorkerSettings::default() };
+        let handle = LlamaModelHandle::start(model.clone(), info, &settings).expect("worker starts");
         let server = peer.as_deref().map(|binary| PeerServer::start(binary, &path, threads));
         if let Some(Err(error)) = &server {
             println!("llama-server did not start: {error}");
         }
         let server = server.and_then(Result::ok);
-        let plain_model =
-            LlamaModel::load_from_file(backend, &path, &LlamaModelParams::default()).expect("model loads");
         let mut plain = Measure::default();
         let mut ours = Measure::default();
         let mut theirs = Measure::default();
         for round in 0..rounds {
             // Interleaved so that all see the same machine load.
             let prompt = prompt_of(round);
-            plain = plain_loop(backend, &plain_model, threads, &prompt, tokens).best(plain);
+            plain = plain_loop(&model, &context_params, &prompt, tokens).best(plain);
             ours = through_llamay(&handle, &prompt, tokens).best(ours);
             if let Some(server) = &server {
                 theirs = server.complete(&prompt, tokens).best(theirs);

@@ -21,14 +21,11 @@ pub struct RpcWorkerArgs {
     /// Listen beyond this machine. The protocol has no authentication: trusted networks only.
     #[arg(long = "allow-remote")]
     allow_remote: bool,
-    /// Memory to advertise to coordinators, MiB (default: this machine's free memory). It is
-    /// this worker's weight when a coordinator splits layers by free memory.
-    #[arg(long = "mem")]
+    /// Taken out: ggml's RPC server tells coordinators this machine's real free memory, and
+    /// llamay no longer patches ggml to say otherwise. Kept only to name the replacement.
+    #[arg(long = "mem", hide = true)]
     mem: Option<u64>,
 }
-
-/// Most memory `-mem` takes, MiB (1 PiB): beyond that a typo, not a machine.
-const MAX_ADVERTISED_MIB: u64 = 1 << 30;
 
 pub fn rpc_worker(args: RpcWorkerArgs) -> Result<ExitCode, CliError> {
     let listen = llamay::llm::rpc::worker_listen_address(&args.addr, args.allow_remote)
@@ -39,15 +36,12 @@ pub fn rpc_worker(args: RpcWorkerArgs) -> Result<ExitCode, CliError> {
             "-t {threads} is not valid: expected 1 to 1024"
         )));
     }
-    let advertised = match args.mem {
-        Some(mib) if (1..=MAX_ADVERTISED_MIB).contains(&mib) => Some(mib * 1024 * 1024),
-        Some(mib) => {
-            return Err(CliError::Usage(format!(
-                "-mem {mib} is not valid: expected MiB, 1 to {MAX_ADVERTISED_MIB}"
-            )))
-        }
-        None => None,
-    };
+    if let Some(mib) = args.mem {
+        return Err(CliError::Usage(format!(
+            "-mem {mib}: a worker no longer advertises a chosen amount of memory (coordinators \
+             see its real free memory); weigh workers on the coordinator with `serve -split`"
+        )));
+    }
     let ip_is_loopback = listen
         .parse::<std::net::SocketAddr>()
         .map(|a| a.ip().is_loopback())
@@ -59,14 +53,8 @@ pub fn rpc_worker(args: RpcWorkerArgs) -> Result<ExitCode, CliError> {
              is sent. Run it only on a trusted network."
         );
     }
-    let memory = match args.mem {
-        Some(mib) => format!(", advertising {mib} MiB"),
-        None => String::new(),
-    };
-    eprintln!(
-        "llamay rpc-worker: serving this machine's CPU ({threads} threads{memory}) on {listen}"
-    );
-    llamay::llm::rpc::serve_worker(&listen, threads, advertised)
+    eprintln!("llamay rpc-worker: serving this machine's CPU ({threads} threads) on {listen}");
+    llamay::llm::rpc::serve_worker(&listen, threads)
         .map_err(|e| CliError::Model(e.to_string()))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -313,11 +313,13 @@ impl QueryLikelihood<'_> {
                 if rows.len() != query.len() {
                     return Err(CoreError::internal("reranking gave too few logits"));
                 }
-                let log_likelihood: f64 = rows
-                    .iter()
-                    .zip(query)
-                    .map(|(row, token)| log_probability(context.logits(*row), *token))
-                    .sum();
+                let mut log_likelihood = 0.0f64;
+                for (row, token) in rows.iter().zip(query) {
+                    let logits = context
+                        .logits(*row)
+                        .map_err(|e| CoreError::internal(format!("reranking failed: {e}")))?;
+                    log_likelihood += log_probability(logits, *token);
+                }
                 scores.push((log_likelihood / query.len() as f64).exp() as f32);
             }
             start = end;

@@ -8,13 +8,11 @@
 
 use std::str::FromStr;
 
-use llama_cpp_2::context::params::{KvCacheType, LlamaContextParams};
-use llama_cpp_2::context::LlamaContext;
-use llama_cpp_2::llama_batch::LlamaBatch;
-use llama_cpp_2::token::LlamaToken;
+use llama_cpp_sys_2 as sys;
 
+use super::ffi::{ContextSettings, RawBatch, RawContext};
 use super::threadpool::{CpuThreadpool, ThreadTuner};
-use super::{backend, LlmError, Model};
+use super::{LlmError, Model};
 
 /// The KV cache's element type (`-kv`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -52,12 +50,12 @@ impl std::fmt::Display for KvType {
 }
 
 impl KvType {
-    fn to_llama(self) -> KvCacheType {
+    fn to_ggml(self) -> sys::ggml_type {
         match self {
-            KvType::F32 => KvCacheType::F32,
-            KvType::F16 => KvCacheType::F16,
-            KvType::Q8_0 => KvCacheType::Q8_0,
-            KvType::Q4_0 => KvCacheType::Q4_0,
+            KvType::F32 => sys::GGML_TYPE_F32,
+            KvType::F16 => sys::GGML_TYPE_F16,
+            KvType::Q8_0 => sys::GGML_TYPE_Q8_0,
+            KvType::Q4_0 => sys::GGML_TYPE_Q4_0,
         }
     }
 }
@@ -106,8 +104,8 @@ pub struct BatchEntry<'a> {
 pub struct LogitsRow(i32);
 
 pub struct Context<'m> {
-    inner: LlamaContext<'m>,
-    batch: LlamaBatch<'static>,
+    inner: RawContext<'m>,
+    batch: RawBatch,
     params: ContextParams,
     n_vocab: usize,
     /// Declared after `inner` so they are freed after the context that computes on them.
@@ -129,34 +127,26 @@ impl<'m> Context<'m> {
                 params.n_ctx, params.batch, params.threads
             )));
         }
-        let llama_params = LlamaContextParams::default()
-            .with_n_ctx(std::num::NonZeroU32::new(params.n_ctx))
-            .with_n_batch(params.batch)
-            .with_n_ubatch(params.batch)
-            .with_n_seq_max(params.sequences)
+        let settings = ContextSettings {
+            n_ctx: params.n_ctx,
+            batch: params.batch,
+            sequences: params.sequences,
+            threads: params.threads,
+            kv_type: Some(params.kv_type.to_ggml()),
+            flash_attention: Some(params.flash_attention),
             // One KV stream per sequence, as llama-server runs its slots: a sequence's attention
             // then spans only its own cells. With one shared stream, every step attended over
             // the cells of all sequences, including the prefixes idle ones keep for reuse: one
             // client decoded 15% slower after four had run.
-            .with_kv_unified(false)
-            .with_n_threads(params.threads)
-            .with_n_threads_batch(params.threads)
-            .with_type_k(params.kv_type.to_llama())
-            .with_type_v(params.kv_type.to_llama())
-            .with_flash_attention_policy(if params.flash_attention {
-                llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_ENABLED
-            } else {
-                llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_DISABLED
-            });
-        let mut inner = model
-            .llama()
-            .new_context(backend::get()?, llama_params)
-            .map_err(|e| LlmError::Context(e.to_string()))?;
+            kv_unified: Some(false),
+            embeddings: false,
+        };
+        let mut inner = RawContext::new(model.raw(), &settings)?;
         let threadpool = CpuThreadpool::new(params.threads)?;
-        let threads = threadpool.attach(&mut inner)?;
+        let threads = threadpool.attach(&mut inner);
         Ok(Self {
             inner,
-            batch: LlamaBatch::new(params.batch as usize, 1),
+            batch: RawBatch::new(params.batch as usize),
             params: params.clone(),
             n_vocab: model.vocabulary().len(),
             threads,
@@ -229,9 +219,7 @@ impl<'m> Context<'m> {
                 }
                 let logits = wanted(at, entry, i);
                 let pos = entry.first_pos as i32 + i as i32;
-                self.batch
-                    .add(LlamaToken(*token as i32), pos, &[entry.seq.0 as i32], logits)
-                    .map_err(|e| LlmError::Decode(e.to_string()))?;
+                self.batch.push(*token, pos, entry.seq.0 as i32, logits)?;
                 if logits {
                     entry_rows.push(LogitsRow(row));
                 }
@@ -241,21 +229,21 @@ impl<'m> Context<'m> {
         }
         let threads = self.threads.before_decode(total);
         let started = std::time::Instant::now();
-        self.inner.decode(&mut self.batch).map_err(|e| LlmError::Decode(e.to_string()))?;
+        self.inner.decode(&self.batch)?;
         self.threads.after_decode(total, threads, started.elapsed().as_secs_f64());
         Ok(rows)
     }
 
     /// The logits of a row returned by the last [`Context::decode`].
-    pub fn logits(&self, row: LogitsRow) -> &[f32] {
-        self.inner.get_logits_ith(row.0)
+    pub fn logits(&self, row: LogitsRow) -> Result<&[f32], LlmError> {
+        self.inner.logits(row.0)
     }
 
     /// Forgets everything sequence `seq` holds, so the slot can serve a new request.
     pub fn clear(&mut self, seq: SeqId) {
-        // The id was range-checked when the SeqId was made; the result only says whether
-        // anything was removed.
-        let _ = self.inner.clear_kv_cache_seq(Some(seq.0), None, None);
+        // The id was range-checked when the SeqId was made; removing a whole sequence always
+        // succeeds, so the result (whether part of one could be cut) says nothing here.
+        self.inner.remove(Some(seq.0), None, None);
     }
 }
 
@@ -263,7 +251,7 @@ impl Context<'_> {
     /// Keeps the first `length` positions of `seq` and drops the rest. `false` when llama.cpp
     /// cannot cut this model's memory part way (recurrent models); the sequence is then empty.
     pub fn truncate(&mut self, seq: SeqId, length: u32) -> bool {
-        let kept = self.inner.clear_kv_cache_seq(Some(seq.0), Some(length), None).unwrap_or(false);
+        let kept = self.inner.remove(Some(seq.0), Some(length), None);
         if !kept {
             self.clear(seq);
         }
@@ -290,27 +278,15 @@ impl Context<'_> {
     }
 
     /// The state of `seq` (its KV cells) as bytes, to keep in memory or on disk.
-    pub fn save_sequence(&self, seq: SeqId) -> Result<Vec<u8>, LlmError> {
-        let flags = llama_cpp_2::context::session::LlamaStateSeqFlags::empty();
-        let size = self.inner.state_seq_get_size_ext(seq.0 as i32, flags);
-        let mut bytes = vec![0u8; size];
-        // SAFETY: `bytes` holds the size llama.cpp asked for; the id was range-checked.
-        let written = unsafe { self.inner.state_seq_get_data_ext(bytes.as_mut_ptr(), seq.0 as i32, flags) };
-        if written != size {
-            return Err(LlmError::State(format!("llama.cpp wrote {written} of {size} state bytes")));
-        }
-        Ok(bytes)
+    pub fn save_sequence(&mut self, seq: SeqId) -> Result<Vec<u8>, LlmError> {
+        self.inner.save_sequence(seq.0)
     }
 
     /// Replaces what `seq` holds with state saved by [`Context::save_sequence`] on a context of
     /// the same model and settings. On failure the sequence is left empty.
     pub fn restore_sequence(&mut self, seq: SeqId, state: &[u8]) -> Result<(), LlmError> {
         self.clear(seq);
-        let flags = llama_cpp_2::context::session::LlamaStateSeqFlags::empty();
-        // SAFETY: llama.cpp reads at most `state.len()` bytes and checks the layout it reads
-        // (sizes, layer count, cell count) before using it; it returns 0 on any mismatch.
-        let ok = unsafe { self.inner.state_seq_set_data_ext(state, seq.0 as i32, flags) };
-        if !ok {
+        if !self.inner.restore_sequence(seq.0, state) {
             self.clear(seq);
             return Err(LlmError::State(
                 "the saved state does not fit this model's context (another model, KV type or size)".into(),

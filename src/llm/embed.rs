@@ -6,14 +6,8 @@
 //! Cost: one forward pass per batch of up to `batch_tokens` tokens / `sequences` inputs; a
 //! BERT encoder keeps no KV cache, so the context is small (activations only).
 
-use std::num::NonZeroU32;
-
-use llama_cpp_2::context::params::LlamaContextParams;
-use llama_cpp_2::context::LlamaContext;
-use llama_cpp_2::llama_batch::LlamaBatch;
-use llama_cpp_2::token::LlamaToken;
-
-use super::{backend, LlmError, Model};
+use super::ffi::{ContextSettings, RawBatch, RawContext};
+use super::{LlmError, Model};
 use crate::gguf::convert::NORMALIZE_KEY;
 
 /// Sizes of an embedding context.
@@ -39,8 +33,8 @@ impl Default for EmbedderParams {
 
 /// An embedding context on one model.
 pub struct Embedder<'m> {
-    inner: LlamaContext<'m>,
-    batch: LlamaBatch<'static>,
+    inner: RawContext<'m>,
+    batch: RawBatch,
     params: EmbedderParams,
     normalize: bool,
     max_input_tokens: usize,
@@ -52,22 +46,15 @@ impl Model {
     /// Whether the model's sentence-transformers head L2-normalizes its output (recorded by
     /// `llamay import`); false for GGUFs made elsewhere, which say nothing about it.
     pub fn normalizes_embeddings(&self) -> bool {
-        self.llama()
-            .meta_val_str(NORMALIZE_KEY)
-            .is_ok_and(|v| v == "true")
+        self.raw().metadata(NORMALIZE_KEY).is_some_and(|v| v == "true")
     }
 
     /// Whether the model is an encoder made for embeddings (it has a pooling type and
     /// bidirectional attention) rather than a chat model.
     pub fn is_embedding_model(&self) -> bool {
         let arch = self.architecture();
-        self.llama()
-            .meta_val_str(&format!("{arch}.pooling_type"))
-            .is_ok()
-            || self
-                .llama()
-                .meta_val_str(&format!("{arch}.attention.causal"))
-                .is_ok_and(|v| v == "false")
+        self.raw().metadata(&format!("{arch}.pooling_type")).is_some()
+            || self.raw().metadata(&format!("{arch}.attention.causal")).is_some_and(|v| v == "false")
     }
 
     /// An embedding context on this model; create and use it on one thread.
@@ -90,26 +77,25 @@ impl<'m> Embedder<'m> {
         }
         // A non-causal encoder must see each input whole in one micro-batch, so the
         // micro-batch is the batch.
-        let llama_params = LlamaContextParams::default()
-            .with_embeddings(true)
-            .with_n_ctx(NonZeroU32::new(params.batch_tokens))
-            .with_n_batch(params.batch_tokens)
-            .with_n_ubatch(params.batch_tokens)
-            .with_n_seq_max(params.sequences)
-            .with_n_threads(params.threads)
-            .with_n_threads_batch(params.threads);
-        let inner = model
-            .llama()
-            .new_context(backend::get()?, llama_params)
-            .map_err(|e| LlmError::Context(e.to_string()))?;
+        let settings = ContextSettings {
+            n_ctx: params.batch_tokens,
+            batch: params.batch_tokens,
+            sequences: params.sequences,
+            threads: params.threads,
+            kv_type: None,
+            flash_attention: None,
+            kv_unified: None,
+            embeddings: true,
+        };
+        let inner = RawContext::new(model.raw(), &settings)?;
         let max_input_tokens = (model.context_train() as usize).min(params.batch_tokens as usize);
         Ok(Self {
             inner,
-            batch: LlamaBatch::new(params.batch_tokens as usize, 1),
+            batch: RawBatch::new(params.batch_tokens as usize),
             params: params.clone(),
             normalize: model.normalizes_embeddings(),
             max_input_tokens,
-            dimensions: model.llama().n_embd().max(0) as usize,
+            dimensions: model.raw().embedding_width(),
             n_vocab: model.vocabulary().len(),
         })
     }
@@ -167,21 +153,17 @@ impl<'m> Embedder<'m> {
 
     fn embed_pass(&mut self, inputs: &[Vec<u32>]) -> Result<Vec<Vec<f32>>, LlmError> {
         // Decoder models used for embeddings keep a KV cache; every pass starts from empty.
-        self.inner.clear_kv_cache();
+        self.inner.clear_all();
         self.batch.clear();
         for (seq, tokens) in inputs.iter().enumerate() {
             for (pos, token) in tokens.iter().enumerate() {
-                self.batch
-                    .add(LlamaToken(*token as i32), pos as i32, &[seq as i32], true)
-                    .map_err(|e| LlmError::Decode(e.to_string()))?;
+                self.batch.push(*token, pos as i32, seq as i32, true)?;
             }
         }
-        self.inner
-            .decode(&mut self.batch)
-            .map_err(|e| LlmError::Decode(e.to_string()))?;
+        self.inner.decode(&self.batch)?;
         (0..inputs.len())
             .map(|seq| {
-                let pooled = self.inner.embeddings_seq_ith(seq as i32).map_err(|_| {
+                let pooled = self.inner.pooled_embedding(seq as i32).ok_or_else(|| {
                     LlmError::Decode(
                         "the model gave no pooled embedding (its pooling type is none)".into(),
                     )

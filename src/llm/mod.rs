@@ -1,4 +1,4 @@
-//! Inference on llama.cpp: the only module that touches `llama_cpp_2`.
+//! Inference on llama.cpp: the only module that touches `llama_cpp_2` and `llama_cpp_sys_2`.
 //!
 //! Owns model loading ([`Model`]), the vocabulary as bytes ([`Vocabulary`]), chat templates
 //! ([`template`]), batched decode over parallel sequences ([`Context`]), incremental
@@ -19,6 +19,7 @@ pub mod template;
 pub mod threadpool;
 pub mod vocab;
 pub mod embed;
+mod ffi;
 
 /// A tracing filter that silences llama.cpp: its C log arrives under `llama-cpp-2`, the binding's
 /// own events under `llama_cpp_2`. Thousands of lines a run otherwise.
@@ -51,10 +52,3 @@ pub enum LlmError {
     #[error(transparent)]
     Rpc(#[from] rpc::RpcError),
 }
-
-/// The process-wide llama.cpp backend, for code that drives llama.cpp directly as a reference
-/// (the inference benchmark's plain decode loop).
-pub fn llama_backend() -> Result<&'static llama_cpp_2::llama_backend::LlamaBackend, LlmError> {
-    backend::get()
-}
-

@@ -8,15 +8,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use llama_cpp_2::model::params::LlamaModelParams;
-use llama_cpp_2::model::LlamaModel;
-
+use super::ffi::{ModelSettings, RawModel};
 use super::offload::LayerPlacement;
 use super::template::{ChatTemplate, TemplateMessage};
 use super::{backend, Context, ContextParams, LlmError, Vocabulary};
 
 pub struct Model {
-    inner: LlamaModel,
+    inner: RawModel,
     vocabulary: Arc<Vocabulary>,
     template: ChatTemplate,
     architecture: String,
@@ -46,9 +44,8 @@ impl Model {
             path: path.to_path_buf(),
             reason: e.kind.to_string(),
         })?;
-        let mut params = LlamaModelParams::default();
         // With RPC workers connected, every model spreads its layers over them and this CPU.
-        let rpc_split = match super::rpc::plan() {
+        let (settings, rpc_split) = match super::rpc::plan() {
             Some(_) if matches!(placement, LayerPlacement::Device { .. }) => {
                 return Err(LlmError::Config(
                     "layers on a local GPU cannot be combined with RPC workers (-rpc): a model's layers are split over this CPU and the workers".into(),
@@ -57,42 +54,37 @@ impl Model {
             Some(plan) => {
                 let (n_layer, block_bytes) = super::rpc::block_count(path, &facts.architecture)?;
                 let offloaded = plan.offloaded_layers(n_layer);
-                params = params
-                    .with_devices(&plan.device_indices())
-                    .map_err(|e| LlmError::Backend(format!("RPC devices: {e}")))?
-                    .with_n_gpu_layers(offloaded);
+                let settings = ModelSettings {
+                    devices: plan.device_indices(),
+                    gpu_layers: Some(offloaded),
+                    tensor_split: plan.tensor_split(),
+                };
                 let split = plan.layer_split(n_layer, offloaded).with_bytes(&block_bytes);
                 tracing::info!(model = %path.display(), %split, "model split across RPC workers");
-                Some(split)
+                (settings, Some(split))
             }
             None => {
-                params = match placement {
-                    LayerPlacement::LlamaDefault => params,
-                    LayerPlacement::Cpu => params.with_n_gpu_layers(0),
-                    LayerPlacement::Device { index, layers } => params
-                        .with_devices(&[index])
-                        .map_err(|e| LlmError::Backend(format!("device {index}: {e}")))?
-                        .with_n_gpu_layers(layers),
+                let settings = match placement {
+                    LayerPlacement::LlamaDefault => ModelSettings::default(),
+                    LayerPlacement::Cpu => ModelSettings { gpu_layers: Some(0), ..ModelSettings::default() },
+                    LayerPlacement::Device { index, layers } => {
+                        ModelSettings { devices: vec![index], gpu_layers: Some(layers), ..ModelSettings::default() }
+                    }
                 };
-                None
+                (settings, None)
             }
         };
-        let inner = LlamaModel::load_from_file(backend::get()?, path, &params).map_err(|e| {
-            LlmError::NotAModel { path: path.to_path_buf(), reason: format!("llama.cpp could not load it ({e})") }
-        })?;
+        backend::get()?;
+        let inner = RawModel::load(path, &settings)?;
         let vocabulary = Arc::new(Vocabulary::from_model(&inner));
         let template = ChatTemplate::new(facts.chat_template.as_deref(), &facts.architecture)?;
         let special_text = |token: Option<u32>| {
             token
-                .map(|t| {
-                    let bytes = inner.vocab().token_to_piece(llama_cpp_2::token::LlamaToken(t as i32), true, None);
-                    String::from_utf8_lossy(&bytes).into_owned()
-                })
+                .map(|t| String::from_utf8_lossy(&inner.token_bytes(t, true)).into_owned())
                 .unwrap_or_default()
         };
         let bos_text = special_text(vocabulary.bos());
-        let eos = inner.vocab().eos().0;
-        let eos_text = special_text((eos >= 0).then_some(eos as u32));
+        let eos_text = special_text(inner.eos());
         Ok(Self {
             inner,
             vocabulary,
@@ -105,7 +97,7 @@ impl Model {
         })
     }
 
-    pub(super) fn llama(&self) -> &LlamaModel {
+    pub(super) fn raw(&self) -> &RawModel {
         &self.inner
     }
 
@@ -127,15 +119,15 @@ impl Model {
     }
 
     pub fn parameter_count(&self) -> u64 {
-        self.inner.n_params()
+        self.inner.parameter_count()
     }
 
     pub fn size_bytes(&self) -> u64 {
-        self.inner.size()
+        self.inner.size_bytes()
     }
 
     pub fn context_train(&self) -> u32 {
-        self.inner.n_ctx_train()
+        self.inner.context_train()
     }
 
     pub fn chat_template(&self) -> &ChatTemplate {
@@ -146,8 +138,7 @@ impl Model {
     /// become their control tokens (wanted for rendered templates, not for raw user text).
     pub fn tokenize(&self, text: &str, add_bos: bool, parse_special: bool) -> Result<Vec<u32>, LlmError> {
         // llama.cpp adds BOS only where the vocabulary asks for it.
-        let tokens = self.inner.vocab().tokenize(text.as_bytes(), add_bos, parse_special);
-        Ok(tokens.into_iter().map(|t| t.0 as u32).collect())
+        self.inner.tokenize(text.as_bytes(), add_bos, parse_special)
     }
 
     /// Renders a conversation with the model's template and tokenizes it.

@@ -28,14 +28,12 @@
 //! (shared by the contexts that thread decodes); after each graph they spin briefly
 //! (libgomp's default) and then sleep.
 //!
-//! `llama-cpp-2` 0.1.160 keeps the raw `llama_context` pointer crate-private; its `Debug` output is
-//! the one place it shows it. [`context_pointer`] reads it there and checks it against the
-//! context's own answers (n_ctx, n_batch, n_seq_max) before anything is attached, so a changed
-//! `Debug` format turns into a clear error, never into a call on a wrong pointer.
+//! The pool is attached to, and tuned through, a context that [`super::ffi`] created itself, so
+//! the pointer handed to llama.cpp is the one llama.cpp returned.
 
-use llama_cpp_2::context::LlamaContext;
 use llama_cpp_sys_2 as sys;
 
+use super::ffi::RawContext;
 use super::LlmError;
 
 /// A ggml threadpool, freed on drop. The context it is attached to must be freed or detached
@@ -84,12 +82,12 @@ impl CpuThreadpool {
 
     /// Makes `context` compute its graphs (single tokens and prompt batches) on this pool, and
     /// returns the handle through which its thread count is tuned.
-    pub fn attach(&self, context: &mut LlamaContext<'_>) -> Result<ThreadTuner, LlmError> {
-        let raw = context_pointer(context)?;
-        // SAFETY: `raw` is the live context's pointer (checked in `context_pointer`); the pool
-        // outlives the context's use of it (see the type's documentation).
+    pub fn attach(&self, context: &mut RawContext<'_>) -> ThreadTuner {
+        let raw = context.as_ptr();
+        // SAFETY: `raw` is the live context's own pointer; the pool outlives the context's use
+        // of it (see the type's documentation).
         unsafe { sys::llama_attach_threadpool(raw, self.pool.as_ptr(), std::ptr::null_mut()) };
-        Ok(ThreadTuner::new(raw, self.threads))
+        ThreadTuner::new(raw, self.threads)
     }
 }
 
@@ -273,35 +271,6 @@ impl Drop for CpuThreadpool {
         // SAFETY: created by ggml_threadpool_new and freed exactly once.
         unsafe { sys::ggml_threadpool_free(self.pool.as_ptr()) };
     }
-}
-
-/// The raw `llama_context` behind `context`, read from its `Debug` output and verified.
-fn context_pointer(context: &LlamaContext<'_>) -> Result<*mut sys::llama_context, LlmError> {
-    let shown = format!("{context:?}");
-    let unexpected = || {
-        LlmError::Context(format!(
-            "cannot find the llama.cpp context pointer in {shown:?}"
-        ))
-    };
-    let hex = shown.split("0x").nth(1).ok_or_else(unexpected)?;
-    let digits: String = hex.chars().take_while(char::is_ascii_hexdigit).collect();
-    let address = usize::from_str_radix(&digits, 16).map_err(|_| unexpected())?;
-    if address == 0 || address % std::mem::align_of::<usize>() != 0 {
-        return Err(unexpected());
-    }
-    let raw = address as *mut sys::llama_context;
-    // SAFETY: the address is the one the wrapper printed for its own non-null context pointer.
-    let (n_ctx, n_batch, n_ubatch) = unsafe {
-        (
-            sys::llama_n_ctx(raw),
-            sys::llama_n_batch(raw),
-            sys::llama_n_ubatch(raw),
-        )
-    };
-    if (n_ctx, n_batch, n_ubatch) != (context.n_ctx(), context.n_batch(), context.n_ubatch()) {
-        return Err(unexpected());
-    }
-    Ok(raw)
 }
 
 #[cfg(test)]

@@ -6,8 +6,7 @@
 //! Key type: [`Vocabulary`]. Cost: one `token_to_piece` call per token at load
 //! (~4 ms for 49k tokens, ~28 ms for 262k), then free lookups.
 
-use llama_cpp_2::model::LlamaModel;
-use llama_cpp_2::token::LlamaToken;
+use super::ffi::RawModel;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Vocabulary {
@@ -18,32 +17,20 @@ pub struct Vocabulary {
 }
 
 impl Vocabulary {
-    pub(super) fn from_model(model: &LlamaModel) -> Self {
-        let vocab = model.vocab();
-        let count = vocab.n_tokens().max(0) as u32;
+    pub(super) fn from_model(model: &RawModel) -> Self {
+        let count = model.n_tokens();
         let mut pieces = Vec::with_capacity(count as usize);
         let mut end_of_generation = Vec::new();
-        for id in 0..count {
-            let token = LlamaToken(id as i32);
-            if vocab.is_eog(token) {
-                end_of_generation.push(id);
+        for token in 0..count {
+            if model.is_end_of_generation(token) {
+                end_of_generation.push(token);
             }
             // Control tokens render as nothing without `special`: exactly what a constraint
             // should see, since they never add text to the output.
-            let piece = if vocab.is_control(token) {
-                Vec::new()
-            } else {
-                vocab.token_to_piece(token, false, None)
-            };
+            let piece = if model.is_control(token) { Vec::new() } else { model.token_bytes(token, false) };
             pieces.push(piece);
         }
-        let bos = vocab.bos().0;
-        Self {
-            pieces,
-            end_of_generation,
-            bos: (bos >= 0 && (bos as u32) < count).then_some(bos as u32),
-            add_bos: vocab.should_add_bos(),
-        }
+        Self { pieces, end_of_generation, bos: model.bos(), add_bos: model.adds_bos() }
     }
 
     /// For tests and tools that build a vocabulary without a model.

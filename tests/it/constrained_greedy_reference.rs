@@ -77,7 +77,7 @@ fn by_definition(model: &Model, prompt: &str, grammar: Arc<CompiledGrammar>) -> 
         let entry = BatchEntry { seq, tokens: &tokens, first_pos: position, want_logits: true };
         let row = context.decode(&[entry]).expect("decode")[0].expect("logits row");
         position += tokens.len() as u32;
-        let logits = context.logits(row);
+        let logits = context.logits(row).expect("logits of the row just decoded");
         let mask = matcher.compute_mask();
         let mut best: Option<(u32, f32)> = None;
         for token in mask.iter_set().filter(|t| (*t as usize) < logits.len()) {

@@ -1,7 +1,7 @@
 //! A model split across two `llamay rpc-worker` processes on loopback, with the real binary
 //! and the real SmolLM2: greedy text through `serve -rpc` equals greedy text without it; an
-//! unreachable worker is a start-up error naming it; `-mem` and `-split` decide what each
-//! worker holds (seen in `/v1/stats`); and a worker lost mid-stream fails that request with an
+//! unreachable worker is a start-up error naming it; free memory and `-split` decide what each
+//! worker holds (seen in `/v1/stats`, as llama.cpp placed it); and a worker lost mid-stream fails that request with an
 //! error naming it while the daemon keeps serving, and reloads the model once it is back.
 //!
 //! Needs smollm2:135m in the store at `$LLAMAY_HOME` (scripts/setup imports it). Every wait is
@@ -155,36 +155,67 @@ fn placement(daemon: &Daemon) -> Vec<(String, String, u64)> {
         .collect()
 }
 
-/// SmolLM2-135M has 30 blocks plus the output layer. Workers advertising 1 PiB each (`-mem`)
-/// outweigh this machine, so they take every block, half each; `-split 1,1,2` gives a quarter
-/// to this CPU, a quarter to the first worker and the rest to the second.
+/// The first and last block of a `/v1/stats` layer range ("0-15", "7"), or `None` for "none".
+fn block_range(layers: &str) -> Option<(u32, u32)> {
+    let (first, last) = layers.split_once('-').unwrap_or((layers, layers));
+    Some((first.parse().ok()?, last.parse().ok()?))
+}
+
+/// SmolLM2-135M has 30 blocks plus the output layer. Two workers on this machine report the
+/// same free memory as its CPU, so each of the three holds about a third of the 31 blocks, the
+/// CPU the first ones; `-split 1,1,2` gives a quarter to this CPU, a quarter to the first worker
+/// and the rest to the second, and llama.cpp's own log of the bytes it put on each worker
+/// agrees with `/v1/stats` (the split reached llama.cpp).
 #[test]
-fn mem_and_split_decide_what_each_worker_holds() {
-    let first_worker = RpcWorker::start(free_port(), &["-mem", "1073741824"]);
-    let second_worker = RpcWorker::start(free_port(), &["-mem", "1073741824"]);
+fn free_memory_and_split_decide_what_each_worker_holds() {
+    let first_worker = RpcWorker::start_any();
+    let second_worker = RpcWorker::start_any();
     let (first, second) = (first_worker.endpoint(), second_worker.endpoint());
     let workers = format!("{first},{second}");
     {
         let daemon = start_daemon(Some(&workers));
         let parts = placement(&daemon);
-        let layers: Vec<(&str, &str)> = parts
+        let devices: Vec<&str> = parts.iter().map(|(d, _, _)| d.as_str()).collect();
+        assert_eq!(devices, ["local CPU", first.as_str(), second.as_str()]);
+        let ranges: Vec<(u32, u32)> = parts
             .iter()
-            .map(|(d, l, _)| (d.as_str(), l.as_str()))
+            .map(|(_, layers, _)| block_range(layers).unwrap_or_else(|| panic!("every part holds blocks: {parts:?}")))
             .collect();
-        assert_eq!(
-            layers,
-            [
-                ("local CPU", "none"),
-                (first.as_str(), "0-15"),
-                (second.as_str(), "16-30")
-            ]
-        );
+        assert_eq!(ranges[0].0, 0, "{parts:?}");
+        assert_eq!(ranges[2].1, 30, "{parts:?}");
+        for pair in ranges.windows(2) {
+            assert_eq!(pair[0].1 + 1, pair[1].0, "ranges follow each other: {parts:?}");
+        }
+        for (first, last) in &ranges {
+            assert!((7..=14).contains(&(last + 1 - first)), "about a third each: {parts:?}");
+        }
         // The input embeddings stay on this CPU; each worker holds weights.
         assert!(parts.iter().all(|(_, _, bytes)| *bytes > 0), "{parts:?}");
     }
-    let daemon = start_daemon_with(Some(&workers), &["-split", "1,1,2"]);
-    let layers: Vec<String> = placement(&daemon).into_iter().map(|(_, l, _)| l).collect();
+    // llama.cpp's own log says how many bytes of weights it put on each worker.
+    let daemon = Daemon::builder()
+        .model(MODEL)
+        .args(["-parallel", "1", "-t", "1", "-context", "512", "-rpc", &workers, "-split", "1,1,2"])
+        .env("RUST_LOG", "info,llama-cpp-2=info")
+        .start();
+    let parts = placement(&daemon);
+    let layers: Vec<&str> = parts.iter().map(|(_, l, _)| l.as_str()).collect();
     assert_eq!(layers, ["0-7", "8-15", "16-30"]);
+    let log = daemon.log();
+    for (endpoint, _, bytes) in &parts[1..] {
+        let placed = llama_model_buffer_mib(&log, endpoint).unwrap_or_else(|| panic!("no buffer of {endpoint} in the log:\n{log}"));
+        let reported = *bytes as f64 / (1024.0 * 1024.0);
+        assert!((placed - reported).abs() <= 0.05 * reported + 1.0, "{endpoint}: llama.cpp placed {placed} MiB, /v1/stats says {reported}");
+    }
+}
+
+/// The size llama.cpp logged for the model weights it put on the worker at `endpoint`
+/// ("RPC0[127.0.0.1:5000] model buffer size =    16.91 MiB").
+fn llama_model_buffer_mib(log: &str, endpoint: &str) -> Option<f64> {
+    let marker = format!("[{endpoint}] model buffer size =");
+    let line = log.lines().find(|line| line.contains(&marker))?;
+    let after = &line[line.find(&marker)? + marker.len()..];
+    after.split_whitespace().next()?.parse().ok()
 }
 
 #[test]
@@ -195,7 +226,7 @@ fn bad_mem_and_split_values_are_named() {
         .expect("run rpc-worker");
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("-mem 0 is not valid"), "stderr: {stderr}");
+    assert!(stderr.contains("-mem 0") && stderr.contains("serve -split"), "stderr: {stderr}");
     let output = llamay()
         .args([
             "serve",

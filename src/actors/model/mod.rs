@@ -646,7 +646,11 @@ fn step(context: &mut Context<'_>, live: &mut [Option<Live>], cache: &mut kv::Sl
             }
         }
         let Some(row) = row else { continue };
-        match entry.job.sampler.step(context.logits(row), &mut split) {
+        let step = match context.logits(row) {
+            Ok(logits) => entry.job.sampler.step(logits, &mut split),
+            Err(error) => Step::Finished { text: String::new(), reason: FinishReason::Error(error.to_string()) },
+        };
+        match step {
             Step::Continue { token, text } => {
                 entry.next_token = Some(token);
                 if let Some(transcript) = entry.job.transcript.as_mut() {

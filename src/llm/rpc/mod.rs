@@ -9,9 +9,9 @@
 //! ggml's RPC client also aborts when a worker is lost in the middle of a computation; that is
 //! not recoverable from outside ggml (see [`install_abort_report`]).
 //!
-//! What a worker advertises (`rpc-worker -mem`) and how a coordinator weighs its workers
-//! (`serve -split`) both go through the one number ggml's split reads, a device's free memory:
-//! [`advertise_memory`] replaces that device's memory query (checked right after).
+//! A coordinator weighs its workers by the free memory each reports, or by `serve -split`
+//! ratios, and hands llama.cpp those weights as the model's `tensor_split` over the workers'
+//! devices ([`RpcPlan::tensor_split`]): llama.cpp's own placement, nothing of ggml patched.
 //!
 //! Cost: one TCP probe and one handshake per worker at start-up; at decode time every
 //! split layer boundary is a network round trip (measured in `benches/rpc_split.rs`).
@@ -20,7 +20,7 @@ use std::ffi::{c_char, c_void, CStr, CString};
 use std::net::{Ipv4Addr, TcpStream, ToSocketAddrs};
 use std::ops::Range;
 use std::path::Path;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use llama_cpp_sys_2 as sys;
@@ -61,8 +61,6 @@ pub enum RpcError {
     LayerCount { path: String, reason: String },
     #[error("split {given:?} is not valid: {reason}")]
     BadSplit { given: Vec<f64>, reason: String },
-    #[error("cannot advertise {what}: {reason}")]
-    Advertise { what: String, reason: String },
 }
 
 /// Whether llama.cpp was compiled with the RPC backend.
@@ -119,14 +117,9 @@ pub fn worker_listen_address(addr: &str, allow_remote: bool) -> Result<String, R
 }
 
 /// Serves this machine's CPU backend to coordinators until the process ends (ggml's server
-/// loop never returns once it listens). `threads` is the CPU backend's thread count;
-/// `advertised_bytes`, when given, is the free and total memory coordinators are told of (the
-/// weight of this worker in their split) instead of this machine's.
-pub fn serve_worker(
-    listen: &str,
-    threads: usize,
-    advertised_bytes: Option<u64>,
-) -> Result<(), RpcError> {
+/// loop never returns once it listens). `threads` is the CPU backend's thread count.
+/// Coordinators are told this machine's free memory, as ggml's server reports it.
+pub fn serve_worker(listen: &str, threads: usize) -> Result<(), RpcError> {
     let start: StartServerFn = {
         let address = rpc_proc(c"ggml_backend_rpc_start_server")?;
         // SAFETY: ggml registers this name for exactly this signature (ggml-rpc.h).
@@ -144,9 +137,6 @@ pub fn serve_worker(
             addr: listen.to_string(),
             reason: "no CPU backend".into(),
         });
-    }
-    if let Some(bytes) = advertised_bytes {
-        advertise_memory(cpu, bytes, bytes, "this worker's memory")?;
     }
     let endpoint = CString::new(listen).map_err(|_| RpcError::BadAddress {
         addr: listen.to_string(),
@@ -173,11 +163,11 @@ pub fn serve_worker(
 pub struct RpcWorker {
     pub endpoint: String,
     device_index: usize,
-    /// What the worker reported when it connected (its `-mem`, or its machine's memory).
+    /// What the worker reported when it connected (its machine's memory).
     pub free_bytes: u64,
     pub total_bytes: u64,
     /// This worker's weight among the workers: its free memory, or its `-split` ratio.
-    weight: u64,
+    weight: f64,
 }
 
 /// The workers this process splits models over.
@@ -332,114 +322,14 @@ pub fn connect(endpoints: &[String], ratios: Option<&[f64]>) -> Result<&'static 
             device_index,
             free_bytes: free as u64,
             total_bytes: total as u64,
-            weight: free as u64,
+            // `-split` names the local CPU first, so this worker's ratio is at its index + 1.
+            weight: ratios.map_or(free as f64, |ratios| ratios.get(workers.len() + 1).copied().unwrap_or(0.0)),
         });
-        if let Some(ratios) = ratios {
-            // llama.cpp splits the offloaded layers over the devices by what they report free;
-            // reporting the ratio (scaled to bytes) makes that split the asked one.
-            let worker_sum: f64 = ratios[1..].iter().sum();
-            let share = if worker_sum > 0.0 {
-                ratios[workers.len()] / worker_sum
-            } else {
-                0.0
-            };
-            let weight = (share * RATIO_SCALE) as u64;
-            advertise_memory(
-                device,
-                weight,
-                total as u64,
-                &format!("split ratio of {endpoint}"),
-            )?;
-            if let Some(last) = workers.last_mut() {
-                last.weight = weight;
-            }
-        }
     }
     Ok(PLAN.get_or_init(|| RpcPlan {
         workers,
         ratios: ratios.map(<[f64]>::to_vec),
     }))
-}
-
-/// A worker's `-split` share is reported to llama.cpp as this many bytes times the share.
-const RATIO_SCALE: f64 = (1u64 << 40) as f64;
-
-/// The first members of ggml's `struct ggml_backend_device` (ggml-backend-impl.h): its
-/// interface opens with `get_name`, `get_description`, `get_memory`.
-#[repr(C)]
-struct DeviceHead {
-    get_name: *const c_void,
-    get_description: *const c_void,
-    get_memory: Option<unsafe extern "C" fn(sys::ggml_backend_dev_t, *mut usize, *mut usize)>,
-}
-
-/// Devices whose memory query [`advertise_memory`] replaced: (device address, free, total).
-static ADVERTISED: Mutex<Vec<(usize, u64, u64)>> = Mutex::new(Vec::new());
-
-/// ggml's memory query for the devices in [`ADVERTISED`].
-///
-/// # Safety
-/// Called by ggml only, as a device's `get_memory`, with `free` and `total` null or writable.
-unsafe extern "C" fn advertised_memory(
-    device: sys::ggml_backend_dev_t,
-    free: *mut usize,
-    total: *mut usize,
-) {
-    let table = ADVERTISED
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let (f, t) = table
-        .iter()
-        .find(|(address, _, _)| *address == device as usize)
-        .map_or((0, 0), |&(_, f, t)| (f, t));
-    // SAFETY: ggml passes two writable out-parameters.
-    unsafe {
-        if !free.is_null() {
-            *free = f as usize;
-        }
-        if !total.is_null() {
-            *total = t as usize;
-        }
-    }
-}
-
-/// Makes `device` report `free` and `total` bytes from now on, to ggml's split and to the
-/// coordinators that ask a worker. Done before any model loads or any coordinator connects;
-/// verified through ggml's own query, so a different ggml layout is an error, not a guess.
-fn advertise_memory(
-    device: sys::ggml_backend_dev_t,
-    free: u64,
-    total: u64,
-    what: &str,
-) -> Result<(), RpcError> {
-    let fail = |reason: &str| RpcError::Advertise {
-        what: what.to_string(),
-        reason: reason.to_string(),
-    };
-    if device.is_null() {
-        return Err(fail("no such device"));
-    }
-    {
-        let mut table = ADVERTISED
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        table.retain(|(address, _, _)| *address != device as usize);
-        table.push((device as usize, free, total));
-    }
-    // SAFETY: `device` points at a live, writable `ggml_backend_device` (ggml keeps the CPU's and
-    // each RPC one for the process's life), whose interface starts as `DeviceHead` describes.
-    let (mut reported_free, mut reported_total) = (0usize, 0usize);
-    unsafe {
-        let head = device.cast::<DeviceHead>();
-        (*head).get_memory = Some(advertised_memory);
-        sys::ggml_backend_dev_memory(device, &mut reported_free, &mut reported_total);
-    }
-    if (reported_free as u64, reported_total as u64) != (free, total) {
-        return Err(fail(
-            "ggml's device layout is not the one this build expects",
-        ));
-    }
-    Ok(())
 }
 
 /// Every worker checked with a TCP connect (no ggml: safe in a process that must not abort);
@@ -490,6 +380,12 @@ impl RpcPlan {
     /// ggml device indices of the workers, in order (for the model params' device list).
     pub fn device_indices(&self) -> Vec<usize> {
         self.workers.iter().map(|w| w.device_index).collect()
+    }
+
+    /// Each worker's share of the offloaded layers, in the order of [`RpcPlan::device_indices`]
+    /// (llama.cpp's `tensor_split`, which it normalises).
+    pub fn tensor_split(&self) -> Vec<f32> {
+        self.workers.iter().map(|w| w.weight as f32).collect()
     }
 
     /// Layers offloaded to the workers (llama.cpp's `n_gpu_layers`): the workers' share of all

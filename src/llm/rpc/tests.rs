@@ -52,7 +52,7 @@ fn worker(endpoint: &str, weight: u64) -> RpcWorker {
         device_index: 0,
         free_bytes: weight,
         total_bytes: weight,
-        weight,
+        weight: weight as f64,
     }
 }
 
