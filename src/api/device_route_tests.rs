@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use crate::daemon::banner::device_lines;
 use super::test_support::{FakeCatalog, ScriptedLoader};
-use super::{build_app, AppState};
+use super::{build_app, AppState, RouteSettings};
 use crate::service::GenerationPolicy;
 use crate::actors::memory::testing::{estimate, FakeGpu, GIB};
 use crate::actors::memory::{MemoryProbe, NoProbe};
@@ -44,7 +44,7 @@ fn state(probe: impl MemoryProbe + 'static) -> web::Data<AppState> {
     let supervisor = Supervisor::new(Arc::new(PlacedLoader(ScriptedLoader::new())), config)
         .with_memory(Arc::new(probe), None)
         .start();
-    web::Data::new(AppState::new(supervisor, Arc::new(FakeCatalog), GenerationPolicy::default(), 64 * 1024))
+    web::Data::new(AppState::new(supervisor, Arc::new(FakeCatalog), GenerationPolicy::default(), RouteSettings::new(64 * 1024)))
 }
 
 type Request = actix_http::Request;

@@ -48,15 +48,10 @@ use crate::core::{ModelAdmin, ModelCatalog};
 use crate::error::{CoreError, ErrorCode};
 use crate::service::{GenerationPolicy, GenerationService};
 
-/// What every handler shares.
-pub struct AppState {
-    pub supervisor: Addr<Supervisor>,
-    pub catalog: Arc<dyn ModelCatalog>,
-    /// Validates and runs every generation the routes ask for.
-    pub generation: GenerationService,
+/// What the routes take from the daemon's configuration, given once when the state is built.
+#[derive(Debug, Clone)]
+pub struct RouteSettings {
     pub max_body_bytes: usize,
-    pub started_at: Instant,
-    pub shutting_down: AtomicBool,
     /// When set, every route but `/health` requires this key (see [`auth`]).
     pub api_key: Option<auth::ApiKey>,
     /// Browser origins allowed to call (CORS); none by default.
@@ -65,32 +60,77 @@ pub struct AppState {
     pub host_check: host_check::HostCheck,
     /// Time a request's body may take to arrive (see [`limits`]).
     pub request_body_timeout: Duration,
-    /// Pull, copy, delete and create; `None` when the daemon has no writable store.
-    pub admin: Option<Arc<dyn ModelAdmin>>,
-    /// What `/metrics` counts beyond the supervisor's snapshot.
-    pub metrics: Arc<metrics::Metrics>,
-    /// Named contexts (issue 11).
-    pub contexts: Arc<crate::contexts::ContextRegistry>,
     /// RPC workers the models are split over (`serve -rpc`), shown by `/v1/stats`.
     pub rpc_workers: Vec<String>,
-    /// Context snapshots in the model store; `None` when the store is read-only.
-    pub snapshots: Option<Arc<crate::contexts::snapshots::SnapshotShelf>>,
     /// The model embedding routes use when a request names none (`serve -embed`).
     pub embed_model: Option<String>,
     /// The model rerank routes use when a request names none (`serve -rerank`).
     pub rerank_model: Option<String>,
 }
 
+impl RouteSettings {
+    /// No key, no origins, loopback host names, no RPC workers, no default encoder or reranker.
+    pub fn new(max_body_bytes: usize) -> Self {
+        Self {
+            max_body_bytes,
+            api_key: None,
+            origins: Vec::new(),
+            host_check: host_check::HostCheck::default(),
+            request_body_timeout: limits::HttpLimits::default().request_body_timeout,
+            rpc_workers: Vec::new(),
+            embed_model: None,
+            rerank_model: None,
+        }
+    }
+}
+
+/// What every handler shares. Built once (fields are the routes' own); the daemon reaches it
+/// only through the methods below.
+pub struct AppState {
+    supervisor: Addr<Supervisor>,
+    catalog: Arc<dyn ModelCatalog>,
+    /// Validates and runs every generation the routes ask for.
+    generation: GenerationService,
+    max_body_bytes: usize,
+    started_at: Instant,
+    shutting_down: AtomicBool,
+    api_key: Option<auth::ApiKey>,
+    origins: Vec<String>,
+    host_check: host_check::HostCheck,
+    request_body_timeout: Duration,
+    /// Pull, copy, delete and create; `None` when the daemon has no writable store.
+    admin: Option<Arc<dyn ModelAdmin>>,
+    /// What `/metrics` counts beyond the supervisor's snapshot.
+    metrics: Arc<metrics::Metrics>,
+    /// Named contexts (issue 11).
+    contexts: Arc<crate::contexts::ContextRegistry>,
+    rpc_workers: Vec<String>,
+    /// Context snapshots in the model store; `None` when the store is read-only.
+    snapshots: Option<Arc<crate::contexts::snapshots::SnapshotShelf>>,
+    embed_model: Option<String>,
+    rerank_model: Option<String>,
+}
+
 impl AppState {
-    /// The state of an app whose generations follow `policy`.
+    /// The state of an app whose generations follow `policy` and whose routes follow `settings`.
     pub fn new(
         supervisor: Addr<Supervisor>,
         catalog: Arc<dyn ModelCatalog>,
         policy: GenerationPolicy,
-        max_body_bytes: usize,
+        settings: RouteSettings,
     ) -> Self {
         let contexts = Arc::new(crate::contexts::ContextRegistry::new());
         let metrics = Arc::new(metrics::Metrics::new());
+        let RouteSettings {
+            max_body_bytes,
+            api_key,
+            origins,
+            host_check,
+            request_body_timeout,
+            rpc_workers,
+            embed_model,
+            rerank_model,
+        } = settings;
         AppState {
             generation: GenerationService::new(supervisor.clone(), Arc::clone(&contexts), policy)
                 .with_book(metrics.clone()),
@@ -99,17 +139,17 @@ impl AppState {
             max_body_bytes,
             started_at: Instant::now(),
             shutting_down: AtomicBool::new(false),
-            api_key: None,
-            origins: Vec::new(),
-            host_check: host_check::HostCheck::default(),
-            request_body_timeout: limits::HttpLimits::default().request_body_timeout,
+            api_key,
+            origins,
+            host_check,
+            request_body_timeout,
             admin: None,
             metrics,
             contexts,
-            rpc_workers: Vec::new(),
+            rpc_workers,
             snapshots: None,
-            embed_model: None,
-            rerank_model: None,
+            embed_model,
+            rerank_model,
         }
     }
 
@@ -117,6 +157,30 @@ impl AppState {
     pub fn with_admin(mut self, admin: Arc<dyn ModelAdmin>) -> Self {
         self.admin = Some(admin);
         self
+    }
+
+    /// The same state with context snapshots kept on `shelf`.
+    pub fn with_snapshots(mut self, shelf: Arc<crate::contexts::snapshots::SnapshotShelf>) -> Self {
+        self.snapshots = Some(shelf);
+        self
+    }
+
+    /// The named contexts' registry, for the daemon to set its limits and start its sweeper.
+    pub fn contexts(&self) -> &Arc<crate::contexts::ContextRegistry> {
+        &self.contexts
+    }
+
+    pub fn generation(&self) -> &GenerationService {
+        &self.generation
+    }
+
+    pub fn requires_api_key(&self) -> bool {
+        self.api_key.is_some()
+    }
+
+    /// From now on requests get 503 (a stopping daemon); running ones finish.
+    pub fn begin_shutdown(&self) {
+        self.shutting_down.store(true, std::sync::atomic::Ordering::Release);
     }
 }
 

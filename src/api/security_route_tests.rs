@@ -20,18 +20,22 @@ use super::auth::ApiKey;
 use super::limits::HttpLimits;
 use super::server::start_http;
 use super::test_support::{FakeCatalog, ScriptedLoader};
-use super::{build_app, AppState};
+use super::{build_app, AppState, RouteSettings};
 use crate::actors::supervisor::{Supervisor, SupervisorConfig};
 use crate::core::KeepAlive;
 
 fn state() -> AppState {
+    state_with(RouteSettings::new(64 * 1024))
+}
+
+fn state_with(settings: RouteSettings) -> AppState {
     let config = SupervisorConfig {
         max_loaded: 2,
         default_keep_alive: KeepAlive::For(Duration::from_secs(300)),
         max_queue: 8,
     };
     let supervisor = Supervisor::new(Arc::new(ScriptedLoader::new()), config).start();
-    AppState::new(supervisor, Arc::new(FakeCatalog), GenerationPolicy::default(), 64 * 1024)
+    AppState::new(supervisor, Arc::new(FakeCatalog), GenerationPolicy::default(), settings)
 }
 
 struct Answer {
@@ -221,9 +225,7 @@ async fn a_name_that_merely_ends_in_gguf_is_a_name_looked_up_in_the_store() {
 }
 
 fn keyed_app_state() -> web::Data<AppState> {
-    let mut state = state();
-    state.api_key = Some(ApiKey::new("k-123"));
-    web::Data::new(state)
+    web::Data::new(state_with(RouteSettings { api_key: Some(ApiKey::new("k-123")), ..RouteSettings::new(64 * 1024) }))
 }
 
 /// One request per route, as its API's client sends it.
@@ -366,9 +368,8 @@ async fn an_unauthorized_request_is_refused_before_its_body_is_read() {
 }
 
 fn app_state_with_origins(origins: &[&str]) -> web::Data<AppState> {
-    let mut state = state();
-    state.origins = origins.iter().map(|o| o.to_string()).collect();
-    web::Data::new(state)
+    let origins = origins.iter().map(|o| o.to_string()).collect();
+    web::Data::new(state_with(RouteSettings { origins, ..RouteSettings::new(64 * 1024) }))
 }
 
 fn preflight(origin: &str) -> test::TestRequest {
@@ -447,9 +448,11 @@ async fn no_origin_is_allowed_by_default_and_a_star_allows_any() {
 
 #[actix_web::test]
 async fn a_preflight_needs_no_key_but_the_request_after_it_does() {
-    let mut state = state();
-    state.api_key = Some(ApiKey::new("k-123"));
-    state.origins = vec!["http://localhost:3000".into()];
+    let state = state_with(RouteSettings {
+        api_key: Some(ApiKey::new("k-123")),
+        origins: vec!["http://localhost:3000".into()],
+        ..RouteSettings::new(64 * 1024)
+    });
     let app = test::init_service(build_app(web::Data::new(state))).await;
     assert_eq!(
         send(&app, preflight("http://localhost:3000").to_request())
@@ -486,8 +489,7 @@ fn short_limits() -> HttpLimits {
 }
 
 async fn serving(limits: HttpLimits) -> (actix_web::dev::ServerHandle, SocketAddr) {
-    let mut app_state = state();
-    app_state.request_body_timeout = limits.request_body_timeout;
+    let app_state = state_with(RouteSettings { request_body_timeout: limits.request_body_timeout, ..RouteSettings::new(64 * 1024) });
     let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}"));
     let (server, bound) = start_http(web::Data::new(app_state), &limits, &[loopback])
         .unwrap_or_else(|e| panic!("cannot bind loopback: {e}"));

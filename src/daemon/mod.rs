@@ -14,7 +14,6 @@ pub mod banner;
 pub mod store;
 
 use std::io;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use actix::Actor;
@@ -26,7 +25,7 @@ use crate::actors::supervisor::{acquire, Shutdown, GetStatus, Supervisor, Superv
 use crate::api::auth::ApiKey;
 use crate::api::limits::HttpLimits;
 use crate::api::server::{start_http, ACCEPT_HEADROOM, SHUTDOWN_GRACE_SECONDS};
-use crate::api::AppState;
+use crate::api::{AppState, RouteSettings};
 use crate::config::Config;
 use crate::contexts::snapshots::SnapshotShelf;
 use crate::core::{Constraint, ConstraintSource, ModelAdmin, ModelCatalog, ModelInfo, TokenLimits};
@@ -113,29 +112,35 @@ impl Daemon {
             compile_threads: config.compile_threads,
             compile_queue: config.compile_queue,
         };
-        let mut app_state = AppState::new(supervisor.clone(), catalog, policy, config.max_body_bytes);
-        app_state.api_key = config.api_key.as_ref().map(|key| ApiKey::new(&key.0));
-        app_state.origins = config.origins.clone();
-        app_state.host_check = crate::api::host_check::HostCheck::new(&config.addr, &config.allowed_hosts);
-        app_state.request_body_timeout = config.request_body_timeout;
-        app_state.rpc_workers = config.rpc.clone();
-        app_state.embed_model = config.embed.clone();
-        app_state.rerank_model = config.rerank.clone();
+        let settings = RouteSettings {
+            max_body_bytes: config.max_body_bytes,
+            api_key: config.api_key.as_ref().map(|key| ApiKey::new(&key.0)),
+            origins: config.origins.clone(),
+            host_check: crate::api::host_check::HostCheck::new(&config.addr, &config.allowed_hosts),
+            request_body_timeout: config.request_body_timeout,
+            rpc_workers: config.rpc.clone(),
+            embed_model: config.embed.clone(),
+            rerank_model: config.rerank.clone(),
+        };
+        let mut app_state = AppState::new(supervisor.clone(), catalog, policy, settings);
         if let Some(admin) = admin {
             app_state = app_state.with_admin(admin);
         }
+        let contexts = app_state.contexts();
         if let Some(shelf) = &snapshots {
-            if let Err(error) = app_state.contexts.set_spill_dir(shelf.parked_dir()) {
+            if let Err(error) = contexts.set_spill_dir(shelf.parked_dir()) {
                 tracing::warn!(%error, "parked contexts past -context-memory are dropped, not stored: the store's parked/ directory is not usable");
             }
         }
-        app_state.snapshots = snapshots;
         if let Some(id) = &config.daemon_id {
-            app_state.contexts.set_daemon_id(id);
+            contexts.set_daemon_id(id);
         }
-        app_state.contexts.set_memory_limit(config.context_memory);
-        app_state.contexts.set_max_contexts(config.max_contexts);
-        app_state.contexts.start_sweeper()?;
+        contexts.set_memory_limit(config.context_memory);
+        contexts.set_max_contexts(config.max_contexts);
+        contexts.start_sweeper()?;
+        if let Some(shelf) = snapshots {
+            app_state = app_state.with_snapshots(shelf);
+        }
         let state = web::Data::new(app_state);
         let limits = HttpLimits {
             client_request_timeout: config.client_request_timeout,
@@ -145,9 +150,9 @@ impl Daemon {
         };
         crate::platform::raise_open_file_limit(limits.max_connections.saturating_mul(ACCEPT_HEADROOM));
         let (server, bound) = start_http(state.clone(), &limits, &config.socket_addrs()?)?;
-        warn_if_exposed(&bound, state.api_key.is_some());
+        warn_if_exposed(&bound, state.requires_api_key());
         let bound: Vec<String> = bound.iter().map(ToString::to_string).collect();
-        print_banner(&config, preloaded.as_ref(), &bound, state.generation.lexicon_count());
+        print_banner(&config, preloaded.as_ref(), &bound, state.generation().lexicon_count());
         if config.rpc.is_empty() {
             if let Ok(status) = supervisor.send(GetStatus).await {
                 for line in device_lines(&status) {
@@ -170,7 +175,7 @@ impl Daemon {
                 tracing::info!(signal, "stopping: no new connections, waiting requests fail, running ones finish");
             }
         }
-        state.shutting_down.store(true, Ordering::Release);
+        state.begin_shutdown();
         let busy = supervisor.send(Shutdown).await.unwrap_or(0);
         if busy > 0 {
             tracing::info!(

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use actix_web::web;
 use llamay::api::limits::HttpLimits;
+use llamay::api::RouteSettings;
 use llamay::api::server::start_http;
 use serde_json::{json, Value};
 
@@ -17,9 +18,12 @@ const OTHER_CHAT: &str = "gemma3:270m";
 
 /// The real daemon on a free loopback port; returns its base URL.
 fn start_daemon() -> String {
-    let mut state = crate::in_process::store_backed_state(2048, 2, 8 << 20);
-    state.embed_model = Some(ENCODER.to_string());
-    state.rerank_model = Some(CHAT.to_string());
+    let routes = RouteSettings {
+        embed_model: Some(ENCODER.to_string()),
+        rerank_model: Some(CHAT.to_string()),
+        ..RouteSettings::new(8 << 20)
+    };
+    let state = crate::in_process::store_backed_state(2048, 2, routes);
     let addr = "127.0.0.1:0".parse().unwrap();
     let (server, bound) =
         start_http(web::Data::new(state), &HttpLimits::default(), &[addr]).expect("bind");

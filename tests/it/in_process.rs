@@ -11,7 +11,7 @@ use std::time::Duration;
 use actix::Actor;
 use llamay::actors::model::{StoreLoader, WorkerSettings};
 use llamay::actors::supervisor::{Supervisor, SupervisorConfig};
-use llamay::api::AppState;
+use llamay::api::{AppState, RouteSettings};
 use llamay::service::GenerationPolicy;
 use llamay::core::KeepAlive;
 use llamay::llm::ContextParams;
@@ -20,8 +20,8 @@ use llamay::store::Store;
 
 /// State of a daemon over the default store (where scripts/setup imports the test models):
 /// one llama.cpp thread and two sequences per model of `n_ctx` tokens, at most `max_loaded`
-/// models, a queue of 8, bodies up to `max_body_bytes`. Must be called inside an actix system.
-pub fn store_backed_state(n_ctx: u32, max_loaded: usize, max_body_bytes: usize) -> AppState {
+/// models, a queue of 8, routes as `routes` say. Must be called inside an actix system.
+pub fn store_backed_state(n_ctx: u32, max_loaded: usize, routes: RouteSettings) -> AppState {
     let store = Arc::new(Store::open(&Store::default_home()).expect("the model store (scripts/setup fills it)"));
     let settings = WorkerSettings {
         context: ContextParams { n_ctx, threads: 1, sequences: 2, ..ContextParams::default() },
@@ -34,5 +34,5 @@ pub fn store_backed_state(n_ctx: u32, max_loaded: usize, max_body_bytes: usize) 
         max_queue: 8,
     };
     let supervisor = Supervisor::new(loader, config).start();
-    AppState::new(supervisor, Arc::new(StoreCatalog::new(store)), GenerationPolicy::default(), max_body_bytes)
+    AppState::new(supervisor, Arc::new(StoreCatalog::new(store)), GenerationPolicy::default(), routes)
 }

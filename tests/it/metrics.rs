@@ -16,7 +16,7 @@ const MODEL: &str = "smollm2:135m";
 const OTHER_MODEL: &str = "gemma3:270m";
 
 fn state() -> web::Data<AppState> {
-    web::Data::new(crate::in_process::store_backed_state(1024, 1, 1 << 20))
+    web::Data::new(crate::in_process::store_backed_state(1024, 1, llamay::api::RouteSettings::new(1 << 20)))
 }
 
 fn value(scrape: &Scrape, name: &str, labels: &[(&str, &str)]) -> Option<f64> {

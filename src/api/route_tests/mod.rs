@@ -12,7 +12,7 @@ use actix_web::{test, web};
 use serde_json::{json, Value};
 
 use super::test_support::{FakeCatalog, ScriptedLoader};
-use super::{build_app, AppState};
+use super::{build_app, AppState, RouteSettings};
 use crate::service::GenerationPolicy;
 use crate::actors::supervisor::{acquire, Supervisor, SupervisorConfig};
 use crate::core::{Constraint, ConstraintSource, KeepAlive};
@@ -37,7 +37,7 @@ fn harness(max_loaded: usize, max_queue: usize) -> Harness {
         supervisor,
         Arc::new(FakeCatalog),
         GenerationPolicy::default(),
-        BODY_LIMIT,
+        RouteSettings::new(BODY_LIMIT),
     ));
     Harness { state, in_use }
 }
@@ -544,7 +544,7 @@ async fn the_grammar_file_applies_unless_the_request_brings_its_own_constraint()
         supervisor,
         Arc::new(FakeCatalog),
         GenerationPolicy { default_grammar: Some(grammar), ..Default::default() },
-        BODY_LIMIT,
+        RouteSettings::new(BODY_LIMIT),
     ));
     let app = test::init_service(build_app(state.clone())).await;
     let body = call!(app, post, "/v1/chat/completions", chat_body("tiny:1m", "x")).json();
@@ -605,7 +605,7 @@ async fn max_tokens_gets_the_configured_default_and_is_clamped_to_the_limit() {
     let supervisor = Supervisor::new(Arc::new(loader), config).start();
     let token_limits = crate::core::TokenLimits { default_max_tokens: 1, max_tokens_limit: 2 };
     let state =
-        AppState::new(supervisor, Arc::new(FakeCatalog), GenerationPolicy { token_limits, ..Default::default() }, BODY_LIMIT);
+        AppState::new(supervisor, Arc::new(FakeCatalog), GenerationPolicy { token_limits, ..Default::default() }, RouteSettings::new(BODY_LIMIT));
     let app = test::init_service(build_app(web::Data::new(state))).await;
 
     let mut body = chat_body("tiny:1m", "x");
@@ -665,7 +665,7 @@ async fn llamay_formats_enforce_refuses_a_format_with_a_pattern_and_the_default_
     )
     .start();
     let formats = crate::grammar::schema::FormatMode::Enforce;
-    let state = AppState::new(supervisor, Arc::new(FakeCatalog), GenerationPolicy { formats, ..Default::default() }, BODY_LIMIT);
+    let state = AppState::new(supervisor, Arc::new(FakeCatalog), GenerationPolicy { formats, ..Default::default() }, RouteSettings::new(BODY_LIMIT));
     let app = test::init_service(build_app(web::Data::new(state))).await;
     openai.as_object_mut().map(|body| body.remove("llamay_formats"));
     assert_eq!(call!(app, post, "/v1/chat/completions", openai.clone()).status, StatusCode::BAD_REQUEST);
