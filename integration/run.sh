@@ -23,12 +23,7 @@ if [ ! -x "$bin" ]; then
   cargo build --release
 fi
 # A requirements file newer than the last install (a package was added) installs again.
-if [ ! -x "$venv/bin/pytest" ] || [ integration/requirements.txt -nt "$venv/.requirements-installed" ]; then
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --upgrade pip
-  "$venv/bin/pip" install --quiet -r integration/requirements.txt
-  touch "$venv/.requirements-installed"
-fi
+./integration/venv.sh
 
 port=$("$venv/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 log=$(mktemp -t llamay-integration.XXXXXX)
