@@ -73,11 +73,11 @@ fn plain_loop(model: &Model, context_params: &ContextParams, prompt: &str, token
     let mut context = model.new_context(context_params).expect("context");
     let seq = context.seq(0).expect("one sequence");
     let prompt = model.tokenize(prompt, true, false).expect("tokenize");
-    let prompt_entry = BatchEntry { seq, tokens: &prompt, first_pos: 0, want_logits: true };
+    let prompt_entry = BatchEntry { seq, tokens: &prompt, first_pos: 0, logits: 1 };
     context.decode(&[prompt_entry]).expect("warm-up decode");
     context.clear(seq);
     let start = Instant::now();
-    let mut row = context.decode(&[prompt_entry]).expect("decode prompt")[0].expect("logits row");
+    let mut row = *context.decode(&[prompt_entry]).expect("decode prompt")[0].last().expect("logits row");
     let prompt_time = start.elapsed();
     let mut position = prompt.len() as u32;
     let start = Instant::now();
@@ -90,8 +90,8 @@ fn plain_loop(model: &Model, context_params: &ContextParams, prompt: &str, token
             .max_by(|a, b| a.1.total_cmp(b.1))
             .map(|(i, _)| i as u32)
             .unwrap_or(0);
-        let entry = BatchEntry { seq, tokens: &[next], first_pos: position, want_logits: true };
-        row = context.decode(&[entry]).expect("decode")[0].expect("logits row");
+        let entry = BatchEntry { seq, tokens: &[next], first_pos: position, logits: 1 };
+        row = *context.decode(&[entry]).expect("decode")[0].last().expect("logits row");
         position += 1;
         generated += 1;
     }

@@ -5,6 +5,7 @@
 //!
 //! `actors` never imports `service` or `api`.
 
+pub mod drafts;
 pub mod embedding_model;
 pub mod memory;
 pub mod messages;

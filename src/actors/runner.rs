@@ -29,7 +29,7 @@ use tokio::sync::mpsc;
 use super::messages::{CancelToken, Generate, Generation, LoadedModel, ModelLoader};
 use super::model::{StoreLoader, WorkerSettings};
 use crate::core::{
-    Completion, ConstraintKind, ConstraintSource, ContextRequest, CoreError, DevicePlacement, FinishReason,
+    Completion, ConstraintKind, ConstraintSource, ContextRequest, CoreError, DevicePlacement, DraftCounts, FinishReason,
     ModelInfo, ModelTotals, PromptInput, SamplingParams, StepSplit, StreamEvent, ToolChoice,
     ValidGenerateRequest,
 };
@@ -106,6 +106,9 @@ pub struct WireRequest {
     pub parallel_tool_calls: bool,
     /// Ollama's `context` tokens.
     pub context_tokens: Option<Vec<u32>>,
+    /// Whether drafts are verified with each sampled token (the daemon resolved its default).
+    #[serde(default)]
+    pub accelerate: Option<bool>,
 }
 
 impl WireRequest {
@@ -144,6 +147,7 @@ impl WireRequest {
             tool_choice: request.tool_choice,
             parallel_tool_calls: request.parallel_tool_calls,
             context_tokens,
+            accelerate: request.accelerate,
         })
     }
 }
@@ -190,6 +194,8 @@ pub struct WireTotals {
     /// Durations as serde writes them (seconds and nanoseconds), so the sums cross exactly.
     #[serde(default)]
     pub step_split: StepSplit,
+    #[serde(default)]
+    pub drafts: DraftCounts,
 }
 
 impl WireTotals {
@@ -204,6 +210,7 @@ impl WireTotals {
             prefix_reuse_hits: totals.prefix_reuse_hits,
             prefix_tokens_saved: totals.prefix_tokens_saved,
             step_split: totals.step_split,
+            drafts: totals.drafts,
         }
     }
 
@@ -219,6 +226,7 @@ impl WireTotals {
             prefix_reuse_hits: self.prefix_reuse_hits,
             prefix_tokens_saved: self.prefix_tokens_saved,
             step_split: self.step_split,
+            drafts: self.drafts,
         }
     }
 }

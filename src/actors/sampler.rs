@@ -139,6 +139,15 @@ impl SequenceSampler {
         self.generated
     }
 
+    /// Tokens the budget still allows.
+    pub fn remaining(&self) -> u32 {
+        self.max_tokens.saturating_sub(self.generated)
+    }
+
+    pub fn constraint_mut(&mut self) -> Option<&mut OutputConstraint> {
+        self.constraint.as_mut()
+    }
+
     pub fn last_token(&self) -> Option<u32> {
         self.last_token
     }

@@ -25,6 +25,7 @@ const KNOWN: &[&str] = &[
     "llamay_lexicon",
     "llamay_context",
     "llamay_context_commit",
+    "llamay_accelerate",
 ];
 
 #[derive(Debug, Default, Deserialize)]
@@ -40,6 +41,8 @@ pub struct LlamayFields {
     pub llamay_context: Option<String>,
     #[serde(default)]
     pub llamay_context_commit: bool,
+    /// Drafts verified with each sampled token; `false` decodes one token per step.
+    pub llamay_accelerate: Option<bool>,
     /// The names of the request's other fields, to find a misspelt `llamay_*` one.
     #[serde(flatten)]
     others: BTreeMap<String, IgnoredAny>,

@@ -46,6 +46,12 @@ pub async fn stats(state: web::Data<AppState>) -> HttpResponse {
                     "tokens_per_second": totals.tokens_per_second(),
                     "prefix_reuse_hits": totals.prefix_reuse_hits,
                     "prefix_tokens_saved": totals.prefix_tokens_saved,
+                    "drafts": {
+                        "forced": totals.drafts.forced,
+                        "copied": totals.drafts.copied,
+                        "accepted": totals.drafts.accepted,
+                        "steps_saved": totals.drafts.accepted,
+                    },
                     "step_seconds": totals
                         .step_split
                         .phases()

@@ -36,6 +36,9 @@ pub struct ServeArgs {
     /// llama.cpp's flash attention: on or off.
     #[arg(long = "flash-attn")]
     pub flash_attn: Option<String>,
+    /// Drafts (forced bytes, copies from the prompt) verified in one decode: on or off.
+    #[arg(long = "accelerate")]
+    pub accelerate: Option<String>,
     /// A GBNF grammar applied to every request.
     #[arg(long = "grammar-file")]
     pub grammar_file: Option<PathBuf>,
@@ -103,6 +106,7 @@ pub const SINGLE_DASH_LONG_FLAGS: &[&str] = &[
     "config",
     "model",
     "flash-attn",
+    "accelerate",
     // run
     "deny",
     "prompt",

@@ -27,9 +27,9 @@ pub use environment::{
     environment, Environment, ADDR_ENV, API_KEY_ENV, DEFAULT_ADDR, HOME_ENV, REGISTRY_ENV,
 };
 pub use args::{normalize_single_dash_flags, ServeArgs, SINGLE_DASH_LONG_FLAGS};
-pub use values::{parse_formats, parse_gpu_layers};
+pub use values::{parse_formats, parse_gpu_layers, parse_on_off};
 use values::{
-    parse_env, parse_keepalive, parse_kv, parse_memory, parse_on_off, parse_split, parse_timeout,
+    parse_env, parse_keepalive, parse_kv, parse_memory, parse_split, parse_timeout,
     split_origins, split_workers, valid_api_key, valid_host_and_port, valid_origin,
 };
 
@@ -114,6 +114,9 @@ pub struct Config {
     pub max_connections: usize,
     /// llama.cpp's flash attention (with the f16 KV cache, the faster default measured on CPU).
     pub flash_attention: bool,
+    /// Requests that do not say (`llamay_accelerate`) decode drafts with each sampled token:
+    /// forced bytes and copies from the prompt, verified, so the output is the same.
+    pub accelerate: bool,
     /// Whether a schema's `format` constrains strings (a request's `llamay_formats` wins).
     pub formats: crate::grammar::schema::FormatMode,
     /// RPC workers, host:port, that every model's layers are split over (none: this CPU only).
@@ -178,6 +181,7 @@ impl Default for Config {
             http_keep_alive: Duration::from_secs(5),
             max_connections: 1024,
             flash_attention: true,
+            accelerate: true,
             formats: crate::grammar::schema::FormatMode::Ignore,
             rpc: Vec::new(),
             split: Vec::new(),
@@ -239,6 +243,7 @@ struct FileConfig {
     http_keep_alive: Option<toml::Value>,
     max_connections: Option<usize>,
     flash_attention: Option<bool>,
+    accelerate: Option<bool>,
     formats: Option<String>,
     rpc: Option<Vec<String>>,
     split: Option<Vec<f64>>,
@@ -361,6 +366,7 @@ impl Config {
         }
         set(&mut self.max_connections, file.max_connections);
         set(&mut self.flash_attention, file.flash_attention);
+        set(&mut self.accelerate, file.accelerate);
         if let Some(formats) = file.formats {
             self.formats = parse_formats(&formats)?;
         }
@@ -451,6 +457,9 @@ impl Config {
         if let Some(text) = env("LLAMAY_FLASH_ATTENTION") {
             self.flash_attention = parse_on_off("flash_attention", &text)?;
         }
+        if let Some(text) = env("LLAMAY_ACCELERATE") {
+            self.accelerate = parse_on_off("accelerate", &text)?;
+        }
         if let Some(formats) = env("LLAMAY_FORMATS") {
             self.formats = parse_formats(&formats)?;
         }
@@ -520,6 +529,9 @@ impl Config {
         }
         if let Some(text) = &args.flash_attn {
             self.flash_attention = parse_on_off("flash_attention", text)?;
+        }
+        if let Some(text) = &args.accelerate {
+            self.accelerate = parse_on_off("accelerate", text)?;
         }
         if let Some(workers) = &args.rpc {
             self.rpc = split_workers(workers);

@@ -18,6 +18,18 @@ fn defaults_match_the_issue() {
 }
 
 #[test]
+fn acceleration_is_on_unless_the_env_or_the_flag_turns_it_off() {
+    assert!(Config::load_with_env(&ServeArgs::default(), no_env).unwrap().accelerate);
+    let env = |key: &str| (key == "LLAMAY_ACCELERATE").then(|| "off".to_string());
+    assert!(!Config::load_with_env(&ServeArgs::default(), env).unwrap().accelerate);
+    let args = ServeArgs { accelerate: Some("on".into()), ..ServeArgs::default() };
+    assert!(Config::load_with_env(&args, env).unwrap().accelerate);
+    let args = ServeArgs { accelerate: Some("maybe".into()), ..ServeArgs::default() };
+    let error = Config::load_with_env(&args, no_env).unwrap_err().to_string();
+    assert!(error.contains("accelerate") && error.contains("on or off"), "{error}");
+}
+
+#[test]
 fn flash_attention_is_switched_by_file_env_and_flag() {
     let env = |key: &str| (key == "LLAMAY_FLASH_ATTENTION").then(|| "off".to_string());
     assert!(!Config::load_with_env(&ServeArgs::default(), env).unwrap().flash_attention);

@@ -96,7 +96,7 @@ pub(super) fn parse_memory(key: &'static str, text: &str) -> Result<u64, ConfigE
 }
 
 /// `-flash-attn` and its file and environment spellings.
-pub(super) fn parse_on_off(key: &'static str, text: &str) -> Result<bool, ConfigError> {
+pub fn parse_on_off(key: &'static str, text: &str) -> Result<bool, ConfigError> {
     match text.trim().to_ascii_lowercase().as_str() {
         "on" | "true" | "1" => Ok(true),
         "off" | "false" | "0" => Ok(false),

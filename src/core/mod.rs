@@ -25,4 +25,4 @@ pub use request::{
     ToolChoice, ToolSpec, UncheckedGenerateRequest, ValidGenerateRequest, Decoding,
 };
 pub use request::TokenLimits;
-pub use response::{Completion, FinishReason, StreamEvent, Timings, Usage};
+pub use response::{Completion, DraftCounts, FinishReason, StreamEvent, Timings, Usage};

@@ -50,6 +50,9 @@ pub struct ModelTotals {
     pub prefix_tokens_saved: u64,
     /// Where the decode steps spent their time, phase by phase.
     pub step_split: StepSplit,
+    /// Draft tokens proposed and confirmed, summed over requests.
+    #[serde(default)]
+    pub drafts: crate::core::DraftCounts,
 }
 
 /// Where a model's decode steps spent their wall time, summed over steps and sequences: what a

@@ -300,6 +300,9 @@ pub struct UncheckedGenerateRequest {
     pub parallel_tool_calls: bool,
     /// `llamay_context`: continue a named context (issue 11).
     pub context: Option<ContextRequest>,
+    /// `llamay_accelerate`: drafts verified with each sampled token (`None`: the daemon's
+    /// setting, on where nothing says otherwise).
+    pub accelerate: Option<bool>,
 }
 
 impl UncheckedGenerateRequest {
@@ -316,6 +319,7 @@ impl UncheckedGenerateRequest {
             tool_choice: ToolChoice::None,
             parallel_tool_calls: false,
             context: None,
+            accelerate: None,
         }
     }
 
@@ -340,6 +344,9 @@ pub struct ValidGenerateRequest {
 #[derive(Debug, Clone, Default)]
 pub struct Decoding {
     pub sampling: SamplingParams,
+    /// Draft tokens (forced bytes, copies from the prompt) verified in the decode of the
+    /// sampled one (`llamay_accelerate`, serve `-accelerate`); the output is the same.
+    pub accelerate: bool,
     pub stop: Vec<String>,
     pub num_ctx: Option<u32>,
     pub constraint: Option<Constraint>,
@@ -418,7 +425,14 @@ impl ValidGenerateRequest {
     /// What decoding needs, once the prompt is prepared.
     pub fn into_decoding(self) -> Decoding {
         let (request, constraint, lexicon) = self.into_parts();
-        Decoding { sampling: request.sampling, stop: request.stop, num_ctx: request.num_ctx, constraint, lexicon }
+        Decoding {
+            sampling: request.sampling,
+            accelerate: request.accelerate.unwrap_or(true),
+            stop: request.stop,
+            num_ctx: request.num_ctx,
+            constraint,
+            lexicon,
+        }
     }
 }
 

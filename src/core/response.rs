@@ -45,6 +45,31 @@ pub struct Usage {
     pub cached_tokens: u32,
 }
 
+/// Tokens proposed to the model as drafts and confirmed by it (acceleration, see
+/// `actors::drafts`): per request, and summed per model. Each confirmed draft token is a decode
+/// step saved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct DraftCounts {
+    /// Draft tokens from bytes the grammar forced.
+    pub forced: u64,
+    /// Draft tokens from text copied from the prompt.
+    pub copied: u64,
+    /// Draft tokens the model's own choice confirmed.
+    pub accepted: u64,
+}
+
+impl DraftCounts {
+    pub fn drafted(&self) -> u64 {
+        self.forced + self.copied
+    }
+
+    pub fn add(&mut self, other: &DraftCounts) {
+        self.forced += other.forced;
+        self.copied += other.copied;
+        self.accepted += other.accepted;
+    }
+}
+
 /// Wall-clock durations of a request's phases (Ollama reports them in nanoseconds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Timings {
@@ -73,6 +98,9 @@ pub struct Completion {
     pub constraint_stats: Option<serde_json::Value>,
     /// The prompt and answer as token ids (Ollama's `context` on `/api/generate`).
     pub context_tokens: Vec<u32>,
+    /// Draft tokens proposed and confirmed while decoding (all zero when not accelerated).
+    #[serde(default)]
+    pub drafts: DraftCounts,
 }
 
 /// Opens the message of a [`FinishReason::Error`] whose cause lies outside the daemon and may

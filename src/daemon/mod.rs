@@ -111,6 +111,7 @@ impl Daemon {
             token_limits: TokenLimits { default_max_tokens: config.default_max_tokens, max_tokens_limit: config.max_tokens_limit },
             compile_threads: config.compile_threads,
             compile_queue: config.compile_queue,
+            accelerate: config.accelerate,
         };
         let settings = RouteSettings {
             max_body_bytes: config.max_body_bytes,

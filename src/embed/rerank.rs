@@ -301,7 +301,7 @@ impl QueryLikelihood<'_> {
                     seq,
                     tokens: &prompt.tokens[..prompt.tokens.len() - 1],
                     first_pos: 0,
-                    want_logits: false,
+                    logits: 0,
                 });
             }
             let from: Vec<usize> = pass.iter().map(|prompt| prompt.query_start - 1).collect();

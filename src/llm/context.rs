@@ -95,8 +95,9 @@ pub struct BatchEntry<'a> {
     pub seq: SeqId,
     pub tokens: &'a [u32],
     pub first_pos: u32,
-    /// Whether the last token's logits are wanted (they are, when a token is sampled next).
-    pub want_logits: bool,
+    /// How many of the last tokens want their logits: 1 when a token is sampled next, more
+    /// when drafted tokens are verified, 0 for a prompt chunk that does not end the prompt.
+    pub logits: usize,
 }
 
 /// Where a decoded entry's logits are; only handed out for rows that asked for logits.
@@ -172,10 +173,10 @@ impl<'m> Context<'m> {
         (index < self.params.sequences as usize).then_some(SeqId(index as u32))
     }
 
-    /// Decodes all entries in one llama.cpp call. Returns, per entry, the row of its logits.
-    pub fn decode(&mut self, entries: &[BatchEntry<'_>]) -> Result<Vec<Option<LogitsRow>>, LlmError> {
-        let rows = self.decode_rows(entries, |_, entry, token| entry.want_logits && token + 1 == entry.tokens.len())?;
-        Ok(rows.into_iter().map(|rows| rows.last().copied()).collect())
+    /// Decodes all entries in one llama.cpp call. Returns, per entry, the rows of the logits it
+    /// asked for, in token order.
+    pub fn decode(&mut self, entries: &[BatchEntry<'_>]) -> Result<Vec<Vec<LogitsRow>>, LlmError> {
+        self.decode_rows(entries, |_, entry, token| token + entry.logits >= entry.tokens.len())
     }
 
     /// Decodes all entries in one llama.cpp call with the logits of every token of entry `i`

@@ -141,6 +141,16 @@ impl Model {
         self.inner.tokenize(text.as_bytes(), add_bos, parse_special)
     }
 
+    /// Tokenizes `bytes` as text inside an answer: no BOS, control-token text left as text.
+    /// Bytes that end inside a UTF-8 character are cut back to the last whole one.
+    pub fn tokenize_continuation(&self, bytes: &[u8]) -> Result<Vec<u32>, LlmError> {
+        let whole = match std::str::from_utf8(bytes) {
+            Ok(_) => bytes.len(),
+            Err(error) => error.valid_up_to(),
+        };
+        self.inner.tokenize(&bytes[..whole], false, false)
+    }
+
     /// Renders a conversation with the model's template and tokenizes it.
     pub fn tokenize_chat(
         &self,

@@ -98,6 +98,8 @@ pub struct GenerationPolicy {
     /// Threads that compile schemas and grammars, and compiles that may wait for one.
     pub compile_threads: usize,
     pub compile_queue: usize,
+    /// Whether requests that do not say (`llamay_accelerate`) decode verified drafts.
+    pub accelerate: bool,
 }
 
 impl Default for GenerationPolicy {
@@ -109,6 +111,7 @@ impl Default for GenerationPolicy {
             token_limits: TokenLimits::default(),
             compile_threads: crate::config::default_compile_threads(),
             compile_queue: DEFAULT_COMPILE_QUEUE,
+            accelerate: true,
         }
     }
 }
@@ -145,6 +148,7 @@ pub struct GenerationService {
     lexicons: DaemonLexicons,
     formats: FormatMode,
     token_limits: TokenLimits,
+    accelerate: bool,
 }
 
 impl GenerationService {
@@ -159,6 +163,7 @@ impl GenerationService {
             lexicons: policy.lexicons,
             formats: policy.formats,
             token_limits: policy.token_limits,
+            accelerate: policy.accelerate,
         }
     }
 
@@ -191,6 +196,7 @@ impl GenerationService {
         // The request's `llamay_formats` wins over the daemon's `formats`.
         sources.formats = sources.formats.or(Some(self.formats));
         request.sampling.limit_tokens(self.token_limits);
+        request.accelerate = Some(request.accelerate.unwrap_or(self.accelerate));
         // One name per model from here on: its context and its loaded copy are found by it.
         request.model = ModelName::parse(&request.model)?.to_string();
         // The request's `llamay_lexicon` wins over the daemon's `-lexicon`.

@@ -110,6 +110,7 @@ fn to_request(request: WireRequest, constraints: &ConstraintCache) -> Result<Val
         tool_choice: request.tool_choice,
         parallel_tool_calls: request.parallel_tool_calls,
         context: request.context_tokens.map(ContextRequest::Tokens),
+        accelerate: request.accelerate,
     };
     validate_local(request, constraint, None)
 }

@@ -74,8 +74,8 @@ fn by_definition(model: &Model, prompt: &str, grammar: Arc<CompiledGrammar>) -> 
     let mut text = Vec::new();
     let mut generated = 0u32;
     while generated < MAX_TOKENS {
-        let entry = BatchEntry { seq, tokens: &tokens, first_pos: position, want_logits: true };
-        let row = context.decode(&[entry]).expect("decode")[0].expect("logits row");
+        let entry = BatchEntry { seq, tokens: &tokens, first_pos: position, logits: 1 };
+        let row = *context.decode(&[entry]).expect("decode")[0].last().expect("logits row");
         position += tokens.len() as u32;
         let logits = context.logits(row).expect("logits of the row just decoded");
         let mask = matcher.compute_mask();

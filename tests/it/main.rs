@@ -7,6 +7,7 @@
 //!
 //! All: `cargo test --release --test it`; one subject: `cargo test --release --test it rpc::`.
 
+mod accelerate;
 mod bounded_queues;
 mod cli_run;
 mod constrained_generation;

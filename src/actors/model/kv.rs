@@ -38,6 +38,11 @@ impl SlotKeeper {
         self.cache.extend(slot, tokens, batch > 1);
     }
 
+    /// The slot's KV state is unknown or cleared.
+    pub(super) fn forget(&mut self, slot: usize) {
+        self.cache.forget(slot);
+    }
+
     /// Moves waiting jobs into free slots, each starting from the longest prefix of its prompt
     /// that some slot's KV already holds.
     pub(super) fn admit(
@@ -73,6 +78,7 @@ impl SlotKeeper {
                 job,
                 prompt_done: reuse,
                 next_token: None,
+                draft: Vec::new(),
                 position: reuse as u32,
                 prompt_started: None,
                 prompt_finished: None,

@@ -23,7 +23,8 @@ use crate::contexts::{ContextMode, ContextRecord, ContextUse};
 use crate::embed::rerank::{RelevanceScorer, Reranker, ScorerKind};
 use super::messages::{CancelToken, Generate, Generation, HoldContexts, LoadedModel, Rerank, SavedState};
 use super::prefix::SlotCache;
-use super::sampler::{SequenceSampler, Step};
+use super::drafts::{DraftTokenizer, Drafter};
+use super::sampler::SequenceSampler;
 use crate::core::{
     Completion, ConstraintKind, CoreError, FinishReason, ModelInfo, ModelTotals, StepSplit,
     StreamEvent, Timings, Usage, ValidGenerateRequest, Decoding,
@@ -79,6 +80,8 @@ struct Job {
     context_tokens: Vec<u32>,
     /// Sequence state the job saves or writes back (snapshots).
     state_op: StateOp,
+    /// Proposes drafts after each sampled token; `None` when not accelerated.
+    drafter: Option<Drafter>,
 }
 
 /// What a job does with its sequence's state besides decoding (issue 11 snapshots).
@@ -96,6 +99,8 @@ struct Live {
     prompt_done: usize,
     /// The token sampled last step, decoded this step.
     next_token: Option<u32>,
+    /// Tokens proposed to follow `next_token`, decoded with it and verified (see `verify`).
+    draft: Vec<u32>,
     position: u32,
     prompt_started: Option<Instant>,
     prompt_finished: Option<Instant>,
@@ -392,6 +397,15 @@ impl LlamaModelHandle {
         sampler.remember_prompt(&prompt);
         let (generation, events, cancel) = Generation::channel();
         let prefill_only = named.as_ref().is_some_and(|c| c.mode == ContextMode::Create);
+        let drafter = (decoding.accelerate && !prefill_only).then(|| {
+            let model = Arc::clone(&self.model);
+            let tokenizer: DraftTokenizer = Arc::new(move |bytes: &[u8], most: usize| {
+                let mut tokens = model.tokenize_continuation(bytes).unwrap_or_default();
+                tokens.truncate(most);
+                tokens
+            });
+            Drafter::new(tokenizer, Arc::clone(self.model.vocabulary()), &prompt)
+        });
         let transcript = named.as_ref().is_some_and(|c| c.mode == ContextMode::Commit).then(String::new);
         let job = Job {
             prompt,
@@ -408,6 +422,7 @@ impl LlamaModelHandle {
             cached: 0,
             context_tokens: Vec::new(),
             state_op,
+            drafter,
         };
         let jobs = self
             .jobs
@@ -546,11 +561,14 @@ fn step(context: &mut Context<'_>, live: &mut [Option<Live>], cache: &mut kv::Sl
     let mut budget = capacity;
     // (slot, start index in prompt or None for a generated token, token count)
     let mut plan: Vec<(usize, Option<usize>, usize)> = Vec::new();
-    for (index, slot) in live.iter().enumerate() {
+    for (index, slot) in live.iter_mut().enumerate() {
         if let Some(entry) = slot {
             if entry.next_token.is_some() && budget > 0 {
-                plan.push((index, None, 1));
-                budget -= 1;
+                // The sampled token, then what of its draft fits this step's batch.
+                entry.draft.truncate(budget - 1);
+                let count = 1 + entry.draft.len();
+                plan.push((index, None, count));
+                budget -= count;
             }
         }
     }
@@ -574,13 +592,14 @@ fn step(context: &mut Context<'_>, live: &mut [Option<Live>], cache: &mut kv::Sl
     let step_started = Instant::now();
     let generating = plan.iter().any(|(_, from, _)| from.is_none());
     let prompting = plan.iter().any(|(_, from, _)| from.is_some());
-    let mut generated_tokens: Vec<[u32; 1]> = Vec::with_capacity(plan.len());
+    // Per generating sequence: the token sampled last step and the draft after it.
+    let mut generated_tokens: Vec<Vec<u32>> = Vec::with_capacity(plan.len());
     for (index, from, _) in &plan {
-        let token = match (from, &live[*index]) {
-            (None, Some(entry)) => entry.next_token.unwrap_or_default(),
-            _ => 0,
+        let tokens = match (from, &live[*index]) {
+            (None, Some(entry)) => entry.next_token.into_iter().chain(entry.draft.iter().copied()).collect(),
+            _ => Vec::new(),
         };
-        generated_tokens.push([token]);
+        generated_tokens.push(tokens);
     }
     let now = Instant::now();
     for (index, from, _) in &plan {
@@ -597,12 +616,12 @@ fn step(context: &mut Context<'_>, live: &mut [Option<Live>], cache: &mut kv::Sl
             None => &generated_tokens[i],
         };
         let completes_prompt = from.is_some_and(|start| start + count == entry.job.prompt.len());
-        entries.push(BatchEntry {
-            seq,
-            tokens,
-            first_pos: entry.position,
-            want_logits: from.is_none() || (completes_prompt && !entry.job.prefill_only),
-        });
+        let logits = match from {
+            // Every row: each is sampled, the drafts verified against it.
+            None => tokens.len(),
+            Some(_) => usize::from(completes_prompt && !entry.job.prefill_only),
+        };
+        entries.push(BatchEntry { seq, tokens, first_pos: entry.position, logits });
     }
     let mut split = StepSplit::default();
     let decode_started = Instant::now();
@@ -622,18 +641,12 @@ fn step(context: &mut Context<'_>, live: &mut [Option<Live>], cache: &mut kv::Sl
     };
     drop(entries);
     let batch: usize = plan.iter().map(|(_, _, count)| count).sum();
-    for (i, (index, from, count)) in plan.iter().enumerate() {
-        let Some(entry) = live[*index].as_ref() else { continue };
-        match from {
-            Some(start) => cache.decoded(*index, &entry.job.prompt[*start..*start + *count], batch),
-            None => cache.decoded(*index, &generated_tokens[i], batch),
-        }
-    }
     let decoded_at = Instant::now();
-    for ((index, from, count), row) in plan.iter().zip(rows) {
+    for (((index, from, count), rows), generated) in plan.iter().zip(rows).zip(&generated_tokens) {
         let Some(entry) = live[*index].as_mut() else { continue };
-        entry.position += *count as u32;
-        if from.is_some() {
+        if let Some(start) = from {
+            cache.decoded(*index, &entry.job.prompt[*start..*start + *count], batch);
+            entry.position += *count as u32;
             entry.prompt_done += count;
             if entry.prompt_done == entry.job.prompt.len() {
                 entry.prompt_finished = Some(decoded_at);
@@ -645,47 +658,8 @@ fn step(context: &mut Context<'_>, live: &mut [Option<Live>], cache: &mut kv::Sl
                 }
             }
         }
-        let Some(row) = row else { continue };
-        let step = match context.logits(row) {
-            Ok(logits) => entry.job.sampler.step(logits, &mut split),
-            Err(error) => Step::Finished { text: String::new(), reason: FinishReason::Error(error.to_string()) },
-        };
-        match step {
-            Step::Continue { token, text } => {
-                entry.next_token = Some(token);
-                if let Some(transcript) = entry.job.transcript.as_mut() {
-                    transcript.push_str(&text);
-                }
-                let filtered_at = Instant::now();
-                // With tools offered, text that may still become a call is held; a call that
-                // repeats one already made ends the calls.
-                let (text, repeated_call) = match (entry.job.tools.as_mut(), entry.job.markup.as_mut()) {
-                    (Some(tools), _) => {
-                        let pushed = tools.push(&text);
-                        (pushed.text, pushed.stop)
-                    }
-                    (None, Some(filter)) => (filter.push(&text), false),
-                    (None, None) => (text, false),
-                };
-                let sent_at = Instant::now();
-                split.detokenize += sent_at.duration_since(filtered_at);
-                // A failed send means the client is gone; the next step sees the
-                // closed channel and frees the slot.
-                if !text.is_empty() {
-                    let _ = entry.job.events.blocking_send(StreamEvent::Delta { text });
-                }
-                split.deliver += sent_at.elapsed();
-                if repeated_call {
-                    if let Some(entry) = live[*index].take() {
-                        cache.retire(*index, entry, FinishReason::Stop, String::new(), context, shared);
-                    }
-                }
-            }
-            Step::Finished { text, reason } => {
-                if let Some(entry) = live[*index].take() {
-                    cache.retire(*index, entry, reason, text, context, shared);
-                }
-            }
+        if !rows.is_empty() {
+            verify::settle(*index, generated, &rows, batch, live, cache, context, shared, &mut split);
         }
     }
     // Wall-clock time of the model's steps, so tok/s in /v1/stats is what the model delivers
@@ -745,8 +719,10 @@ fn finish(mut job: Job, reason: FinishReason, text: String, timings: Timings, pr
         }
         value
     });
+    let drafts = job.drafter.as_ref().map(Drafter::counts).unwrap_or_default();
     if let Ok(mut totals) = shared.totals.lock() {
         totals.requests += 1;
+        totals.drafts.add(&drafts);
         totals.prompt_tokens += prompt_tokens as u64;
         if job.cached > 0 {
             totals.prefix_reuse_hits += 1;
@@ -785,6 +761,7 @@ fn finish(mut job: Job, reason: FinishReason, text: String, timings: Timings, pr
         cut_off_arguments,
         constraint_stats,
         context_tokens: job.context_tokens,
+        drafts,
     };
     let _ = job.events.blocking_send(StreamEvent::Done(completion));
 }
@@ -792,6 +769,7 @@ fn finish(mut job: Job, reason: FinishReason, text: String, timings: Timings, pr
 mod kv;
 
 mod prepare;
+mod verify;
 use prepare::Prepared;
 
 mod locate;

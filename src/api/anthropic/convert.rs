@@ -104,6 +104,7 @@ pub fn convert(mut body: MessagesRequest) -> Result<Converted, CoreError> {
         tool_choice,
         parallel_tool_calls,
         context,
+        accelerate: body.llamay.llamay_accelerate,
     };
     Ok(Converted {
         request,

@@ -466,6 +466,27 @@ fn render_supervisor(out: &mut String, status: &SupervisorStatus) {
     }
     family(
         out,
+        "llamay_draft_tokens_total",
+        "counter",
+        "Tokens proposed as drafts with a sampled token, by model and source (forced by the grammar, copied from the prompt).",
+    );
+    for model in &status.models {
+        let drafts = &model.totals.drafts;
+        for (source, count) in [("forced", drafts.forced), ("copied", drafts.copied)] {
+            sample(out, "llamay_draft_tokens_total", &[("model", &model.info.name), ("source", source)], count as f64);
+        }
+    }
+    family(
+        out,
+        "llamay_draft_tokens_accepted_total",
+        "counter",
+        "Draft tokens the model's own choice confirmed, by model: each is a decode step saved.",
+    );
+    for model in &status.models {
+        sample(out, "llamay_draft_tokens_accepted_total", &[("model", &model.info.name)], model.totals.drafts.accepted as f64);
+    }
+    family(
+        out,
         "llamay_requests_in_flight",
         "gauge",
         "Requests holding a loaded model, by model.",

@@ -66,6 +66,7 @@ pub fn convert_chat(mut body: ChatRequest) -> Result<Converted, CoreError> {
         tool_choice,
         parallel_tool_calls: false,
         context,
+        accelerate: body.llamay.llamay_accelerate,
     };
     Ok(Converted {
         request,
@@ -126,6 +127,7 @@ pub fn convert_generate(mut body: GenerateRequest) -> Result<Converted, CoreErro
         tool_choice: ToolChoice::Auto,
         parallel_tool_calls: false,
         context,
+        accelerate: body.llamay.llamay_accelerate,
     };
     Ok(Converted {
         request,

@@ -109,6 +109,7 @@ pub fn convert(mut body: ChatCompletionRequest) -> Result<Converted, CoreError> 
         tool_choice,
         parallel_tool_calls: body.parallel_tool_calls.unwrap_or(true),
         context,
+        accelerate: body.llamay.llamay_accelerate,
     };
     Ok(Converted {
         request,

@@ -68,7 +68,7 @@ pub(crate) struct Unbound {
     pub(crate) in_characters: bool,
 }
 
-fn whitespace_set() -> ByteSet {
+pub(crate) fn whitespace_set() -> ByteSet {
     let mut set = ByteSet::EMPTY;
     for byte in WHITESPACE_BYTES {
         set.insert(byte);

@@ -763,6 +763,7 @@ impl Matcher {
 }
 
 
+mod drafts;
 mod lexer_walks;
 
 mod successors;

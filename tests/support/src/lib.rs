@@ -2,7 +2,7 @@
 //! carries its own copy: the binary under test and the processes it runs as ([`process`],
 //! [`daemon`]), small JSON requests ([`http`]), a local registry speaking Ollama's protocol
 //! ([`registry`]), and the fixtures several of them judge or measure with
-//! ([`decimal_validation`], [`json_pointers`], [`cpu_timing`], [`vocabularies`]).
+//! ([`decimal_validation`], [`json_pointers`], [`cpu_timing`], [`vocabularies`], [`extraction`]).
 //!
 //! A crate of its own that does not depend on llamay: it builds once, and touching llamay's
 //! sources relinks only the test and bench binaries. Environment variables are read here
@@ -14,6 +14,7 @@
 pub mod cpu_timing;
 pub mod daemon;
 pub mod decimal_validation;
+pub mod extraction;
 pub mod http;
 pub mod json_pointers;
 pub mod process;

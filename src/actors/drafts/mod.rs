@@ -1,0 +1,214 @@
+//! Drafts: tokens proposed for a sequence's next decode, so that one `llama_decode` may settle
+//! several tokens (speculative decoding whose drafts cost no model). Two sources:
+//! - the bytes the grammar forces after the last token (`er_id": "` once `{"ord` is written in
+//!   a closed object), as the model's tokenizer splits them; where the grammar allows
+//!   whitespace first, the whitespace the answer wrote after the same byte before;
+//! - text copied from the prompt (prompt lookup): the longest recent stretch of the answer that
+//!   also occurs in the prompt, and what follows it there (`Acme Corporation` in an extraction).
+//!
+//! Drafts are only proposals. The model worker decodes them after the sampled token and samples
+//! every row as plain decoding would, keeping a draft token only while it equals what was
+//! sampled (see `model::verify`), so the output is what plain decoding writes, greedy or seeded,
+//! and never leaves the constraint. A copied draft's length adapts to how much of the last one
+//! was kept.
+//!
+//! Key type: [`Drafter`] (one per sequence; its counts are a `core::DraftCounts`). Cost per step: the grammar's
+//! forced bytes (a step per byte), and a search of the prompt's bytes for the answer's last
+//! [`MAX_MATCH`] bytes (`O(prompt bytes x MAX_MATCH)`, microseconds for a few KiB).
+
+use std::sync::Arc;
+
+use crate::core::DraftCounts;
+use crate::grammar::lexicon::Constraint as OutputConstraint;
+use crate::llm::Vocabulary;
+
+/// Text to tokens as the model's own tokenizer splits it (a draft the model would write the
+/// same way is one it confirms), at most the given count.
+pub type DraftTokenizer = Arc<dyn Fn(&[u8], usize) -> Vec<u32> + Send + Sync>;
+
+/// Most tokens one draft holds.
+pub const MAX_DRAFT: usize = 8;
+/// Most forced bytes read ahead.
+const MAX_FORCED_BYTES: usize = 64;
+/// The shortest end of the answer that, found in the prompt, starts a copy: shorter ones match
+/// by chance (`", "`).
+const MIN_MATCH: usize = 4;
+/// The longest end of the answer looked up.
+const MAX_MATCH: usize = 24;
+/// Bytes of the prompt a copy may take after the match.
+const MAX_COPY_BYTES: usize = 48;
+/// Steps without copies after one that missed at the smallest length, doubling up to the most.
+const MIN_COPY_PAUSE: u32 = 4;
+const MAX_COPY_PAUSE: u32 = 64;
+
+/// Where the draft in flight came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    Forced,
+    Copied,
+}
+
+/// One sequence's drafting state.
+pub struct Drafter {
+    tokenizer: DraftTokenizer,
+    vocabulary: Arc<Vocabulary>,
+    /// The prompt's text as bytes (control tokens add none): where copies come from.
+    prompt: Vec<u8>,
+    /// The answer's bytes so far.
+    answer: Vec<u8>,
+    /// Per pair of bytes, the whitespace the answer wrote between them last time (empty:
+    /// none): the guess where the grammar allows whitespace before a forced byte.
+    habits: std::collections::HashMap<(u8, u8), Vec<u8>>,
+    /// The last non-whitespace byte and the whitespace written after it so far.
+    pending_habit: Option<(u8, Vec<u8>)>,
+    /// Steps left before copies are drafted again, and the pause the next refused one starts.
+    copy_pause: u32,
+    next_copy_pause: u32,
+    /// Most tokens of a copied draft: doubled when a whole draft is kept, halved when none is.
+    copy_budget: usize,
+    in_flight: Option<(Source, usize)>,
+    counts: DraftCounts,
+}
+
+impl Drafter {
+    pub fn new(tokenizer: DraftTokenizer, vocabulary: Arc<Vocabulary>, prompt: &[u32]) -> Self {
+        let prompt = prompt.iter().flat_map(|&token| vocabulary.piece(token).iter().copied()).collect();
+        Drafter {
+            tokenizer,
+            vocabulary,
+            prompt,
+            answer: Vec::new(),
+            habits: Default::default(),
+            pending_habit: None,
+            copy_budget: 2,
+            copy_pause: 0,
+            next_copy_pause: MIN_COPY_PAUSE,
+            in_flight: None,
+            counts: DraftCounts::default(),
+        }
+    }
+
+    pub fn counts(&self) -> DraftCounts {
+        self.counts
+    }
+
+    /// `token` joined the answer.
+    pub fn push(&mut self, token: u32) {
+        for &byte in self.vocabulary.piece(token) {
+            self.answer.push(byte);
+            match (&mut self.pending_habit, byte.is_ascii_whitespace()) {
+                (Some((_, run)), true) => run.push(byte),
+                (_, true) => {}
+                (pending, false) => {
+                    if let Some((after, run)) = pending.replace((byte, Vec::new())) {
+                        self.habits.insert((after, byte), run);
+                    }
+                }
+            }
+        }
+    }
+
+    /// How many tokens of the draft in flight the model kept.
+    pub fn settle(&mut self, kept: usize) {
+        let Some((source, drafted)) = self.in_flight.take() else { return };
+        self.counts.accepted += kept as u64;
+        if source == Source::Copied {
+            if kept == 0 && self.copy_budget == 1 {
+                // Copies keep missing (free text that echoes the prompt's words): each costs a
+                // row of decode, so they stop for a while, longer each time.
+                self.copy_pause = self.next_copy_pause;
+                self.next_copy_pause = (self.next_copy_pause * 2).min(MAX_COPY_PAUSE);
+            }
+            self.copy_budget = if kept == drafted {
+                self.next_copy_pause = MIN_COPY_PAUSE;
+                (self.copy_budget * 2).min(MAX_DRAFT)
+            } else if kept == 0 {
+                (self.copy_budget / 2).max(1)
+            } else {
+                self.copy_budget
+            };
+        }
+    }
+
+    /// The draft to decode after the answer so far, at most `room` tokens: the grammar's forced
+    /// bytes when there are some, else a copy from the prompt; empty when neither offers one.
+    pub fn propose(&mut self, constraint: Option<&mut OutputConstraint>, room: usize) -> Vec<u32> {
+        let room = room.min(MAX_DRAFT);
+        if room == 0 {
+            return Vec::new();
+        }
+        let mut constraint = constraint;
+        let habit = |after: u8, next: u8| self.habits.get(&(after, next)).cloned();
+        let forced = constraint
+            .as_deref()
+            .and_then(OutputConstraint::grammar)
+            .map(|grammar| grammar.forced_bytes(MAX_FORCED_BYTES, self.answer.last().copied(), &habit))
+            .unwrap_or_default();
+        let (source, draft) = if forced.is_empty() {
+            if self.copy_pause > 0 {
+                self.copy_pause -= 1;
+                return Vec::new();
+            }
+            let copy = self.copy_from_prompt();
+            let mut draft = (self.tokenizer)(copy, room.min(self.copy_budget));
+            // A copy the constraint refuses at once would only cost compute.
+            if let (Some(constraint), Some(&first)) = (constraint.as_deref_mut(), draft.first()) {
+                if !constraint.is_allowed(first) {
+                    draft.clear();
+                }
+            }
+            (Source::Copied, draft)
+        } else {
+            (Source::Forced, (self.tokenizer)(&forced, room))
+        };
+        if draft.is_empty() {
+            return draft;
+        }
+        match source {
+            Source::Forced => self.counts.forced += draft.len() as u64,
+            Source::Copied => self.counts.copied += draft.len() as u64,
+        }
+        self.in_flight = Some((source, draft.len()));
+        draft
+    }
+
+    /// What follows, in the prompt, the longest end of the answer (at least [`MIN_MATCH`],
+    /// at most [`MAX_MATCH`] bytes) found there; of equally long ones the last, the likeliest
+    /// to be the one being copied. One scan for the last [`MIN_MATCH`] bytes, each hit then
+    /// extended backwards.
+    fn copy_from_prompt(&self) -> &[u8] {
+        if self.answer.len() < MIN_MATCH {
+            return &[];
+        }
+        let end = &self.answer[self.answer.len() - MIN_MATCH..];
+        let mut best: Option<(usize, usize)> = None;
+        for (at, window) in self.prompt.windows(MIN_MATCH).enumerate() {
+            if window != end {
+                continue;
+            }
+            let longest = MAX_MATCH.min(self.answer.len()).min(at + MIN_MATCH);
+            let matched = (MIN_MATCH..longest)
+                .take_while(|&length| self.prompt[at + MIN_MATCH - 1 - length] == self.answer[self.answer.len() - 1 - length])
+                .count()
+                + MIN_MATCH;
+            if best.is_none_or(|(_, length)| matched >= length) {
+                best = Some((at + MIN_MATCH, matched));
+            }
+        }
+        let Some((from, _)) = best else { return &[] };
+        let copy = &self.prompt[from..(from + MAX_COPY_BYTES).min(self.prompt.len())];
+        // A value copied into a structure ends where the prompt's clause does: at a comma,
+        // colon, semicolon, quote or line end, or a full stop that is not a decimal point.
+        let end = (0..copy.len())
+            .find(|&at| match copy[at] {
+                b',' | b':' | b';' | b'"' | b'\n' => true,
+                b'.' => !(at > 0 && copy[at - 1].is_ascii_digit() && copy.get(at + 1).is_some_and(u8::is_ascii_digit)),
+                _ => false,
+            })
+            .unwrap_or(copy.len());
+        &copy[..end]
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,132 @@
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::*;
+use crate::grammar::matcher::Matcher;
+use crate::grammar::schema::compile_schema;
+use crate::grammar::toktrie::TokenTrie;
+use crate::grammar::{CompiledGrammar, Limits};
+
+/// Every byte as a token, and a few words, as a BPE vocabulary has them.
+fn vocabulary() -> (Arc<Vocabulary>, Arc<TokenTrie>) {
+    let mut pieces: Vec<Vec<u8>> = (0u8..=255).map(|b| vec![b]).collect();
+    for word in ["\"city\"", "\": \"", "Lyon", "Acme", " Corporation", "Ac", "me", "\"}"] {
+        pieces.push(word.as_bytes().to_vec());
+    }
+    pieces.push(Vec::new()); // end of generation
+    let eog = pieces.len() as u32 - 1;
+    let trie = Arc::new(TokenTrie::new(&pieces, &[eog]));
+    (Arc::new(Vocabulary::from_parts(pieces, vec![eog])), trie)
+}
+
+/// Longest match over the toy vocabulary, standing in for the model's tokenizer.
+fn tokenizer(vocabulary: &Arc<Vocabulary>) -> DraftTokenizer {
+    let vocabulary = Arc::clone(vocabulary);
+    Arc::new(move |bytes: &[u8], most: usize| {
+        let mut tokens = Vec::new();
+        let mut at = 0;
+        while at < bytes.len() && tokens.len() < most {
+            let best = (0..vocabulary.len() as u32)
+                .filter(|&t| !vocabulary.piece(t).is_empty() && bytes[at..].starts_with(vocabulary.piece(t)))
+                .max_by_key(|&t| vocabulary.piece(t).len());
+            let Some(token) = best else { break };
+            at += vocabulary.piece(token).len();
+            tokens.push(token);
+        }
+        tokens
+    })
+}
+
+fn tokens_of(vocabulary: &Vocabulary, text: &str) -> Vec<u32> {
+    text.bytes().map(u32::from).filter(|&t| vocabulary.piece(t).len() == 1).collect()
+}
+
+fn text_of(vocabulary: &Vocabulary, tokens: &[u32]) -> String {
+    String::from_utf8(tokens.iter().flat_map(|&t| vocabulary.piece(t).to_vec()).collect()).unwrap()
+}
+
+fn constraint(schema: serde_json::Value, trie: &Arc<TokenTrie>) -> OutputConstraint {
+    let grammar = Arc::new(CompiledGrammar::new(compile_schema(&schema).unwrap(), &Limits::default()).unwrap());
+    OutputConstraint::new(Some(Matcher::new(grammar, Arc::clone(trie))), None).unwrap()
+}
+
+#[test]
+fn the_grammar_s_forced_bytes_are_drafted_with_the_whitespace_the_answer_used_before() {
+    let (vocabulary, trie) = vocabulary();
+    let schema = json!({"type": "object", "properties": {"city": {"type": "string"}, "zip": {"type": "string"}},
+        "required": ["city", "zip"], "additionalProperties": false});
+    let mut constraint = constraint(schema, &trie);
+    let mut drafter = Drafter::new(tokenizer(&vocabulary), Arc::clone(&vocabulary), &[]);
+    // Text the answer wrote before (a space between a quote and a colon), then `{"c`.
+    for token in tokens_of(&vocabulary, "\"a\" : ") {
+        drafter.push(token);
+    }
+    for token in tokens_of(&vocabulary, "{\"c") {
+        constraint.commit(token).unwrap();
+        drafter.push(token);
+    }
+    // `ity"` is the one key left that starts with `c`; the space before the colon is the
+    // answer's habit; after the colon there is none yet, so the draft stops there.
+    let draft = drafter.propose(Some(&mut constraint), MAX_DRAFT);
+    assert_eq!(text_of(&vocabulary, &draft), "ity\" :");
+    drafter.settle(draft.len());
+    assert_eq!(drafter.counts(), DraftCounts { forced: draft.len() as u64, copied: 0, accepted: draft.len() as u64 });
+}
+
+#[test]
+fn text_the_answer_copies_from_the_prompt_is_drafted_up_to_the_clause_s_end() {
+    let (vocabulary, _) = vocabulary();
+    let prompt = tokens_of(&vocabulary, "Order 7 from Acme Corporation and Sons, ship to Lyon.");
+    let mut drafter = Drafter::new(tokenizer(&vocabulary), Arc::clone(&vocabulary), &prompt);
+    for token in tokens_of(&vocabulary, "{\"customer\": \"Acme") {
+        drafter.push(token);
+    }
+    // A first copy is two tokens at most; the comma ends the clause.
+    let draft = drafter.propose(None, MAX_DRAFT);
+    assert_eq!(text_of(&vocabulary, &draft), " Corporation ");
+    // Refused: one token next; refused at one token: no copies for four steps.
+    drafter.settle(0);
+    assert_eq!(drafter.propose(None, MAX_DRAFT).len(), 1);
+    drafter.settle(0);
+    for _ in 0..MIN_COPY_PAUSE {
+        assert!(drafter.propose(None, MAX_DRAFT).is_empty());
+    }
+    let draft = drafter.propose(None, MAX_DRAFT);
+    assert_eq!(draft.len(), 1);
+    // Kept whole: the next copy may be twice as long.
+    drafter.settle(1);
+    assert_eq!(drafter.propose(None, MAX_DRAFT).len(), 2);
+    assert_eq!(drafter.counts(), DraftCounts { forced: 0, copied: 6, accepted: 1 });
+}
+
+#[test]
+fn no_copy_without_a_match_of_four_bytes_or_beyond_the_room_left() {
+    let (vocabulary, _) = vocabulary();
+    let prompt = tokens_of(&vocabulary, "Order 7 from Acme Corporation.");
+    let mut drafter = Drafter::new(tokenizer(&vocabulary), Arc::clone(&vocabulary), &prompt);
+    for token in tokens_of(&vocabulary, "The weather is mild") {
+        drafter.push(token);
+    }
+    assert!(drafter.propose(None, MAX_DRAFT).is_empty());
+    for token in tokens_of(&vocabulary, " Acme") {
+        drafter.push(token);
+    }
+    assert!(drafter.propose(None, 0).is_empty(), "no room, no draft");
+    assert_eq!(text_of(&vocabulary, &drafter.propose(None, 1)), " Corporation", "the full stop ends the clause");
+}
+
+#[test]
+fn a_copy_the_constraint_refuses_at_once_is_not_drafted() {
+    let (vocabulary, trie) = vocabulary();
+    let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
+    let mut constraint = constraint(schema, &trie);
+    let prompt = tokens_of(&vocabulary, "{\"n\": Acme Corporation");
+    let mut drafter = Drafter::new(tokenizer(&vocabulary), Arc::clone(&vocabulary), &prompt);
+    for token in tokens_of(&vocabulary, "{\"n\": ") {
+        constraint.commit(token).unwrap();
+        drafter.push(token);
+    }
+    assert!(drafter.propose(Some(&mut constraint), MAX_DRAFT).is_empty(), "an integer cannot start with 'A'");
+    assert_eq!(drafter.counts(), DraftCounts::default());
+}
