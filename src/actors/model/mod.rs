@@ -23,7 +23,7 @@ use crate::contexts::{ContextMode, ContextRecord, ContextUse};
 use crate::embed::rerank::{RelevanceScorer, Reranker, ScorerKind};
 use super::messages::{CancelToken, Generate, Generation, HoldContexts, LoadedModel, Rerank, SavedState};
 use super::prefix::SlotCache;
-use super::drafts::{DraftTokenizer, Drafter};
+use super::drafts::{DraftTokenizer, Drafter, RowCosts};
 use super::sampler::SequenceSampler;
 use crate::core::{
     Completion, ConstraintKind, CoreError, FinishReason, ModelInfo, ModelTotals, StepSplit,
@@ -475,6 +475,7 @@ fn run_worker(mut context: Context<'_>, inbox: std_mpsc::Receiver<Job>, shared: 
     let slots = context.params().sequences as usize;
     let mut live: Vec<Option<Live>> = (0..slots).map(|_| None).collect();
     let mut cache = kv::SlotKeeper::new(SlotCache::new(slots));
+    let mut costs = RowCosts::default();
     let mut waiting: VecDeque<Job> = VecDeque::new();
     let mut open = true;
     loop {
@@ -524,7 +525,7 @@ fn run_worker(mut context: Context<'_>, inbox: std_mpsc::Receiver<Job>, shared: 
             }
         }
         cache.admit(&mut context, &mut live, &mut waiting, shared);
-        step(&mut context, &mut live, &mut cache, shared);
+        step(&mut context, &mut live, &mut cache, &mut costs, shared);
     }
 }
 
@@ -556,16 +557,29 @@ fn next_waiting(waiting: &mut VecDeque<Job>, shared: &Shared) -> Option<Job> {
 
 /// One decode of all live sequences: one token each for generating ones, and as much prompt as
 /// fits for the others (generating sequences go first so a long prompt never stalls them).
-fn step(context: &mut Context<'_>, live: &mut [Option<Live>], cache: &mut kv::SlotKeeper, shared: &Shared) {
+fn step(
+    context: &mut Context<'_>,
+    live: &mut [Option<Live>],
+    cache: &mut kv::SlotKeeper,
+    costs: &mut RowCosts,
+    shared: &Shared,
+) {
     let capacity = context.batch_capacity();
     let mut budget = capacity;
     // (slot, start index in prompt or None for a generated token, token count)
     let mut plan: Vec<(usize, Option<usize>, usize)> = Vec::new();
+    let sequences_generating = live.iter().flatten().filter(|entry| entry.next_token.is_some()).count();
+    let mut rows = sequences_generating;
     for (index, slot) in live.iter_mut().enumerate() {
         if let Some(entry) = slot {
             if entry.next_token.is_some() && budget > 0 {
-                // The sampled token, then what of its draft fits this step's batch.
-                entry.draft.truncate(budget - 1);
+                // The sampled token, then what of its draft is worth its rows and fits.
+                if let Some(drafter) = entry.job.drafter.as_mut() {
+                    let worth = costs.worth(entry.draft.len(), drafter.acceptance(), sequences_generating, rows);
+                    entry.draft.truncate(worth.min(budget - 1));
+                    drafter.cut(entry.draft.len());
+                }
+                rows += entry.draft.len();
                 let count = 1 + entry.draft.len();
                 plan.push((index, None, count));
                 budget -= count;
@@ -627,6 +641,9 @@ fn step(context: &mut Context<'_>, live: &mut [Option<Live>], cache: &mut kv::Sl
     let decode_started = Instant::now();
     let decoded = context.decode(&entries);
     split.decode = decode_started.elapsed();
+    if !prompting {
+        costs.record(entries.iter().map(|e| e.tokens.len()).sum(), split.decode.as_secs_f64());
+    }
     let rows = match decoded {
         Ok(rows) => rows,
         Err(error) => {
