@@ -2,19 +2,22 @@
 //! several tokens (speculative decoding whose drafts cost no model). Two sources:
 //! - the bytes the grammar forces after the last token (`er_id": "` once `{"ord` is written in
 //!   a closed object), as the model's tokenizer splits them; where the grammar allows
-//!   whitespace first, the whitespace the answer wrote after the same byte before;
+//!   whitespace first, the whitespace the answer wrote between the same two bytes before;
 //! - text copied from the prompt (prompt lookup): the longest recent stretch of the answer that
-//!   also occurs in the prompt, and what follows it there (`Acme Corporation` in an extraction).
+//!   also occurs in the prompt, and what follows it there up to the clause's end (`Acme
+//!   Corporation` in an extraction).
 //!
 //! Drafts are only proposals. The model worker decodes them after the sampled token and samples
 //! every row as plain decoding would, keeping a draft token only while it equals what was
 //! sampled (see `model::verify`), so the output is what plain decoding writes, greedy or seeded,
-//! and never leaves the constraint. A copied draft's length adapts to how much of the last one
-//! was kept.
+//! and never leaves the constraint. What of a draft is decoded is decided against its cost: each
+//! source's acceptance so far ([`Drafter::acceptance`]) against what one more row of the batch
+//! costs ([`RowCosts`], measured by the worker). Copies that keep missing pause.
 //!
-//! Key type: [`Drafter`] (one per sequence; its counts are a `core::DraftCounts`). Cost per step: the grammar's
-//! forced bytes (a step per byte), and a search of the prompt's bytes for the answer's last
-//! [`MAX_MATCH`] bytes (`O(prompt bytes x MAX_MATCH)`, microseconds for a few KiB).
+//! Key types: [`Drafter`] (one per sequence; its counts are a `core::DraftCounts`),
+//! [`RowCosts`] (one per worker). Cost per step: the grammar's forced bytes (a grammar step per
+//! byte), one scan of the prompt's bytes for the answer's last [`MIN_MATCH`] bytes, and one
+//! tokenisation of at most [`MAX_COPY_BYTES`] or [`MAX_FORCED_BYTES`] bytes.
 
 use std::sync::Arc;
 
@@ -52,8 +55,9 @@ enum Source {
 const ACCEPTANCE_WEIGHT: f64 = 0.2;
 
 /// Decode time by batch size, learned from the worker's generation steps: what one more row
-/// costs next to the step it saves when kept. On a CPU a row is far from free (SmolLM2 on two
-/// threads here: 2 rows cost 1.3 single steps, 4 rows 1.85, 8 rows 3.1); on a GPU it nearly is.
+/// costs next to the step it saves when kept. On a CPU a row is far from free (llama-bench,
+/// SmolLM2 on two threads here: 2 rows cost 1.3 single steps, 4 rows 1.85, 8 rows 3.1; Gemma 3
+/// 270M, whose step is mostly its 262k-token output layer, 1.0, 1.08, 1.39).
 #[derive(Debug, Clone)]
 pub struct RowCosts {
     /// Per batch size from 1: mean seconds of a decode, and whether one was seen.
@@ -84,19 +88,21 @@ impl RowCosts {
         });
     }
 
-    /// What growing a batch of `rows` rows by one costs, as a share of a batch of `base` rows
-    /// (the step a kept draft token saves).
+    /// What growing a batch of `rows` rows by one costs, in tokens: the time it adds over the
+    /// time a step of `base` rows (one per generating sequence) spends per token. A kept draft
+    /// token is one token more for that time.
     pub fn next_row(&self, base: usize, rows: usize) -> f64 {
         let at = |rows: usize| rows.checked_sub(1).and_then(|i| self.seconds.get(i).copied().flatten());
         match (at(base), at(rows), at(rows + 1)) {
-            (Some(step), Some(now), Some(then)) if step > 0.0 => ((then - now) / step).max(0.0),
+            (Some(step), Some(now), Some(then)) if step > 0.0 => ((then - now) * base as f64 / step).max(0.0),
             _ => UNMEASURED_ROW_COST,
         }
     }
 
     /// How many tokens of a draft are worth decoding in a batch of `rows` rows so far, against
     /// steps of `base` rows: token `i` is reached and kept with probability `acceptance^i`, and
-    /// is decoded only while that beats what its row costs.
+    /// is decoded only while that beats what its row costs. Next to three other sequences a
+    /// row must be worth more: their tokens share the time it adds.
     pub fn worth(&self, length: usize, acceptance: f64, base: usize, rows: usize) -> usize {
         let mut reach = 1.0;
         (0..length)

@@ -146,6 +146,14 @@ fn a_draft_row_is_decoded_while_its_chance_of_being_kept_beats_what_it_costs() {
     // 0.5 beats 0.30, 0.25 does not beat 0.35.
     assert_eq!(costs.worth(4, 0.5, 1, 1), 1);
     assert_eq!(costs.worth(4, 0.2, 1, 1), 0);
+    // With four sequences a step of 4 rows takes 19 ms, 4.75 ms a token; a fifth row adds 3 ms,
+    // 0.63 of a token: only a likely draft token is worth it.
+    assert!((costs.next_row(4, 4) - 3.0 * 4.0 / 19.0).abs() < 1e-9);
+    for (rows, ms) in [(6, 25.0), (7, 28.0), (8, 31.0)] {
+        costs.record(rows, ms / 1000.0);
+    }
+    assert_eq!(costs.worth(4, 0.7, 4, 4), 1, "0.7 beats 0.63, 0.49 does not");
+    assert_eq!(costs.worth(4, 0.6, 4, 4), 0);
 }
 
 #[test]

@@ -9,7 +9,8 @@
 //! [`StoreLoader`] (the real [`ModelLoader`](super::messages::ModelLoader): store name -> file
 //! -> loaded model; in `locate.rs` with the other ways of finding and loading a model).
 //! Cost: one thread and one KV cache per loaded model; each step is one `llama_decode` call of
-//! (live sequences + prompt chunk) tokens, plus one sampling pass per generating sequence.
+//! (live sequences + their drafts + prompt chunk) tokens, plus one sampling pass per row a
+//! generating sequence uses (see `verify.rs`; drafts are cut to the rows worth their cost).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
