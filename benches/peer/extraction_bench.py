@@ -168,6 +168,8 @@ def main():
                         print(f"{model} {clients} client(s) {sampling_name} round {round_index + 1}: " + ", ".join(
                             f"{c} {result[c]['per_document']:.2f} s/doc" for c in COLUMNS), flush=True)
                     summary.append(report(model, clients, sampling_name, rounds, len(prompts)))
+                    # Each configuration's row as soon as it is done, so a cut run keeps them.
+                    print(summary[-1]["line"], flush=True)
         finally:
             for server in servers.values():
                 server.stop()
