@@ -80,7 +80,6 @@ fn accelerated_output_is_plain_decoding_s_greedy_and_seeded() {
             assert_eq!(plain_done.drafts.drafted(), 0, "{}: accelerate off drafts nothing", prompt.name);
             drafted += fast_done.drafts.drafted();
             kept += fast_done.drafts.accepted;
-            assert_eq!(plain_done.usage.completion_tokens, plain_done.usage.completion_tokens);
             if plain == fast {
                 agree += 1;
             } else {
