@@ -82,6 +82,8 @@ fn accelerated_output_is_plain_decoding_s_greedy_and_seeded() {
             kept += fast_done.drafts.accepted;
             if plain == fast {
                 agree += 1;
+                // Kept drafts count as generated tokens, once each.
+                assert_eq!(plain_done.usage.completion_tokens, fast_done.usage.completion_tokens, "{}", prompt.name);
             } else {
                 eprintln!("{} (seed {seed:?}) differs\n  plain: {plain}\n  fast:  {fast}", prompt.name);
             }
