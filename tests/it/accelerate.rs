@@ -12,8 +12,8 @@ use std::sync::{Arc, OnceLock};
 use llamay::actors::messages::{Generate, Generation};
 use llamay::actors::model::{locate_model, LlamaModelHandle, WorkerSettings};
 use llamay::core::{
-    ChatMessage, Completion, Constraint, ConstraintSource, FinishReason, PromptInput, Role, SamplingParams,
-    StreamEvent, UncheckedGenerateRequest,
+    ChatMessage, Constraint, ConstraintSource, FinishReason, PromptInput, Role, SamplingParams,
+    UncheckedGenerateRequest,
 };
 use llamay::grammar::schema::{compile_schema, FormatMode};
 use llamay::grammar::{CompiledGrammar, Limits, Matcher, TokenTrie};
@@ -21,6 +21,8 @@ use llamay::llm::{ContextParams, KvType, Model};
 use llamay::service::validate_local;
 use llamay::store::Store;
 use llamay_test_support::daemon::Daemon;
+
+use crate::in_process::collect;
 use llamay_test_support::extraction::{extraction_prompts, ExtractionPrompt};
 use serde_json::{json, Value};
 
@@ -52,17 +54,6 @@ fn submit(prompt: &ExtractionPrompt, accelerate: bool, seed: Option<u32>) -> Gen
     let mut request = UncheckedGenerateRequest::new(MODEL, input).with_sampling(sampling);
     request.accelerate = Some(accelerate);
     smollm2().submit(validate_local(request, Some(constraint), None).expect("valid")).expect("submit")
-}
-
-fn collect(mut generation: Generation) -> (String, Completion) {
-    let mut text = String::new();
-    while let Some(event) = generation.events.blocking_recv() {
-        match event {
-            StreamEvent::Delta { text: delta } => text.push_str(&delta),
-            StreamEvent::Done(done) => return (text, done),
-        }
-    }
-    panic!("the generation ended without a completion");
 }
 
 /// Every row after a confirmed draft token is the step plain decoding takes next, computed in a

@@ -8,7 +8,7 @@ use llamay::actors::messages::Generate;
 use llamay::actors::model::{locate_model, LlamaModelHandle, WorkerSettings};
 use llamay::core::{
     ChatMessage, Completion, Constraint, ConstraintKind, FinishReason, PromptInput, Role, SamplingParams,
-    StreamEvent, UncheckedGenerateRequest,
+    UncheckedGenerateRequest,
 };
 use llamay::service::validate_local;
 use llamay::grammar::{check_input, compile_gbnf, CheckOutcome, CompiledGrammar, Limits};
@@ -56,15 +56,7 @@ fn generate(prompt: &str, constraint: Constraint, seed: Option<u32>, max_tokens:
     };
     let request = UncheckedGenerateRequest::new("smollm2:135m", input).with_sampling(sampling);
     let request = validate_local(request, Some(constraint), None).expect("a valid request");
-    let mut generation = smollm2().submit(request).expect("submit");
-    let mut text = String::new();
-    while let Some(event) = generation.events.blocking_recv() {
-        match event {
-            StreamEvent::Delta { text: delta } => text.push_str(&delta),
-            StreamEvent::Done(done) => return (text, done),
-        }
-    }
-    panic!("no completion");
+    crate::in_process::collect(smollm2().submit(request).expect("submit"))
 }
 
 fn corpus(name: &str) -> PathBuf {

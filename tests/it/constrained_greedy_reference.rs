@@ -10,7 +10,7 @@ use std::sync::Arc;
 use llamay::actors::messages::Generate;
 use llamay::actors::model::{locate_model, LlamaModelHandle, WorkerSettings};
 use llamay::core::{
-    Completion, Constraint, ConstraintSource, FinishReason, PromptInput, SamplingParams, StreamEvent,
+    Completion, Constraint, ConstraintSource, FinishReason, PromptInput, SamplingParams,
     UncheckedGenerateRequest,
 };
 use llamay::service::validate_local;
@@ -48,15 +48,7 @@ fn through_worker(model: &Arc<Model>, name: &str, prompt: &str, constraint: Cons
         SamplingParams { temperature: 0.0, repeat_penalty: 1.0, max_tokens: Some(MAX_TOKENS), ..Default::default() };
     let request = UncheckedGenerateRequest::new(name, input).with_sampling(sampling);
     let request = validate_local(request, Some(constraint), None).expect("a valid request");
-    let mut generation = handle.submit(request).expect("submit");
-    let mut text = String::new();
-    while let Some(event) = generation.events.blocking_recv() {
-        match event {
-            StreamEvent::Delta { text: delta } => text.push_str(&delta),
-            StreamEvent::Done(done) => return (text, done),
-        }
-    }
-    panic!("the generation ended without a completion");
+    crate::in_process::collect(handle.submit(request).expect("submit"))
 }
 
 /// The definition: every step the full mask, then the highest allowed logit (lowest id of

@@ -3,17 +3,22 @@
 //! child. It reads the store through llamay's library, which the test-support crate does not
 //! depend on.
 //!
-//! Key item: [`store_backed_state`]. Cost: opening the shared store; models load on first use.
+//! Also [`collect`], which waits a generation submitted to a worker out, as every in-process
+//! test of the model worker does.
+//!
+//! Key items: [`store_backed_state`], [`collect`]. Cost: opening the shared store; models load
+//! on first use.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix::Actor;
+use llamay::actors::messages::Generation;
 use llamay::actors::model::{StoreLoader, WorkerSettings};
 use llamay::actors::supervisor::{Supervisor, SupervisorConfig};
 use llamay::api::{AppState, RouteSettings};
 use llamay::service::GenerationPolicy;
-use llamay::core::KeepAlive;
+use llamay::core::{Completion, KeepAlive, StreamEvent};
 use llamay::llm::ContextParams;
 use llamay::daemon::store::StoreCatalog;
 use llamay::store::Store;
@@ -35,4 +40,16 @@ pub fn store_backed_state(n_ctx: u32, max_loaded: usize, routes: RouteSettings) 
     };
     let supervisor = Supervisor::new(loader, config).start();
     AppState::new(supervisor, Arc::new(StoreCatalog::new(store)), GenerationPolicy::default(), routes)
+}
+
+/// The text and completion of `generation`, received on this thread until it ends.
+pub fn collect(mut generation: Generation) -> (String, Completion) {
+    let mut text = String::new();
+    while let Some(event) = generation.events.blocking_recv() {
+        match event {
+            StreamEvent::Delta { text: delta } => text.push_str(&delta),
+            StreamEvent::Done(done) => return (text, done),
+        }
+    }
+    panic!("the generation ended without a completion");
 }

@@ -50,15 +50,7 @@ fn run(
     messages: Vec<ChatMessage>,
     max_tokens: u32,
 ) -> (String, Completion) {
-    let mut generation = model.submit(request(messages, max_tokens)).expect("submit");
-    let mut text = String::new();
-    while let Some(event) = generation.events.blocking_recv() {
-        match event {
-            StreamEvent::Delta { text: delta } => text.push_str(&delta),
-            StreamEvent::Done(done) => return (text, done),
-        }
-    }
-    panic!("no completion");
+    crate::in_process::collect(model.submit(request(messages, max_tokens)).expect("submit"))
 }
 
 const SYSTEM: &str =
@@ -151,17 +143,7 @@ fn run_in_context(
     messages: Vec<ChatMessage>,
     used: llamay::contexts::ContextUse,
 ) -> (String, Completion) {
-    let mut generation = model
-        .submit_in_context(request(messages, 24), used)
-        .expect("submit");
-    let mut text = String::new();
-    while let Some(event) = generation.events.blocking_recv() {
-        match event {
-            StreamEvent::Delta { text: delta } => text.push_str(&delta),
-            StreamEvent::Done(done) => return (text, done),
-        }
-    }
-    panic!("no completion");
+    crate::in_process::collect(model.submit_in_context(request(messages, 24), used).expect("submit"))
 }
 
 #[test]

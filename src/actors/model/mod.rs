@@ -638,12 +638,13 @@ fn step(
         };
         entries.push(BatchEntry { seq, tokens, first_pos: entry.position, logits });
     }
+    let batch: usize = plan.iter().map(|(_, _, count)| count).sum();
     let mut split = StepSplit::default();
     let decode_started = Instant::now();
     let decoded = context.decode(&entries);
     split.decode = decode_started.elapsed();
     if !prompting {
-        costs.record(entries.iter().map(|e| e.tokens.len()).sum(), split.decode.as_secs_f64());
+        costs.record(batch, split.decode.as_secs_f64());
     }
     let rows = match decoded {
         Ok(rows) => rows,
@@ -658,7 +659,6 @@ fn step(
         }
     };
     drop(entries);
-    let batch: usize = plan.iter().map(|(_, _, count)| count).sum();
     let decoded_at = Instant::now();
     for (((index, from, count), rows), generated) in plan.iter().zip(rows).zip(&generated_tokens) {
         let Some(entry) = live[*index].as_mut() else { continue };
