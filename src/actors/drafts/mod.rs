@@ -5,7 +5,10 @@
 //!   whitespace first, the whitespace the answer wrote between the same two bytes before;
 //! - text copied from the prompt (prompt lookup): the longest recent stretch of the answer that
 //!   also occurs in the prompt, and what follows it there up to the clause's end (`Acme
-//!   Corporation` in an extraction).
+//!   Corporation` in an extraction);
+//! - the answer repeating itself: the same lookup in the answer's earlier bytes, continued with
+//!   the period of the repeat (a small model's runaway `0000…` or blank lines until the token
+//!   limit, which plain decoding spends a step per token on).
 //!
 //! Drafts are only proposals. The model worker decodes them after the sampled token and samples
 //! every row as plain decoding would, keeping a draft token only while it equals what was
@@ -16,8 +19,8 @@
 //!
 //! Key types: [`Drafter`] (one per sequence; its counts are a `core::DraftCounts`),
 //! [`RowCosts`] (one per worker). Cost per step: the grammar's forced bytes (a grammar step per
-//! byte), one scan of the prompt's bytes for the answer's last [`MIN_MATCH`] bytes, and one
-//! tokenisation of at most [`MAX_COPY_BYTES`] or [`MAX_FORCED_BYTES`] bytes.
+//! byte), one scan of the prompt's and the answer's bytes for the answer's last [`MIN_MATCH`]
+//! bytes, and one tokenisation of at most [`MAX_COPY_BYTES`] or [`MAX_FORCED_BYTES`] bytes.
 
 use std::sync::Arc;
 
@@ -49,6 +52,55 @@ const MAX_COPY_PAUSE: u32 = 64;
 enum Source {
     Forced = 0,
     Copied = 1,
+    /// Copied from the answer's own earlier bytes; counted with copies, trusted on its own.
+    Repeated = 2,
+}
+
+/// The lookup sources, each with its own budget and pauses: a prompt that is being copied
+/// says nothing about whether the answer is repeating itself.
+const LOOKUPS: [Source; 2] = [Source::Copied, Source::Repeated];
+
+/// A lookup source's state: how far it is trusted to run ahead, and its pauses.
+#[derive(Debug, Clone)]
+struct Lookup {
+    /// Most tokens of a draft: doubled when a whole draft is kept, halved when none is.
+    budget: usize,
+    /// Steps left before this source drafts again, and the pause the next refused one starts.
+    pause: u32,
+    next_pause: u32,
+}
+
+impl Default for Lookup {
+    fn default() -> Self {
+        Lookup { budget: 2, pause: 0, next_pause: MIN_COPY_PAUSE }
+    }
+}
+
+impl Lookup {
+    /// `kept` of `drafted` tokens from this source were kept.
+    fn settle(&mut self, kept: usize, drafted: usize) {
+        if kept == 0 && self.budget == 1 {
+            // Copies keep missing (free text that echoes the prompt's words): each costs a
+            // row of decode, so they stop for a while, longer each time.
+            self.pause = self.next_pause;
+            self.next_pause = (self.next_pause * 2).min(MAX_COPY_PAUSE);
+        }
+        self.budget = if kept == drafted {
+            self.next_pause = MIN_COPY_PAUSE;
+            (self.budget * 2).min(MAX_DRAFT)
+        } else if kept == 0 {
+            (self.budget / 2).max(1)
+        } else {
+            self.budget
+        };
+    }
+}
+
+/// Where a lookup found the answer's end, and how long the match is.
+struct Found {
+    source: Source,
+    matched: usize,
+    bytes: Vec<u8>,
 }
 
 /// How much one outcome moves a source's acceptance rate.
@@ -127,13 +179,10 @@ pub struct Drafter {
     habits: std::collections::HashMap<(u8, u8), Vec<u8>>,
     /// The last non-whitespace byte and the whitespace written after it so far.
     pending_habit: Option<(u8, Vec<u8>)>,
-    /// Steps left before copies are drafted again, and the pause the next refused one starts.
-    copy_pause: u32,
-    next_copy_pause: u32,
-    /// Per source (forced, copied): how often a draft token the model reached was kept.
-    acceptance: [f64; 2],
-    /// Most tokens of a copied draft: doubled when a whole draft is kept, halved when none is.
-    copy_budget: usize,
+    /// Per lookup source (copied, repeated): its budget and pauses.
+    lookups: [Lookup; 2],
+    /// Per source (forced, copied, repeated): how often a draft token the model reached was kept.
+    acceptance: [f64; 3],
     in_flight: Option<(Source, usize)>,
     counts: DraftCounts,
 }
@@ -148,10 +197,8 @@ impl Drafter {
             answer: Vec::new(),
             habits: Default::default(),
             pending_habit: None,
-            copy_budget: 2,
-            copy_pause: 0,
-            next_copy_pause: MIN_COPY_PAUSE,
-            acceptance: [0.9, 0.6],
+            lookups: Default::default(),
+            acceptance: [0.9, 0.6, 0.6],
             in_flight: None,
             counts: DraftCounts::default(),
         }
@@ -198,7 +245,7 @@ impl Drafter {
         let Some((source, drafted)) = self.in_flight.take() else { return };
         match source {
             Source::Forced => self.counts.forced += drafted as u64,
-            Source::Copied => self.counts.copied += drafted as u64,
+            Source::Copied | Source::Repeated => self.counts.copied += drafted as u64,
         }
         self.counts.accepted += kept as u64;
         // Each token reached is an outcome: the kept ones, and the first refused.
@@ -206,26 +253,19 @@ impl Drafter {
         for outcome in std::iter::repeat_n(1.0, kept).chain((kept < drafted).then_some(0.0)) {
             *rate += ACCEPTANCE_WEIGHT * (outcome - *rate);
         }
-        if source == Source::Copied {
-            if kept == 0 && self.copy_budget == 1 {
-                // Copies keep missing (free text that echoes the prompt's words): each costs a
-                // row of decode, so they stop for a while, longer each time.
-                self.copy_pause = self.next_copy_pause;
-                self.next_copy_pause = (self.next_copy_pause * 2).min(MAX_COPY_PAUSE);
-            }
-            self.copy_budget = if kept == drafted {
-                self.next_copy_pause = MIN_COPY_PAUSE;
-                (self.copy_budget * 2).min(MAX_DRAFT)
-            } else if kept == 0 {
-                (self.copy_budget / 2).max(1)
-            } else {
-                self.copy_budget
-            };
+        if let Some(lookup) = self.lookup(source) {
+            lookup.settle(kept, drafted);
         }
     }
 
+    fn lookup(&mut self, source: Source) -> Option<&mut Lookup> {
+        let at = LOOKUPS.iter().position(|&lookup| lookup == source)?;
+        Some(&mut self.lookups[at])
+    }
+
     /// The draft to decode after the answer so far, at most `room` tokens: the grammar's forced
-    /// bytes when there are some, else a copy from the prompt; empty when neither offers one.
+    /// bytes when there are some, else the longer of a copy from the prompt and a repeat of the
+    /// answer (the prompt on a tie); empty when none offers one.
     pub fn propose(&mut self, constraint: Option<&mut OutputConstraint>, room: usize) -> Vec<u32> {
         let room = room.min(MAX_DRAFT);
         if room == 0 {
@@ -239,19 +279,34 @@ impl Drafter {
             .map(|grammar| grammar.forced_bytes(MAX_FORCED_BYTES, self.answer.last().copied(), &habit))
             .unwrap_or_default();
         let (source, draft) = if forced.is_empty() {
-            if self.copy_pause > 0 {
-                self.copy_pause -= 1;
-                return Vec::new();
+            let mut found: Option<Found> = None;
+            for (at, source) in LOOKUPS.into_iter().enumerate() {
+                let lookup = &mut self.lookups[at];
+                if lookup.pause > 0 {
+                    lookup.pause -= 1;
+                    continue;
+                }
+                let candidate = match source {
+                    Source::Repeated => self.repeat_of_answer(),
+                    _ => self.copy_from_prompt(),
+                };
+                // A match whose clause ends at once offers nothing; the other source may.
+                if let Some(candidate) = candidate.filter(|candidate| !candidate.bytes.is_empty()) {
+                    if found.as_ref().is_none_or(|best| candidate.matched > best.matched) {
+                        found = Some(candidate);
+                    }
+                }
             }
-            let copy = self.copy_from_prompt();
-            let mut draft = (self.tokenizer)(copy, room.min(self.copy_budget));
+            let Some(Found { source, bytes, .. }) = found else { return Vec::new() };
+            let budget = self.lookup(source).map_or(1, |lookup| lookup.budget);
+            let mut draft = (self.tokenizer)(&bytes, room.min(budget));
             // A copy the constraint refuses at once would only cost compute.
             if let (Some(constraint), Some(&first)) = (constraint.as_deref_mut(), draft.first()) {
                 if !constraint.is_allowed(first) {
                     draft.clear();
                 }
             }
-            (Source::Copied, draft)
+            (source, draft)
         } else {
             (Source::Forced, (self.tokenizer)(&forced, room))
         };
@@ -261,30 +316,10 @@ impl Drafter {
         draft
     }
 
-    /// What follows, in the prompt, the longest end of the answer (at least [`MIN_MATCH`],
-    /// at most [`MAX_MATCH`] bytes) found there; of equally long ones the last, the likeliest
-    /// to be the one being copied. One scan for the last [`MIN_MATCH`] bytes, each hit then
-    /// extended backwards.
-    fn copy_from_prompt(&self) -> &[u8] {
-        if self.answer.len() < MIN_MATCH {
-            return &[];
-        }
-        let end = &self.answer[self.answer.len() - MIN_MATCH..];
-        let mut best: Option<(usize, usize)> = None;
-        for (at, window) in self.prompt.windows(MIN_MATCH).enumerate() {
-            if window != end {
-                continue;
-            }
-            let longest = MAX_MATCH.min(self.answer.len()).min(at + MIN_MATCH);
-            let matched = (MIN_MATCH..longest)
-                .take_while(|&length| self.prompt[at + MIN_MATCH - 1 - length] == self.answer[self.answer.len() - 1 - length])
-                .count()
-                + MIN_MATCH;
-            if best.is_none_or(|(_, length)| matched >= length) {
-                best = Some((at + MIN_MATCH, matched));
-            }
-        }
-        let Some((from, _)) = best else { return &[] };
+    /// What follows, in the prompt, the longest end of the answer found there (see
+    /// [`longest_match`]), up to the end of the prompt's clause.
+    fn copy_from_prompt(&self) -> Option<Found> {
+        let (from, matched) = longest_match(&self.prompt, &self.answer)?;
         let copy = &self.prompt[from..(from + MAX_COPY_BYTES).min(self.prompt.len())];
         // A value copied into a structure ends where the prompt's clause does: at a comma,
         // colon, semicolon, quote or line end, or a full stop that is not a decimal point.
@@ -295,8 +330,46 @@ impl Drafter {
                 _ => false,
             })
             .unwrap_or(copy.len());
-        &copy[..end]
+        Some(Found { source: Source::Copied, matched, bytes: copy[..end].to_vec() })
     }
+
+    /// What followed the answer's end where the answer wrote it before, continued with the
+    /// period of the repeat: after `x0000` found one byte back, `0000…`; after a key found in
+    /// an earlier object, that object's next bytes.
+    fn repeat_of_answer(&self) -> Option<Found> {
+        // The answer's end itself is not an earlier occurrence.
+        let earlier = &self.answer[..self.answer.len().checked_sub(1)?];
+        let (from, matched) = longest_match(earlier, &self.answer)?;
+        let period = self.answer.len() - from;
+        let bytes = (0..MAX_COPY_BYTES).map(|i| self.answer[from + i % period]).collect();
+        Some(Found { source: Source::Repeated, matched, bytes })
+    }
+}
+
+/// Where, in `text`, the longest end of `answer` (at least [`MIN_MATCH`], at most
+/// [`MAX_MATCH`] bytes) ends, and its length; of equally long ones the last, the likeliest to
+/// be the one being copied. One scan for the last [`MIN_MATCH`] bytes, each hit then extended
+/// backwards.
+fn longest_match(text: &[u8], answer: &[u8]) -> Option<(usize, usize)> {
+    if answer.len() < MIN_MATCH {
+        return None;
+    }
+    let end = &answer[answer.len() - MIN_MATCH..];
+    let mut best: Option<(usize, usize)> = None;
+    for (at, window) in text.windows(MIN_MATCH).enumerate() {
+        if window != end {
+            continue;
+        }
+        let longest = MAX_MATCH.min(answer.len()).min(at + MIN_MATCH);
+        let matched = (MIN_MATCH..longest)
+            .take_while(|&length| text[at + MIN_MATCH - 1 - length] == answer[answer.len() - 1 - length])
+            .count()
+            + MIN_MATCH;
+        if best.is_none_or(|(_, length)| matched >= length) {
+            best = Some((at + MIN_MATCH, matched));
+        }
+    }
+    best
 }
 
 #[cfg(test)]

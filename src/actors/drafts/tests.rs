@@ -174,3 +174,42 @@ fn a_source_whose_drafts_miss_is_trusted_less() {
     assert_eq!(drafter.acceptance(), 0.0, "no draft in flight");
     assert_eq!(drafter.counts(), DraftCounts { forced: 0, copied: 1, accepted: 0 });
 }
+
+#[test]
+fn an_answer_that_repeats_itself_is_drafted_with_the_repeat_s_period() {
+    let (vocabulary, _) = vocabulary();
+    let mut drafter = Drafter::new(tokenizer(&vocabulary), Arc::clone(&vocabulary), &tokens_of(&vocabulary, "Order 7."));
+    for token in tokens_of(&vocabulary, "{\"id\": \"100000") {
+        drafter.push(token);
+    }
+    // `0000` was written one byte earlier: the repeat goes on with period one.
+    assert_eq!(text_of(&vocabulary, &drafter.propose(None, MAX_DRAFT)), "00", "a first lookup draft is two tokens");
+    drafter.settle(2);
+    assert_eq!(text_of(&vocabulary, &drafter.propose(None, MAX_DRAFT)), "0000");
+    drafter.settle(4);
+    assert_eq!(drafter.counts(), DraftCounts { forced: 0, copied: 6, accepted: 6 });
+    // A longer period: `ab-ab-` continues as `ab-ab-…`.
+    let mut drafter = Drafter::new(tokenizer(&vocabulary), Arc::clone(&vocabulary), &[]);
+    for token in tokens_of(&vocabulary, "xab-ab-ab") {
+        drafter.push(token);
+    }
+    assert_eq!(text_of(&vocabulary, &drafter.propose(None, MAX_DRAFT)), "-a");
+}
+
+#[test]
+fn a_prompt_copy_beats_an_equally_long_repeat_and_a_longer_repeat_beats_a_copy() {
+    let (vocabulary, _) = vocabulary();
+    let prompt = tokens_of(&vocabulary, "shipto Lyon Centre, France.");
+    // `to Lyon` (7 bytes) is both in the prompt and earlier in the answer.
+    let mut drafter = Drafter::new(tokenizer(&vocabulary), Arc::clone(&vocabulary), &prompt);
+    for token in tokens_of(&vocabulary, "xto Lyon; to Lyon") {
+        drafter.push(token);
+    }
+    assert_eq!(text_of(&vocabulary, &drafter.propose(None, MAX_DRAFT)), " C", "the prompt's ` Centre`, not the answer's `; `");
+    // `x, Lyon` (7 bytes) only in the answer, ` Lyon` (5) in the prompt.
+    let mut drafter = Drafter::new(tokenizer(&vocabulary), Arc::clone(&vocabulary), &prompt);
+    for token in tokens_of(&vocabulary, "x, Lyon! x, Lyon") {
+        drafter.push(token);
+    }
+    assert_eq!(text_of(&vocabulary, &drafter.propose(None, MAX_DRAFT)), "! ");
+}
