@@ -240,6 +240,54 @@ impl<'m> Context<'m> {
         self.inner.logits(row.0)
     }
 
+    /// The most rows, up to `most`, one decode may hold while each row's logits stay
+    /// bit-identical to decoding its token alone; 1 when even two rows differ. On a CPU the
+    /// arithmetic of a row depends on its batch's size: llama.cpp switches to other matrix
+    /// kernels at some row counts (tiled K-quant kernels at 8 rows, as built here), so a draft
+    /// verified in a larger batch can tip a near tie the other way. A kernel whose rounding
+    /// differs on some inputs only is not found here (why weights are not repacked, see
+    /// `ffi::model`).
+    /// Measured on sequence 0, which must be empty and is left empty: `tokens` after the first
+    /// four are decoded one by one, then in batches of 2, 3, ... rows from the same start, until
+    /// a row differs. Cost: about `2 × most` decodes of the model; call once per context.
+    pub fn exact_rows(&mut self, tokens: &[u32], most: usize) -> Result<usize, LlmError> {
+        const PREFIX: usize = 4;
+        let seq = SeqId(0);
+        let rows = &tokens[PREFIX.min(tokens.len())..];
+        let most = most.min(rows.len()).min(self.batch_capacity());
+        if most < 2 {
+            return Ok(1);
+        }
+        let result = self.measure_exact_rows(seq, &tokens[..PREFIX], &rows[..most]);
+        self.clear(seq);
+        result
+    }
+
+    fn measure_exact_rows(&mut self, seq: SeqId, prefix: &[u32], rows: &[u32]) -> Result<usize, LlmError> {
+        self.clear(seq);
+        let start = prefix.len() as u32;
+        self.decode(&[BatchEntry { seq, tokens: prefix, first_pos: 0, logits: 0 }])?;
+        let mut alone = Vec::with_capacity(rows.len());
+        for (at, token) in rows.iter().enumerate() {
+            let decoded = self.decode(&[BatchEntry { seq, tokens: std::slice::from_ref(token), first_pos: start + at as u32, logits: 1 }])?;
+            alone.push(self.logits(decoded[0][0])?.to_vec());
+        }
+        for count in 2..=rows.len() {
+            if !self.truncate(seq, start) {
+                // Memory that cannot be cut back (recurrent models) cannot be measured.
+                return Ok(1);
+            }
+            let decoded = self.decode(&[BatchEntry { seq, tokens: &rows[..count], first_pos: start, logits: count }])?;
+            for (row, expected) in decoded[0].iter().zip(&alone) {
+                let same = self.logits(*row)?.iter().zip(expected).all(|(a, b)| a.to_bits() == b.to_bits());
+                if !same {
+                    return Ok(count - 1);
+                }
+            }
+        }
+        Ok(rows.len())
+    }
+
     /// Forgets everything sequence `seq` holds, so the slot can serve a new request.
     pub fn clear(&mut self, seq: SeqId) {
         // The id was range-checked when the SeqId was made; removing a whole sequence always

@@ -70,3 +70,34 @@ fn detokenizing_token_by_token_reassembles_multibyte_text_exactly() {
         }
     }
 }
+
+/// `Context::exact_rows` on the real models: the batch it reports exact gives each row the
+/// logits its token gets when decoded alone, and the measurement leaves sequence 0 empty for
+/// the requests that follow.
+#[test]
+fn exact_rows_names_a_batch_whose_rows_decode_as_they_do_alone() {
+    use llamay::llm::{BatchEntry, ContextParams};
+    for name in ["smollm2:135m", "gemma3:270m"] {
+        let model = load(name);
+        let mut context = model.new_context(&ContextParams { n_ctx: 512, batch: 64, ..ContextParams::default() }).unwrap();
+        let tokens = model.tokenize("{\"order\": \"A-1043\", \"city\": \"Lyon\", \"total\": 129.5, \"items\": 3}", true, false).unwrap();
+        let rows = context.exact_rows(&tokens, 9).unwrap();
+        assert!((1..=9).contains(&rows), "{name}: {rows}");
+        let seq = context.seq(0).unwrap();
+        // Left empty: the prefix decodes from position 0.
+        context.decode(&[BatchEntry { seq, tokens: &tokens[..4], first_pos: 0, logits: 0 }]).unwrap();
+        let decoded = context.decode(&[BatchEntry { seq, tokens: &tokens[4..4 + rows], first_pos: 4, logits: rows }]).unwrap();
+        let batched: Vec<Vec<f32>> = decoded[0].iter().map(|row| context.logits(*row).unwrap().to_vec()).collect();
+        assert!(context.truncate(seq, 4));
+        let alone: Vec<Vec<f32>> = (0..rows)
+            .map(|at| {
+                let decoded = context
+                    .decode(&[BatchEntry { seq, tokens: &tokens[4 + at..5 + at], first_pos: 4 + at as u32, logits: 1 }])
+                    .unwrap();
+                context.logits(decoded[0][0]).unwrap().to_vec()
+            })
+            .collect();
+        assert!(batched == alone, "{name}: a batch of {rows} rows was reported exact but its logits differ");
+        eprintln!("{name}: batches of up to {rows} rows decode as one-row decodes do");
+    }
+}

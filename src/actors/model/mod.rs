@@ -24,7 +24,7 @@ use crate::contexts::{ContextMode, ContextRecord, ContextUse};
 use crate::embed::rerank::{RelevanceScorer, Reranker, ScorerKind};
 use super::messages::{CancelToken, Generate, Generation, HoldContexts, LoadedModel, Rerank, SavedState};
 use super::prefix::SlotCache;
-use super::drafts::{DraftTokenizer, Drafter, RowCosts};
+use super::drafts::{DraftTokenizer, Drafter, RowCosts, MAX_DRAFT};
 use super::sampler::SequenceSampler;
 use crate::core::{
     Completion, ConstraintKind, CoreError, FinishReason, ModelInfo, ModelTotals, StepSplit,
@@ -163,12 +163,14 @@ impl LlamaModelHandle {
             let model = Arc::clone(&model);
             let shared = Arc::clone(&shared);
             let params = settings.context.clone();
+            let name = info.name.clone();
             std::thread::Builder::new()
                 .name(format!("model-{}", info.name))
                 .spawn(move || match model.new_context(&params) {
-                    Ok(context) => {
+                    Ok(mut context) => {
                         let _ = ready_tx.send(Ok(context.per_sequence_ctx()));
-                        run_worker(context, inbox, &shared);
+                        let exact_rows = measure_exact_rows(&model, &mut context, &name);
+                        run_worker(context, inbox, &shared, exact_rows);
                     }
                     Err(error) => {
                         let _ = ready_tx.send(Err(error.to_string()));
@@ -472,7 +474,28 @@ impl Drop for LlamaModelHandle {
 }
 
 /// The worker loop: take new jobs into free slots, decode one batch, sample, repeat.
-fn run_worker(mut context: Context<'_>, inbox: std_mpsc::Receiver<Job>, shared: &Shared) {
+/// Text whose tokens measure [`Context::exact_rows`]: JSON, as drafts mostly are.
+const EXACT_ROWS_PROBE: &str = "{\"name\": \"Ada Lovelace\", \"born\": 1815, \"city\": \"London\", \"field\": \"mathematics\"}";
+
+/// How many rows a decode of this context keeps bit-identical to one-row decodes (1 when
+/// unknown): the most a lone sequence's draft batch is given.
+fn measure_exact_rows(model: &Model, context: &mut Context<'_>, name: &str) -> usize {
+    let measured = model
+        .tokenize(EXACT_ROWS_PROBE, true, false)
+        .and_then(|tokens| context.exact_rows(&tokens, MAX_DRAFT + 1));
+    match measured {
+        Ok(rows) => {
+            tracing::debug!(model = name, rows, "rows a decode computes as one-row decodes do");
+            rows
+        }
+        Err(error) => {
+            tracing::warn!(model = name, %error, "could not measure which batches decode exactly; drafts are costed only");
+            1
+        }
+    }
+}
+
+fn run_worker(mut context: Context<'_>, inbox: std_mpsc::Receiver<Job>, shared: &Shared, exact_rows: usize) {
     let slots = context.params().sequences as usize;
     let mut live: Vec<Option<Live>> = (0..slots).map(|_| None).collect();
     let mut cache = kv::SlotKeeper::new(SlotCache::new(slots));
@@ -526,7 +549,7 @@ fn run_worker(mut context: Context<'_>, inbox: std_mpsc::Receiver<Job>, shared: 
             }
         }
         cache.admit(&mut context, &mut live, &mut waiting, shared);
-        step(&mut context, &mut live, &mut cache, &mut costs, shared);
+        step(&mut context, &mut live, &mut cache, &mut costs, exact_rows, shared);
     }
 }
 
@@ -563,6 +586,7 @@ fn step(
     live: &mut [Option<Live>],
     cache: &mut kv::SlotKeeper,
     costs: &mut RowCosts,
+    exact_rows: usize,
     shared: &Shared,
 ) {
     let capacity = context.batch_capacity();
@@ -571,13 +595,17 @@ fn step(
     let mut plan: Vec<(usize, Option<usize>, usize)> = Vec::new();
     let sequences_generating = live.iter().flatten().filter(|entry| entry.next_token.is_some()).count();
     let mut rows = sequences_generating;
+    // While the sequences' own rows compute as each would alone, drafts stay within the rows
+    // that do too, so the answer is plain decoding's bit for bit. Where no batch does (or the
+    // sequences alone are past it), drafts are costed only: rows differ in rounding either way.
+    let exact_limit = if exact_rows > 1 && sequences_generating <= exact_rows { exact_rows } else { usize::MAX };
     for (index, slot) in live.iter_mut().enumerate() {
         if let Some(entry) = slot {
             if entry.next_token.is_some() && budget > 0 {
                 // The sampled token, then what of its draft is worth its rows and fits.
                 if let Some(drafter) = entry.job.drafter.as_mut() {
                     let worth = costs.worth(entry.draft.len(), drafter.acceptance(), sequences_generating, rows);
-                    entry.draft.truncate(worth.min(budget - 1));
+                    entry.draft.truncate(worth.min(budget - 1).min(exact_limit.saturating_sub(rows)));
                     drafter.cut(entry.draft.len());
                 }
                 rows += entry.draft.len();
@@ -591,7 +619,12 @@ fn step(
         if let Some(entry) = slot {
             let remaining = entry.job.prompt.len() - entry.prompt_done;
             if entry.next_token.is_none() && remaining > 0 && budget > 0 {
-                let take = remaining.min(budget);
+                // The prompt's last token, whose logits pick the first answer token, is decoded
+                // on its own, as a prompt found in the cache has it decoded: the same prompt
+                // gives the same answer fresh or reused (on a CPU a row's arithmetic depends on
+                // how many rows its batch has).
+                let before_last = if entry.job.prefill_only { remaining } else { remaining - 1 };
+                let take = if before_last > 0 { before_last.min(budget) } else { 1 };
                 plan.push((index, Some(entry.prompt_done), take));
                 budget -= take;
             }
