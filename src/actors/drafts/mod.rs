@@ -2,10 +2,11 @@
 //! several tokens (speculative decoding whose drafts cost no model). Two sources:
 //! - the bytes the grammar forces after the last token (`er_id": "` once `{"ord` is written in
 //!   a closed object), as the model's tokenizer splits them; where the grammar allows
-//!   whitespace first, the whitespace the answer wrote between the same two bytes before;
+//!   whitespace first, the whitespace the answer wrote between the same two bytes before (at
+//!   first, the layout of the model's previous answer, then JSON's usual one);
 //! - text copied from the prompt (prompt lookup): the longest recent stretch of the answer that
-//!   also occurs in the prompt, and what follows it there up to the clause's end (`Acme
-//!   Corporation` in an extraction);
+//!   also occurs in the prompt, or the word it has begun where a word of the prompt starts so,
+//!   and what follows it there up to the clause's end (`Acme Corporation` in an extraction);
 //! - the answer repeating itself: the same lookup in the answer's earlier bytes, continued with
 //!   the period of the repeat (a small model's runaway `0000…` or blank lines until the token
 //!   limit, which plain decoding spends a step per token on).
@@ -32,6 +33,10 @@ use crate::llm::Vocabulary;
 /// same way is one it confirms), at most the given count.
 pub type DraftTokenizer = Arc<dyn Fn(&[u8], usize) -> Vec<u32> + Send + Sync>;
 
+/// Per pair of bytes, the whitespace an answer wrote between them (empty: none): how the model
+/// lays out JSON, which a model keeps from one answer to the next.
+pub type Habits = std::collections::HashMap<(u8, u8), Vec<u8>>;
+
 /// Most tokens one draft holds.
 pub const MAX_DRAFT: usize = 8;
 /// Most forced bytes read ahead.
@@ -39,6 +44,8 @@ const MAX_FORCED_BYTES: usize = 64;
 /// The shortest end of the answer that, found in the prompt, starts a copy: shorter ones match
 /// by chance (`", "`).
 const MIN_MATCH: usize = 4;
+/// The fewest bytes of a string value that, found at a word's start in the prompt, start a copy.
+const MIN_VALUE_START: usize = 2;
 /// The longest end of the answer looked up.
 const MAX_MATCH: usize = 24;
 /// Bytes of the prompt a copy may take after the match.
@@ -103,6 +110,10 @@ struct Found {
     bytes: Vec<u8>,
 }
 
+/// Per source (forced, copied, repeated): the acceptance rate assumed before any outcome.
+const PRIOR_ACCEPTANCE: [f64; 3] = [0.9, 0.6, 0.6];
+/// How far a draft that was not decoded moves its source's rate back towards the prior.
+const UNTRIED_DRIFT: f64 = 0.1;
 /// How much one outcome moves a source's acceptance rate.
 const ACCEPTANCE_WEIGHT: f64 = 0.2;
 
@@ -112,15 +123,23 @@ const ACCEPTANCE_WEIGHT: f64 = 0.2;
 /// 270M, whose step is mostly its 262k-token output layer, 1.0, 1.08, 1.39).
 #[derive(Debug, Clone)]
 pub struct RowCosts {
-    /// Per batch size from 1: mean seconds of a decode, and whether one was seen.
-    seconds: Vec<Option<f64>>,
+    /// Per batch size from 1: mean seconds of a decode and the step it was last measured at,
+    /// if one was seen.
+    seconds: Vec<Option<(f64, u64)>>,
+    /// Generation steps recorded so far.
+    steps: u64,
 }
 
 impl Default for RowCosts {
     fn default() -> Self {
-        RowCosts { seconds: vec![None; MAX_COSTED_ROWS] }
+        RowCosts { seconds: vec![None; MAX_COSTED_ROWS], steps: 0 }
     }
 }
+
+/// Steps after which a size's cost counts as unmeasured again. A size measured slow (a step
+/// that shared the CPU with something else) would otherwise never be decoded, so never
+/// measured again, and drafts of that size would stop for the worker's life.
+const STALE_STEPS: u64 = 256;
 
 /// Batch sizes whose decode times are kept; larger batches (prompts) are not generation steps.
 const MAX_COSTED_ROWS: usize = 48;
@@ -133,18 +152,23 @@ const COST_WEIGHT: f64 = 0.1;
 impl RowCosts {
     /// A generation step of `rows` rows took `seconds`.
     pub fn record(&mut self, rows: usize, seconds: f64) {
+        self.steps += 1;
         let Some(slot) = rows.checked_sub(1).and_then(|at| self.seconds.get_mut(at)) else { return };
-        *slot = Some(match *slot {
-            Some(mean) => mean + COST_WEIGHT * (seconds - mean),
+        let mean = match *slot {
+            Some((mean, _)) => mean + COST_WEIGHT * (seconds - mean),
             None => seconds,
-        });
+        };
+        *slot = Some((mean, self.steps));
     }
 
     /// What growing a batch of `rows` rows by one costs, in tokens: the time it adds over the
     /// time a step of `base` rows (one per generating sequence) spends per token. A kept draft
     /// token is one token more for that time.
     pub fn next_row(&self, base: usize, rows: usize) -> f64 {
-        let at = |rows: usize| rows.checked_sub(1).and_then(|i| self.seconds.get(i).copied().flatten());
+        let at = |rows: usize| {
+            let (mean, measured_at) = rows.checked_sub(1).and_then(|i| self.seconds.get(i).copied().flatten())?;
+            (self.steps - measured_at <= STALE_STEPS).then_some(mean)
+        };
         match (at(base), at(rows), at(rows + 1)) {
             (Some(step), Some(now), Some(then)) if step > 0.0 => ((then - now) * base as f64 / step).max(0.0),
             _ => UNMEASURED_ROW_COST,
@@ -152,17 +176,20 @@ impl RowCosts {
     }
 
     /// How many tokens of a draft are worth decoding in a batch of `rows` rows so far, against
-    /// steps of `base` rows: token `i` is reached and kept with probability `acceptance^i`, and
-    /// is decoded only while that beats what its row costs. Next to three other sequences a
-    /// row must be worth more: their tokens share the time it adds.
+    /// steps of `base` rows: token `i` is reached and kept with probability `acceptance^i`; the
+    /// length taken is the one whose expected tokens beat the rows' cost by the most, summed
+    /// over the draft so that one size measured slow or fast does not decide alone. Next to
+    /// three other sequences a row must be worth more: their tokens share the time it adds.
     pub fn worth(&self, length: usize, acceptance: f64, base: usize, rows: usize) -> usize {
-        let mut reach = 1.0;
-        (0..length)
-            .take_while(|&i| {
-                reach *= acceptance;
-                reach >= self.next_row(base, rows + i)
-            })
-            .count()
+        let (mut reach, mut gain, mut best, mut best_gain) = (1.0, 0.0, 0, 0.0);
+        for i in 0..length {
+            reach *= acceptance;
+            gain += reach - self.next_row(base, rows + i);
+            if gain > best_gain {
+                (best, best_gain) = (i + 1, gain);
+            }
+        }
+        best
     }
 }
 
@@ -176,7 +203,7 @@ pub struct Drafter {
     answer: Vec<u8>,
     /// Per pair of bytes, the whitespace the answer wrote between them last time (empty:
     /// none): the guess where the grammar allows whitespace before a forced byte.
-    habits: std::collections::HashMap<(u8, u8), Vec<u8>>,
+    habits: Habits,
     /// The last non-whitespace byte and the whitespace written after it so far.
     pending_habit: Option<(u8, Vec<u8>)>,
     /// Per lookup source (copied, repeated): its budget and pauses.
@@ -198,10 +225,22 @@ impl Drafter {
             habits: Default::default(),
             pending_habit: None,
             lookups: Default::default(),
-            acceptance: [0.9, 0.6, 0.6],
+            acceptance: PRIOR_ACCEPTANCE,
             in_flight: None,
             counts: DraftCounts::default(),
         }
+    }
+
+    /// Starts from the layout an earlier answer of the same model used, until this answer
+    /// shows its own (the first `{` then newline and indent need no step each then).
+    pub fn with_habits(mut self, habits: Habits) -> Self {
+        self.habits = habits;
+        self
+    }
+
+    /// The layout this answer used, for the next one.
+    pub fn habits(&self) -> &Habits {
+        &self.habits
     }
 
     pub fn counts(&self) -> DraftCounts {
@@ -232,11 +271,15 @@ impl Drafter {
 
     /// Only the first `length` tokens of the draft in flight are decoded.
     pub fn cut(&mut self, length: usize) {
-        if let Some((_, drafted)) = self.in_flight.as_mut() {
+        if let Some((source, drafted)) = self.in_flight.as_mut() {
             *drafted = (*drafted).min(length);
-        }
-        if length == 0 {
-            self.in_flight = None;
+            if length == 0 {
+                // Not decoded, so not measured: the source's rate drifts back to its prior,
+                // or a few early misses would stop its drafts for the rest of the answer.
+                let rate = &mut self.acceptance[*source as usize];
+                *rate += UNTRIED_DRIFT * (PRIOR_ACCEPTANCE[*source as usize] - *rate);
+                self.in_flight = None;
+            }
         }
     }
 
@@ -272,7 +315,20 @@ impl Drafter {
             return Vec::new();
         }
         let mut constraint = constraint;
-        let habit = |after: u8, next: u8| self.habits.get(&(after, next)).cloned();
+        // Where the answer has not shown its habit yet: a member after a comma laid out as the
+        // first one was; none before a colon or comma and a space after a colon, as JSON
+        // writers do.
+        let habit = |after: u8, next: u8| {
+            let seen = |after: u8| self.habits.get(&(after, next)).cloned();
+            seen(after).or_else(|| match (after, next) {
+                (b',', _) => seen(b'{').or_else(|| seen(b'[')),
+                (b':', _) => Some(b" ".to_vec()),
+                (_, b':' | b',') => Some(Vec::new()),
+                // A closing brace one indent left of the first member.
+                (_, b'}') => self.habits.get(&(b'{', b'"')).map(|layout| dedent(layout)),
+                _ => None,
+            })
+        };
         let forced = constraint
             .as_deref()
             .and_then(OutputConstraint::grammar)
@@ -317,16 +373,18 @@ impl Drafter {
     }
 
     /// What follows, in the prompt, the longest end of the answer found there (see
-    /// [`longest_match`]), up to the end of the prompt's clause.
+    /// [`longest_match`]), or else the start of the string value being written (see
+    /// [`value_start`]), up to the end of the prompt's clause.
     fn copy_from_prompt(&self) -> Option<Found> {
-        let (from, matched) = longest_match(&self.prompt, &self.answer)?;
+        let (from, matched) = longest_match(&self.prompt, &self.answer).or_else(|| value_start(&self.prompt, &self.answer))?;
         let copy = &self.prompt[from..(from + MAX_COPY_BYTES).min(self.prompt.len())];
-        // A value copied into a structure ends where the prompt's clause does: at a comma,
-        // colon, semicolon, quote or line end, or a full stop that is not a decimal point.
+        // A value copied into a structure ends where the prompt's clause does: at a quote or a
+        // line end, or a comma, colon, semicolon or full stop before a space (`Lyon, France`
+        // ends at the comma; `1,249.90`, `15:00` and `jane.doe@mail.co.uk` go on).
         let end = (0..copy.len())
             .find(|&at| match copy[at] {
-                b',' | b':' | b';' | b'"' | b'\n' => true,
-                b'.' => !(at > 0 && copy[at - 1].is_ascii_digit() && copy.get(at + 1).is_some_and(u8::is_ascii_digit)),
+                b'"' | b'\n' => true,
+                b',' | b':' | b';' | b'.' => copy.get(at + 1).is_none_or(u8::is_ascii_whitespace),
                 _ => false,
             })
             .unwrap_or(copy.len());
@@ -344,6 +402,35 @@ impl Drafter {
         let bytes = (0..MAX_COPY_BYTES).map(|i| self.answer[from + i % period]).collect();
         Some(Found { source: Source::Repeated, matched, bytes })
     }
+}
+
+/// Where, in `prompt`, the word the answer has begun goes on, when its first bytes are too few
+/// for [`longest_match`] (`Oak` of `"Oakridge Ltd"`, `12` of `1249.90`): the first place the
+/// prompt has them at the start of a word, and their length. The word is what follows the
+/// answer's last quote, space or JSON separator, and starts with a letter or digit.
+fn value_start(prompt: &[u8], answer: &[u8]) -> Option<(usize, usize)> {
+    let start = answer
+        .iter()
+        .rposition(|&byte| matches!(byte, b'"' | b':' | b',' | b'[' | b'{') || byte.is_ascii_whitespace())
+        .map_or(0, |at| at + 1);
+    let value = &answer[start..];
+    if !(MIN_VALUE_START..MIN_MATCH).contains(&value.len()) || !value[0].is_ascii_alphanumeric() {
+        return None;
+    }
+    let at = prompt
+        .windows(value.len())
+        .enumerate()
+        .position(|(at, window)| window == value && (at == 0 || !prompt[at - 1].is_ascii_alphanumeric()))?;
+    Some((at + value.len(), value.len()))
+}
+
+/// Whitespace laid out one level less: its last line's indentation without its last level (an
+/// indent of four spaces or one tab; a line without indentation stays as it is).
+fn dedent(layout: &[u8]) -> Vec<u8> {
+    let line_start = layout.iter().rposition(|&byte| byte == b'\n').map_or(0, |at| at + 1);
+    let indent = &layout[line_start..];
+    let cut = if indent.ends_with(b"\t") { 1 } else { indent.len().min(4) };
+    layout[..layout.len() - cut].to_vec()
 }
 
 /// Where, in `text`, the longest end of `answer` (at least [`MIN_MATCH`], at most

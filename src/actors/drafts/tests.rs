@@ -67,9 +67,10 @@ fn the_grammar_s_forced_bytes_are_drafted_with_the_whitespace_the_answer_used_be
         drafter.push(token);
     }
     // `ity"` is the one key left that starts with `c`; the space before the colon is the
-    // answer's habit; after the colon there is none yet, so the draft stops there.
+    // answer's habit; after the colon, where it has none yet, the space JSON writers put; the
+    // string's quote; then the value is the model's.
     let draft = drafter.propose(Some(&mut constraint), MAX_DRAFT);
-    assert_eq!(text_of(&vocabulary, &draft), "ity\" :");
+    assert_eq!(text_of(&vocabulary, &draft), "ity\" : \"");
     drafter.settle(draft.len());
     assert_eq!(drafter.counts(), DraftCounts { forced: draft.len() as u64, copied: 0, accepted: draft.len() as u64 });
 }
@@ -212,4 +213,105 @@ fn a_prompt_copy_beats_an_equally_long_repeat_and_a_longer_repeat_beats_a_copy()
         drafter.push(token);
     }
     assert_eq!(text_of(&vocabulary, &drafter.propose(None, MAX_DRAFT)), "! ");
+}
+
+#[test]
+fn a_word_begun_in_the_answer_is_copied_from_its_start_in_the_prompt_through_dots_and_commas_inside_it() {
+    let (vocabulary, _) = vocabulary();
+    let prompt = tokens_of(&vocabulary, "Write to Jane at jane.doe@oak.co.uk, total 1249.90 EUR. Thanks.");
+    let copy = |answer: &str| {
+        let mut drafter = Drafter::new(tokenizer(&vocabulary), Arc::clone(&vocabulary), &prompt);
+        for token in tokens_of(&vocabulary, answer) {
+            drafter.push(token);
+        }
+        drafter.copy_from_prompt().map(|found| String::from_utf8(found.bytes).unwrap())
+    };
+    // Two bytes at a word's start are enough; a dot or comma before a letter or digit goes on.
+    assert_eq!(copy("{\"email\": \"ja").as_deref(), Some("ne.doe@oak.co.uk"));
+    assert_eq!(copy("{\"total\": 1").as_deref(), None, "one byte is too few");
+    assert_eq!(copy("{\"total\": 12").as_deref(), Some("49.90 EUR"), "the full stop before a space ends it");
+    // Not inside a word (`ane` of `Jane`), and a key's closing quote starts no value.
+    assert_eq!(copy("{\"x\": \"an").as_deref(), None);
+    assert_eq!(copy("{\"email\"").as_deref(), None);
+}
+
+#[test]
+fn an_unseen_layout_is_guessed_from_the_first_member_and_json_convention() {
+    let (vocabulary, trie) = vocabulary();
+    let schema = json!({"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
+        "required": ["a", "b"], "additionalProperties": false});
+    let mut constraint = constraint(schema, &trie);
+    let mut drafter = Drafter::new(tokenizer(&vocabulary), Arc::clone(&vocabulary), &[]);
+    for token in tokens_of(&vocabulary, "{\n  \"a") {
+        constraint.commit(token).unwrap();
+        drafter.push(token);
+    }
+    // No space before the colon, one after it.
+    assert_eq!(text_of(&vocabulary, &drafter.propose(Some(&mut constraint), MAX_DRAFT)), "\": \"");
+    drafter.settle(0);
+    for token in tokens_of(&vocabulary, "\": \"x\",") {
+        constraint.commit(token).unwrap();
+        drafter.push(token);
+    }
+    // The second member is laid out as the first: newline, two spaces.
+    assert_eq!(text_of(&vocabulary, &drafter.propose(Some(&mut constraint), MAX_DRAFT)), "\n  \"b\": \"");
+    drafter.settle(0);
+    for token in tokens_of(&vocabulary, "\n  \"b\": \"y\"") {
+        constraint.commit(token).unwrap();
+        drafter.push(token);
+    }
+    // The closing brace one level left of the members.
+    assert_eq!(text_of(&vocabulary, &drafter.propose(Some(&mut constraint), MAX_DRAFT)), "\n}");
+    // The next answer starts from this layout.
+    let habits = drafter.habits().clone();
+    let mut next = Drafter::new(tokenizer(&vocabulary), Arc::clone(&vocabulary), &[]).with_habits(habits);
+    let mut constraint = constraint_for_next(&trie);
+    for token in tokens_of(&vocabulary, "{") {
+        constraint.commit(token).unwrap();
+        next.push(token);
+    }
+    assert_eq!(text_of(&vocabulary, &next.propose(Some(&mut constraint), MAX_DRAFT)), "\n  \"");
+}
+
+fn constraint_for_next(trie: &Arc<TokenTrie>) -> OutputConstraint {
+    constraint(json!({"type": "object", "properties": {"c": {"type": "string"}, "d": {"type": "string"}},
+        "required": ["c", "d"], "additionalProperties": false}), trie)
+}
+
+#[test]
+fn a_size_measured_slow_is_measured_again_after_a_while() {
+    let mut costs = RowCosts::default();
+    costs.record(1, 0.010);
+    // Each row measured at two steps' time (the CPU was shared): no draft is worth it.
+    for rows in 2..=5 {
+        costs.record(rows, 0.010 + 0.020 * (rows - 1) as f64);
+    }
+    assert_eq!(costs.worth(4, 0.9, 1, 1), 0);
+    // Steps of one row go on; once the two-row time is stale, a draft runs to measure it again.
+    for _ in 0..=STALE_STEPS {
+        costs.record(1, 0.010);
+    }
+    assert!(costs.worth(4, 0.9, 1, 1) > 0);
+}
+
+#[test]
+fn a_source_not_drafted_for_a_while_is_trusted_as_at_the_start_again() {
+    let (vocabulary, _) = vocabulary();
+    let prompt = tokens_of(&vocabulary, "Order 7 from Acme Corporation and Sons, ship to Lyon.");
+    let mut drafter = Drafter::new(tokenizer(&vocabulary), Arc::clone(&vocabulary), &prompt);
+    for token in tokens_of(&vocabulary, "customer Acme") {
+        drafter.push(token);
+    }
+    drafter.propose(None, MAX_DRAFT);
+    drafter.settle(0);
+    drafter.propose(None, MAX_DRAFT);
+    let distrusted = drafter.acceptance();
+    assert!(distrusted < PRIOR_ACCEPTANCE[1]);
+    for _ in 0..40 {
+        drafter.lookups = Default::default();
+        drafter.propose(None, MAX_DRAFT);
+        drafter.cut(0);
+    }
+    drafter.propose(None, MAX_DRAFT);
+    assert!(drafter.acceptance() > distrusted && (drafter.acceptance() - PRIOR_ACCEPTANCE[1]).abs() < 0.01);
 }

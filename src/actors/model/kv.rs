@@ -303,6 +303,13 @@ impl SlotKeeper {
             self.cache.forget(index);
         }
         let succeeded = !failed && reason != FinishReason::Cancelled;
+        if let (Some(drafter), true) = (entry.job.drafter.as_ref(), succeeded) {
+            if !drafter.habits().is_empty() {
+                if let Ok(mut habits) = shared.habits.lock() {
+                    habits.clone_from(drafter.habits());
+                }
+            }
+        }
         if let (Some(used), true) = (entry.job.context.as_ref(), succeeded) {
             match used.mode {
                 ContextMode::Create | ContextMode::Commit => {

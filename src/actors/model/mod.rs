@@ -26,7 +26,7 @@ use crate::contexts::{ContextMode, ContextRecord, ContextUse};
 use crate::embed::rerank::{RelevanceScorer, Reranker, ScorerKind};
 use super::messages::{CancelToken, Generate, Generation, HoldContexts, LoadedModel, Rerank, SavedState};
 use super::prefix::SlotCache;
-use super::drafts::{DraftTokenizer, Drafter, RowCosts, MAX_DRAFT};
+use super::drafts::{DraftTokenizer, Drafter, Habits, RowCosts, MAX_DRAFT};
 use super::sampler::SequenceSampler;
 use crate::core::{
     Completion, ConstraintKind, CoreError, FinishReason, ModelInfo, ModelTotals, StepSplit,
@@ -115,6 +115,8 @@ struct Shared {
     /// Requests submitted and not yet finished: in a sequence, or waiting for one.
     in_use: AtomicUsize,
     totals: Mutex<ModelTotals>,
+    /// The JSON layout of the model's last answer, which the next answer's drafts start from.
+    habits: Mutex<Habits>,
 }
 
 /// A loaded model with its worker thread. Dropping it stops the thread: live requests end as
@@ -409,7 +411,8 @@ impl LlamaModelHandle {
                 tokens.truncate(most);
                 tokens
             });
-            Drafter::new(tokenizer, Arc::clone(self.model.vocabulary()), &prompt)
+            let habits = self.shared.habits.lock().map(|habits| habits.clone()).unwrap_or_default();
+            Drafter::new(tokenizer, Arc::clone(self.model.vocabulary()), &prompt).with_habits(habits)
         });
         let transcript = named.as_ref().is_some_and(|c| c.mode == ContextMode::Commit).then(String::new);
         let job = Job {
