@@ -38,6 +38,15 @@ fn tokenizer(vocabulary: &Arc<Vocabulary>) -> DraftTokenizer {
     })
 }
 
+/// A drafter for `prompt` that has seen `answer` so far (no constraint).
+fn drafter_after(vocabulary: &Arc<Vocabulary>, prompt: &str, answer: &str) -> Drafter {
+    let mut drafter = Drafter::new(tokenizer(vocabulary), Arc::clone(vocabulary), &tokens_of(vocabulary, prompt));
+    for token in tokens_of(vocabulary, answer) {
+        drafter.push(token);
+    }
+    drafter
+}
+
 fn tokens_of(vocabulary: &Vocabulary, text: &str) -> Vec<u32> {
     text.bytes().map(u32::from).filter(|&t| vocabulary.piece(t).len() == 1).collect()
 }
@@ -179,10 +188,7 @@ fn a_source_whose_drafts_miss_is_trusted_less() {
 #[test]
 fn an_answer_that_repeats_itself_is_drafted_with_the_repeat_s_period() {
     let (vocabulary, _) = vocabulary();
-    let mut drafter = Drafter::new(tokenizer(&vocabulary), Arc::clone(&vocabulary), &tokens_of(&vocabulary, "Order 7."));
-    for token in tokens_of(&vocabulary, "{\"id\": \"100000") {
-        drafter.push(token);
-    }
+    let mut drafter = drafter_after(&vocabulary, "Order 7.", "{\"id\": \"100000");
     // `0000` was written one byte earlier: the repeat goes on with period one.
     assert_eq!(text_of(&vocabulary, &drafter.propose(None, MAX_DRAFT)), "00", "a first lookup draft is two tokens");
     drafter.settle(2);
@@ -190,41 +196,29 @@ fn an_answer_that_repeats_itself_is_drafted_with_the_repeat_s_period() {
     drafter.settle(4);
     assert_eq!(drafter.counts(), DraftCounts { forced: 0, copied: 6, accepted: 6 });
     // A longer period: `ab-ab-` continues as `ab-ab-…`.
-    let mut drafter = Drafter::new(tokenizer(&vocabulary), Arc::clone(&vocabulary), &[]);
-    for token in tokens_of(&vocabulary, "xab-ab-ab") {
-        drafter.push(token);
-    }
+    let mut drafter = drafter_after(&vocabulary, "", "xab-ab-ab");
     assert_eq!(text_of(&vocabulary, &drafter.propose(None, MAX_DRAFT)), "-a");
 }
 
 #[test]
 fn a_prompt_copy_beats_an_equally_long_repeat_and_a_longer_repeat_beats_a_copy() {
     let (vocabulary, _) = vocabulary();
-    let prompt = tokens_of(&vocabulary, "shipto Lyon Centre, France.");
+    let prompt = "shipto Lyon Centre, France.";
     // `to Lyon` (7 bytes) is both in the prompt and earlier in the answer.
-    let mut drafter = Drafter::new(tokenizer(&vocabulary), Arc::clone(&vocabulary), &prompt);
-    for token in tokens_of(&vocabulary, "xto Lyon; to Lyon") {
-        drafter.push(token);
-    }
+    let mut drafter = drafter_after(&vocabulary, prompt, "xto Lyon; to Lyon");
     assert_eq!(text_of(&vocabulary, &drafter.propose(None, MAX_DRAFT)), " C", "the prompt's ` Centre`, not the answer's `; `");
     // `x, Lyon` (7 bytes) only in the answer, ` Lyon` (5) in the prompt.
-    let mut drafter = Drafter::new(tokenizer(&vocabulary), Arc::clone(&vocabulary), &prompt);
-    for token in tokens_of(&vocabulary, "x, Lyon! x, Lyon") {
-        drafter.push(token);
-    }
+    let mut drafter = drafter_after(&vocabulary, prompt, "x, Lyon! x, Lyon");
     assert_eq!(text_of(&vocabulary, &drafter.propose(None, MAX_DRAFT)), "! ");
 }
 
 #[test]
 fn a_word_begun_in_the_answer_is_copied_from_its_start_in_the_prompt_through_dots_and_commas_inside_it() {
     let (vocabulary, _) = vocabulary();
-    let prompt = tokens_of(&vocabulary, "Write to Jane at jane.doe@oak.co.uk, total 1249.90 EUR. Thanks.");
+    let prompt = "Write to Jane at jane.doe@oak.co.uk, total 1249.90 EUR. Thanks.";
     let copy = |answer: &str| {
-        let mut drafter = Drafter::new(tokenizer(&vocabulary), Arc::clone(&vocabulary), &prompt);
-        for token in tokens_of(&vocabulary, answer) {
-            drafter.push(token);
-        }
-        drafter.copy_from_prompt().map(|found| String::from_utf8(found.bytes).unwrap())
+        drafter_after(&vocabulary, prompt, answer)
+            .copy_from_prompt().map(|found| String::from_utf8(found.bytes).unwrap())
     };
     // Two bytes at a word's start are enough; a dot or comma before a letter or digit goes on.
     assert_eq!(copy("{\"email\": \"ja").as_deref(), Some("ne.doe@oak.co.uk"));
@@ -297,11 +291,7 @@ fn a_size_measured_slow_is_measured_again_after_a_while() {
 #[test]
 fn a_source_not_drafted_for_a_while_is_trusted_as_at_the_start_again() {
     let (vocabulary, _) = vocabulary();
-    let prompt = tokens_of(&vocabulary, "Order 7 from Acme Corporation and Sons, ship to Lyon.");
-    let mut drafter = Drafter::new(tokenizer(&vocabulary), Arc::clone(&vocabulary), &prompt);
-    for token in tokens_of(&vocabulary, "customer Acme") {
-        drafter.push(token);
-    }
+    let mut drafter = drafter_after(&vocabulary, "Order 7 from Acme Corporation and Sons, ship to Lyon.", "customer Acme");
     drafter.propose(None, MAX_DRAFT);
     drafter.settle(0);
     drafter.propose(None, MAX_DRAFT);
