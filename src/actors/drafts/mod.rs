@@ -373,8 +373,8 @@ impl Drafter {
     }
 
     /// What follows, in the prompt, the longest end of the answer found there (see
-    /// [`longest_match`]), or else the start of the string value being written (see
-    /// [`value_start`]), up to the end of the prompt's clause.
+    /// [`longest_match`]), or else where a prompt word starts as the answer's last word does
+    /// (see [`value_start`]), up to the end of the prompt's clause.
     fn copy_from_prompt(&self) -> Option<Found> {
         let (from, matched) = longest_match(&self.prompt, &self.answer).or_else(|| value_start(&self.prompt, &self.answer))?;
         let copy = &self.prompt[from..(from + MAX_COPY_BYTES).min(self.prompt.len())];
