@@ -14,10 +14,11 @@
 struct SlotKv {
     /// The tokens whose keys and values are in the sequence, position 0 first.
     tokens: Vec<u32>,
-    /// How many of them, from the start, were decoded in batches of several tokens (prompts).
-    /// Only those are reused: a token decoded alone (a generated one) goes through other
-    /// kernels than a batched prefill, so its KV values differ in the last bits and a reused
-    /// answer would no longer match a cold run token for token.
+    /// How many of them, from the start, were decoded in batches through a prefill's kernels
+    /// (prompts). Only those are reused: a token decoded alone or with a few rows (a generated
+    /// one and its draft) goes through other kernels than a batched prefill, so its KV values
+    /// differ in the last bits and a reused answer would no longer match a cold run token for
+    /// token.
     reusable: usize,
     /// Step of the last admission into this slot, for least-recently-used choices.
     last_used: u64,
@@ -153,8 +154,8 @@ impl SlotCache {
         }
     }
 
-    /// Tokens just decoded into `slot`, after the ones it held; `batched` when the decode call
-    /// held more than one token.
+    /// Tokens just decoded into `slot`, after the ones it held; `batched` when the decode went
+    /// through the kernels of a batched prefill.
     pub fn extend(&mut self, slot: usize, tokens: &[u32], batched: bool) {
         if let Some(kv) = self.slots.get_mut(slot) {
             if batched && kv.reusable == kv.tokens.len() {

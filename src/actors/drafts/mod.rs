@@ -39,6 +39,9 @@ pub type Habits = std::collections::HashMap<(u8, u8), Vec<u8>>;
 
 /// Most tokens one draft holds.
 pub const MAX_DRAFT: usize = 8;
+/// Stands for the answer's start as the byte before its first one in [`Habits`]: a NUL byte
+/// is no byte JSON writes before a value.
+const ANSWER_START: u8 = 0;
 /// Most forced bytes read ahead.
 const MAX_FORCED_BYTES: usize = 64;
 /// The shortest end of the answer that, found in the prompt, starts a copy: shorter ones match
@@ -223,7 +226,7 @@ impl Drafter {
             prompt,
             answer: Vec::new(),
             habits: Default::default(),
-            pending_habit: None,
+            pending_habit: Some((ANSWER_START, Vec::new())),
             lookups: Default::default(),
             acceptance: PRIOR_ACCEPTANCE,
             in_flight: None,
@@ -316,23 +319,25 @@ impl Drafter {
         }
         let mut constraint = constraint;
         // Where the answer has not shown its habit yet: a member after a comma laid out as the
-        // first one was; none before a colon or comma and a space after a colon, as JSON
-        // writers do.
+        // first one was; none before a colon or comma, a space after a colon, and none before
+        // the answer's first byte, as JSON writers do.
         let habit = |after: u8, next: u8| {
             let seen = |after: u8| self.habits.get(&(after, next)).cloned();
             seen(after).or_else(|| match (after, next) {
                 (b',', _) => seen(b'{').or_else(|| seen(b'[')),
                 (b':', _) => Some(b" ".to_vec()),
+                (ANSWER_START, _) => Some(Vec::new()),
                 (_, b':' | b',') => Some(Vec::new()),
                 // A closing brace one indent left of the first member.
                 (_, b'}') => self.habits.get(&(b'{', b'"')).map(|layout| dedent(layout)),
                 _ => None,
             })
         };
+        let last = self.answer.last().copied().unwrap_or(ANSWER_START);
         let forced = constraint
             .as_deref()
             .and_then(OutputConstraint::grammar)
-            .map(|grammar| grammar.forced_bytes(MAX_FORCED_BYTES, self.answer.last().copied(), &habit))
+            .map(|grammar| grammar.forced_bytes(MAX_FORCED_BYTES, Some(last), &habit))
             .unwrap_or_default();
         let (source, draft) = if forced.is_empty() {
             let mut found: Option<Found> = None;

@@ -256,15 +256,15 @@ fn an_unseen_layout_is_guessed_from_the_first_member_and_json_convention() {
     }
     // The closing brace one level left of the members.
     assert_eq!(text_of(&vocabulary, &drafter.propose(Some(&mut constraint), MAX_DRAFT)), "\n}");
-    // The next answer starts from this layout.
+    // The next answer starts from this layout, from its first byte on (drafted with the
+    // prompt's last token).
     let habits = drafter.habits().clone();
     let mut next = Drafter::new(tokenizer(&vocabulary), Arc::clone(&vocabulary), &[]).with_habits(habits);
     let mut constraint = constraint_for_next(&trie);
-    for token in tokens_of(&vocabulary, "{") {
-        constraint.commit(token).unwrap();
-        next.push(token);
-    }
-    assert_eq!(text_of(&vocabulary, &next.propose(Some(&mut constraint), MAX_DRAFT)), "\n  \"");
+    assert_eq!(text_of(&vocabulary, &next.propose(Some(&mut constraint), MAX_DRAFT)), "{\n  \"");
+    // A first answer has no layout yet: nothing before the opening brace, as JSON writers do.
+    let mut first = Drafter::new(tokenizer(&vocabulary), Arc::clone(&vocabulary), &[]);
+    assert_eq!(text_of(&vocabulary, &first.propose(Some(&mut constraint_for_next(&trie)), MAX_DRAFT)), "{");
 }
 
 fn constraint_for_next(trie: &Arc<TokenTrie>) -> OutputConstraint {

@@ -33,9 +33,10 @@ impl SlotKeeper {
         }
     }
 
-    /// Tokens just decoded into `slot`, in a decode call of `batch` tokens.
-    pub(super) fn decoded(&mut self, slot: usize, tokens: &[u32], batch: usize) {
-        self.cache.extend(slot, tokens, batch > 1);
+    /// Tokens just decoded into `slot`; `prefill_kernels` when their decode had more rows than
+    /// compute as alone (see `Context::exact_rows`).
+    pub(super) fn decoded(&mut self, slot: usize, tokens: &[u32], prefill_kernels: bool) {
+        self.cache.extend(slot, tokens, prefill_kernels);
     }
 
     /// The slot's KV state is unknown or cleared.

@@ -2,7 +2,8 @@
 //! token and the part of its draft worth its rows, then prompt chunks), the decode, and what
 //! the rows settle (see `verify.rs`).
 //!
-//! Cost: one `llama_decode` of the planned rows, and one [`RowCosts`] record per generation step.
+//! Cost: one `llama_decode` of the planned rows (two where prompt chunks are kept apart from
+//! generating rows, see [`step`]), and one [`RowCosts`] record per generation step.
 
 use std::time::Instant;
 
@@ -10,6 +11,10 @@ use super::{kv, verify, Live, Shared};
 use crate::actors::drafts::RowCosts;
 use crate::core::{FinishReason, StepSplit};
 use crate::llm::{BatchEntry, Context};
+
+/// Rows of one sequence in a decode: its slot, where in its prompt they start (`None`: a
+/// generated token and its draft), how many.
+type Planned = (usize, Option<usize>, usize);
 
 /// One decode of all live sequences: one token each for generating ones, and as much prompt as
 /// fits for the others (generating sequences go first so a long prompt never stalls them).
@@ -23,14 +28,24 @@ pub(super) fn step(
 ) {
     let capacity = context.batch_capacity();
     let mut budget = capacity;
-    // (slot, start index in prompt or None for a generated token, token count)
-    let mut plan: Vec<(usize, Option<usize>, usize)> = Vec::new();
+    let mut plan: Vec<Planned> = Vec::new();
+    let now = Instant::now();
+    for entry in live.iter_mut().flatten() {
+        if entry.next_token.is_none() && !entry.job.prefill_only && entry.prompt_done + 1 == entry.job.prompt.len() {
+            begin_answer(entry, now);
+        }
+    }
     let sequences_generating = live.iter().flatten().filter(|entry| entry.next_token.is_some()).count();
     let mut rows = sequences_generating;
     // While the sequences' own rows compute as each would alone, drafts stay within the rows
     // that do too, so the answer is plain decoding's bit for bit. Where no batch does (or the
     // sequences alone are past it), drafts are costed only: rows differ in rounding either way.
     let exact_limit = if exact_rows > 1 && sequences_generating <= exact_rows { exact_rows } else { usize::MAX };
+    // For the same reason prompt chunks (tens of rows) are decoded apart from generating rows
+    // there: joined, they would tip the generating rows into the larger batch's kernels, and an
+    // answer would depend on whether another request's prompt arrived meanwhile. That costs
+    // one more pass over the weights per prompt chunk while others generate.
+    let prompts_apart = exact_limit != usize::MAX && sequences_generating > 0;
     for (index, slot) in live.iter_mut().enumerate() {
         if let Some(entry) = slot {
             if entry.next_token.is_some() && budget > 0 {
@@ -47,21 +62,54 @@ pub(super) fn step(
             }
         }
     }
+    if prompts_apart {
+        budget = capacity;
+    }
     for (index, slot) in live.iter().enumerate() {
         if let Some(entry) = slot {
             let remaining = entry.job.prompt.len() - entry.prompt_done;
-            if entry.next_token.is_none() && remaining > 0 && budget > 0 {
-                // The prompt's last token, whose logits pick the first answer token, is decoded
-                // on its own, as a prompt found in the cache has it decoded: the same prompt
-                // gives the same answer fresh or reused (on a CPU a row's arithmetic depends on
-                // how many rows its batch has).
-                let before_last = if entry.job.prefill_only { remaining } else { remaining - 1 };
-                let take = if before_last > 0 { before_last.min(budget) } else { 1 };
+            // The prompt's last token is left for `begin_answer`.
+            let before_last = if entry.job.prefill_only { remaining } else { remaining.saturating_sub(1) };
+            if entry.next_token.is_none() && before_last > 0 && budget > 0 {
+                let take = before_last.min(budget);
                 plan.push((index, Some(entry.prompt_done), take));
                 budget -= take;
             }
         }
     }
+    if prompts_apart {
+        let prompts = plan.split_off(plan.iter().position(|(_, from, _)| from.is_some()).unwrap_or(plan.len()));
+        decode_planned(context, live, cache, costs, exact_rows, shared, plan);
+        decode_planned(context, live, cache, costs, exact_rows, shared, prompts);
+    } else {
+        decode_planned(context, live, cache, costs, exact_rows, shared, plan);
+    }
+}
+
+/// Makes the prompt's last token, whose logits pick the first answer token, the sequence's
+/// next token, decoded as a generated one is: on its own or with rows that compute as alone,
+/// as a prompt found in the cache has it decoded, so that the same prompt gives the same answer
+/// fresh or reused (on a CPU a row's arithmetic depends on how many rows its batch has); and
+/// with the answer's first draft after it (a JSON answer's opening `{"name": "`, forced before
+/// the model chose anything, is then confirmed by the decode that picks the first token).
+fn begin_answer(entry: &mut Live, now: Instant) {
+    entry.next_token = Some(entry.job.prompt[entry.prompt_done]);
+    entry.prompt_done += 1;
+    entry.prompt_started.get_or_insert(now);
+    entry.prompt_finished = Some(now);
+    verify::propose_draft(entry);
+}
+
+/// Decodes the planned rows and settles what they decided.
+fn decode_planned(
+    context: &mut Context<'_>,
+    live: &mut [Option<Live>],
+    cache: &mut kv::SlotKeeper,
+    costs: &mut RowCosts,
+    exact_rows: usize,
+    shared: &Shared,
+    mut plan: Vec<Planned>,
+) {
     if plan.is_empty() {
         return;
     }
@@ -95,15 +143,18 @@ pub(super) fn step(
             Some(start) => &entry.job.prompt[*start..*start + *count],
             None => &generated_tokens[i],
         };
-        let completes_prompt = from.is_some_and(|start| start + count == entry.job.prompt.len());
         let logits = match from {
             // Every row: each is sampled, the drafts verified against it.
             None => tokens.len(),
-            Some(_) => usize::from(completes_prompt && !entry.job.prefill_only),
+            // A prompt's last token is decoded as a generated one (`begin_answer`).
+            Some(_) => 0,
         };
         entries.push(BatchEntry { seq, tokens, first_pos: entry.position, logits });
     }
     let batch: usize = plan.iter().map(|(_, _, count)| count).sum();
+    // Rows past those that compute as alone went through the batched kernels a cold prefill
+    // uses: only those are reused as a prompt's prefix.
+    let prefill_kernels = batch > exact_rows.max(1);
     let mut split = StepSplit::default();
     let decode_started = Instant::now();
     let decoded = context.decode(&entries);
@@ -127,22 +178,19 @@ pub(super) fn step(
     let decoded_at = Instant::now();
     for (((index, from, count), rows), generated) in plan.iter().zip(rows).zip(&generated_tokens) {
         let Some(entry) = live[*index].as_mut() else { continue };
-        if let Some(start) = from {
-            cache.decoded(*index, &entry.job.prompt[*start..*start + *count], batch);
-            entry.position += *count as u32;
-            entry.prompt_done += count;
-            if entry.prompt_done == entry.job.prompt.len() {
-                entry.prompt_finished = Some(decoded_at);
-                if entry.job.prefill_only {
-                    if let Some(entry) = live[*index].take() {
-                        cache.retire(*index, entry, FinishReason::Stop, String::new(), context, shared);
-                    }
-                    continue;
-                }
+        let Some(start) = from else {
+            verify::settle(*index, generated, &rows, prefill_kernels, live, cache, context, shared, &mut split);
+            continue;
+        };
+        cache.decoded(*index, &entry.job.prompt[*start..*start + *count], prefill_kernels);
+        entry.position += *count as u32;
+        entry.prompt_done += count;
+        // Only a prefill decodes its prompt to the end here; it is done then.
+        if entry.prompt_done == entry.job.prompt.len() {
+            entry.prompt_finished = Some(decoded_at);
+            if let Some(entry) = live[*index].take() {
+                cache.retire(*index, entry, FinishReason::Stop, String::new(), context, shared);
             }
-        }
-        if !rows.is_empty() {
-            verify::settle(*index, generated, &rows, batch, live, cache, context, shared, &mut split);
         }
     }
     // Wall-clock time of the model's steps, so tok/s in /v1/stats is what the model delivers

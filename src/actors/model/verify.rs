@@ -24,7 +24,7 @@ pub(super) fn settle(
     index: usize,
     decoded: &[u32],
     rows: &[LogitsRow],
-    batch: usize,
+    prefill_kernels: bool,
     live: &mut [Option<Live>],
     cache: &mut kv::SlotKeeper,
     context: &mut Context<'_>,
@@ -65,7 +65,7 @@ pub(super) fn settle(
     }
     if !decoded.is_empty() {
         let kept = 1 + confirmed;
-        cache.decoded(index, &decoded[..kept], batch);
+        cache.decoded(index, &decoded[..kept], prefill_kernels);
         entry.position += kept as u32;
         if let Some(drafter) = entry.job.drafter.as_mut() {
             drafter.settle(confirmed);
@@ -85,8 +85,13 @@ pub(super) fn settle(
         }
         return;
     }
-    // After the next token, the budget's room; no draft runs past it (or past the context,
-    // which the budget never exceeds).
+    propose_draft(entry);
+}
+
+/// The draft to decode after the sequence's next token, if it drafts.
+pub(super) fn propose_draft(entry: &mut Live) {
+    // Each draft token's row samples one more token: no draft runs past the budget (or past
+    // the context, which the budget never exceeds).
     let room = entry.job.sampler.remaining().saturating_sub(1) as usize;
     entry.draft = match entry.job.drafter.as_mut() {
         Some(drafter) => drafter.propose(entry.job.sampler.constraint_mut(), room),
