@@ -3,10 +3,13 @@
 llama-server, on the same GGUF, driven by the same requests: the extraction prompts of
 testdata/extraction/prompts.json (orders, tickets, invoices, contacts: a text in the prompt, and
 a closed object schema asking for its fields), OpenAI chat completions with `response_format`
-json_schema (llama-server's own route and field for it), non-streaming.
+json_schema (llama-server's own route and field for it), non-streaming. With `--tasks free`
+(or `extraction,free`), the same on free text: the open questions of
+testdata/extraction/free_text.json, no constraint and nothing in the prompt to copy, where
+acceleration must cost nothing.
 
     benches/peer/extraction_bench.py [--models smollm2:135m,gemma3:270m] [--rounds 5]
-        [--clients 1,4] [--samplings greedy,sampled]
+        [--clients 1,4] [--samplings greedy,sampled] [--tasks extraction,free]
 
 Both servers run at once (llamay serves both llamay columns: `llamay_accelerate` is per request).
 In every round each configuration (model, clients, sampling) runs all prompts once per column,
@@ -19,7 +22,8 @@ ran is idle before the next column. Printed per configuration, medians over roun
   the drafted tokens the model confirmed (read from llamay's /v1/stats around each pass);
 - greedy: how many documents the accelerated run wrote exactly as the plain run of the same round
   did, against how many two plain runs (consecutive rounds) agree on, the noise floor;
-- documents that ended by themselves and validate against their schema, per column.
+- documents that ended by themselves and validate against their schema (free text: that ended),
+  per column.
 Token counts come from each response's `usage`. Then the issue's goals, met or not.
 Standard library only (the schema check covers the prompts' keywords); run by hand, not in CI.
 """
@@ -35,7 +39,8 @@ from concurrent.futures import ThreadPoolExecutor
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from peer_bench import ROOT, find_llama_server, gguf_path, request_json, settle, start  # noqa: E402
 
-PROMPTS_FILE = os.path.join(ROOT, "testdata", "extraction", "prompts.json")
+PROMPT_FILES = {"extraction": os.path.join(ROOT, "testdata", "extraction", "prompts.json"),
+                "free": os.path.join(ROOT, "testdata", "extraction", "free_text.json")}
 SAMPLINGS = {
     "greedy": {"temperature": 0.0},
     "sampled": {"temperature": 0.7, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "seed": 11},
@@ -43,8 +48,8 @@ SAMPLINGS = {
 COLUMNS = ["accelerated", "plain", "llama-server"]
 
 
-def load_prompts():
-    with open(PROMPTS_FILE) as f:
+def load_prompts(task):
+    with open(PROMPT_FILES[task]) as f:
         return json.load(f)
 
 
@@ -73,13 +78,11 @@ def valid(document, schema):
 
 
 def ask(port, model, prompt, sampling, tokens, accelerate):
-    body = {
-        "model": model,
-        "messages": [{"role": "user", "content": "Extract the fields of this text as JSON.\n\n" + prompt["text"]}],
-        "max_tokens": tokens,
-        "response_format": {"type": "json_schema", "json_schema": {"name": prompt["name"], "schema": prompt["schema"]}},
-        **sampling,
-    }
+    schema = prompt.get("schema")
+    content = "Extract the fields of this text as JSON.\n\n" + prompt["text"] if schema else prompt["text"]
+    body = {"model": model, "messages": [{"role": "user", "content": content}], "max_tokens": tokens, **sampling}
+    if schema:
+        body["response_format"] = {"type": "json_schema", "json_schema": {"name": prompt["name"], "schema": schema}}
     if accelerate is not None:
         body["llamay_accelerate"] = accelerate
     status, raw = request_json(port, "POST", "/v1/chat/completions", body)
@@ -90,7 +93,7 @@ def ask(port, model, prompt, sampling, tokens, accelerate):
     text = choice["message"].get("content") or ""
     ended = choice.get("finish_reason") == "stop"
     try:
-        ok = ended and valid(json.loads(text), prompt["schema"])
+        ok = ended and (schema is None or valid(json.loads(text), schema))
     except ValueError:
         ok = False
     return text, answer["usage"]["completion_tokens"], ended, ok
@@ -126,6 +129,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--clients", default="1,4")
     parser.add_argument("--samplings", default="greedy,sampled")
+    parser.add_argument("--tasks", default="extraction", help="extraction, free (text, no constraint) or both")
     parser.add_argument("--tokens", type=int, default=160, help="max_tokens per document")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--parallel", type=int, default=4)
@@ -135,10 +139,11 @@ def main():
     parser.add_argument("--llama-server", default=None)
     parser.add_argument("--llama-server-flags", default="")
     args = parser.parse_args()
-    prompts = load_prompts()
+    tasks = {task: load_prompts(task) for task in args.tasks.split(",")}
     llama_server = find_llama_server(args.llama_server)
-    print(f"{len(prompts)} extraction prompts, {args.rounds} rounds, threads {args.threads}, slots {args.parallel}, "
-          f"max_tokens {args.tokens}\nllama-server: {llama_server}\nllamay: {args.llamay}\n")
+    print(", ".join(f"{len(prompts)} {task} prompts" for task, prompts in tasks.items()) +
+          f", {args.rounds} rounds, threads {args.threads}, slots {args.parallel}, max_tokens {args.tokens}\n"
+          f"llama-server: {llama_server}\nllamay: {args.llamay}\n")
     summary = []
     for model in args.models.split(","):
         gguf = gguf_path(args.llamay, model)
@@ -151,40 +156,43 @@ def main():
             server_of = {"accelerated": "llamay", "plain": "llamay", "llama-server": "llama-server"}
             # Warm-up: each server loads its weights and compiles the schemas once.
             for column in ["accelerated", "llama-server"]:
-                run_pass(port[column], model, prompts[:4], SAMPLINGS["greedy"], 16, 1, accelerate[column],
-                         servers["llamay"].port)
-            for clients in [int(c) for c in args.clients.split(",")]:
-                for sampling_name in args.samplings.split(","):
-                    sampling = SAMPLINGS[sampling_name]
-                    rounds = []
-                    for round_index in range(args.rounds):
-                        order = COLUMNS[round_index % 3:] + COLUMNS[:round_index % 3]
-                        result = {}
-                        for column in order:
-                            result[column] = run_pass(port[column], model, prompts, sampling, args.tokens, clients,
-                                                      accelerate[column], servers["llamay"].port)
-                            settle(servers[server_of[column]])
-                        rounds.append(result)
-                        print(f"{model} {clients} client(s) {sampling_name} round {round_index + 1}: " + ", ".join(
-                            f"{c} {result[c]['per_document']:.2f} s/doc" for c in COLUMNS), flush=True)
-                    summary.append(report(model, clients, sampling_name, rounds, len(prompts)))
-                    # Each configuration's row as soon as it is done, so a cut run keeps them.
-                    print(summary[-1]["line"], flush=True)
+                for prompts in tasks.values():
+                    run_pass(port[column], model, prompts[:4], SAMPLINGS["greedy"], 16, 1, accelerate[column],
+                             servers["llamay"].port)
+            configurations = [(task, prompts, int(clients), sampling_name) for task, prompts in tasks.items()
+                              for clients in args.clients.split(",") for sampling_name in args.samplings.split(",")]
+            for task, prompts, clients, sampling_name in configurations:
+                sampling = SAMPLINGS[sampling_name]
+                rounds = []
+                for round_index in range(args.rounds):
+                    order = COLUMNS[round_index % 3:] + COLUMNS[:round_index % 3]
+                    result = {}
+                    for column in order:
+                        result[column] = run_pass(port[column], model, prompts, sampling, args.tokens, clients,
+                                                  accelerate[column], servers["llamay"].port)
+                        settle(servers[server_of[column]])
+                    rounds.append(result)
+                    print(f"{model} {task} {clients} client(s) {sampling_name} round {round_index + 1}: " + ", ".join(
+                        f"{c} {result[c]['per_document']:.2f} s/doc" for c in COLUMNS), flush=True)
+                summary.append(report(model, task, clients, sampling_name, rounds, len(prompts)))
+                # Each configuration's row as soon as it is done, so a cut run keeps them.
+                print(summary[-1]["line"], flush=True)
         finally:
             for server in servers.values():
                 server.stop()
-    print("\n| model | clients | sampling | accelerated s/doc | plain s/doc | llama-server s/doc | acc/llama-server | "
+    print("\n| model | task | clients | sampling | accelerated s/doc | plain s/doc | llama-server s/doc | acc/llama-server | "
           "acc/plain | tokens/step | greedy acc=plain | plain=plain | valid acc/plain/llama-server |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row in summary:
         print(row["line"])
     print()
     for row in summary:
         for name, met, value in row["goals"]:
-            print(f"  [{'met' if met else 'NOT met'}] {row['model']} {row['clients']} client(s) {row['sampling']}: {name}: {value}")
+            print(f"  [{'met' if met else 'NOT met'}] {row['model']} {row['task']} {row['clients']} client(s) "
+                  f"{row['sampling']}: {name}: {value}")
 
 
-def report(model, clients, sampling, rounds, count):
+def report(model, task, clients, sampling, rounds, count):
     median = lambda column, key: statistics.median(r[column][key] for r in rounds)
     acc, plain, theirs = (median(c, "per_document") for c in COLUMNS)
     vs_server = statistics.median(r["accelerated"]["per_document"] / r["llama-server"]["per_document"] for r in rounds)
@@ -196,18 +204,23 @@ def report(model, clients, sampling, rounds, count):
                    if len(rounds) > 1 else float("nan"))
     valid = "/".join(f"{median(c, 'valid'):.0f}" for c in COLUMNS)
     greedy = sampling == "greedy"
-    line = (f"| {model} | {clients} | {sampling} | {acc:.2f} | {plain:.2f} | {theirs:.2f} | {vs_server:.2f}x | "
+    line = (f"| {model} | {task} | {clients} | {sampling} | {acc:.2f} | {plain:.2f} | {theirs:.2f} | {vs_server:.2f}x | "
             f"{vs_plain:.2f}x | {per_step:.2f} | {f'{acc_equal:.0f}/{count}' if greedy else '-'} | "
             f"{f'{plain_equal:.0f}/{count}' if greedy else '-'} | {valid} of {count} |")
     goals = []
-    if greedy:
+    if task == "free":
+        # Nothing to copy and nothing forced: acceleration may only cost (drafts that miss).
+        goals.append(("accelerated no slower than plain (>= 0.98x its speed)", vs_plain <= 1 / 0.98,
+                      f"{1 / vs_plain:.3f}x"))
+    elif greedy:
         goals.append(("time per document <= 0.5x llama-server's" if clients == 1 else "time per document <= 0.7x llama-server's",
                       vs_server <= (0.5 if clients == 1 else 0.7), f"{vs_server:.2f}x"))
         if clients == 1:
             goals.append(("time per document <= 0.6x plain llamay's", vs_plain <= 0.6, f"{vs_plain:.2f}x"))
+    if greedy:
         goals.append(("greedy output = plain as often as two plain runs agree", acc_equal >= plain_equal,
                       f"{acc_equal:.0f} against {plain_equal:.0f} of {count}"))
-    return {"model": model, "clients": clients, "sampling": sampling, "line": line, "goals": goals}
+    return {"model": model, "task": task, "clients": clients, "sampling": sampling, "line": line, "goals": goals}
 
 
 if __name__ == "__main__":
