@@ -11,7 +11,9 @@ acceleration must cost nothing.
     benches/peer/extraction_bench.py [--models smollm2:135m,gemma3:270m] [--rounds 5]
         [--clients 1,4] [--samplings greedy,sampled] [--tasks extraction,free]
 
-Both servers run at once (llamay serves both llamay columns: `llamay_accelerate` is per request).
+Both servers run at once (llamay serves both llamay columns: `llamay_accelerate` is per request);
+llama-server without its host-memory prompt cache (`--cache-ram 0`), which would otherwise answer
+every round after the first from prompts it saw before, as no new document is.
 In every round each configuration (model, clients, sampling) runs all prompts once per column,
 the columns in an order that rotates with the round; the bench waits until the server that just
 ran is idle before the next column. Printed per configuration, medians over rounds:
@@ -137,7 +139,10 @@ def main():
     parser.add_argument("--llamay", default=os.path.join(ROOT, "target", "release", "llamay"))
     parser.add_argument("--llamay-flags", default="")
     parser.add_argument("--llama-server", default=None)
-    parser.add_argument("--llama-server-flags", default="")
+    # Its host-memory prompt cache would serve rounds 2-5's repeated prompts without a prefill
+    # (llamay keeps prompts only in its sequences): off, as for the new documents extraction
+    # meets in use.
+    parser.add_argument("--llama-server-flags", default="--cache-ram 0")
     args = parser.parse_args()
     tasks = {task: load_prompts(task) for task in args.tasks.split(",")}
     llama_server = find_llama_server(args.llama_server)
