@@ -16,8 +16,9 @@ use crate::llm::{BatchEntry, Context};
 /// generated token and its draft), how many.
 type Planned = (usize, Option<usize>, usize);
 
-/// One decode of all live sequences: one token each for generating ones, and as much prompt as
-/// fits for the others (generating sequences go first so a long prompt never stalls them).
+/// One step of all live sequences: one token each (and its draft) for generating ones, and as
+/// much prompt as fits for the others (generating sequences go first so a long prompt never
+/// stalls them), in one decode, or two where prompts are kept apart.
 pub(super) fn step(
     context: &mut Context<'_>,
     live: &mut [Option<Live>],
