@@ -16,7 +16,8 @@
 //! sampled (see `model::verify`), so the output is what plain decoding writes, greedy or seeded,
 //! and never leaves the constraint. What of a draft is decoded is decided against its cost: each
 //! source's acceptance so far ([`Drafter::acceptance`]) against what one more row of the batch
-//! costs ([`RowCosts`], measured by the worker). Copies that keep missing pause.
+//! costs ([`RowCosts`], measured by the worker). Copies that keep missing pause, and so do all
+//! drafts of a worker where its drafted steps' tokens come out dearer than its plain steps'.
 //!
 //! Key types: [`Drafter`] (one per sequence; its counts are a `core::DraftCounts`),
 //! [`RowCosts`] (one per worker). Cost per step: the grammar's forced bytes (a grammar step per
@@ -28,6 +29,9 @@ use std::sync::Arc;
 use crate::core::DraftCounts;
 use crate::grammar::lexicon::Constraint as OutputConstraint;
 use crate::llm::Vocabulary;
+
+mod costs;
+pub use costs::{PaceVerdict, RowCosts};
 
 /// Text to tokens as the model's own tokenizer splits it (a draft the model would write the
 /// same way is one it confirms), at most the given count.
@@ -119,82 +123,6 @@ const PRIOR_ACCEPTANCE: [f64; 3] = [0.9, 0.6, 0.6];
 const UNTRIED_DRIFT: f64 = 0.1;
 /// How much one outcome moves a source's acceptance rate.
 const ACCEPTANCE_WEIGHT: f64 = 0.2;
-
-/// Decode time by batch size, learned from the worker's generation steps: what one more row
-/// costs next to the step it saves when kept. On a CPU a row is far from free (llama-bench,
-/// SmolLM2 on two threads here: 2 rows cost 1.3 single steps, 4 rows 1.85, 8 rows 3.1; Gemma 3
-/// 270M, whose step is mostly its 262k-token output layer, 1.0, 1.08, 1.39).
-#[derive(Debug, Clone)]
-pub struct RowCosts {
-    /// Per batch size from 1: mean seconds of a decode and the step it was last measured at,
-    /// if one was seen.
-    seconds: Vec<Option<(f64, u64)>>,
-    /// Generation steps recorded so far.
-    steps: u64,
-}
-
-impl Default for RowCosts {
-    fn default() -> Self {
-        RowCosts { seconds: vec![None; MAX_COSTED_ROWS], steps: 0 }
-    }
-}
-
-/// Steps after which a size's cost counts as unmeasured again. A size measured slow (a step
-/// that shared the CPU with something else) would otherwise never be decoded, so never
-/// measured again, and drafts of that size would stop for the worker's life.
-const STALE_STEPS: u64 = 256;
-
-/// Batch sizes whose decode times are kept; larger batches (prompts) are not generation steps.
-const MAX_COSTED_ROWS: usize = 48;
-/// What a row is taken to cost, as a share of a step, before sizes around it were measured:
-/// cheap enough that drafts run and the sizes get measured.
-const UNMEASURED_ROW_COST: f64 = 0.1;
-/// How much one decode moves its size's mean.
-const COST_WEIGHT: f64 = 0.1;
-
-impl RowCosts {
-    /// A generation step of `rows` rows took `seconds`.
-    pub fn record(&mut self, rows: usize, seconds: f64) {
-        self.steps += 1;
-        let Some(slot) = rows.checked_sub(1).and_then(|at| self.seconds.get_mut(at)) else { return };
-        let mean = match *slot {
-            Some((mean, _)) => mean + COST_WEIGHT * (seconds - mean),
-            None => seconds,
-        };
-        *slot = Some((mean, self.steps));
-    }
-
-    /// What growing a batch of `rows` rows by one costs, in tokens: the time it adds over the
-    /// time a step of `base` rows (one per generating sequence) spends per token. A kept draft
-    /// token is one token more for that time.
-    pub fn next_row(&self, base: usize, rows: usize) -> f64 {
-        let at = |rows: usize| {
-            let (mean, measured_at) = rows.checked_sub(1).and_then(|i| self.seconds.get(i).copied().flatten())?;
-            (self.steps - measured_at <= STALE_STEPS).then_some(mean)
-        };
-        match (at(base), at(rows), at(rows + 1)) {
-            (Some(step), Some(now), Some(then)) if step > 0.0 => ((then - now) * base as f64 / step).max(0.0),
-            _ => UNMEASURED_ROW_COST,
-        }
-    }
-
-    /// How many tokens of a draft are worth decoding in a batch of `rows` rows so far, against
-    /// steps of `base` rows: token `i` is reached and kept with probability `acceptance^i`; the
-    /// length taken is the one whose expected tokens beat the rows' cost by the most, summed
-    /// over the draft so that one size measured slow or fast does not decide alone. Next to
-    /// three other sequences a row must be worth more: their tokens share the time it adds.
-    pub fn worth(&self, length: usize, acceptance: f64, base: usize, rows: usize) -> usize {
-        let (mut reach, mut gain, mut best, mut best_gain) = (1.0, 0.0, 0, 0.0);
-        for i in 0..length {
-            reach *= acceptance;
-            gain += reach - self.next_row(base, rows + i);
-            if gain > best_gain {
-                (best, best_gain) = (i + 1, gain);
-            }
-        }
-        best
-    }
-}
 
 /// One sequence's drafting state.
 pub struct Drafter {

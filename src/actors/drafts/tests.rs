@@ -142,31 +142,6 @@ fn a_copy_the_constraint_refuses_at_once_is_not_drafted() {
 }
 
 #[test]
-fn a_draft_row_is_decoded_while_its_chance_of_being_kept_beats_what_it_costs() {
-    let mut costs = RowCosts::default();
-    // Unmeasured: rows are taken to be cheap.
-    assert_eq!(costs.worth(8, 0.9, 1, 1), 8);
-    // Measured as SmolLM2 on two CPU threads: one row 10 ms, two 13, three 16.5, four 19.
-    for (rows, ms) in [(1, 10.0), (2, 13.0), (3, 16.5), (4, 19.0), (5, 22.0)] {
-        costs.record(rows, ms / 1000.0);
-    }
-    assert!((costs.next_row(1, 1) - 0.3).abs() < 1e-9);
-    // 0.9, 0.81, 0.73, 0.66 beat 0.30, 0.35, 0.25, 0.30 (then unmeasured: 0.1).
-    assert_eq!(costs.worth(4, 0.9, 1, 1), 4);
-    // 0.5 beats 0.30, 0.25 does not beat 0.35.
-    assert_eq!(costs.worth(4, 0.5, 1, 1), 1);
-    assert_eq!(costs.worth(4, 0.2, 1, 1), 0);
-    // With four sequences a step of 4 rows takes 19 ms, 4.75 ms a token; a fifth row adds 3 ms,
-    // 0.63 of a token: only a likely draft token is worth it.
-    assert!((costs.next_row(4, 4) - 3.0 * 4.0 / 19.0).abs() < 1e-9);
-    for (rows, ms) in [(6, 25.0), (7, 28.0), (8, 31.0)] {
-        costs.record(rows, ms / 1000.0);
-    }
-    assert_eq!(costs.worth(4, 0.7, 4, 4), 1, "0.7 beats 0.63, 0.49 does not");
-    assert_eq!(costs.worth(4, 0.6, 4, 4), 0);
-}
-
-#[test]
 fn a_source_whose_drafts_miss_is_trusted_less() {
     let (vocabulary, _) = vocabulary();
     let prompt = tokens_of(&vocabulary, "Order 7 from Acme Corporation and Sons, ship to Lyon.");
@@ -270,22 +245,6 @@ fn an_unseen_layout_is_guessed_from_the_first_member_and_json_convention() {
 fn constraint_for_next(trie: &Arc<TokenTrie>) -> OutputConstraint {
     constraint(json!({"type": "object", "properties": {"c": {"type": "string"}, "d": {"type": "string"}},
         "required": ["c", "d"], "additionalProperties": false}), trie)
-}
-
-#[test]
-fn a_size_measured_slow_is_measured_again_after_a_while() {
-    let mut costs = RowCosts::default();
-    costs.record(1, 0.010);
-    // Each row measured at two steps' time (the CPU was shared): no draft is worth it.
-    for rows in 2..=5 {
-        costs.record(rows, 0.010 + 0.020 * (rows - 1) as f64);
-    }
-    assert_eq!(costs.worth(4, 0.9, 1, 1), 0);
-    // Steps of one row go on; once the two-row time is stale, a draft runs to measure it again.
-    for _ in 0..=STALE_STEPS {
-        costs.record(1, 0.010);
-    }
-    assert!(costs.worth(4, 0.9, 1, 1) > 0);
 }
 
 #[test]

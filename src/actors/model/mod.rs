@@ -554,7 +554,8 @@ fn run_worker(mut context: Context<'_>, inbox: std_mpsc::Receiver<Job>, shared: 
             }
         }
         cache.admit(&mut context, &mut live, &mut waiting, shared);
-        step::step(&mut context, &mut live, &mut cache, &mut costs, exact_rows, shared);
+        step::WorkerState { context: &mut context, live: &mut live, cache: &mut cache, costs: &mut costs, exact_rows, shared }
+            .step();
     }
 }
 

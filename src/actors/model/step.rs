@@ -2,13 +2,14 @@
 //! token and the part of its draft worth its rows, then prompt chunks), the decode, and what
 //! the rows settle (see `verify.rs`).
 //!
-//! Cost: one `llama_decode` of the planned rows (two where prompt chunks are kept apart from
-//! generating rows, see [`step`]), and one [`RowCosts`] record per generation step.
+//! Key type: [`WorkerState`], what a step works on. Cost: one `llama_decode` of the planned rows
+//! (two where prompt chunks are kept apart from generating rows, see [`WorkerState::step`]), and
+//! per generation step one [`RowCosts`] record of its decode and one of what it settled.
 
 use std::time::Instant;
 
 use super::{kv, verify, Live, Shared};
-use crate::actors::drafts::RowCosts;
+use crate::actors::drafts::{PaceVerdict, RowCosts};
 use crate::core::{FinishReason, StepSplit};
 use crate::llm::{BatchEntry, Context};
 
@@ -16,74 +17,194 @@ use crate::llm::{BatchEntry, Context};
 /// generated token and its draft), how many.
 type Planned = (usize, Option<usize>, usize);
 
-/// One step of all live sequences: one token each (and its draft) for generating ones, and as
-/// much prompt as fits for the others (generating sequences go first so a long prompt never
-/// stalls them), in one decode, or two where prompts are kept apart.
-pub(super) fn step(
-    context: &mut Context<'_>,
-    live: &mut [Option<Live>],
-    cache: &mut kv::SlotKeeper,
-    costs: &mut RowCosts,
-    exact_rows: usize,
-    shared: &Shared,
-) {
-    let capacity = context.batch_capacity();
-    let mut budget = capacity;
-    let mut plan: Vec<Planned> = Vec::new();
-    let now = Instant::now();
-    for entry in live.iter_mut().flatten() {
-        if entry.next_token.is_none() && !entry.job.prefill_only && entry.prompt_done + 1 == entry.job.prompt.len() {
-            begin_answer(entry, now);
+/// What a step works on: the worker's context and sequences, what it keeps of their KV and
+/// what its decodes cost, borrowed from the worker loop for one step.
+pub(super) struct WorkerState<'w, 'm> {
+    pub context: &'w mut Context<'m>,
+    pub live: &'w mut [Option<Live>],
+    pub cache: &'w mut kv::SlotKeeper,
+    pub costs: &'w mut RowCosts,
+    /// Rows one decode holds while each computes as alone (see `Context::exact_rows`).
+    pub exact_rows: usize,
+    pub shared: &'w Shared,
+}
+
+impl WorkerState<'_, '_> {
+    /// One step of all live sequences: one token each (and its draft) for generating ones, and
+    /// as much prompt as fits for the others (generating sequences go first so a long prompt
+    /// never stalls them), in one decode, or two where prompts are kept apart.
+    pub(super) fn step(&mut self) {
+        let capacity = self.context.batch_capacity();
+        let now = Instant::now();
+        for entry in self.live.iter_mut().flatten() {
+            if entry.next_token.is_none() && !entry.job.prefill_only && entry.prompt_done + 1 == entry.job.prompt.len() {
+                begin_answer(entry, now);
+            }
         }
-    }
-    let sequences_generating = live.iter().flatten().filter(|entry| entry.next_token.is_some()).count();
-    let mut rows = sequences_generating;
-    // While the sequences' own rows compute as each would alone, drafts stay within the rows
-    // that do too, so the answer is plain decoding's bit for bit. Where no batch does (or the
-    // sequences alone are past it), drafts are costed only: rows differ in rounding either way.
-    let exact_limit = if exact_rows > 1 && sequences_generating <= exact_rows { exact_rows } else { usize::MAX };
-    // For the same reason prompt chunks (tens of rows) are decoded apart from generating rows
-    // there: joined, they would tip the generating rows into the larger batch's kernels, and an
-    // answer would depend on whether another request's prompt arrived meanwhile. That costs
-    // one more pass over the weights per prompt chunk while others generate.
-    let prompts_apart = exact_limit != usize::MAX && sequences_generating > 0;
-    for (index, slot) in live.iter_mut().enumerate() {
-        if let Some(entry) = slot {
-            if entry.next_token.is_some() && budget > 0 {
-                // The sampled token, then what of its draft is worth its rows and fits.
-                if let Some(drafter) = entry.job.drafter.as_mut() {
-                    let worth = costs.worth(entry.draft.len(), drafter.acceptance(), sequences_generating, rows);
-                    entry.draft.truncate(worth.min(budget - 1).min(exact_limit.saturating_sub(rows)));
-                    drafter.cut(entry.draft.len());
+        let sequences_generating = self.live.iter().flatten().filter(|entry| entry.next_token.is_some()).count();
+        // While the sequences' own rows compute as each would alone, drafts stay within the rows
+        // that do too, so the answer is plain decoding's bit for bit. Where no batch does (or
+        // the sequences alone are past it), drafts are costed only: rows differ in rounding
+        // either way.
+        let exact_limit = if self.exact_rows > 1 && sequences_generating <= self.exact_rows { self.exact_rows } else { usize::MAX };
+        // For the same reason prompt chunks (tens of rows) are decoded apart from generating
+        // rows there: joined, they would tip the generating rows into the larger batch's
+        // kernels, and an answer would depend on whether another request's prompt arrived
+        // meanwhile. That costs one more pass over the weights per prompt chunk while others
+        // generate.
+        let prompts_apart = exact_limit != usize::MAX && sequences_generating > 0;
+        let mut budget = capacity;
+        let mut rows = sequences_generating;
+        let mut generating: Vec<Planned> = Vec::new();
+        for (index, slot) in self.live.iter_mut().enumerate() {
+            if let Some(entry) = slot {
+                if entry.next_token.is_some() && budget > 0 {
+                    // The sampled token, then what of its draft is worth its rows and fits.
+                    if let Some(drafter) = entry.job.drafter.as_mut() {
+                        let worth = self.costs.worth(entry.draft.len(), drafter.acceptance(), sequences_generating, rows);
+                        entry.draft.truncate(worth.min(budget - 1).min(exact_limit.saturating_sub(rows)));
+                        drafter.cut(entry.draft.len());
+                    }
+                    rows += entry.draft.len();
+                    let count = 1 + entry.draft.len();
+                    generating.push((index, None, count));
+                    budget -= count;
                 }
-                rows += entry.draft.len();
-                let count = 1 + entry.draft.len();
-                plan.push((index, None, count));
-                budget -= count;
             }
         }
-    }
-    if prompts_apart {
-        budget = capacity;
-    }
-    for (index, slot) in live.iter().enumerate() {
-        if let Some(entry) = slot {
-            let remaining = entry.job.prompt.len() - entry.prompt_done;
-            // The prompt's last token is left for `begin_answer`.
-            let before_last = if entry.job.prefill_only { remaining } else { remaining.saturating_sub(1) };
-            if entry.next_token.is_none() && before_last > 0 && budget > 0 {
-                let take = before_last.min(budget);
-                plan.push((index, Some(entry.prompt_done), take));
-                budget -= take;
+        if prompts_apart {
+            budget = capacity;
+        }
+        let mut prompts: Vec<Planned> = Vec::new();
+        for (index, slot) in self.live.iter().enumerate() {
+            if let Some(entry) = slot {
+                let remaining = entry.job.prompt.len() - entry.prompt_done;
+                // The prompt's last token is left for `begin_answer`.
+                let before_last = if entry.job.prefill_only { remaining } else { remaining.saturating_sub(1) };
+                if entry.next_token.is_none() && before_last > 0 && budget > 0 {
+                    let take = before_last.min(budget);
+                    prompts.push((index, Some(entry.prompt_done), take));
+                    budget -= take;
+                }
             }
         }
+        if prompts_apart {
+            self.decode_planned(generating);
+            self.decode_planned(prompts);
+        } else {
+            generating.append(&mut prompts);
+            self.decode_planned(generating);
+        }
     }
-    if prompts_apart {
-        let prompts = plan.split_off(plan.iter().position(|(_, from, _)| from.is_some()).unwrap_or(plan.len()));
-        decode_planned(context, live, cache, costs, exact_rows, shared, plan);
-        decode_planned(context, live, cache, costs, exact_rows, shared, prompts);
-    } else {
-        decode_planned(context, live, cache, costs, exact_rows, shared, plan);
+    /// Decodes the planned rows and settles what they decided.
+    fn decode_planned(&mut self, mut plan: Vec<Planned>) {
+        if plan.is_empty() {
+            return;
+        }
+        // Each sequence has its own KV stream, and llama.cpp puts sequences in one compute only
+        // while their ids rise one by one through the batch: in slot order, a prompt joining
+        // sequences that generate is one compute with them, not one more.
+        plan.sort_by_key(|(index, _, _)| *index);
+        let step_started = Instant::now();
+        let generating = plan.iter().any(|(_, from, _)| from.is_none());
+        let prompting = plan.iter().any(|(_, from, _)| from.is_some());
+        // Per generating sequence: the token sampled last step and the draft after it.
+        let mut generated_tokens: Vec<Vec<u32>> = Vec::with_capacity(plan.len());
+        for (index, from, _) in &plan {
+            let tokens = match (from, &self.live[*index]) {
+                (None, Some(entry)) => entry.next_token.into_iter().chain(entry.draft.iter().copied()).collect(),
+                _ => Vec::new(),
+            };
+            generated_tokens.push(tokens);
+        }
+        let now = Instant::now();
+        for (index, from, _) in &plan {
+            if let (Some(_), Some(entry)) = (from, self.live[*index].as_mut()) {
+                entry.prompt_started.get_or_insert(now);
+            }
+        }
+        let mut entries = Vec::with_capacity(plan.len());
+        for (i, (index, from, count)) in plan.iter().enumerate() {
+            let Some(entry) = self.live[*index].as_ref() else { continue };
+            let Some(seq) = self.context.seq(*index) else { continue };
+            let tokens: &[u32] = match from {
+                Some(start) => &entry.job.prompt[*start..*start + *count],
+                None => &generated_tokens[i],
+            };
+            let logits = match from {
+                // Every row: each is sampled, the drafts verified against it.
+                None => tokens.len(),
+                // A prompt's last token is decoded as a generated one (`begin_answer`).
+                Some(_) => 0,
+            };
+            entries.push(BatchEntry { seq, tokens, first_pos: entry.position, logits });
+        }
+        let batch: usize = plan.iter().map(|(_, _, count)| count).sum();
+        // Rows past those that compute as alone went through the batched kernels a cold prefill
+        // uses: only those are reused as a prompt's prefix.
+        let prefill_kernels = batch > self.exact_rows.max(1);
+        let mut split = StepSplit::default();
+        let decode_started = Instant::now();
+        let decoded = self.context.decode(&entries);
+        split.decode = decode_started.elapsed();
+        if !prompting {
+            self.costs.record(batch, split.decode.as_secs_f64());
+        }
+        let rows = match decoded {
+            Ok(rows) => rows,
+            Err(error) => {
+                // A failed decode leaves the KV state of every sequence in it unknown: end them all.
+                for (index, _, _) in &plan {
+                    if let Some(entry) = self.live[*index].take() {
+                        self.cache.retire(*index, entry, FinishReason::Error(error.to_string()), String::new(), self.context, self.shared);
+                    }
+                }
+                return;
+            }
+        };
+        drop(entries);
+        let decoded_at = Instant::now();
+        let mut settled_tokens = 0;
+        for (((index, from, count), rows), generated) in plan.iter().zip(rows).zip(&generated_tokens) {
+            let Some(entry) = self.live[*index].as_mut() else { continue };
+            let Some(start) = from else {
+                settled_tokens += verify::settle(*index, generated, &rows, prefill_kernels, self.live, self.cache, self.context, self.shared, &mut split);
+                continue;
+            };
+            self.cache.decoded(*index, &entry.job.prompt[*start..*start + *count], prefill_kernels);
+            entry.position += *count as u32;
+            entry.prompt_done += count;
+            // Only a prefill decodes its prompt to the end here; it is done then.
+            if entry.prompt_done == entry.job.prompt.len() {
+                entry.prompt_finished = Some(decoded_at);
+                if let Some(entry) = self.live[*index].take() {
+                    self.cache.retire(*index, entry, FinishReason::Stop, String::new(), self.context, self.shared);
+                }
+            }
+        }
+        let spent = step_started.elapsed();
+        if !prompting {
+            let sequences = plan.len();
+            match self.costs.settled(sequences, batch, settled_tokens, spent.as_secs_f64()) {
+                Some(PaceVerdict::Pauses(share, steps)) => {
+                    tracing::debug!(sequences, share, steps, "drafts pause: their tokens cost more than plain steps' tokens")
+                }
+                Some(PaceVerdict::Pays(share)) => tracing::debug!(sequences, share, "drafted tokens cost this share of plain ones"),
+                None => {}
+            }
+        }
+        // Wall-clock time of the model's steps, so tok/s in /v1/stats is what the model delivers
+        // in aggregate rather than an average over sequences that overlapped.
+        if let Ok(mut totals) = self.shared.totals.lock() {
+            split.steps = spent;
+            totals.step_split.add(&split);
+            if generating {
+                totals.generation_time += spent;
+            }
+            if prompting {
+                totals.prompt_eval_time += spent;
+            }
+        }
     }
 }
 
@@ -99,112 +220,4 @@ fn begin_answer(entry: &mut Live, now: Instant) {
     entry.prompt_started.get_or_insert(now);
     entry.prompt_finished = Some(now);
     verify::propose_draft(entry);
-}
-
-/// Decodes the planned rows and settles what they decided.
-fn decode_planned(
-    context: &mut Context<'_>,
-    live: &mut [Option<Live>],
-    cache: &mut kv::SlotKeeper,
-    costs: &mut RowCosts,
-    exact_rows: usize,
-    shared: &Shared,
-    mut plan: Vec<Planned>,
-) {
-    if plan.is_empty() {
-        return;
-    }
-    // Each sequence has its own KV stream, and llama.cpp puts sequences in one compute only
-    // while their ids rise one by one through the batch: in slot order, a prompt joining
-    // sequences that generate is one compute with them, not one more.
-    plan.sort_by_key(|(index, _, _)| *index);
-    let step_started = Instant::now();
-    let generating = plan.iter().any(|(_, from, _)| from.is_none());
-    let prompting = plan.iter().any(|(_, from, _)| from.is_some());
-    // Per generating sequence: the token sampled last step and the draft after it.
-    let mut generated_tokens: Vec<Vec<u32>> = Vec::with_capacity(plan.len());
-    for (index, from, _) in &plan {
-        let tokens = match (from, &live[*index]) {
-            (None, Some(entry)) => entry.next_token.into_iter().chain(entry.draft.iter().copied()).collect(),
-            _ => Vec::new(),
-        };
-        generated_tokens.push(tokens);
-    }
-    let now = Instant::now();
-    for (index, from, _) in &plan {
-        if let (Some(_), Some(entry)) = (from, live[*index].as_mut()) {
-            entry.prompt_started.get_or_insert(now);
-        }
-    }
-    let mut entries = Vec::with_capacity(plan.len());
-    for (i, (index, from, count)) in plan.iter().enumerate() {
-        let Some(entry) = live[*index].as_ref() else { continue };
-        let Some(seq) = context.seq(*index) else { continue };
-        let tokens: &[u32] = match from {
-            Some(start) => &entry.job.prompt[*start..*start + *count],
-            None => &generated_tokens[i],
-        };
-        let logits = match from {
-            // Every row: each is sampled, the drafts verified against it.
-            None => tokens.len(),
-            // A prompt's last token is decoded as a generated one (`begin_answer`).
-            Some(_) => 0,
-        };
-        entries.push(BatchEntry { seq, tokens, first_pos: entry.position, logits });
-    }
-    let batch: usize = plan.iter().map(|(_, _, count)| count).sum();
-    // Rows past those that compute as alone went through the batched kernels a cold prefill
-    // uses: only those are reused as a prompt's prefix.
-    let prefill_kernels = batch > exact_rows.max(1);
-    let mut split = StepSplit::default();
-    let decode_started = Instant::now();
-    let decoded = context.decode(&entries);
-    split.decode = decode_started.elapsed();
-    if !prompting {
-        costs.record(batch, split.decode.as_secs_f64());
-    }
-    let rows = match decoded {
-        Ok(rows) => rows,
-        Err(error) => {
-            // A failed decode leaves the KV state of every sequence in it unknown: end them all.
-            for (index, _, _) in &plan {
-                if let Some(entry) = live[*index].take() {
-                    cache.retire(*index, entry, FinishReason::Error(error.to_string()), String::new(), context, shared);
-                }
-            }
-            return;
-        }
-    };
-    drop(entries);
-    let decoded_at = Instant::now();
-    for (((index, from, count), rows), generated) in plan.iter().zip(rows).zip(&generated_tokens) {
-        let Some(entry) = live[*index].as_mut() else { continue };
-        let Some(start) = from else {
-            verify::settle(*index, generated, &rows, prefill_kernels, live, cache, context, shared, &mut split);
-            continue;
-        };
-        cache.decoded(*index, &entry.job.prompt[*start..*start + *count], prefill_kernels);
-        entry.position += *count as u32;
-        entry.prompt_done += count;
-        // Only a prefill decodes its prompt to the end here; it is done then.
-        if entry.prompt_done == entry.job.prompt.len() {
-            entry.prompt_finished = Some(decoded_at);
-            if let Some(entry) = live[*index].take() {
-                cache.retire(*index, entry, FinishReason::Stop, String::new(), context, shared);
-            }
-        }
-    }
-    // Wall-clock time of the model's steps, so tok/s in /v1/stats is what the model delivers
-    // in aggregate rather than an average over sequences that overlapped.
-    if let Ok(mut totals) = shared.totals.lock() {
-        let spent = step_started.elapsed();
-        split.steps = spent;
-        totals.step_split.add(&split);
-        if generating {
-            totals.generation_time += spent;
-        }
-        if prompting {
-            totals.prompt_eval_time += spent;
-        }
-    }
 }

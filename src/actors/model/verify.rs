@@ -18,7 +18,8 @@ use crate::llm::{Context, LogitsRow};
 
 /// Samples `rows` of the sequence in slot `index`, whose decode this step held `decoded` (the
 /// token sampled last step and its draft; empty when the rows follow a prompt), delivers the
-/// text, keeps in the KV what was confirmed, and proposes the next draft.
+/// text, keeps in the KV what was confirmed, and proposes the next draft. Returns the rows
+/// sampled: the tokens this decode gave the sequence.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn settle(
     index: usize,
@@ -30,11 +31,13 @@ pub(super) fn settle(
     context: &mut Context<'_>,
     shared: &Shared,
     split: &mut StepSplit,
-) {
-    let Some(entry) = live[index].as_mut() else { return };
+) -> usize {
+    let Some(entry) = live[index].as_mut() else { return 0 };
     let mut confirmed = 0;
     let mut ended = None;
+    let mut sampled = 0;
     for (at, row) in rows.iter().enumerate() {
+        sampled += 1;
         let step = match context.logits(*row) {
             Ok(logits) => entry.job.sampler.step(logits, split),
             Err(error) => Step::Finished { text: String::new(), reason: FinishReason::Error(error.to_string()) },
@@ -83,9 +86,10 @@ pub(super) fn settle(
         if let Some(entry) = live[index].take() {
             cache.retire(index, entry, reason, text, context, shared);
         }
-        return;
+        return sampled;
     }
     propose_draft(entry);
+    sampled
 }
 
 /// The draft to decode after the sequence's next token, if it drafts.
