@@ -165,22 +165,30 @@ impl RowCosts {
         }
     }
 
-    /// How many tokens of a draft are worth decoding in a batch of `rows` rows so far, against
-    /// steps of `base` rows: token `i` is reached and kept with probability `acceptance^i`; the
-    /// length taken is the one whose expected tokens beat the rows' cost by the most, summed
-    /// over the draft so that one size measured slow or fast does not decide alone. Next to
-    /// three other sequences a row must be worth more: their tokens share the time it adds.
-    /// None while drafts pause at `base` sequences.
-    pub fn worth(&self, length: usize, acceptance: f64, base: usize, rows: usize) -> usize {
+    /// How many tokens of each draft are worth decoding, one length for all: sequences that
+    /// llama.cpp computes in one pass must bring as many rows each (see `model::step`).
+    /// `drafts` holds each sequence's draft length and acceptance; the batch has `rows` rows so
+    /// far, against steps of `base` rows. Token `i` of a draft is reached and kept with
+    /// probability `acceptance^i`; the length taken is the one whose expected tokens, summed
+    /// over the sequences, beat the rows' cost by the most, summed over the draft so that one
+    /// size measured slow or fast does not decide alone. Next to three other sequences a row
+    /// must be worth more: their tokens share the time it adds. None while drafts pause at
+    /// `base` sequences, or where one of the sequences has no draft.
+    pub fn worth(&self, drafts: &[(usize, f64)], base: usize, rows: usize) -> usize {
         if self.paused(base) {
             return 0;
         }
-        let (mut reach, mut gain, mut best, mut best_gain) = (1.0, 0.0, 0, 0.0);
-        for i in 0..length {
-            reach *= acceptance;
-            gain += reach - self.next_row(base, rows + i);
+        let common = drafts.iter().map(|(length, _)| *length).min().unwrap_or(0);
+        let mut reach = vec![1.0; drafts.len()];
+        let (mut rows, mut gain, mut best, mut best_gain) = (rows, 0.0, 0, 0.0);
+        for length in 1..=common {
+            for (reach, (_, acceptance)) in reach.iter_mut().zip(drafts) {
+                *reach *= acceptance;
+                gain += *reach - self.next_row(base, rows);
+                rows += 1;
+            }
             if gain > best_gain {
-                (best, best_gain) = (i + 1, gain);
+                (best, best_gain) = (length, gain);
             }
         }
         best
@@ -216,25 +224,25 @@ mod tests {
     fn a_draft_row_is_decoded_while_its_chance_of_being_kept_beats_what_it_costs() {
         let mut costs = RowCosts::default();
         // Unmeasured: rows are taken to be cheap.
-        assert_eq!(costs.worth(8, 0.9, 1, 1), 8);
+        assert_eq!(costs.worth(&[(8, 0.9)], 1, 1), 8);
         // Measured as SmolLM2 on two CPU threads: one row 10 ms, two 13, three 16.5, four 19.
         for (rows, ms) in [(1, 10.0), (2, 13.0), (3, 16.5), (4, 19.0), (5, 22.0)] {
             costs.record(rows, ms / 1000.0);
         }
         assert!((costs.next_row(1, 1) - 0.3).abs() < 1e-9);
         // 0.9, 0.81, 0.73, 0.66 beat 0.30, 0.35, 0.25, 0.30 (then unmeasured: 0.1).
-        assert_eq!(costs.worth(4, 0.9, 1, 1), 4);
+        assert_eq!(costs.worth(&[(4, 0.9)], 1, 1), 4);
         // 0.5 beats 0.30, 0.25 does not beat 0.35.
-        assert_eq!(costs.worth(4, 0.5, 1, 1), 1);
-        assert_eq!(costs.worth(4, 0.2, 1, 1), 0);
+        assert_eq!(costs.worth(&[(4, 0.5)], 1, 1), 1);
+        assert_eq!(costs.worth(&[(4, 0.2)], 1, 1), 0);
         // With four sequences a step of 4 rows takes 19 ms, 4.75 ms a token; a fifth row adds 3 ms,
         // 0.63 of a token: only a likely draft token is worth it.
         assert!((costs.next_row(4, 4) - 3.0 * 4.0 / 19.0).abs() < 1e-9);
         for (rows, ms) in [(6, 25.0), (7, 28.0), (8, 31.0)] {
             costs.record(rows, ms / 1000.0);
         }
-        assert_eq!(costs.worth(4, 0.7, 4, 4), 1, "0.7 beats 0.63, 0.49 does not");
-        assert_eq!(costs.worth(4, 0.6, 4, 4), 0);
+        assert_eq!(costs.worth(&[(4, 0.7)], 4, 4), 1, "0.7 beats 0.63, 0.49 does not");
+        assert_eq!(costs.worth(&[(4, 0.6)], 4, 4), 0);
     }
 
     #[test]
@@ -245,12 +253,20 @@ mod tests {
         for rows in 2..=5 {
             costs.record(rows, 0.010 + 0.020 * (rows - 1) as f64);
         }
-        assert_eq!(costs.worth(4, 0.9, 1, 1), 0);
+        assert_eq!(costs.worth(&[(4, 0.9)], 1, 1), 0);
         // Steps of one row go on; once the two-row time is stale, a draft runs to measure it again.
         for _ in 0..=STALE_STEPS {
             costs.record(1, 0.010);
         }
-        assert!(costs.worth(4, 0.9, 1, 1) > 0);
+        assert!(costs.worth(&[(4, 0.9)], 1, 1) > 0);
+    }
+
+    #[test]
+    fn sequences_computed_together_draft_one_length_and_none_where_one_has_none() {
+        let costs = RowCosts::default();
+        // Unmeasured rows are cheap: the shorter draft's length, for both.
+        assert_eq!(costs.worth(&[(3, 0.9), (5, 0.9)], 2, 2), 3);
+        assert_eq!(costs.worth(&[(3, 0.9), (0, 0.0)], 2, 2), 0);
     }
 
     fn assert_pauses(verdicts: &[PaceVerdict], share: f64, steps: u64) {
@@ -263,13 +279,13 @@ mod tests {
         let mut costs = RowCosts::default();
         // Two tokens for 25 ms: 12.5 ms a token against 10.
         assert_pauses(&window(&mut costs, 2, 0.025), 1.25, MIN_DRAFT_PAUSE);
-        assert_eq!(costs.worth(4, 0.9, 1, 1), 0);
+        assert_eq!(costs.worth(&[(4, 0.9)], 1, 1), 0);
         // Another count of sequences is judged on its own.
-        assert!(costs.worth(4, 0.9, 2, 2) > 0);
+        assert!(costs.worth(&[(4, 0.9)], 2, 2) > 0);
         for _ in 0..MIN_DRAFT_PAUSE {
             step(&mut costs, 1, 1, 1, 0.010);
         }
-        assert!(costs.worth(4, 0.9, 1, 1) > 0, "the pause is over");
+        assert!(costs.worth(&[(4, 0.9)], 1, 1) > 0, "the pause is over");
         assert_pauses(&window(&mut costs, 2, 0.025), 1.25, 2 * MIN_DRAFT_PAUSE);
     }
 
@@ -285,6 +301,6 @@ mod tests {
         let verdicts = window(&mut costs, 2, 0.020);
         let [PaceVerdict::Pays(share)] = verdicts[..] else { panic!("{verdicts:?}") };
         assert!(share <= PACE_MARGIN, "{share}");
-        assert!(costs.worth(4, 0.9, 1, 1) > 0);
+        assert!(costs.worth(&[(4, 0.9)], 1, 1) > 0);
     }
 }

@@ -41,7 +41,9 @@ impl WorkerState<'_, '_> {
                 begin_answer(entry, now);
             }
         }
-        let sequences_generating = self.live.iter().flatten().filter(|entry| entry.next_token.is_some()).count();
+        let generating_slots: Vec<usize> =
+            self.live.iter().enumerate().filter(|(_, slot)| slot.as_ref().is_some_and(|entry| entry.next_token.is_some())).map(|(index, _)| index).collect();
+        let sequences_generating = generating_slots.len();
         // While the sequences' own rows compute as each would alone, drafts stay within the rows
         // that do too, so the answer is plain decoding's bit for bit. Where no batch does (or
         // the sequences alone are past it), drafts are costed only: rows differ in rounding
@@ -56,20 +58,35 @@ impl WorkerState<'_, '_> {
         let mut budget = capacity;
         let mut rows = sequences_generating;
         let mut generating: Vec<Planned> = Vec::new();
-        for (index, slot) in self.live.iter_mut().enumerate() {
-            if let Some(entry) = slot {
-                if entry.next_token.is_some() && budget > 0 {
-                    // The sampled token, then what of its draft is worth its rows and fits.
-                    if let Some(drafter) = entry.job.drafter.as_mut() {
-                        let worth = self.costs.worth(entry.draft.len(), drafter.acceptance(), sequences_generating, rows);
-                        entry.draft.truncate(worth.min(budget - 1).min(exact_limit.saturating_sub(rows)));
-                        drafter.cut(entry.draft.len());
-                    }
-                    rows += entry.draft.len();
-                    let count = 1 + entry.draft.len();
-                    generating.push((index, None, count));
-                    budget -= count;
+        // Each sequence has its own KV stream, and llama.cpp computes sequences of consecutive
+        // ids in one pass over the weights only while each brings as many rows: drafts of 2, 0,
+        // 2 and 0 tokens next to four sampled tokens would be two passes, the second nearly a
+        // step's cost for two rows. So the sequences of such a run draft one length.
+        for run in generating_slots.chunk_by(|a, b| b == &(a + 1)) {
+            let drafts: Vec<(usize, f64)> = run
+                .iter()
+                .filter_map(|&index| self.live[index].as_ref())
+                .map(|entry| entry.job.drafter.as_ref().map_or((0, 0.0), |drafter| (entry.draft.len(), drafter.acceptance())))
+                .collect();
+            // The sampled token, then what of the draft is worth its rows and fits.
+            let length = self
+                .costs
+                .worth(&drafts, sequences_generating, rows)
+                .min(exact_limit.saturating_sub(rows) / run.len())
+                .min(budget.saturating_sub(run.len()) / run.len());
+            for &index in run {
+                let Some(entry) = self.live[index].as_mut() else { continue };
+                if budget == 0 {
+                    break;
                 }
+                entry.draft.truncate(length.min(budget - 1));
+                if let Some(drafter) = entry.job.drafter.as_mut() {
+                    drafter.cut(entry.draft.len());
+                }
+                rows += entry.draft.len();
+                let count = 1 + entry.draft.len();
+                generating.push((index, None, count));
+                budget -= count;
             }
         }
         if prompts_apart {
