@@ -3,8 +3,9 @@
 //! the rows settle (see `verify.rs`).
 //!
 //! Key type: [`WorkerState`], what a step works on. Cost: one `llama_decode` of the planned rows
-//! (two where prompt chunks are kept apart from generating rows, see [`WorkerState::step`]), and
-//! per generation step one [`RowCosts`] record of its decode and one of what it settled.
+//! (one for the generating rows and one per prompt chunk where decodes are kept exact, see
+//! [`WorkerState::step`]), and per generation step one [`RowCosts`] record of its decode and one
+//! of what it settled.
 
 use std::time::Instant;
 
@@ -32,7 +33,8 @@ pub(super) struct WorkerState<'w, 'm> {
 impl WorkerState<'_, '_> {
     /// One step of all live sequences: one token each (and its draft) for generating ones, and
     /// as much prompt as fits for the others (generating sequences go first so a long prompt
-    /// never stalls them), in one decode, or two where prompts are kept apart.
+    /// never stalls them), in one decode, or one for the generating rows and one per prompt
+    /// chunk where decodes are kept exact.
     pub(super) fn step(&mut self) {
         let capacity = self.context.batch_capacity();
         let now = Instant::now();
@@ -48,13 +50,8 @@ impl WorkerState<'_, '_> {
         // that do too, so the answer is plain decoding's bit for bit. Where no batch does (or
         // the sequences alone are past it), drafts are costed only: rows differ in rounding
         // either way.
-        let exact_limit = if self.exact_rows > 1 && sequences_generating <= self.exact_rows { self.exact_rows } else { usize::MAX };
-        // For the same reason prompt chunks (tens of rows) are decoded apart from generating
-        // rows there: joined, they would tip the generating rows into the larger batch's
-        // kernels, and an answer would depend on whether another request's prompt arrived
-        // meanwhile. That costs one more pass over the weights per prompt chunk while others
-        // generate.
-        let prompts_apart = exact_limit != usize::MAX && sequences_generating > 0;
+        let exact = self.exact_rows > 1 && sequences_generating <= self.exact_rows;
+        let exact_limit = if exact { self.exact_rows } else { usize::MAX };
         let mut budget = capacity;
         let mut rows = sequences_generating;
         let mut generating: Vec<Planned> = Vec::new();
@@ -89,38 +86,46 @@ impl WorkerState<'_, '_> {
                 budget -= count;
             }
         }
-        if prompts_apart {
-            budget = capacity;
-        }
         let mut prompts: Vec<Planned> = Vec::new();
         for (index, slot) in self.live.iter().enumerate() {
             if let Some(entry) = slot {
                 let remaining = entry.job.prompt.len() - entry.prompt_done;
                 // The prompt's last token is left for `begin_answer`.
                 let before_last = if entry.job.prefill_only { remaining } else { remaining.saturating_sub(1) };
-                if entry.next_token.is_none() && before_last > 0 && budget > 0 {
-                    let take = before_last.min(budget);
+                // A chunk decoded on its own has the whole batch.
+                let room = if exact { capacity } else { budget };
+                if entry.next_token.is_none() && before_last > 0 && room > 0 {
+                    let take = before_last.min(room);
                     prompts.push((index, Some(entry.prompt_done), take));
-                    budget -= take;
+                    budget = room - take;
                 }
             }
         }
-        if prompts_apart {
+        if exact {
+            // As drafts stay within exact rows, each prompt chunk is a decode of its own. llama.cpp
+            // takes as many rows from each sequence into one pass: joined to others, a chunk
+            // would leave its tail, or its first row, to a pass of a few rows, which rounds as
+            // a generating step does and not as the prefill that another time decodes it alone,
+            // so an answer would depend on whether another request arrived meanwhile. That
+            // costs a pass over the weights per prompt chunk beyond the first.
             self.decode_planned(generating);
-            self.decode_planned(prompts);
+            for chunk in prompts {
+                self.decode_planned(vec![chunk]);
+            }
         } else {
             generating.append(&mut prompts);
             self.decode_planned(generating);
         }
     }
+
     /// Decodes the planned rows and settles what they decided.
     fn decode_planned(&mut self, mut plan: Vec<Planned>) {
         if plan.is_empty() {
             return;
         }
-        // Each sequence has its own KV stream, and llama.cpp puts sequences in one compute only
-        // while their ids rise one by one through the batch: in slot order, a prompt joining
-        // sequences that generate is one compute with them, not one more.
+        // Each sequence has its own KV stream, and llama.cpp puts sequences in one pass only
+        // while their ids rise one by one through the batch (and takes as many rows from each):
+        // in slot order, sequences of consecutive slots share passes.
         plan.sort_by_key(|(index, _, _)| *index);
         let step_started = Instant::now();
         let generating = plan.iter().any(|(_, from, _)| from.is_none());
