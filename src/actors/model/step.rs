@@ -43,8 +43,9 @@ impl WorkerState<'_, '_> {
                 begin_answer(entry, now);
             }
         }
-        let generating_slots: Vec<usize> =
-            self.live.iter().enumerate().filter(|(_, slot)| slot.as_ref().is_some_and(|entry| entry.next_token.is_some())).map(|(index, _)| index).collect();
+        let generating_slots: Vec<usize> = (0..self.live.len())
+            .filter(|&index| self.live[index].as_ref().is_some_and(|entry| entry.next_token.is_some()))
+            .collect();
         let sequences_generating = generating_slots.len();
         // While the sequences' own rows compute as each would alone, drafts stay within the rows
         // that do too, so the answer is plain decoding's bit for bit. Where no batch does (or
