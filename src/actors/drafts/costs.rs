@@ -93,6 +93,21 @@ impl Tally {
     }
 }
 
+/// What one generation step (a decode of generating sequences' rows only) measured.
+#[derive(Debug, Clone, Copy)]
+pub struct GenerationStep {
+    /// Sequences that generated, one sampled row each.
+    pub sequences: usize,
+    /// Rows decoded: the sampled ones and their drafts.
+    pub rows: usize,
+    /// Tokens the rows settled.
+    pub tokens: usize,
+    /// Seconds of the decode alone.
+    pub decode_seconds: f64,
+    /// Seconds from the decode's start to the next drafts.
+    pub seconds: f64,
+}
+
 /// What a window of drafted steps showed, for the worker's log.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum PaceVerdict {
@@ -103,8 +118,16 @@ pub enum PaceVerdict {
 }
 
 impl RowCosts {
+    /// One generation step, once what it decoded was settled: its decode time for the row
+    /// costs, its whole time and settled tokens for the pace of its count of sequences.
+    /// Returns the verdict when this step closed a window of drafted steps.
+    pub fn generation_step(&mut self, step: GenerationStep) -> Option<PaceVerdict> {
+        self.record(step.rows, step.decode_seconds);
+        self.settled(step.sequences, step.rows, step.tokens, step.seconds)
+    }
+
     /// A generation step of `rows` rows took `seconds` to decode.
-    pub fn record(&mut self, rows: usize, seconds: f64) {
+    fn record(&mut self, rows: usize, seconds: f64) {
         self.steps += 1;
         let Some(slot) = rows.checked_sub(1).and_then(|at| self.seconds.get_mut(at)) else { return };
         let mean = match *slot {
@@ -116,8 +139,8 @@ impl RowCosts {
 
     /// A generation step of `sequences` generating sequences, which decoded `rows` rows (more
     /// than `sequences`: drafts) and settled `tokens`, took `seconds` from decode to the next
-    /// drafts. Returns the verdict when this step closed a window of drafted steps.
-    pub fn settled(&mut self, sequences: usize, rows: usize, tokens: usize, seconds: f64) -> Option<PaceVerdict> {
+    /// drafts; the step's decode was recorded first (its count of steps dates a pause).
+    fn settled(&mut self, sequences: usize, rows: usize, tokens: usize, seconds: f64) -> Option<PaceVerdict> {
         let steps = self.steps;
         let pace = sequences.checked_sub(1).and_then(|at| self.paces.get_mut(at))?;
         let seconds = match pace.plain_rate {
@@ -201,8 +224,7 @@ mod tests {
 
     /// One generation step as the worker reports it: its decode, then what it settled.
     fn step(costs: &mut RowCosts, sequences: usize, rows: usize, tokens: usize, seconds: f64) -> Option<PaceVerdict> {
-        costs.record(rows, seconds);
-        costs.settled(sequences, rows, tokens, seconds)
+        costs.generation_step(GenerationStep { sequences, rows, tokens, decode_seconds: seconds, seconds })
     }
 
     /// A window of one sequence's steps: every fourth a draft of two rows that settles
@@ -297,7 +319,7 @@ mod tests {
         let [PaceVerdict::Pays(share)] = verdicts[..] else { panic!("{verdicts:?}") };
         assert!((share - 0.5).abs() < 1e-9);
         // Equal cost, and one drafted step held up for a second: clipped to three plain tokens.
-        costs.settled(1, 3, 2, 1.0);
+        step(&mut costs, 1, 3, 2, 1.0);
         let verdicts = window(&mut costs, 2, 0.020);
         let [PaceVerdict::Pays(share)] = verdicts[..] else { panic!("{verdicts:?}") };
         assert!(share <= PACE_MARGIN, "{share}");

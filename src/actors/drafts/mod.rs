@@ -31,7 +31,7 @@ use crate::grammar::lexicon::Constraint as OutputConstraint;
 use crate::llm::Vocabulary;
 
 mod costs;
-pub use costs::{PaceVerdict, RowCosts};
+pub use costs::{GenerationStep, PaceVerdict, RowCosts};
 
 /// Text to tokens as the model's own tokenizer splits it (a draft the model would write the
 /// same way is one it confirms), at most the given count.

@@ -4,13 +4,13 @@
 //!
 //! Key type: [`WorkerState`], what a step works on. Cost: one `llama_decode` of the planned rows
 //! (one for the generating rows and one per prompt chunk where decodes are kept exact, see
-//! [`WorkerState::step`]), and per generation step one [`RowCosts`] record of its decode and one
-//! of what it settled.
+//! [`WorkerState::step`]), and per generation step one [`RowCosts`] record of its decode time
+//! and what it settled.
 
 use std::time::Instant;
 
 use super::{kv, verify, Live, Shared};
-use crate::actors::drafts::{PaceVerdict, RowCosts};
+use crate::actors::drafts::{GenerationStep, PaceVerdict, RowCosts};
 use crate::core::{FinishReason, StepSplit};
 use crate::llm::{BatchEntry, Context};
 
@@ -170,9 +170,6 @@ impl WorkerState<'_, '_> {
         let decode_started = Instant::now();
         let decoded = self.context.decode(&entries);
         split.decode = decode_started.elapsed();
-        if !prompting {
-            self.costs.record(batch, split.decode.as_secs_f64());
-        }
         let rows = match decoded {
             Ok(rows) => rows,
             Err(error) => {
@@ -208,7 +205,14 @@ impl WorkerState<'_, '_> {
         let spent = step_started.elapsed();
         if !prompting {
             let sequences = plan.len();
-            match self.costs.settled(sequences, batch, settled_tokens, spent.as_secs_f64()) {
+            let step = GenerationStep {
+                sequences,
+                rows: batch,
+                tokens: settled_tokens,
+                decode_seconds: split.decode.as_secs_f64(),
+                seconds: spent.as_secs_f64(),
+            };
+            match self.costs.generation_step(step) {
                 Some(PaceVerdict::Pauses(share, steps)) => {
                     tracing::debug!(sequences, share, steps, "drafts pause: their tokens cost more than plain steps' tokens")
                 }
