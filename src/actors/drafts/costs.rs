@@ -104,7 +104,8 @@ pub struct GenerationStep {
     pub tokens: usize,
     /// Seconds of the decode alone.
     pub decode_seconds: f64,
-    /// Seconds from the decode's start to the next drafts.
+    /// Seconds from building the step's batch to proposing the next drafts: the decode and
+    /// the settling around it.
     pub seconds: f64,
 }
 
@@ -138,8 +139,9 @@ impl RowCosts {
     }
 
     /// A generation step of `sequences` generating sequences, which decoded `rows` rows (more
-    /// than `sequences`: drafts) and settled `tokens`, took `seconds` from decode to the next
-    /// drafts; the step's decode was recorded first (its count of steps dates a pause).
+    /// than `sequences`: drafts) and settled `tokens`, took `seconds` in all (see
+    /// [`GenerationStep::seconds`]); the step's decode was recorded first (its count of steps
+    /// dates a pause).
     fn settled(&mut self, sequences: usize, rows: usize, tokens: usize, seconds: f64) -> Option<PaceVerdict> {
         let steps = self.steps;
         let pace = sequences.checked_sub(1).and_then(|at| self.paces.get_mut(at))?;
