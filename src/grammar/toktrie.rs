@@ -658,6 +658,21 @@ impl TokenTrie {
         self.max_depth
     }
 
+    /// The bytes that are a token by themselves: a text made only of them can always be
+    /// written one token per byte.
+    pub fn single_byte_tokens(&self) -> ByteSet {
+        let mut bytes = ByteSet::EMPTY;
+        if let Some((start, end)) = self.wide_children(ROOT_PARENT) {
+            for at in start..end {
+                let node = self.wide_children.nodes.get(at as usize).and_then(|&n| self.nodes.get(n as usize));
+                if let Some(node) = node.filter(|node| node.token != NO_TOKEN && !self.is_eog(node.token)) {
+                    bytes.insert(node.byte);
+                }
+            }
+        }
+        bytes
+    }
+
     pub fn node_count(&self) -> usize {
         self.nodes.len()
     }

@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use super::automaton::{
     config_can_continue, config_hash, config_is_accepting, CompiledGrammar, Reading, StepOverflow, StepStacks, WordHasher,
+    NO_ENDING,
 };
 use super::ir::ByteSet;
 use super::mask::TokenMask;
@@ -68,6 +69,9 @@ pub(crate) struct StateTable {
     can_continue: Vec<bool>,
     /// Per state, once computed: its skip set (see [`StateTable::skip_set`]).
     skip_sets: Vec<Option<SkipSet>>,
+    /// Per state, once asked for: its distance from an accepting configuration (see
+    /// `automaton/distance.rs`); [`UNKNOWN`] until then.
+    distances: Vec<u32>,
     /// Per state, once asked for: the state masks are computed from; its state is
     /// [`UNKNOWN`] until then.
     mask_states: Vec<MaskRoot>,
@@ -129,6 +133,7 @@ impl StateTable {
             accepting: Vec::with_capacity(initial),
             can_continue: Vec::with_capacity(initial),
             skip_sets: Vec::with_capacity(initial),
+            distances: Vec::with_capacity(initial),
             mask_states: Vec::with_capacity(initial),
             detached_utf8: HashMap::default(),
             step_buffer: StepStacks::default(),
@@ -178,6 +183,22 @@ impl StateTable {
             .get(state as usize)
             .copied()
             .unwrap_or(false)
+    }
+
+    /// The distance of `state` from an accepting configuration in bytes, worked out on first
+    /// use and kept ([`NO_ENDING`] for the dead state or without the grammar).
+    pub(crate) fn distance(&mut self, state: u32) -> u32 {
+        match self.distances.get(state as usize) {
+            Some(&known) if known != UNKNOWN => known,
+            Some(_) => {
+                let config = config_in(&self.config_words, &self.config_starts, state);
+                let distance =
+                    on_grammar(&self.lent, &self.grammar, |grammar| grammar.distance(config)).unwrap_or(NO_ENDING);
+                self.distances[state as usize] = distance;
+                distance
+            }
+            None => NO_ENDING,
+        }
     }
 
     /// The state masks of `state` are computed from, if worked out since the last clear.
@@ -343,6 +364,7 @@ impl StateTable {
         self.accepting.push(reading.accepting);
         self.can_continue.push(reading.can_continue);
         self.skip_sets.push(None);
+        self.distances.push(UNKNOWN);
         self.mask_states.push(MaskRoot::UNKNOWN);
         // Classes no stack can read are dead from the start: a fresh state's walk then steps
         // only the few classes that lead somewhere, not every class of the grammar.
@@ -380,6 +402,7 @@ impl StateTable {
         self.transitions.clear();
         self.accepting.clear();
         self.can_continue.clear();
+        self.distances.clear();
         self.detached_utf8.clear();
         self.clears += 1;
         self.push_state(&[], config_hash(&[]));
