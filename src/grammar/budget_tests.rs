@@ -101,7 +101,7 @@ fn sample(constraint: &mut Constraint, logits: &[f32]) -> Option<u32> {
 
 /// Budgets between the shortest document's length and three times it.
 fn budgets(grammar: &CompiledGrammar, count: usize, rng: &mut Rng) -> Vec<u32> {
-    let shortest = grammar.shortest_document_len().max(1);
+    let shortest = grammar.shortest_document_len().clamp(1, 1 << 16);
     (0..count).map(|_| shortest + rng.below(u64::from(shortest) * 2 + 1) as u32).collect()
 }
 
@@ -152,7 +152,8 @@ fn budgeted_generations_of_the_suites_schemas_validate() {
         let Ok(grammar) = CompiledGrammar::new(ir, &Limits::default()) else { continue };
         let grammar = Arc::new(grammar);
         if grammar.shortest_document().is_none() {
-            // A schema no document satisfies (`false`, contradictory bounds).
+            // A schema no document satisfies (`false`, contradictory bounds), or none written
+            // in the bytes an ending may use (`enum` of non-ASCII text).
             continue;
         }
         // A schema naming a metaschema the validator cannot fetch is left out.
@@ -185,9 +186,13 @@ fn budgeted_generations_of_the_gbnf_corpus_match() {
     let (trie, eog) = vocabulary();
     let mut rng = Rng(0x6b6e_6600);
     let mut checked = 0;
-    for name in ["arithmetic", "c", "chess", "english", "japanese", "json", "json_arr", "list"] {
+    // Not `japanese`: its documents need characters outside the bytes an ending is written in
+    // (see `automaton/distance.rs`), so no budget applies to it.
+    let names = ["arithmetic", "c", "chess", "english", "json", "json_arr", "list"];
+    for name in names {
         let source = std::fs::read(format!("{GRAMMARS}/{name}.gbnf")).unwrap_or_else(|e| panic!("{name}: {e}"));
         let grammar = Arc::new(crate::compile_gbnf(&source, &Limits::default()).unwrap_or_else(|e| panic!("{name}: {e}")));
+        assert!(grammar.shortest_document().is_some(), "{name}: no ending in ASCII");
         for budget in budgets(&grammar, GRAMMAR_BUDGETS, &mut rng) {
             let output = generate(&grammar, &trie, eog, budget, &mut rng);
             assert_eq!(
@@ -199,7 +204,7 @@ fn budgeted_generations_of_the_gbnf_corpus_match() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 8 * GRAMMAR_BUDGETS);
+    assert_eq!(checked, names.len() * GRAMMAR_BUDGETS);
 }
 
 /// See `schema/tests.rs`: `multipleOf` checked in binary floating point.

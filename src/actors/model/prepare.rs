@@ -9,7 +9,8 @@
 use std::sync::Arc;
 
 use super::LlamaModelHandle;
-use crate::core::{ConstraintKind, CoreError, PromptInput, Role, ToolSpec, ValidGenerateRequest};
+use crate::core::{budget_too_small_message, ConstraintKind, CoreError, PromptInput, Role, ToolSpec, ValidGenerateRequest};
+use crate::grammar::lexicon::Constraint as OutputConstraint;
 use crate::grammar::{CompiledGrammar, Limits};
 use crate::llm::template::TemplateMessage;
 
@@ -78,6 +79,35 @@ impl LlamaModelHandle {
             .with_param("max_tokens"));
         }
         Ok(())
+    }
+
+    /// Refuses a generation whose token budget cannot hold its constraint's shortest document
+    /// as this model tokenizes it: closing within the budget could only cut it off. `budget`
+    /// is the request's `max_tokens` (`asked`) or the context's room after the prompt, the
+    /// smaller. A budget of at least the document's bytes always holds it (every byte is a
+    /// token where the constraint closes on budget), so only a smaller one is tokenized.
+    pub(super) fn check_budget_holds_a_document(
+        &self,
+        constraint: &mut OutputConstraint,
+        budget: u32,
+        asked: Option<u32>,
+    ) -> Result<(), CoreError> {
+        if !constraint.can_close_on_budget() || budget >= constraint.distance() {
+            return Ok(());
+        }
+        let Some(document) = constraint.grammar().and_then(|matcher| matcher.grammar().shortest_document()) else {
+            return Ok(());
+        };
+        let text = String::from_utf8_lossy(document);
+        let needed = self.model.tokenize(&text, false, false).map_err(|e| CoreError::internal(e.to_string()))?.len();
+        if budget as usize >= needed {
+            return Ok(());
+        }
+        let limit = match asked {
+            Some(asked) if asked <= budget => format!("max_tokens is {budget}"),
+            _ => format!("the context has room for {budget} tokens after the prompt"),
+        };
+        Err(CoreError::invalid(budget_too_small_message(&limit, needed, &text)).with_param("max_tokens"))
     }
 }
 

@@ -12,7 +12,13 @@
 //! whitespace is never required (it counts nothing), and bounded repetitions are rules of their
 //! own (`counters.rs`), so a count already spent is where the frame stands.
 //!
-//! Key types: [`Distances`], [`NO_ENDING`]. Cost: compiling adds a pass over the symbols and a
+//! Endings are written in [`closing_bytes`] only (ASCII text and UTF-8 continuation bytes):
+//! every vocabulary served has each of them as a token of its own, where some lack a few
+//! others (SmolLM2 has no token of the lone bytes 0xF1 and 0xF2), and one token per byte is
+//! the bound the sampler closes by. A terminal with none of those bytes counts as a way that
+//! no ending takes.
+//!
+//! Key types: [`Distances`], [`NO_ENDING`], [`closing_bytes`]. Cost: compiling adds a pass over the symbols and a
 //! heap operation per rule; a configuration's distance is one lookup per frame; the shortest
 //! ending is one byte step per byte class per byte of it.
 
@@ -20,10 +26,22 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use super::{CompiledGrammar, FlatSymbol};
+use crate::ir::ByteSet;
 
 /// The distance of a configuration from which no accepting one can be reached (the dead
 /// configuration, or a rule that never finishes); also the cap of every sum.
 pub const NO_ENDING: u32 = u32::MAX - 1;
+
+/// The bytes an ending is written in: tab, line feed, carriage return, printable ASCII, and
+/// the UTF-8 continuation bytes (a character begun must be finished).
+pub fn closing_bytes() -> ByteSet {
+    let mut bytes = ByteSet::range(0x20, 0x7e);
+    bytes.insert_range(0x80, 0xbf);
+    for byte in [b'\t', b'\n', b'\r'] {
+        bytes.insert(byte);
+    }
+    bytes
+}
 
 /// Per grammar position, the fewest bytes that finish the alternative from there.
 #[derive(Debug, Default)]
@@ -51,6 +69,8 @@ impl Distances {
         let mut shortest = vec![NO_ENDING; rule_count];
         let mut settled = vec![false; rule_count];
         let mut ready = BinaryHeap::new();
+        let closing = closing_bytes();
+        let writable = |set: &ByteSet| !set.intersect(&closing).is_empty();
         for (alternative, &start) in alt_starts.iter().enumerate() {
             let mut position = start as usize;
             let mut possible = true;
@@ -58,7 +78,7 @@ impl Distances {
                 match symbols[position] {
                     FlatSymbol::End => break,
                     FlatSymbol::Bytes(set) => {
-                        possible &= !set.is_empty();
+                        possible &= writable(&set);
                         measured[alternative] = measured[alternative].saturating_add(1);
                     }
                     FlatSymbol::Whitespace => {}
@@ -72,7 +92,7 @@ impl Distances {
                 position += 1;
             }
             if !possible {
-                // Never ready: an empty byte set matches nothing.
+                // Never ready: no ending writes this terminal.
                 unmeasured[alternative] = u32::MAX;
             } else if unmeasured[alternative] == 0 {
                 ready.push(Reverse((measured[alternative].min(NO_ENDING), owner[alternative])));
@@ -104,7 +124,7 @@ impl Distances {
             rest[position] = match symbols[position] {
                 FlatSymbol::End => 0,
                 FlatSymbol::Whitespace => after,
-                FlatSymbol::Bytes(set) if set.is_empty() => NO_ENDING,
+                FlatSymbol::Bytes(set) if !writable(&set) => NO_ENDING,
                 FlatSymbol::Bytes(_) => after.saturating_add(1).min(NO_ENDING),
                 FlatSymbol::Rule(rule) => {
                     after.saturating_add(shortest.get(rule as usize).copied().unwrap_or(NO_ENDING)).min(NO_ENDING)
@@ -141,7 +161,8 @@ impl CompiledGrammar {
 
     /// The shortest byte string that takes `config` to an accepting configuration, found by
     /// stepping, byte after byte, to a successor one byte nearer (printable ASCII preferred,
-    /// then the lowest byte); `None` when there is none or a step passes a limit.
+    /// then the lowest byte, among [`closing_bytes`]); `None` when there is none or a step
+    /// passes a limit.
     pub(crate) fn shortest_ending(&self, config: &[u32]) -> Option<Vec<u8>> {
         let mut distance = self.distance(config);
         if distance == NO_ENDING {
@@ -154,10 +175,11 @@ impl CompiledGrammar {
             let mut next: Option<(u8, Vec<u32>)> = None;
             // One byte per class the configuration can read, the preferred one first.
             let mut tried = vec![false; self.class_count()];
-            let preferred = (b' '..=b'~').chain(0..b' ').chain(b'\x7f'..=255);
+            let closing = closing_bytes();
+            let preferred = (b' '..=b'~').chain([b'\n', b'\t', b'\r']).chain(0x80..=0xbf);
             for byte in preferred {
                 let class = self.byte_class[byte as usize] as usize;
-                if !readable.contains(byte) || tried.get(class).copied().unwrap_or(true) {
+                if !readable.contains(byte) || !closing.contains(byte) || tried.get(class).copied().unwrap_or(true) {
                     continue;
                 }
                 tried[class] = true;
@@ -176,9 +198,10 @@ impl CompiledGrammar {
         Some(ending)
     }
 
-    /// The shortest document of this grammar (see [`CompiledGrammar::shortest_ending`]).
-    pub fn shortest_document(&self) -> Option<Vec<u8>> {
-        self.shortest_ending(&self.initial)
+    /// The shortest document of this grammar (see [`CompiledGrammar::shortest_ending`]),
+    /// found once and kept.
+    pub fn shortest_document(&self) -> Option<&[u8]> {
+        self.shortest_document.get_or_init(|| self.shortest_ending(&self.initial).map(Vec::into_boxed_slice)).as_deref()
     }
 }
 

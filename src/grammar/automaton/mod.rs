@@ -41,7 +41,7 @@ mod stacks;
 use analysis::byte_classes;
 pub(crate) use analysis::find_left_recursion;
 use distance::Distances;
-pub use distance::NO_ENDING;
+pub use distance::{closing_bytes, NO_ENDING};
 use expansion::Expansion;
 use stacks::StackSet;
 pub(crate) use stacks::{
@@ -113,6 +113,8 @@ pub struct CompiledGrammar {
     distances: Distances,
     /// Every byte some terminal or whitespace can read.
     readable_bytes: ByteSet,
+    /// The shortest document, once asked for (see `distance.rs`).
+    shortest_document: OnceLock<Option<Box<[u8]>>>,
     /// Per vocabulary, what the matchers of this grammar share on it (their transition table
     /// and masks); opaque here so that the automaton does not depend on the caches built on it.
     attachments: VocabularyAttachments,
@@ -310,6 +312,7 @@ impl CompiledGrammar {
             counters,
             distances,
             readable_bytes,
+            shortest_document: OnceLock::new(),
             attachments: VocabularyAttachments::default(),
         };
         let mut stacks = StackSet::default();

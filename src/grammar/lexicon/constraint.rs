@@ -12,8 +12,9 @@
 //! ([`Constraint::set_tokens_left`]): a token is allowed only if the grammar's document can
 //! still be completed in the tokens left after it, one token per byte of its shortest ending
 //! (`automaton/distance.rs`), so the output ends valid however the budget cuts it. That bound
-//! holds where every byte the grammar reads is a token by itself (so of the vocabularies
-//! served, every byte-level one); elsewhere the budget is not applied. Far from the budget the
+//! holds where every byte an ending may be written in is a token by itself (ASCII text and
+//! UTF-8 continuation bytes: so in every vocabulary served); elsewhere the budget is not
+//! applied. Far from the budget the
 //! sampled token is checked against it (a lookup of its successor's distance, kept per state)
 //! and nothing else changes; only once a sampled token is refused for the budget are masks
 //! narrowed to the tokens that fit, until the next commit. Sampling again from the narrowed
@@ -29,6 +30,7 @@ use std::time::Instant;
 use super::error::{ConstraintError, LexiconError};
 use super::intersection::Intersection;
 use super::masks::LexiconMatcher;
+use crate::automaton::{closing_bytes, NO_ENDING};
 use crate::mask::TokenMask;
 use crate::matcher::Matcher;
 use crate::stats::MaskStats;
@@ -85,7 +87,8 @@ impl Constraint {
         };
         let byte_tokens_cover = match &parts {
             Parts::Grammar(grammar) | Parts::Both(grammar, _, _) => {
-                grammar.grammar().readable_bytes().is_subset_of(&grammar.trie().single_byte_tokens())
+                let written = grammar.grammar().readable_bytes().intersect(&closing_bytes());
+                written.is_subset_of(&grammar.trie().single_byte_tokens())
             }
             Parts::Lexicon(_) => false,
         };
@@ -131,7 +134,10 @@ impl Constraint {
     pub fn fits_budget(&mut self, token: u32) -> bool {
         let Some(budget) = self.budget else { return true };
         let most = budget.tokens_left.saturating_sub(1);
-        let fits = self.grammar_mut().and_then(|grammar| grammar.distance_after(token)).is_none_or(|d| d <= most);
+        let Some(grammar) = self.grammar_mut() else { return true };
+        let fits = grammar.distance_after(token).is_none_or(|d| d <= most)
+            // From where no ending can be written, the budget has nothing to keep.
+            || grammar.distance() == NO_ENDING;
         if !fits {
             self.budget = Some(Budget { tight: true, ..budget });
             self.closed_on_budget = true;
