@@ -99,9 +99,11 @@ fn sample(constraint: &mut Constraint, logits: &[f32]) -> Option<u32> {
     best(&|t| mask.is_set(t))
 }
 
-/// Budgets between the shortest document's length and three times it.
-fn budgets(grammar: &CompiledGrammar, count: usize, rng: &mut Rng) -> Vec<u32> {
-    let shortest = grammar.shortest_document_len().clamp(1, 1 << 16);
+/// Budgets between the shortest document's length in tokens (the fewest the constraint finds,
+/// often fewer than its bytes) and three times it.
+fn budgets(grammar: &Arc<CompiledGrammar>, trie: &Arc<TokenTrie>, count: usize, rng: &mut Rng) -> Vec<u32> {
+    let fresh = Constraint::new(Some(Matcher::new(grammar.clone(), trie.clone())), None);
+    let shortest = fresh.map_or(1, |mut fresh| fresh.closing_tokens()).clamp(1, 1 << 16);
     (0..count).map(|_| shortest + rng.below(u64::from(shortest) * 2 + 1) as u32).collect()
 }
 
@@ -147,6 +149,7 @@ fn budgeted_generations_of_the_suites_schemas_validate() {
     let mut rng = Rng(0x5eed_0065);
     let mut checked = 0;
     let mut closed_early = 0;
+    let mut below_bytes = 0;
     for (name, schema) in suite_schemas() {
         let Ok(ir) = compile_schema(&schema) else { continue };
         let Ok(grammar) = CompiledGrammar::new(ir, &Limits::default()) else { continue };
@@ -158,7 +161,7 @@ fn budgeted_generations_of_the_suites_schemas_validate() {
         }
         // A schema naming a metaschema the validator cannot fetch is left out.
         let Ok(validator) = jsonschema::validator_for(&schema) else { continue };
-        for budget in budgets(&grammar, SCHEMA_BUDGETS, &mut rng) {
+        for budget in budgets(&grammar, &trie, SCHEMA_BUDGETS, &mut rng) {
             let output = generate(&grammar, &trie, eog, budget, &mut rng);
             let text = String::from_utf8_lossy(&output).into_owned();
             assert_eq!(check_input(&grammar, &output), CheckOutcome::Match, "{name}, budget {budget}: {text:?}");
@@ -174,10 +177,12 @@ fn budgeted_generations_of_the_suites_schemas_validate() {
                 .collect();
             assert!(errors.is_empty(), "{name}, budget {budget}: {text} does not validate: {errors:?}");
             checked += 1;
+            below_bytes += usize::from(budget < grammar.shortest_document_len());
             closed_early += usize::from(output.len() as u32 >= budget.saturating_sub(2));
         }
     }
     assert!(checked > 300, "only {checked} generations checked");
+    assert!(below_bytes > checked / 4, "only {below_bytes} of {checked} budgets were below the document's bytes");
     assert!(closed_early > checked / 10, "only {closed_early} of {checked} generations reached their budget");
 }
 
@@ -193,7 +198,7 @@ fn budgeted_generations_of_the_gbnf_corpus_match() {
         let source = std::fs::read(format!("{GRAMMARS}/{name}.gbnf")).unwrap_or_else(|e| panic!("{name}: {e}"));
         let grammar = Arc::new(crate::compile_gbnf(&source, &Limits::default()).unwrap_or_else(|e| panic!("{name}: {e}")));
         assert!(grammar.shortest_document().is_some(), "{name}: no ending in ASCII");
-        for budget in budgets(&grammar, GRAMMAR_BUDGETS, &mut rng) {
+        for budget in budgets(&grammar, &trie, GRAMMAR_BUDGETS, &mut rng) {
             let output = generate(&grammar, &trie, eog, budget, &mut rng);
             assert_eq!(
                 check_input(&grammar, &output),

@@ -72,6 +72,9 @@ pub(crate) struct StateTable {
     /// Per state, once asked for: its distance from an accepting configuration (see
     /// `automaton/distance.rs`); [`UNKNOWN`] until then.
     distances: Vec<u32>,
+    /// Per state, once worked out: the fewest tokens found that complete the document from it
+    /// (see `matcher/closing.rs`); [`UNKNOWN`] until then.
+    closing_tokens: Vec<u32>,
     /// Per state, once asked for: the state masks are computed from; its state is
     /// [`UNKNOWN`] until then.
     mask_states: Vec<MaskRoot>,
@@ -134,6 +137,7 @@ impl StateTable {
             can_continue: Vec::with_capacity(initial),
             skip_sets: Vec::with_capacity(initial),
             distances: Vec::with_capacity(initial),
+            closing_tokens: Vec::with_capacity(initial),
             mask_states: Vec::with_capacity(initial),
             detached_utf8: HashMap::default(),
             step_buffer: StepStacks::default(),
@@ -198,6 +202,19 @@ impl StateTable {
                 distance
             }
             None => NO_ENDING,
+        }
+    }
+
+    /// The fewest tokens found that complete the document from `state`, if worked out.
+    pub(crate) fn known_closing_tokens(&self, state: u32) -> Option<u32> {
+        self.closing_tokens.get(state as usize).copied().filter(|&tokens| tokens != UNKNOWN)
+    }
+
+    /// Records that `tokens` tokens complete the document from `state`, where fewer were not
+    /// already known.
+    pub(crate) fn found_closing_tokens(&mut self, state: u32, tokens: u32) {
+        if let Some(slot) = self.closing_tokens.get_mut(state as usize) {
+            *slot = (*slot).min(tokens);
         }
     }
 
@@ -365,6 +382,7 @@ impl StateTable {
         self.can_continue.push(reading.can_continue);
         self.skip_sets.push(None);
         self.distances.push(UNKNOWN);
+        self.closing_tokens.push(UNKNOWN);
         self.mask_states.push(MaskRoot::UNKNOWN);
         // Classes no stack can read are dead from the start: a fresh state's walk then steps
         // only the few classes that lead somewhere, not every class of the grammar.
@@ -403,6 +421,7 @@ impl StateTable {
         self.accepting.clear();
         self.can_continue.clear();
         self.distances.clear();
+        self.closing_tokens.clear();
         self.detached_utf8.clear();
         self.clears += 1;
         self.push_state(&[], config_hash(&[]));

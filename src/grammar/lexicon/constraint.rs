@@ -10,16 +10,16 @@
 //!
 //! A token budget is held to more again, where the sampler says how many tokens are left
 //! ([`Constraint::set_tokens_left`]): a token is allowed only if the grammar's document can
-//! still be completed in the tokens left after it, one token per byte of its shortest ending
-//! (`automaton/distance.rs`), so the output ends valid however the budget cuts it. That bound
-//! holds where every byte an ending may be written in is a token by itself (ASCII text and
-//! UTF-8 continuation bytes: so in every vocabulary served); elsewhere the budget is not
-//! applied. Far from the budget the
-//! sampled token is checked against it (a lookup of its successor's distance, kept per state)
-//! and nothing else changes; only once a sampled token is refused for the budget are masks
-//! narrowed to the tokens that fit, until the next commit. Sampling again from the narrowed
-//! mask after such a refusal draws from the same distribution as sampling from the narrowed
-//! mask at once.
+//! still be completed in the tokens left after it: one token per byte of its shortest ending
+//! (`automaton/distance.rs`), or where that is too many, the fewest tokens found to spell it
+//! (`matcher/closing.rs`). So the output ends valid however the budget cuts it. The bound holds
+//! where every byte an ending may be written in is a token by itself (ASCII text and UTF-8
+//! continuation bytes: so in every vocabulary served); elsewhere no budget is applied. Far
+//! from the budget the sampled token is checked against it (a lookup of its successor's
+//! distance, kept per state) and nothing else changes; only once a sampled token is refused
+//! for the budget are masks narrowed to the tokens that fit, until the next commit. Sampling
+//! again from the narrowed mask after such a refusal draws from the same distribution as
+//! sampling from the narrowed mask at once.
 //!
 //! Cost: a check runs the grammar's, then the lexicon's; a mask with both is the two masks
 //! (each cached) and their intersection, updated token by token while the grammar's mask
@@ -121,11 +121,11 @@ impl Constraint {
         }
     }
 
-    /// The fewest bytes (so tokens, where [`Constraint::can_close_on_budget`]) that complete
-    /// the grammar's document from here: 0 when it may end now or there is no grammar. Of a
-    /// fresh constraint, the length of the shortest document.
-    pub fn distance(&mut self) -> u32 {
-        self.grammar_mut().map_or(0, Matcher::distance)
+    /// The fewest tokens found that complete the grammar's document from here (one per byte
+    /// of its shortest ending at most, where [`Constraint::can_close_on_budget`]): 0 when it may
+    /// end now or there is no grammar. Of a fresh constraint, what the shortest document takes.
+    pub fn closing_tokens(&mut self) -> u32 {
+        self.grammar_mut().map_or(0, Matcher::closing_tokens)
     }
 
     /// Whether `token`, allowed, also leaves a document that the tokens left after it can
@@ -135,9 +135,9 @@ impl Constraint {
         let Some(budget) = self.budget else { return true };
         let most = budget.tokens_left.saturating_sub(1);
         let Some(grammar) = self.grammar_mut() else { return true };
-        let fits = grammar.distance_after(token).is_none_or(|d| d <= most)
+        let fits = grammar.completes_within(token, most).is_none_or(|fits| fits)
             // From where no ending can be written, the budget has nothing to keep.
-            || grammar.distance() == NO_ENDING;
+            || grammar.closing_tokens() == NO_ENDING;
         if !fits {
             self.budget = Some(Budget { tight: true, ..budget });
             self.closed_on_budget = true;
@@ -195,7 +195,7 @@ impl Constraint {
     fn budget_narrowed_mask(&mut self, most: u32) -> &TokenMask {
         let mut narrowed = self.unbudgeted_mask().clone();
         if let Some(grammar) = self.grammar_mut() {
-            grammar.narrow_to_distance(&mut narrowed, most);
+            grammar.narrow_to_budget(&mut narrowed, most);
         }
         if narrowed.count() == 0 {
             self.budget = None;
