@@ -212,6 +212,25 @@ fn budgeted_generations_of_the_gbnf_corpus_match() {
     assert_eq!(checked, names.len() * GRAMMAR_BUDGETS);
 }
 
+/// A vocabulary without a token of its own for bytes no ending is written in (SmolLM2 lacks
+/// 0xF1 and 0xF2) still closes on budget; one without a single printable byte does not.
+#[test]
+fn a_budget_applies_where_every_byte_an_ending_uses_is_a_token() {
+    let grammar = Arc::new(CompiledGrammar::new(crate::schema::any_json_object(), &Limits::default()).unwrap_or_else(|e| panic!("{e}")));
+    let vocabulary = |missing: &[u8]| {
+        let mut tokens: Vec<Vec<u8>> = (0..=255u8).filter(|b| !missing.contains(b)).map(|b| vec![b]).collect();
+        tokens.push(b"ab".to_vec());
+        let eog = tokens.len() as u32;
+        tokens.push(Vec::new());
+        Arc::new(TokenTrie::new(&tokens, &[eog]))
+    };
+    let closes = |trie: Arc<TokenTrie>| {
+        Constraint::new(Some(Matcher::new(grammar.clone(), trie)), None).is_some_and(|c| c.can_close_on_budget())
+    };
+    assert!(closes(vocabulary(&[0xf1, 0xf2, 0x04])));
+    assert!(!closes(vocabulary(&[b'}'])));
+}
+
 /// See `schema/tests.rs`: `multipleOf` checked in binary floating point.
 fn float_rounding_artifact(error: &jsonschema::ValidationError) -> bool {
     let jsonschema::error::ValidationErrorKind::MultipleOf { multiple_of } = &error.kind else {

@@ -51,8 +51,8 @@ pub struct Constraint {
     last_mask: Option<TokenMask>,
     /// The token budget, when one is applied (see [`Constraint::set_tokens_left`]).
     budget: Option<Budget>,
-    /// Whether one token per byte can write every byte the grammar reads: a budget is applied
-    /// only then.
+    /// Whether one token per byte can write every byte an ending of the grammar may use: a
+    /// budget is applied only then.
     byte_tokens_cover: bool,
     /// The mask narrowed to the budget, last computed.
     budget_mask: Option<TokenMask>,
@@ -106,7 +106,8 @@ impl Constraint {
     }
 
     /// Whether a token budget can close this constraint's document (see the module doc): it
-    /// has a grammar, and every byte that grammar reads is a token of the vocabulary.
+    /// has a grammar, and every byte an ending of that grammar may use is a token of the
+    /// vocabulary.
     pub fn can_close_on_budget(&self) -> bool {
         self.byte_tokens_cover
     }
@@ -189,8 +190,8 @@ impl Constraint {
         self.usual_mask()
     }
 
-    /// The mask less the tokens after which the document is more than `most` bytes from
-    /// complete; the mask itself where that leaves none (the budget was set too low for the
+    /// The mask less the tokens after which the document cannot be completed in `most` tokens;
+    /// the mask itself where that leaves none (the budget was set too low for the
     /// document: the cut may then leave it unfinished).
     fn budget_narrowed_mask(&mut self, most: u32) -> &TokenMask {
         let mut narrowed = self.unbudgeted_mask().clone();
