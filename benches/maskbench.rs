@@ -34,7 +34,9 @@
 //! the mask): once without a token budget, once told the tokens left (the instance's tokens
 //! plus its bytes, so the budget never binds and what is measured is its cost far from the
 //! end: the sampled token's distance check); and prints both with their ratio (goal: within
-//! 5% on average).
+//! 5% on average). It also times, at every token, the mask narrowed to a budget that just
+//! binds (one token fewer than the fewest that complete the document from there): what a step
+//! costs once the budget refused the sampled token.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -241,6 +243,25 @@ struct Report {
     slow_mask_micros: f64,
 }
 
+/// `--budget`: at each token of an instance, the time to narrow the mask to the tokens that
+/// complete the document in one token fewer than the fewest found from there.
+fn tight_mask_times(schema: &Value, trie: &Arc<TokenTrie>, token_ids: &[u32]) -> Option<Vec<f64>> {
+    let grammar = CompiledGrammar::new(compile_schema(schema).ok()?, &Limits::default()).ok()?;
+    let mut matcher = Matcher::new(Arc::new(grammar), trie.clone());
+    let mut times = Vec::with_capacity(token_ids.len());
+    for &token in token_ids {
+        let mut mask = matcher.compute_mask().clone();
+        let started = CpuInstant::now();
+        let most = matcher.closing_tokens().saturating_sub(1);
+        matcher.narrow_to_budget(&mut mask, most);
+        times.push(started.elapsed_micros());
+        if matcher.commit(token).is_err() {
+            break;
+        }
+    }
+    Some(times)
+}
+
 /// `--budget`: the constraint's work at each token of `text` (its check, then the mask), on a
 /// freshly compiled grammar, with the tokens left told when `budgeted`; `None` when the schema
 /// does not compile again.
@@ -300,6 +321,7 @@ fn bench_vocab(
     let (mut not_in_mask, mut llg_failed, mut llg_rejected) = (0usize, 0usize, 0usize);
     // `--budget`: the constraint's work per token without a budget and with one, paired.
     let (mut unbudgeted, mut budgeted): (Vec<f64>, Vec<f64>) = (Vec::new(), Vec::new());
+    let mut tight = Vec::new();
     // Schemas by their slowest llamay mask, to point at what to optimise.
     let mut slowest: Vec<(f64, &str)> = Vec::new();
     for entry in compiled {
@@ -363,6 +385,7 @@ fn bench_vocab(
                         (run(false), on)
                     }
                 };
+                tight.extend(tight_mask_times(&case.schema, &trie, &token_ids).unwrap_or_default());
                 if let (Some(off), Some(on)) = (off, on) {
                     let common = off.len().min(on.len());
                     unbudgeted.extend_from_slice(&off[..common]);
@@ -438,6 +461,7 @@ fn bench_vocab(
                 on[3] / off[3]
             );
         }
+        row("mask narrowed, budget binding", &mut tight);
     }
     row("llguidance mask", &mut llg_masks);
     println!("  the same masks, where both engines ran (the ratios):");
