@@ -17,6 +17,10 @@
 //! return) is computed the first time a step needs it and kept in the compiled grammar (child
 //! module `expansion`), so a step only glues cached expansions onto the stack below.
 //!
+//! Each position also knows the fewest bytes that finish its alternative, so a configuration
+//! knows how far it is from a complete document, and the shortest ending that gets there
+//! (child module `distance`): what a token budget closes a document by.
+//!
 //! Key types: [`CompiledGrammar`] (immutable but for those caches, shared in an `Arc`),
 //! [`CheckOutcome`], [`check_input`]. Cost: compiling is linear in the grammar plus a
 //! left-recursion check; a byte step costs about a microsecond per live stack; the matcher
