@@ -109,6 +109,8 @@ pub struct WireRequest {
     /// Whether drafts are verified with each sampled token (the daemon resolved its default).
     #[serde(default)]
     pub accelerate: Option<bool>,
+    #[serde(default)]
+    pub logprobs: Option<crate::core::LogprobsRequest>,
 }
 
 impl WireRequest {
@@ -148,6 +150,7 @@ impl WireRequest {
             parallel_tool_calls: request.parallel_tool_calls,
             context_tokens,
             accelerate: request.accelerate,
+            logprobs: request.logprobs,
         })
     }
 }

@@ -10,10 +10,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::core::{FinishReason, StepSplit};
+use crate::core::{FinishReason, LogprobMode, LogprobsRequest, StepSplit, TokenLogprob, TopLogprob};
 use crate::grammar::lexicon::Constraint as OutputConstraint;
 use crate::llm::detok::Utf8Stream;
-use crate::llm::sampling::{Sampler, SamplingConfig, TokenConstraint};
+use crate::llm::sampling::{log_probabilities, Sampler, SamplingConfig, TokenConstraint};
 use crate::llm::Vocabulary;
 
 /// What one step produced.
@@ -106,6 +106,10 @@ pub struct SequenceSampler {
     max_tokens: u32,
     /// The last token sampled into the answer (Ollama's `context` ends with it).
     last_token: Option<u32>,
+    /// What log-probabilities the request wants of its answer tokens.
+    logprobs: Option<LogprobsRequest>,
+    /// The log-probability of the token sampled last, until the worker sends it.
+    pending_logprob: Option<TokenLogprob>,
 }
 
 impl SequenceSampler {
@@ -125,7 +129,20 @@ impl SequenceSampler {
             generated: 0,
             max_tokens,
             last_token: None,
+            logprobs: None,
+            pending_logprob: None,
         }
+    }
+
+    /// The same sampler, reporting its answer tokens' log-probabilities as `logprobs` asks.
+    pub fn with_logprobs(mut self, logprobs: Option<LogprobsRequest>) -> Self {
+        self.logprobs = logprobs.filter(|l| l.answer);
+        self
+    }
+
+    /// The log-probability of the token the last step added to the answer, once.
+    pub fn take_logprob(&mut self) -> Option<TokenLogprob> {
+        self.pending_logprob.take()
     }
 
     /// Feeds the prompt to the repeat penalty's memory.
@@ -209,12 +226,36 @@ impl SequenceSampler {
         if self.vocabulary.is_end_of_generation(token) {
             return Chosen::Over(self.finish(FinishReason::Stop));
         }
+        if let Some(asked) = self.logprobs {
+            self.pending_logprob = Some(self.score(logits, token, asked));
+        }
         if let Some(constraint) = self.constraint.as_mut() {
             if let Err(error) = constraint.commit(token) {
                 return Chosen::Over(self.finish(FinishReason::Error(error.to_string())));
             }
         }
         Chosen::Token(token)
+    }
+
+    /// `token`'s log-probability in `logits` (the raw row), from the distribution `asked` names:
+    /// the constrained one asks the constraint for its full mask at this step (its state before
+    /// `token` is committed).
+    fn score(&mut self, logits: &[f32], token: u32, asked: LogprobsRequest) -> TokenLogprob {
+        let allowed = match (asked.mode, self.constraint.as_mut()) {
+            (LogprobMode::Constrained, Some(constraint)) => Some(constraint.compute_mask().words()),
+            _ => None,
+        };
+        let (logprob, top) = log_probabilities(logits, token, asked.top, allowed);
+        let vocabulary = &self.vocabulary;
+        TokenLogprob {
+            token,
+            bytes: vocabulary.piece(token).to_vec(),
+            logprob: Some(logprob),
+            top: top
+                .into_iter()
+                .map(|(token, logprob)| TopLogprob { token, bytes: vocabulary.piece(token).to_vec(), logprob })
+                .collect(),
+        }
     }
 
     /// Adds the chosen `token` to the answer and its text to what is sent.
@@ -225,6 +266,8 @@ impl SequenceSampler {
         let text = self.text.push(self.vocabulary.piece(token));
         let (text, stop) = self.stops.push(&text);
         if let Some(stop) = stop {
+            // The token that completed a stop string is not part of the answer.
+            self.pending_logprob = None;
             return Step::Finished { text, reason: FinishReason::StopSequence(stop) };
         }
         // A constraint that is complete and admits nothing more ends the output here rather

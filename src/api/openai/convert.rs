@@ -34,11 +34,11 @@ pub fn convert(mut body: ChatCompletionRequest) -> Result<Converted, CoreError> 
             .with_param("n"));
         }
     }
-    if body.logprobs == Some(true) {
-        return Err(
-            CoreError::invalid("logprobs are not offered in this version").with_param("logprobs"),
-        );
+    let logprobs = body.logprobs == Some(true);
+    if !logprobs && body.top_logprobs.is_some_and(|n| n > 0) {
+        return Err(CoreError::invalid("top_logprobs needs logprobs: true").with_param("top_logprobs"));
     }
+    let logprobs = body.llamay.logprobs(logprobs, body.top_logprobs, "top_logprobs", false)?;
     if body.messages.is_empty() {
         return Err(
             CoreError::invalid("messages is empty; send at least one message")
@@ -110,6 +110,7 @@ pub fn convert(mut body: ChatCompletionRequest) -> Result<Converted, CoreError> 
         parallel_tool_calls: body.parallel_tool_calls.unwrap_or(true),
         context,
         accelerate: body.llamay.llamay_accelerate,
+        logprobs,
     };
     Ok(Converted {
         request,
@@ -188,7 +189,7 @@ fn convert_tool(tool: Tool) -> Result<ToolSpec, CoreError> {
 }
 
 /// What OpenAI's `response_format` asks for.
-fn response_format_sources(response_format: Option<ResponseFormat>) -> Result<ConstraintSources, CoreError> {
+pub(super) fn response_format_sources(response_format: Option<ResponseFormat>) -> Result<ConstraintSources, CoreError> {
     let mut sources = ConstraintSources::default();
     let Some(format) = response_format else {
         return Ok(sources);
@@ -286,6 +287,30 @@ mod tests {
         assert!(with("stop", json!(vec!["x"; 17]))
             .message
             .contains("at most"));
+    }
+
+    #[test]
+    fn logprobs_are_read_and_their_ranges_checked() {
+        let ask = |extra: serde_json::Value| {
+            let mut body = json!({"model": "m", "messages": [{"role": "user", "content": "x"}]});
+            for (key, value) in extra.as_object().unwrap() {
+                body[key] = value.clone();
+            }
+            parse(body)
+        };
+        let asked = ask(json!({"logprobs": true, "top_logprobs": 5})).unwrap().request.logprobs.unwrap();
+        assert_eq!((asked.answer, asked.top, asked.mode, asked.prompt), (true, 5, crate::core::LogprobMode::Model, false));
+        assert!(ask(json!({"logprobs": false})).unwrap().request.logprobs.is_none());
+        for (extra, field) in [
+            (json!({"logprobs": true, "top_logprobs": 21}), "top_logprobs"),
+            (json!({"logprobs": true, "top_logprobs": -1}), "top_logprobs"),
+            (json!({"top_logprobs": 3}), "top_logprobs"),
+            (json!({"logprobs": true, "llamay_logprobs": "sampled"}), "llamay_logprobs"),
+        ] {
+            assert_eq!(ask(extra.clone()).unwrap_err().param.as_deref(), Some(field), "{extra}");
+        }
+        let constrained = ask(json!({"logprobs": true, "llamay_logprobs": "constrained"})).unwrap();
+        assert_eq!(constrained.request.logprobs.unwrap().mode, crate::core::LogprobMode::Constrained);
     }
 
     #[test]

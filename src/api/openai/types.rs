@@ -24,6 +24,7 @@ pub struct ChatCompletionRequest {
     pub tool_choice: Option<Value>,
     pub parallel_tool_calls: Option<bool>,
     pub logprobs: Option<bool>,
+    pub top_logprobs: Option<i64>,
     // llamay's extensions and llama.cpp's names for the same things.
     pub top_k: Option<i32>,
     pub min_p: Option<f64>,
