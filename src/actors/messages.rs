@@ -66,7 +66,9 @@ pub trait LoadedModel: Send + Sync {
 /// A model's tokenizer, on the calling thread (it costs a tokenisation or a template render).
 pub trait Tokenize: Send + Sync {
     /// `text` as token ids; `add_special`: with the begin-of-sequence token where the model
-    /// puts one. Control-token text in `text` stays text, as in a `/v1/completions` prompt.
+    /// puts one. Control-token text in `text` (`<|im_end|>`) becomes its token, as a Hugging
+    /// Face tokenizer (and vLLM's `/tokenize`) reads it: clients find the end-of-sequence
+    /// token's id by tokenizing its text.
     fn tokenize(&self, text: &str, add_special: bool) -> Result<Vec<u32>, CoreError>;
     /// A conversation rendered through the model's chat template (ending with the assistant's
     /// turn opened), as token ids.

@@ -223,11 +223,13 @@ impl SequenceSampler {
                 return Chosen::Over(self.finish(FinishReason::Error(message)));
             }
         };
-        if self.vocabulary.is_end_of_generation(token) {
-            return Chosen::Over(self.finish(FinishReason::Stop));
-        }
+        // The end-of-generation token is scored too (its text is empty): a scoring client
+        // reads the last entry as the sampled token's, whatever it is.
         if let Some(asked) = self.logprobs {
             self.pending_logprob = Some(self.score(logits, token, asked));
+        }
+        if self.vocabulary.is_end_of_generation(token) {
+            return Chosen::Over(self.finish(FinishReason::Stop));
         }
         if let Some(constraint) = self.constraint.as_mut() {
             if let Err(error) = constraint.commit(token) {

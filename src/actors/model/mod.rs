@@ -285,7 +285,7 @@ impl LoadedModel for LlamaModelHandle {
 
 impl Tokenize for LlamaModelHandle {
     fn tokenize(&self, text: &str, add_special: bool) -> Result<Vec<u32>, CoreError> {
-        self.model.tokenize(text, add_special, false).map_err(|e| CoreError::bad_request(e.to_string()))
+        self.model.tokenize(text, add_special, true).map_err(|e| CoreError::bad_request(e.to_string()))
     }
 
     fn tokenize_chat(&self, messages: &[crate::core::ChatMessage]) -> Result<Vec<u32>, CoreError> {

@@ -25,16 +25,16 @@ use futures_util::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::convert::response_format_sources;
+use super::convert::{response_format_sources, OpenAiSampling};
 use super::handlers::render_error;
-use super::stream::{finish_reason, usage_body};
+use super::stream::{failure_frame, finish_reason, usage_body};
 use super::types::{ResponseFormat, StopField, StreamOptions};
 use crate::api::body::read_json;
 use crate::api::common::{event_stream, random_id, sse_frame, sse_response, unix_now, StreamTranslator};
-use crate::api::fields::{check_range, check_stops, context_request};
+use crate::api::fields::{check_stops, context_request};
 use crate::api::AppState;
 use crate::core::{
-    Completion, FinishReason, PromptInput, SamplingParams, StreamEvent, TokenLogprob, ToolChoice,
+    Completion, PromptInput, StreamEvent, TokenLogprob, ToolChoice,
     UncheckedGenerateRequest, Usage,
 };
 use crate::error::CoreError;
@@ -209,30 +209,17 @@ pub fn convert(mut body: CompletionRequest) -> Result<Converted, CoreError> {
     if context.is_some() && logprobs.is_some_and(|asked| asked.prompt) {
         return Err(CoreError::invalid("echo with logprobs scores a whole prompt and does not run in a context").with_param("llamay_context"));
     }
-    let mut sampling = SamplingParams { temperature: 1.0, top_p: 1.0, repeat_penalty: 1.0, ..SamplingParams::default() };
-    if let Some(t) = check_range("temperature", body.temperature, 0.0, 2.0)? {
-        sampling.temperature = t;
+    let mut sampling = OpenAiSampling {
+        temperature: body.temperature,
+        top_p: body.top_p,
+        min_p: body.min_p,
+        repeat_penalty: body.repeat_penalty,
+        top_k: body.top_k,
+        seed: body.seed,
     }
-    if let Some(p) = check_range("top_p", body.top_p, 0.0, 1.0)? {
-        sampling.top_p = p;
-    }
-    if let Some(p) = check_range("min_p", body.min_p, 0.0, 1.0)? {
-        sampling.min_p = p;
-    }
-    if let Some(p) = check_range("repeat_penalty", body.repeat_penalty, 0.0, 10.0)? {
-        sampling.repeat_penalty = p;
-    }
-    if let Some(k) = body.top_k {
-        sampling.top_k = k.max(0);
-    }
-    sampling.seed = body.seed.map(|seed| (seed as u64 & u64::from(u32::MAX)) as u32);
+    .checked()?;
     sampling.max_tokens = Some(max_tokens);
-    let stop = match body.stop {
-        None => Vec::new(),
-        Some(StopField::One(s)) => vec![s],
-        Some(StopField::Many(list)) => list,
-    };
-    let stop = check_stops("stop", stop)?;
+    let stop = check_stops("stop", StopField::list(body.stop))?;
     let response_format = body.response_format;
     let constraint = body.llamay.constraint_sources(body.grammar, || response_format_sources(response_format))?;
     let input = match &prompts[0] {
@@ -490,16 +477,7 @@ impl CompletionStream {
         }
         match finish_reason(&completion.finish_reason) {
             Some(reason) => frames.push(self.chunk("", Value::Null, Some(reason))),
-            None => {
-                let message = match &completion.finish_reason {
-                    FinishReason::Error(message) => message.clone(),
-                    _ => String::new(),
-                };
-                frames.push(sse_frame(
-                    None,
-                    &json!({"error": {"message": message, "type": "Internal Server Error", "param": null, "code": "generation_failed"}}),
-                ));
-            }
+            None => frames.push(failure_frame(&completion.finish_reason)),
         }
         frames
     }

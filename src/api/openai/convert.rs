@@ -61,41 +61,21 @@ pub fn convert(mut body: ChatCompletionRequest) -> Result<Converted, CoreError> 
     let tool_choice = openai_style_choice(body.tool_choice.as_ref())?;
     check_tools(&tools, &tool_choice)?;
 
-    let mut sampling = SamplingParams {
-        temperature: 1.0,
-        top_p: 1.0,
-        repeat_penalty: 1.0,
-        ..SamplingParams::default()
-    };
-    if let Some(t) = check_range("temperature", body.temperature, 0.0, 2.0)? {
-        sampling.temperature = t;
+    let mut sampling = OpenAiSampling {
+        temperature: body.temperature,
+        top_p: body.top_p,
+        min_p: body.min_p,
+        repeat_penalty: body.repeat_penalty,
+        top_k: body.top_k,
+        seed: body.seed,
     }
-    if let Some(p) = check_range("top_p", body.top_p, 0.0, 1.0)? {
-        sampling.top_p = p;
-    }
-    if let Some(p) = check_range("min_p", body.min_p, 0.0, 1.0)? {
-        sampling.min_p = p;
-    }
-    if let Some(p) = check_range("repeat_penalty", body.repeat_penalty, 0.0, 10.0)? {
-        sampling.repeat_penalty = p;
-    }
-    if let Some(k) = body.top_k {
-        sampling.top_k = k.max(0);
-    }
-    sampling.seed = body
-        .seed
-        .map(|seed| (seed as u64 & u64::from(u32::MAX)) as u32);
+    .checked()?;
     let max_tokens = body.max_completion_tokens.or(body.max_tokens);
     if max_tokens == Some(0) {
         return Err(CoreError::invalid("max_tokens must be at least 1").with_param("max_tokens"));
     }
     sampling.max_tokens = max_tokens;
-    let stop = match body.stop {
-        None => Vec::new(),
-        Some(StopField::One(s)) => vec![s],
-        Some(StopField::Many(list)) => list,
-    };
-    let stop = check_stops("stop", stop)?;
+    let stop = check_stops("stop", StopField::list(body.stop))?;
 
     let response_format = body.response_format;
     let constraint = body.llamay.constraint_sources(body.grammar, || response_format_sources(response_format))?;
@@ -186,6 +166,41 @@ fn convert_tool(tool: Tool) -> Result<ToolSpec, CoreError> {
             .parameters
             .unwrap_or_else(|| serde_json::json!({"type": "object"})),
     })
+}
+
+/// The sampling fields chat and completions share, as sent.
+pub(super) struct OpenAiSampling {
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub min_p: Option<f64>,
+    pub repeat_penalty: Option<f64>,
+    pub top_k: Option<i32>,
+    pub seed: Option<i64>,
+}
+
+impl OpenAiSampling {
+    /// Range-checked, over OpenAI's defaults (temperature 1, top_p 1, no penalty); a seed is
+    /// taken modulo 2^32.
+    pub(super) fn checked(self) -> Result<SamplingParams, CoreError> {
+        let mut sampling = SamplingParams { temperature: 1.0, top_p: 1.0, repeat_penalty: 1.0, ..SamplingParams::default() };
+        if let Some(t) = check_range("temperature", self.temperature, 0.0, 2.0)? {
+            sampling.temperature = t;
+        }
+        if let Some(p) = check_range("top_p", self.top_p, 0.0, 1.0)? {
+            sampling.top_p = p;
+        }
+        if let Some(p) = check_range("min_p", self.min_p, 0.0, 1.0)? {
+            sampling.min_p = p;
+        }
+        if let Some(p) = check_range("repeat_penalty", self.repeat_penalty, 0.0, 10.0)? {
+            sampling.repeat_penalty = p;
+        }
+        if let Some(k) = self.top_k {
+            sampling.top_k = k.max(0);
+        }
+        sampling.seed = self.seed.map(|seed| (seed as u64 & u64::from(u32::MAX)) as u32);
+        Ok(sampling)
+    }
 }
 
 /// What OpenAI's `response_format` asks for.

@@ -21,6 +21,18 @@ pub fn finish_reason(reason: &FinishReason) -> Option<&'static str> {
     }
 }
 
+/// The SSE frame of a generation that failed part way, after its status was sent.
+pub fn failure_frame(reason: &FinishReason) -> Bytes {
+    let message = match reason {
+        FinishReason::Error(message) => message.clone(),
+        _ => String::new(),
+    };
+    sse_frame(
+        None,
+        &json!({"error": {"message": message, "type": "Internal Server Error", "param": null, "code": "generation_failed"}}),
+    )
+}
+
 pub fn usage_body(usage: Usage) -> UsageBody {
     UsageBody {
         prompt_tokens: usage.prompt_tokens,
@@ -142,16 +154,7 @@ impl StreamTranslator for ChatStream {
                 }
                 match finish_reason(&completion.finish_reason) {
                     Some(reason) => frames.push(self.chunk(json!({}), Some(reason))),
-                    None => {
-                        let message = match &completion.finish_reason {
-                            FinishReason::Error(message) => message.clone(),
-                            _ => String::new(),
-                        };
-                        frames.push(sse_frame(
-                            None,
-                            &json!({"error": {"message": message, "type": "Internal Server Error", "param": null, "code": "generation_failed"}}),
-                        ));
-                    }
+                    None => frames.push(failure_frame(&completion.finish_reason)),
                 }
                 if self.include_usage {
                     let usage = usage_body(completion.usage);

@@ -42,6 +42,17 @@ pub enum StopField {
     Many(Vec<String>),
 }
 
+impl StopField {
+    /// The stop strings `field` holds (none when absent).
+    pub fn list(field: Option<StopField>) -> Vec<String> {
+        match field {
+            None => Vec::new(),
+            Some(StopField::One(stop)) => vec![stop],
+            Some(StopField::Many(stops)) => stops,
+        }
+    }
+}
+
 #[derive(Debug, Deserialize)]
 pub struct StreamOptions {
     #[serde(default)]
