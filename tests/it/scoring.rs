@@ -83,6 +83,10 @@ fn tokenize_round_trips_through_detokenize_and_names_unknown_ids() {
     assert_eq!(info["eos_token"], json!("<|im_end|>"), "{info}");
     assert!(info["chat_template"].as_str().unwrap().contains("im_start"), "{info}");
     assert_eq!(info["model_max_length"], tokenized["max_model_len"]);
+    // A client finds the end-of-sequence id by tokenizing its text (lm-evaluation-harness does).
+    let (status, eos) = daemon.post("/tokenize", &json!({"prompt": info["eos_token"], "add_special_tokens": false}));
+    assert_eq!((status, eos["count"].as_u64()), (200, Some(1)), "{eos}");
+    assert!(model.vocabulary().is_end_of_generation(eos["tokens"][0].as_u64().unwrap() as u32), "{eos}");
     let (status, refused) = daemon.post("/detokenize", &json!({"model": MODEL, "tokens": [1, 99999999]}));
     assert_eq!(status, 400, "{refused}");
     let message = refused["error"]["message"].as_str().unwrap();
