@@ -57,6 +57,25 @@ pub trait LoadedModel: Send + Sync {
     fn reranking(&self) -> Option<&dyn Rerank> {
         None
     }
+    /// The model's tokenizer; `None` for a model whose vocabulary lives in another process.
+    fn tokenizer(&self) -> Option<&dyn Tokenize> {
+        None
+    }
+}
+
+/// A model's tokenizer, on the calling thread (it costs a tokenisation or a template render).
+pub trait Tokenize: Send + Sync {
+    /// `text` as token ids; `add_special`: with the begin-of-sequence token where the model
+    /// puts one. Control-token text in `text` (`<|im_end|>`) becomes its token, as a Hugging
+    /// Face tokenizer (and vLLM's `/tokenize`) reads it: clients find the end-of-sequence
+    /// token's id by tokenizing its text.
+    fn tokenize(&self, text: &str, add_special: bool) -> Result<Vec<u32>, CoreError>;
+    /// A conversation rendered through the model's chat template (ending with the assistant's
+    /// turn opened), as token ids.
+    fn tokenize_chat(&self, messages: &[crate::core::ChatMessage]) -> Result<Vec<u32>, CoreError>;
+    /// The text of `tokens`; an id outside the vocabulary is a 400 naming it.
+    fn detokenize(&self, tokens: &[u32]) -> Result<String, CoreError>;
+    fn tokenizer_info(&self) -> crate::core::TokenizerInfo;
 }
 
 /// What a loaded model is for: an embedding model offers embeddings and no generation.

@@ -4,10 +4,31 @@
 //! instead of prefilling it again (what llama-server's `cache_prompt` and vLLM's automatic
 //! prefix caching do). A slot can also belong to a named context, whose tokens stay there.
 //!
+//! A request that wants its prompt's log-probabilities (echo) needs the model's distribution at
+//! every prompt position, and a position served from the cache was never computed for it. So a
+//! slot also keeps the scores a scoring request computed there ([`PositionScore`]: the next
+//! token's log-probability and the top alternatives), and such a request reuses only the part of
+//! a prefix whose positions are scored: the K choices of one question share the question's
+//! scored prefix, and only their own continuation is decoded (one position more, the last
+//! shared one, when the first scoring request stopped exactly there).
+//!
 //! Key types: [`SlotCache`] (the tokens per slot), [`Placement`] (where a request runs and what
-//! it reuses). Pure bookkeeping, no llama.cpp: the worker applies a placement with a sequence
-//! truncate or copy. Cost: one prefix comparison per slot and admitted request (O(slots ×
-//! prompt)), and the token lists (4 bytes a token per slot).
+//! it reuses), [`PositionScore`]. Pure bookkeeping, no llama.cpp: the worker applies a placement
+//! with a sequence truncate or copy. Cost: one prefix comparison per slot and admitted request
+//! (O(slots × prompt)), and the token lists (4 bytes a token per slot); a scored position keeps
+//! about 200 bytes (its top [`crate::core::MAX_TOP_LOGPROBS`] alternatives).
+
+/// What a scoring request computed at one position of a slot's tokens: the distribution after
+/// tokens `0..=k` (row `k`), summarised.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PositionScore {
+    /// The token that followed in the prompt it was computed for.
+    pub next: u32,
+    /// `next`'s log-probability.
+    pub logprob: f32,
+    /// The most likely tokens there, most likely first, with their log-probabilities.
+    pub top: Vec<(u32, f32)>,
+}
 
 /// What one slot's KV cache holds.
 #[derive(Debug, Clone, Default)]
@@ -25,6 +46,8 @@ struct SlotKv {
     /// The context whose tokens live here, and how many of them; a request that runs in the
     /// slot leaves them in place.
     owner: Option<(u64, usize)>,
+    /// Rows `0..scores.len()` as a scoring request computed them (see [`PositionScore`]).
+    scores: Vec<PositionScore>,
 }
 
 /// Where an admitted request runs.
@@ -68,6 +91,19 @@ impl SlotCache {
         must_decode: bool,
         context: Option<u64>,
     ) -> Option<Placement> {
+        self.place_scoring(prompt, free, must_decode, context, false)
+    }
+
+    /// [`SlotCache::place`]; with `scoring`, a prefix is reused only as far as its positions
+    /// are scored for this prompt.
+    pub fn place_scoring(
+        &self,
+        prompt: &[u32],
+        free: &[bool],
+        must_decode: bool,
+        context: Option<u64>,
+        scoring: bool,
+    ) -> Option<Placement> {
         let limit = if must_decode {
             prompt.len().saturating_sub(1)
         } else {
@@ -75,7 +111,8 @@ impl SlotCache {
         };
         let reusable = |index: usize| {
             let kv = &self.slots[index];
-            common_prefix(&kv.tokens[..kv.reusable], prompt).min(limit)
+            let reuse = common_prefix(&kv.tokens[..kv.reusable], prompt).min(limit);
+            if scoring { reuse.min(self.scored_rows(index, prompt)) } else { reuse }
         };
         // The best source anywhere (a running request's slot included), ties to a free one,
         // and to the request's own context.
@@ -107,6 +144,7 @@ impl SlotCache {
         }
         let destination = self.spare_slot(free, if reuse > 0 { Some(source) } else { None })?;
         if reuse == 0 {
+            let limit = if scoring { limit.min(self.scored_rows(destination, prompt)) } else { limit };
             return Some(Placement {
                 slot: destination,
                 reuse: destination_reuse(self, destination, prompt, limit),
@@ -141,7 +179,20 @@ impl SlotCache {
     /// stays owned; otherwise the ownership ends with its tokens.
     pub fn admit(&mut self, placement: Placement, prompt: &[u32]) {
         self.clock += 1;
+        // Rows below `reuse` follow tokens the prompt shares: their scores hold.
+        let scores = match placement.source {
+            Some(source) => {
+                let held = &self.slots[source].scores;
+                held[..held.len().min(placement.reuse)].to_vec()
+            }
+            None => {
+                let mut held = std::mem::take(&mut self.slots[placement.slot].scores);
+                held.truncate(placement.reuse);
+                held
+            }
+        };
         let slot = &mut self.slots[placement.slot];
+        slot.scores = scores;
         slot.tokens.clear();
         slot.tokens.extend_from_slice(&prompt[..placement.reuse]);
         slot.reusable = placement.reuse;
@@ -180,6 +231,30 @@ impl SlotCache {
         if let Some(kv) = self.slots.get_mut(slot) {
             kv.tokens.truncate(length);
             kv.reusable = kv.reusable.min(length);
+            kv.scores.truncate(length);
+        }
+    }
+
+    /// How many rows from the start of `slot` are scored for `prompt`: each row's score was
+    /// computed for the token `prompt` has next (the rows' own tokens are checked by the
+    /// prefix comparison).
+    pub fn scored_rows(&self, slot: usize, prompt: &[u32]) -> usize {
+        self.slots.get(slot).map_or(0, |kv| {
+            kv.scores.iter().enumerate().take_while(|(k, score)| prompt.get(k + 1) == Some(&score.next)).count()
+        })
+    }
+
+    /// The scores of `slot`'s first rows.
+    pub fn scores(&self, slot: usize) -> &[PositionScore] {
+        self.slots.get(slot).map_or(&[], |kv| kv.scores.as_slice())
+    }
+
+    /// Scores of rows `from..` of `slot`, just computed; kept when they continue the scored rows.
+    pub fn add_scores(&mut self, slot: usize, from: usize, scores: impl IntoIterator<Item = PositionScore>) {
+        if let Some(kv) = self.slots.get_mut(slot) {
+            if kv.scores.len() == from {
+                kv.scores.extend(scores);
+            }
         }
     }
 
@@ -402,5 +477,33 @@ mod tests {
             }
         );
         assert_eq!(cache.place(&[9], &[false, false], true, None), None);
+    }
+
+    fn score(next: u32) -> PositionScore {
+        PositionScore { next, logprob: -1.0, top: vec![(next, -1.0)] }
+    }
+
+    #[test]
+    fn a_scoring_request_reuses_only_scored_rows_and_they_follow_the_prefix() {
+        let mut cache = cache_with(&[&[1, 2, 3, 4, 5]]);
+        // Nothing scored: a scoring request decodes its whole prompt, an ordinary one reuses.
+        assert_eq!(cache.place_scoring(&[1, 2, 3, 4, 9], &[true], true, None, true).unwrap().reuse, 0);
+        assert_eq!(cache.place(&[1, 2, 3, 4, 9], &[true], true, None).unwrap().reuse, 4);
+        // Rows 0..4 scored for a prompt that went on 2, 3, 4, 5.
+        cache.add_scores(0, 0, [score(2), score(3), score(4), score(5)]);
+        // A prompt sharing 1 2 3 4 and then 9: rows 0..2 predicted 2, 3, 4 as it has them, row
+        // 3 predicted 5 where it has 9, so that row is decoded again.
+        assert_eq!(cache.scored_rows(0, &[1, 2, 3, 4, 9]), 3);
+        assert_eq!(cache.place_scoring(&[1, 2, 3, 4, 9], &[true], true, None, true).unwrap().reuse, 3);
+        // Scores that do not continue the scored rows are not kept; a truncate cuts them.
+        cache.add_scores(0, 7, [score(1)]);
+        assert_eq!(cache.scores(0).len(), 4);
+        cache.truncate(0, 2);
+        assert_eq!(cache.scores(0).len(), 2);
+        // Admitting with a shorter reuse keeps the rows below it only.
+        cache.admit(Placement { slot: 0, reuse: 1, source: None }, &[1, 2, 3]);
+        assert_eq!(cache.scores(0), &[score(2)]);
+        cache.forget(0);
+        assert!(cache.scores(0).is_empty());
     }
 }

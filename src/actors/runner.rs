@@ -112,6 +112,8 @@ pub struct WireRequest {
     /// Whether the constraint closes its document within the budget (resolved likewise).
     #[serde(default)]
     pub close_on_budget: Option<bool>,
+    #[serde(default)]
+    pub logprobs: Option<crate::core::LogprobsRequest>,
 }
 
 impl WireRequest {
@@ -152,6 +154,7 @@ impl WireRequest {
             context_tokens,
             accelerate: request.accelerate,
             close_on_budget: request.close_on_budget,
+            logprobs: request.logprobs,
         })
     }
 }

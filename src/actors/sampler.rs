@@ -15,10 +15,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::core::{FinishReason, StepSplit};
+use crate::core::{FinishReason, LogprobMode, LogprobsRequest, StepSplit, TokenLogprob, TopLogprob};
 use crate::grammar::lexicon::Constraint as OutputConstraint;
 use crate::llm::detok::Utf8Stream;
-use crate::llm::sampling::{Sampler, SamplingConfig, TokenConstraint};
+use crate::llm::sampling::{log_probabilities, Sampler, SamplingConfig, TokenConstraint};
 use crate::llm::Vocabulary;
 
 /// What one step produced.
@@ -113,6 +113,10 @@ pub struct SequenceSampler {
     last_token: Option<u32>,
     /// Whether the constraint is told the tokens left, to close its document within them.
     close_on_budget: bool,
+    /// What log-probabilities the request wants of its answer tokens.
+    logprobs: Option<LogprobsRequest>,
+    /// The log-probability of the token sampled last, until the worker sends it.
+    pending_logprob: Option<TokenLogprob>,
 }
 
 impl SequenceSampler {
@@ -133,6 +137,8 @@ impl SequenceSampler {
             max_tokens,
             last_token: None,
             close_on_budget: true,
+            logprobs: None,
+            pending_logprob: None,
         }
     }
 
@@ -154,6 +160,17 @@ impl SequenceSampler {
             true => FinishReason::Length,
             false => FinishReason::Stop,
         }
+    }
+
+    /// The same sampler, reporting its answer tokens' log-probabilities as `logprobs` asks.
+    pub fn with_logprobs(mut self, logprobs: Option<LogprobsRequest>) -> Self {
+        self.logprobs = logprobs.filter(|l| l.answer);
+        self
+    }
+
+    /// The log-probability of the token the last step added to the answer, once.
+    pub fn take_logprob(&mut self) -> Option<TokenLogprob> {
+        self.pending_logprob.take()
     }
 
     /// Feeds the prompt to the repeat penalty's memory.
@@ -245,6 +262,11 @@ impl SequenceSampler {
                 return Chosen::Over(self.finish(FinishReason::Error(message)));
             }
         };
+        // The end-of-generation token is scored too (its text is empty): a scoring client
+        // reads the last entry as the sampled token's, whatever it is.
+        if let Some(asked) = self.logprobs {
+            self.pending_logprob = Some(self.score(logits, token, asked));
+        }
         if self.vocabulary.is_end_of_generation(token) {
             return Chosen::Over(self.finish(self.natural_end()));
         }
@@ -256,6 +278,27 @@ impl SequenceSampler {
         Chosen::Token(token)
     }
 
+    /// `token`'s log-probability in `logits` (the raw row), from the distribution `asked` names:
+    /// the constrained one asks the constraint for its full mask at this step (its state before
+    /// `token` is committed).
+    fn score(&mut self, logits: &[f32], token: u32, asked: LogprobsRequest) -> TokenLogprob {
+        let allowed = match (asked.mode, self.constraint.as_mut()) {
+            (LogprobMode::Constrained, Some(constraint)) => Some(constraint.compute_mask().words()),
+            _ => None,
+        };
+        let (logprob, top) = log_probabilities(logits, token, asked.top, allowed);
+        let vocabulary = &self.vocabulary;
+        TokenLogprob {
+            token,
+            bytes: vocabulary.piece(token).to_vec(),
+            logprob: Some(logprob),
+            top: top
+                .into_iter()
+                .map(|(token, logprob)| TopLogprob { token, bytes: vocabulary.piece(token).to_vec(), logprob })
+                .collect(),
+        }
+    }
+
     /// Adds the chosen `token` to the answer and its text to what is sent.
     fn emit(&mut self, token: u32) -> Step {
         self.generated += 1;
@@ -264,6 +307,8 @@ impl SequenceSampler {
         let text = self.text.push(self.vocabulary.piece(token));
         let (text, stop) = self.stops.push(&text);
         if let Some(stop) = stop {
+            // The token that completed a stop string is not part of the answer.
+            self.pending_logprob = None;
             return Step::Finished { text, reason: FinishReason::StopSequence(stop) };
         }
         // A constraint that is complete and admits nothing more ends the output here rather

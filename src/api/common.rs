@@ -16,7 +16,7 @@ use actix_web::web::Bytes;
 use actix_web::{HttpResponse, HttpResponseBuilder};
 use futures_util::Stream;
 
-use crate::core::{Completion, FinishReason, StreamEvent};
+use crate::core::{Completion, FinishReason, StreamEvent, TokenLogprob};
 use crate::error::CoreError;
 use crate::service::Started;
 
@@ -77,7 +77,9 @@ pub fn event_stream<T: StreamTranslator>(
                     state.translator.event(StreamEvent::Done(completion))
                 }
                 Some(event) => {
-                    started.tally.token();
+                    if matches!(event, StreamEvent::Delta { .. }) {
+                        started.tally.token();
+                    }
                     state.translator.event(event)
                 }
                 None => {
@@ -88,6 +90,27 @@ pub fn event_stream<T: StreamTranslator>(
             state.pending.extend(frames);
         }
     })
+}
+
+/// Tokens' log-probabilities as OpenAI's chat and Ollama both list them: `[{"token", "logprob",
+/// "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]`.
+pub fn logprob_entries(tokens: &[TokenLogprob]) -> Vec<serde_json::Value> {
+    tokens
+        .iter()
+        .map(|scored| {
+            let top: Vec<serde_json::Value> = scored
+                .top
+                .iter()
+                .map(|alt| serde_json::json!({"token": alt.text(), "logprob": alt.logprob, "bytes": alt.bytes}))
+                .collect();
+            serde_json::json!({
+                "token": scored.text(),
+                "logprob": scored.logprob.unwrap_or(f32::NEG_INFINITY),
+                "bytes": scored.bytes,
+                "top_logprobs": top,
+            })
+        })
+        .collect()
 }
 
 /// One server-sent event, with an optional event name.

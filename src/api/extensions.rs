@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use crate::service::constraint::{parse_formats, ConstraintSources};
 use crate::service::lexicons::parse_lexicon;
+use crate::core::{LogprobMode, LogprobsRequest, MAX_TOP_LOGPROBS};
 use crate::error::CoreError;
 
 /// Every `llamay_*` field a generation route takes.
@@ -27,6 +28,7 @@ const KNOWN: &[&str] = &[
     "llamay_context_commit",
     "llamay_accelerate",
     "llamay_close_on_budget",
+    "llamay_logprobs",
 ];
 
 #[derive(Debug, Default, Deserialize)]
@@ -47,6 +49,9 @@ pub struct LlamayFields {
     /// Whether a constraint closes its document within the token budget; `false` lets the
     /// budget cut it where it falls.
     pub llamay_close_on_budget: Option<bool>,
+    /// Which distribution log-probabilities come from: `"model"` (the default) or
+    /// `"constrained"`.
+    pub llamay_logprobs: Option<String>,
     /// The names of the request's other fields, to find a misspelt `llamay_*` one.
     #[serde(flatten)]
     others: BTreeMap<String, IgnoredAny>,
@@ -86,6 +91,38 @@ impl LlamayFields {
         sources.formats = parse_formats(self.llamay_formats.take())?;
         sources.lexicon = parse_lexicon(self.llamay_lexicon.take())?;
         Ok(sources)
+    }
+
+    /// The log-probabilities a route's own fields ask for (`answer`: of each answer token; `top`:
+    /// alternatives per position, checked against [`MAX_TOP_LOGPROBS`] under the route's name
+    /// `top_field`; `prompt`: of the prompt's tokens), in the distribution `llamay_logprobs`
+    /// names. `None` when nothing is asked; `llamay_logprobs` alone asks for nothing.
+    pub fn logprobs(
+        &self,
+        answer: bool,
+        top: Option<i64>,
+        top_field: &str,
+        prompt: bool,
+    ) -> Result<Option<LogprobsRequest>, CoreError> {
+        let mode = match self.llamay_logprobs.as_deref() {
+            None | Some("model") => LogprobMode::Model,
+            Some("constrained") => LogprobMode::Constrained,
+            Some(other) => {
+                return Err(CoreError::invalid(format!(
+                    "llamay_logprobs {other:?} is not offered; use \"model\" (the model's own distribution) or \"constrained\" (after the constraint's mask, renormalised)"
+                ))
+                .with_param("llamay_logprobs"))
+            }
+        };
+        let top = match top {
+            None => 0,
+            Some(n) if (0..=MAX_TOP_LOGPROBS as i64).contains(&n) => n as usize,
+            Some(n) => {
+                return Err(CoreError::invalid(format!("{top_field} is {n}; it must be between 0 and {MAX_TOP_LOGPROBS}"))
+                    .with_param(top_field))
+            }
+        };
+        Ok((answer || prompt).then_some(LogprobsRequest { answer, top, mode, prompt }))
     }
 
     /// A 400 naming the first `llamay_*` field that is not one of llamay's.

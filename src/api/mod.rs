@@ -21,6 +21,7 @@ pub mod rerank;
 pub mod server;
 pub mod snapshots;
 pub mod stats;
+pub mod tokenize;
 pub mod tool_wire;
 pub mod head_deadline;
 pub mod host_check;
@@ -191,6 +192,10 @@ pub fn configure(config: &mut web::ServiceConfig) {
             "/v1/chat/completions",
             web::post().to(openai::handlers::chat_completions),
         )
+        .route(
+            "/v1/completions",
+            web::post().to(openai::completions::completions),
+        )
         .route("/v1/models", web::get().to(openai::handlers::list_models))
         .route(
             "/v1/models/{name:.*}",
@@ -225,6 +230,7 @@ pub fn configure(config: &mut web::ServiceConfig) {
         .route("/metrics", web::get().to(metrics::metrics))
         .configure(embeddings::configure)
         .configure(rerank::configure)
+        .configure(tokenize::configure)
         .route("/", web::get().to(stats::root))
         .route("/", web::head().to(stats::root));
 }

@@ -104,6 +104,7 @@ fn prompt_text(input: &PromptInput) -> String {
             .collect::<Vec<_>>()
             .join("\n"),
         PromptInput::Raw { prompt, .. } => prompt.clone(),
+        PromptInput::Tokens(tokens) => format!("{tokens:?}"),
     }
 }
 

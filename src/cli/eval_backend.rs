@@ -274,6 +274,7 @@ impl Local {
         while let Some(event) = generation.events.blocking_recv() {
             match event {
                 StreamEvent::Delta { text: delta } => text.push_str(&delta),
+                StreamEvent::Logprobs { .. } => {}
                 StreamEvent::Done(done) => {
                     if let FinishReason::Error(message) = &done.finish_reason {
                         return Err(CliError::Model(format!("generation failed: {message}")));

@@ -389,6 +389,7 @@ async fn stream(mut generation: llamay::actors::messages::Generation) -> Streame
                     streamed.answer.push_str(&text);
                 }
                 Some(StreamEvent::Done(done)) => streamed.completion = Some(done),
+                Some(StreamEvent::Logprobs { .. }) => {}
                 None => break,
             },
             _ = &mut interrupted => {

@@ -289,6 +289,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
                 }
             }
             StreamEvent::Done(done) => completion = Some(done),
+            StreamEvent::Logprobs { .. } => {}
         }
     }
     if !ends_with_newline {

@@ -408,7 +408,7 @@ pub fn tools_in_effect(input: &PromptInput, context: Option<&ContextUse>) -> Vec
     let continues_chat = match input {
         PromptInput::Chat { tools, .. } if !tools.is_empty() => return tools.clone(),
         PromptInput::Chat { .. } | PromptInput::Raw { template: true, .. } => true,
-        PromptInput::Raw { template: false, .. } => false,
+        PromptInput::Raw { template: false, .. } | PromptInput::Tokens(_) => false,
     };
     match context {
         Some(used) if continues_chat && used.mode != ContextMode::Create => match &used.record.lock_body().content {

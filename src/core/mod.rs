@@ -17,12 +17,12 @@ pub use crate::error::{CoreError, ErrorCode};
 pub use admin::{CreateModel, ModelAdmin, ModelDefaults, ProgressSink, PullProgress};
 pub use keepalive::KeepAlive;
 pub use model::{capabilities_of, CatalogEntry, ModelCatalog, ModelDescription, ModelInfo, ModelTotals, StepSplit};
-pub use model::DevicePlacement;
+pub use model::{DevicePlacement, TokenizerInfo};
 pub use response::generation_failed;
 pub use name::{InvalidModelName, ModelName};
 pub use request::{
     ChatMessage, Constraint, ConstraintCompileError, ConstraintKind, ConstraintSource, ContextRequest, PromptInput, Role, SamplingParams, ToolCall,
-    ToolChoice, ToolSpec, UncheckedGenerateRequest, ValidGenerateRequest, Decoding,
+    ToolChoice, ToolSpec, UncheckedGenerateRequest, ValidGenerateRequest, Decoding, LogprobMode, LogprobsRequest,
 };
 pub use request::{budget_too_small_message, TokenLimits};
-pub use response::{Completion, DraftCounts, FinishReason, StreamEvent, Timings, Usage};
+pub use response::{Completion, DraftCounts, FinishReason, StreamEvent, Timings, TokenLogprob, TopLogprob, Usage, MAX_TOP_LOGPROBS};

@@ -31,6 +31,21 @@ pub struct ModelInfo {
     pub parallel: u32,
 }
 
+/// What a model's tokenizer is, as `/tokenizer_info` reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TokenizerInfo {
+    pub bos_token: Option<String>,
+    pub eos_token: Option<String>,
+    pub pad_token: Option<String>,
+    /// The chat template's Jinja source (`None`: the model has none; a built-in one is used).
+    pub chat_template: Option<String>,
+    /// Tokens one sequence may hold, as the model is loaded.
+    pub model_max_length: u32,
+    pub vocabulary_size: usize,
+    /// Whether a text prompt starts with the begin-of-sequence token.
+    pub adds_bos: bool,
+}
+
 /// Counters a loaded model keeps over its life, for `/v1/stats`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct ModelTotals {

@@ -99,6 +99,33 @@ pub enum PromptInput {
         system: Option<String>,
         template: bool,
     },
+    /// Token ids evaluated exactly as given: no template, no BOS added (`/v1/completions` with
+    /// a prompt of token ids, as vLLM takes it).
+    Tokens(Vec<u32>),
+}
+
+/// Which distribution a log-probability is taken from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum LogprobMode {
+    /// The model's own: a log-softmax of the raw logits row, before the constraint's mask,
+    /// lexicons, repeat penalty and temperature (what vLLM reports by default).
+    #[default]
+    Model,
+    /// `llamay_logprobs: "constrained"`: the model's distribution over the tokens the
+    /// constraint allowed at that step, renormalised (still before penalty and temperature).
+    Constrained,
+}
+
+/// What log-probabilities a request wants back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct LogprobsRequest {
+    /// Of each sampled token.
+    pub answer: bool,
+    /// Alternatives reported per position, at most [`super::MAX_TOP_LOGPROBS`].
+    pub top: usize,
+    pub mode: LogprobMode,
+    /// Of every prompt token too (`echo` on `/v1/completions`).
+    pub prompt: bool,
 }
 
 /// Sampling knobs, already range-checked by the API conversion.
@@ -316,6 +343,8 @@ pub struct UncheckedGenerateRequest {
     /// `llamay_close_on_budget`: a constraint closes its document within the token budget
     /// (`None`: the daemon's setting, on where nothing says otherwise).
     pub close_on_budget: Option<bool>,
+    /// Log-probabilities to send back; `None`: none.
+    pub logprobs: Option<LogprobsRequest>,
 }
 
 impl UncheckedGenerateRequest {
@@ -334,6 +363,7 @@ impl UncheckedGenerateRequest {
             context: None,
             accelerate: None,
             close_on_budget: None,
+            logprobs: None,
         }
     }
 
@@ -368,6 +398,7 @@ pub struct Decoding {
     pub num_ctx: Option<u32>,
     pub constraint: Option<Constraint>,
     pub lexicon: Option<Arc<Lexicon>>,
+    pub logprobs: Option<LogprobsRequest>,
 }
 
 impl ValidGenerateRequest {
@@ -413,6 +444,10 @@ impl ValidGenerateRequest {
         self.request.parallel_tool_calls
     }
 
+    pub fn logprobs(&self) -> Option<LogprobsRequest> {
+        self.request.logprobs
+    }
+
     pub fn context(&self) -> Option<&ContextRequest> {
         self.request.context.as_ref()
     }
@@ -450,6 +485,7 @@ impl ValidGenerateRequest {
             num_ctx: request.num_ctx,
             constraint,
             lexicon,
+            logprobs: request.logprobs,
         }
     }
 }

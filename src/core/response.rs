@@ -14,7 +14,47 @@ use super::request::ToolCall;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum StreamEvent {
     Delta { text: String },
+    /// Log-probabilities, sent only when the request asked for them: with `prompt`, one per
+    /// prompt token (echo, once, before any answer token); else the one answer token sampled
+    /// just now, sent before its text.
+    Logprobs { prompt: bool, tokens: Vec<TokenLogprob> },
     Done(Completion),
+}
+
+/// At most this many alternatives are reported per position (OpenAI's `top_logprobs` bound).
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
+/// One token's log-probability (natural log), and the most likely tokens at its position.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TokenLogprob {
+    pub token: u32,
+    /// The bytes the token adds to the text (control tokens: their marker text).
+    pub bytes: Vec<u8>,
+    /// `None` for the first token of a prompt, which nothing predicts.
+    pub logprob: Option<f32>,
+    /// The most likely tokens at this position, most likely first (ties: lower id first).
+    pub top: Vec<TopLogprob>,
+}
+
+/// One alternative at a position.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopLogprob {
+    pub token: u32,
+    pub bytes: Vec<u8>,
+    pub logprob: f32,
+}
+
+impl TokenLogprob {
+    /// The token as text (invalid UTF-8, a piece of a character, is replaced).
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.bytes).into_owned()
+    }
+}
+
+impl TopLogprob {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.bytes).into_owned()
+    }
 }
 
 /// Why generation stopped.

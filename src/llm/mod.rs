@@ -26,7 +26,7 @@ mod ffi;
 pub const QUIET_LLAMA_LOGS: &str = "llama-cpp-2=off,llama_cpp_2=off";
 
 pub use context::{BatchEntry, Context, ContextParams, KvType, LogitsRow, SeqId};
-pub use model::Model;
+pub use model::{Model, SpecialTokens};
 pub use vocab::Vocabulary;
 
 use std::path::PathBuf;

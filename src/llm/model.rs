@@ -21,7 +21,17 @@ pub struct Model {
     path: PathBuf,
     bos_text: String,
     eos_text: String,
+    /// The chat template's Jinja source as the GGUF holds it (`None`: a built-in fallback).
+    template_source: Option<String>,
     rpc_split: Option<super::rpc::LayerSplit>,
+}
+
+/// The text of a model's special tokens.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SpecialTokens {
+    pub bos: Option<String>,
+    pub eos: Option<String>,
+    pub pad: Option<String>,
 }
 
 impl std::fmt::Debug for Model {
@@ -78,6 +88,7 @@ impl Model {
         let inner = RawModel::load(path, &settings)?;
         let vocabulary = Arc::new(Vocabulary::from_model(&inner));
         let template = ChatTemplate::new(facts.chat_template.as_deref(), &facts.architecture)?;
+        let template_source = facts.chat_template.clone().filter(|source| !source.trim().is_empty());
         let special_text = |token: Option<u32>| {
             token
                 .map(|t| String::from_utf8_lossy(&inner.token_bytes(t, true)).into_owned())
@@ -93,6 +104,7 @@ impl Model {
             path: path.to_path_buf(),
             bos_text,
             eos_text,
+            template_source,
             rpc_split,
         })
     }
@@ -128,6 +140,25 @@ impl Model {
 
     pub fn context_train(&self) -> u32 {
         self.inner.context_train()
+    }
+
+    /// The chat template's source text, when the model file has one.
+    pub fn chat_template_source(&self) -> Option<&str> {
+        self.template_source.as_deref()
+    }
+
+    /// The text of the model's special tokens: begin and end of sequence, and padding (each
+    /// `None` when the vocabulary has no such token).
+    pub fn special_tokens(&self) -> SpecialTokens {
+        let text = |token: Option<u32>| token.map(|t| String::from_utf8_lossy(&self.inner.token_bytes(t, true)).into_owned());
+        SpecialTokens { bos: text(self.vocabulary.bos()), eos: text(self.inner.eos()), pad: text(self.inner.pad()) }
+    }
+
+    /// The text of `tokens`, control tokens written as their markers (`<|im_end|>`), as a
+    /// tokenizer's decode gives it (an id outside the vocabulary adds nothing: check ids first).
+    pub fn detokenize(&self, tokens: &[u32]) -> String {
+        let bytes: Vec<u8> = tokens.iter().flat_map(|&token| self.inner.token_bytes(token, true)).collect();
+        String::from_utf8_lossy(&bytes).into_owned()
     }
 
     pub fn chat_template(&self) -> &ChatTemplate {

@@ -355,6 +355,54 @@ fn best_ranked(logits: &[f32], n: usize, keep_infinite: bool, out: &mut Vec<(u32
     !cut
 }
 
+/// Log-probabilities (natural log) at one position of a logits row: the log-softmax of the row
+/// as it is (the model's own distribution: no penalty, temperature or mask applied), or, with
+/// `allowed` (bits as [`TokenConstraint::allowed_words`]), of the allowed tokens only,
+/// renormalised over them. Returns `token`'s log-probability (`-inf` when it is not allowed)
+/// and the `top` most likely tokens with theirs, most likely first (lower id first among
+/// equals). Computed in f64 so that a 262k-token row sums without drift.
+/// Cost: two passes over the row (max, then sum of exponentials) and a bounded top-`top` pass.
+pub fn log_probabilities(logits: &[f32], token: u32, top: usize, allowed: Option<&[u64]>) -> (f32, Vec<(u32, f32)>) {
+    let is_allowed = |t: usize| allowed.is_none_or(|words| words.get(t / 64).is_some_and(|w| w >> (t % 64) & 1 == 1));
+    let finite = |t: usize, logit: f32| logit.is_finite() && is_allowed(t);
+    let max = logits
+        .iter()
+        .enumerate()
+        .filter(|(t, l)| finite(*t, **l))
+        .fold(f32::NEG_INFINITY, |best, (_, l)| best.max(*l));
+    if max == f32::NEG_INFINITY {
+        return (f32::NEG_INFINITY, Vec::new());
+    }
+    let sum: f64 = logits
+        .iter()
+        .enumerate()
+        .filter(|(t, l)| finite(*t, **l))
+        .map(|(_, l)| f64::from(*l - max).exp())
+        .sum();
+    let log_total = f64::from(max) + sum.ln();
+    let log_probability = |t: usize| -> f32 {
+        match logits.get(t) {
+            Some(&logit) if finite(t, logit) => (f64::from(logit) - log_total) as f32,
+            _ => f32::NEG_INFINITY,
+        }
+    };
+    let mut ranked = Vec::new();
+    if top > 0 {
+        match allowed {
+            None => {
+                best_ranked(logits, top, false, &mut ranked);
+            }
+            Some(words) => {
+                ranked.extend(set_bits(words, logits.len()).map(|t| (t, logits[t as usize])).filter(|(_, l)| l.is_finite()));
+                ranked.sort_unstable_by(rank);
+                ranked.truncate(top);
+            }
+        }
+    }
+    let alternatives = ranked.iter().map(|&(t, _)| (t, log_probability(t as usize))).collect();
+    (log_probability(token as usize), alternatives)
+}
+
 /// The tokens set in `words` that index into a row of `row_len` logits, in id order.
 fn set_bits(words: &[u64], row_len: usize) -> impl Iterator<Item = u32> + '_ {
     words.iter().enumerate().flat_map(move |(index, &word)| {
@@ -654,5 +702,25 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn log_probabilities_are_a_log_softmax_with_sorted_alternatives() {
+        let logits = [1.0f32, 3.0, 2.0, 3.0, f32::NEG_INFINITY];
+        let total: f64 = logits.iter().filter(|l| l.is_finite()).map(|l| f64::from(*l).exp()).sum();
+        let (chosen, top) = log_probabilities(&logits, 2, 3, None);
+        assert!((f64::from(chosen) - (2.0 - total.ln())).abs() < 1e-6);
+        let ids: Vec<u32> = top.iter().map(|(t, _)| *t).collect();
+        assert_eq!(ids, [1, 3, 2]);
+        assert!(top.windows(2).all(|w| w[0].1 >= w[1].1));
+        let sum: f64 = (0..logits.len()).map(|t| f64::from(log_probabilities(&logits, t as u32, 0, None).0).exp()).sum();
+        assert!((sum - 1.0).abs() < 1e-6);
+        // Under a mask of tokens 0 and 2 the distribution is renormalised over them.
+        let allowed = [0b101u64];
+        let (masked, top) = log_probabilities(&logits, 2, 5, Some(&allowed));
+        let pair = (1f64.exp() + 2f64.exp()).ln();
+        assert!((f64::from(masked) - (2.0 - pair)).abs() < 1e-6);
+        assert_eq!(top.iter().map(|(t, _)| *t).collect::<Vec<_>>(), [2, 0]);
+        assert_eq!(log_probabilities(&logits, 1, 0, Some(&allowed)).0, f32::NEG_INFINITY);
     }
 }

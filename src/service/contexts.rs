@@ -48,6 +48,13 @@ pub(super) fn context_use(
     let appended = match &request.input {
         PromptInput::Chat { messages, .. } => messages.clone(),
         PromptInput::Raw { prompt, .. } => vec![ChatMessage::new(Role::User, prompt.clone())],
+        PromptInput::Tokens(_) => {
+            return Err(CoreError::invalid(format!(
+                "context {} continues text, and this prompt is token ids; send the prompt as a string",
+                record.id
+            ))
+            .with_param("llamay_context"))
+        }
     };
     let mode = if commit { ContextMode::Commit } else { ContextMode::Read };
     Ok(ContextUse { record, mode, appended })

@@ -15,7 +15,7 @@
 //! Rooms: `constraint.rs` (resolution and the one compiled-constraint cache), `compile_pool.rs`
 //! (where compiles run), `lexicons.rs` (the daemon's `-lexicon` files and a request's list),
 //! `contexts.rs` (a request's use of a context, and creating one), `encode.rs` (embeddings,
-//! reranking, and loading a model without generating).
+//! reranking, and loading a model without generating), `tokenize.rs` (a model's tokenizer).
 //!
 //! Key types: [`GenerationService`], [`GenerationPolicy`], [`Started`], [`Collected`],
 //! [`validate_local`] (the same validation for callers that hold a model themselves: `llamay
@@ -28,6 +28,7 @@ pub mod constraint;
 mod contexts;
 pub mod encode;
 pub mod runner_child;
+pub mod tokenize;
 pub mod lexicons;
 
 use std::sync::Arc;
@@ -39,7 +40,7 @@ use crate::contexts::{tools_in_effect, ContextRecord, ContextRegistry, ContextUs
 use crate::actors::messages::{Generate, Generation, HoldContexts, LoadedModel};
 use crate::actors::supervisor::{acquire_with, ModelLease, Supervisor};
 use crate::core::{
-    Completion, Constraint, FinishReason, ModelName, StreamEvent, TokenLimits, UncheckedGenerateRequest,
+    Completion, Constraint, FinishReason, ModelName, StreamEvent, TokenLimits, TokenLogprob, UncheckedGenerateRequest,
     ValidGenerateRequest,
 };
 use crate::error::CoreError;
@@ -139,6 +140,10 @@ pub struct Started {
 pub struct Collected {
     pub text: String,
     pub completion: Completion,
+    /// One per answer token, when the request asked for log-probabilities.
+    pub logprobs: Vec<TokenLogprob>,
+    /// One per prompt token, when the request asked for the prompt's (echo).
+    pub prompt_logprobs: Vec<TokenLogprob>,
 }
 
 /// Validates and runs generations for the daemon; one per daemon, shared by every route.
@@ -314,19 +319,22 @@ fn context_holder<'m>(model: &'m dyn LoadedModel, record: &ContextRecord) -> Res
 /// been sent yet.
 pub async fn collect(mut started: Started) -> Result<Collected, CoreError> {
     let mut text = String::new();
+    let (mut logprobs, mut prompt_logprobs) = (Vec::new(), Vec::new());
     while let Some(event) = started.generation.events.recv().await {
         match event {
             StreamEvent::Delta { text: delta } => {
                 started.tally.token();
                 text.push_str(&delta);
             }
+            StreamEvent::Logprobs { prompt: true, tokens } => prompt_logprobs.extend(tokens),
+            StreamEvent::Logprobs { prompt: false, tokens } => logprobs.extend(tokens),
             StreamEvent::Done(mut completion) => {
                 started.tally.finished(&completion);
                 if let FinishReason::Error(message) = &completion.finish_reason {
                     return Err(crate::core::generation_failed(message));
                 }
                 completion.timings.load = completion.timings.load.max(started.lease.load_duration());
-                return Ok(Collected { text, completion });
+                return Ok(Collected { text, completion, logprobs, prompt_logprobs });
             }
         }
     }

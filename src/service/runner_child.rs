@@ -112,6 +112,7 @@ fn to_request(request: WireRequest, constraints: &ConstraintCache) -> Result<Val
         context: request.context_tokens.map(ContextRequest::Tokens),
         accelerate: request.accelerate,
         close_on_budget: request.close_on_budget,
+        logprobs: request.logprobs,
     };
     validate_local(request, constraint, None)
 }

@@ -49,6 +49,7 @@ pub fn collect(mut generation: Generation) -> (String, Completion) {
         match event {
             StreamEvent::Delta { text: delta } => text.push_str(&delta),
             StreamEvent::Done(done) => return (text, done),
+            StreamEvent::Logprobs { .. } => {}
         }
     }
     panic!("the generation ended without a completion");

@@ -33,4 +33,5 @@ mod prefix_reuse;
 mod pull;
 mod readme;
 mod rpc;
+mod scoring;
 mod store_crash;

@@ -39,6 +39,11 @@ impl SlotKeeper {
         self.cache.extend(slot, tokens, prefill_kernels);
     }
 
+    /// Scores of `slot`'s rows `from..`, just computed by a scoring job.
+    pub(super) fn add_scores(&mut self, slot: usize, from: usize, scores: Vec<crate::actors::prefix::PositionScore>) {
+        self.cache.add_scores(slot, from, scores);
+    }
+
     /// The slot's KV state is unknown or cleared.
     pub(super) fn forget(&mut self, slot: usize) {
         self.cache.forget(slot);
@@ -63,7 +68,8 @@ impl SlotKeeper {
                 return;
             };
             let key = job.context.as_ref().map(|c| c.record.key);
-            let Some(placement) = self.cache.place(&job.prompt, &free, !job.prefill_only, key)
+            let scoring = job.prompt_scores.is_some();
+            let Some(placement) = self.cache.place_scoring(&job.prompt, &free, !job.prefill_only, key, scoring)
             else {
                 waiting.push_front(job);
                 return;
@@ -75,6 +81,10 @@ impl SlotKeeper {
                 Err(message) => (0, Some(message)),
             };
             job.cached = reuse;
+            if let Some(scores) = job.prompt_scores.as_mut() {
+                scores.start(&job.prompt, self.cache.scores(index), reuse);
+                scores.send_when_complete(job.prompt.len(), &job.events);
+            }
             let entry = Live {
                 job,
                 prompt_done: reuse,

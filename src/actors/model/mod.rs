@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 
 use crate::contexts::{ContextMode, ContextRecord, ContextUse};
 use crate::embed::rerank::{RelevanceScorer, Reranker, ScorerKind};
-use super::messages::{CancelToken, Generate, Generation, HoldContexts, LoadedModel, Rerank, SavedState};
+use super::messages::{CancelToken, Generate, Generation, HoldContexts, LoadedModel, Rerank, SavedState, Tokenize};
 use super::prefix::SlotCache;
 use super::drafts::{DraftTokenizer, Drafter, Habits, RowCosts, MAX_DRAFT};
 use super::sampler::SequenceSampler;
@@ -85,6 +85,8 @@ struct Job {
     state_op: StateOp,
     /// Proposes drafts after each sampled token; `None` when not accelerated.
     drafter: Option<Drafter>,
+    /// The prompt's log-probabilities, when the request asked for them (echo).
+    prompt_scores: Option<scores::PromptScores>,
 }
 
 /// What a job does with its sequence's state besides decoding (issue 11 snapshots).
@@ -275,6 +277,47 @@ impl LoadedModel for LlamaModelHandle {
     fn reranking(&self) -> Option<&dyn Rerank> {
         Some(self)
     }
+
+    fn tokenizer(&self) -> Option<&dyn Tokenize> {
+        Some(self)
+    }
+}
+
+impl Tokenize for LlamaModelHandle {
+    fn tokenize(&self, text: &str, add_special: bool) -> Result<Vec<u32>, CoreError> {
+        self.model.tokenize(text, add_special, true).map_err(|e| CoreError::bad_request(e.to_string()))
+    }
+
+    fn tokenize_chat(&self, messages: &[crate::core::ChatMessage]) -> Result<Vec<u32>, CoreError> {
+        let messages: Vec<_> = messages.iter().map(prepare::template_message).collect();
+        self.model.tokenize_chat(&messages, None).map_err(|e| CoreError::bad_request(e.to_string()))
+    }
+
+    fn detokenize(&self, tokens: &[u32]) -> Result<String, CoreError> {
+        let count = self.model.vocabulary().len();
+        if let Some((at, token)) = tokens.iter().enumerate().find(|(_, t)| **t as usize >= count) {
+            return Err(CoreError::invalid(format!(
+                "tokens[{at}] is {token}, which is not a token id of {} ({count} tokens)",
+                self.info.name
+            ))
+            .with_param("tokens"));
+        }
+        Ok(self.model.detokenize(tokens))
+    }
+
+    fn tokenizer_info(&self) -> crate::core::TokenizerInfo {
+        let special = self.model.special_tokens();
+        let vocabulary = self.model.vocabulary();
+        crate::core::TokenizerInfo {
+            bos_token: special.bos,
+            eos_token: special.eos,
+            pad_token: special.pad,
+            chat_template: self.model.chat_template_source().map(str::to_string),
+            model_max_length: self.per_sequence_ctx,
+            vocabulary_size: vocabulary.len(),
+            adds_bos: vocabulary.add_bos(),
+        }
+    }
 }
 
 impl Generate for LlamaModelHandle {
@@ -370,6 +413,16 @@ impl LlamaModelHandle {
         if prompt.len() as u32 >= context {
             return Err(CoreError::prompt_too_long(prompt.len(), context as usize));
         }
+        let scoring = decoding.logprobs.filter(|asked| asked.prompt);
+        if scoring.is_some() && prompt.len() > scores::MAX_SCORED_PROMPT {
+            return Err(CoreError::invalid(format!(
+                "echo with logprobs scores at most {} prompt tokens, and this prompt has {}",
+                scores::MAX_SCORED_PROMPT,
+                prompt.len()
+            ))
+            .with_param("echo"));
+        }
+        let prompt_scores = scoring.map(|asked| scores::PromptScores::new(asked.top, Arc::clone(self.model.vocabulary())));
         let room = context - prompt.len() as u32;
         let max_tokens = decoding.sampling.max_tokens.map_or(room, |n| n.min(room));
         let sampling = &decoding.sampling;
@@ -404,7 +457,8 @@ impl LlamaModelHandle {
         }
         let mut sampler =
             SequenceSampler::new(config, constraint, Arc::clone(self.model.vocabulary()), decoding.stop, max_tokens)
-                .closing_on_budget(decoding.close_on_budget);
+                .closing_on_budget(decoding.close_on_budget)
+                .with_logprobs(decoding.logprobs);
         sampler.remember_prompt(&prompt);
         let (generation, events, cancel) = Generation::channel();
         let prefill_only = named.as_ref().is_some_and(|c| c.mode == ContextMode::Create);
@@ -435,6 +489,7 @@ impl LlamaModelHandle {
             context_tokens: Vec::new(),
             state_op,
             drafter,
+            prompt_scores,
         };
         let jobs = self
             .jobs
@@ -689,6 +744,7 @@ fn finish(mut job: Job, reason: FinishReason, text: String, timings: Timings, pr
 mod kv;
 
 mod prepare;
+mod scores;
 mod step;
 mod verify;
 use prepare::Prepared;

@@ -63,6 +63,20 @@ impl LlamaModelHandle {
                 let prompt = self.model.tokenize(prompt, true, false).map_err(template_error)?;
                 Ok(Prepared { prompt, forced: None, tools: None, filters_markup: false })
             }
+            PromptInput::Tokens(tokens) => {
+                let vocabulary = self.model.vocabulary().len();
+                if let Some((at, token)) = tokens.iter().enumerate().find(|(_, t)| **t as usize >= vocabulary) {
+                    return Err(CoreError::invalid(format!(
+                        "prompt token {at} is {token}, which is not a token of {} ({vocabulary} tokens)",
+                        self.info.name
+                    ))
+                    .with_param("prompt"));
+                }
+                if tokens.is_empty() {
+                    return Err(CoreError::invalid("the prompt holds no tokens").with_param("prompt"));
+                }
+                Ok(Prepared { prompt: tokens.clone(), forced: None, tools: None, filters_markup: false })
+            }
         }
     }
 

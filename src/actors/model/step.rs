@@ -157,6 +157,8 @@ impl WorkerState<'_, '_> {
             let logits = match from {
                 // Every row: each is sampled, the drafts verified against it.
                 None => tokens.len(),
+                // Every row of a prompt whose log-probabilities are asked for (echo).
+                Some(_) if entry.job.prompt_scores.is_some() => tokens.len(),
                 // A prompt's last token is decoded as a generated one (`begin_answer`).
                 Some(_) => 0,
             };
@@ -192,6 +194,10 @@ impl WorkerState<'_, '_> {
                 continue;
             };
             self.cache.decoded(*index, &entry.job.prompt[*start..*start + *count], prefill_kernels);
+            if let Some(scores) = entry.job.prompt_scores.as_mut() {
+                score_prompt_rows(scores, &entry.job.prompt, *start, &rows, self.context, self.cache, *index);
+                scores.send_when_complete(entry.job.prompt.len(), &entry.job.events);
+            }
             entry.position += *count as u32;
             entry.prompt_done += count;
             // Only a prefill decodes its prompt to the end here; it is done then.
@@ -233,6 +239,32 @@ impl WorkerState<'_, '_> {
             }
         }
     }
+}
+
+/// Scores the rows of a prompt chunk decoded from position `start` (row `k` predicts prompt
+/// token `k + 1`; a prefill's last row predicts nothing) for the job and for its slot, so that
+/// a later request scoring the same prefix reuses them.
+fn score_prompt_rows(
+    scores: &mut super::scores::PromptScores,
+    prompt: &[u32],
+    start: usize,
+    rows: &[crate::llm::LogitsRow],
+    context: &Context<'_>,
+    cache: &mut kv::SlotKeeper,
+    slot: usize,
+) {
+    if scores.rows() != start {
+        return;
+    }
+    let mut scored = Vec::with_capacity(rows.len());
+    for (k, row) in rows.iter().enumerate() {
+        let (Some(&next), Ok(logits)) = (prompt.get(start + k + 1), context.logits(*row)) else { break };
+        scored.push(super::scores::score_row(logits, next));
+    }
+    for score in &scored {
+        scores.push(score);
+    }
+    cache.add_scores(slot, start, scored);
 }
 
 /// Makes the prompt's last token, whose logits pick the first answer token, the sequence's

@@ -42,6 +42,10 @@ pub(super) fn settle(
             Ok(logits) => entry.job.sampler.step(logits, split),
             Err(error) => Step::Finished { text: String::new(), reason: FinishReason::Error(error.to_string()) },
         };
+        // Before the token's text, so a client reads each token's log-probability with it.
+        if let Some(scored) = entry.job.sampler.take_logprob() {
+            let _ = entry.job.events.blocking_send(StreamEvent::Logprobs { prompt: false, tokens: vec![scored] });
+        }
         match step {
             Step::Continue { token, text } => {
                 if let Some(drafter) = entry.job.drafter.as_mut() {

@@ -29,6 +29,21 @@ pub fn convert(mut body: MessagesRequest) -> Result<Converted, CoreError> {
     if body.model.trim().is_empty() {
         return Err(CoreError::invalid("model: field required"));
     }
+    // The Anthropic API has no log-probabilities: asking for them here is refused by name,
+    // rather than answered without them.
+    let asks = |value: &Option<serde_json::Value>| value.as_ref().is_some_and(|v| !v.is_null() && *v != serde_json::json!(false));
+    for (field, asked) in [
+        ("logprobs", asks(&body.logprobs)),
+        ("top_logprobs", asks(&body.top_logprobs)),
+        ("llamay_logprobs", body.llamay.llamay_logprobs.is_some()),
+    ] {
+        if asked {
+            return Err(CoreError::invalid(format!(
+                "{field}: the Anthropic Messages API has no log-probabilities; ask POST /v1/chat/completions or /v1/completions (logprobs), or /api/chat"
+            ))
+            .with_param(field));
+        }
+    }
     if body.max_tokens == 0 {
         return Err(CoreError::invalid("max_tokens: must be at least 1"));
     }
@@ -106,6 +121,7 @@ pub fn convert(mut body: MessagesRequest) -> Result<Converted, CoreError> {
         context,
         accelerate: body.llamay.llamay_accelerate,
         close_on_budget: body.llamay.llamay_close_on_budget,
+        logprobs: None,
     };
     Ok(Converted {
         request,

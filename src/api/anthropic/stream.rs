@@ -144,6 +144,8 @@ impl StreamTranslator for MessageStream {
         }
         match event {
             StreamEvent::Delta { text } if text.is_empty() => Vec::new(),
+            // The Anthropic API has no log-probabilities; its route never asks for them.
+            StreamEvent::Logprobs { .. } => Vec::new(),
             StreamEvent::Delta { text } => {
                 let mut frames = Vec::new();
                 if !self.text_open {

@@ -18,6 +18,9 @@ pub struct MessagesRequest {
     pub tools: Option<Vec<ToolDefinition>>,
     pub tool_choice: Option<ToolChoiceField>,
     pub grammar: Option<String>,
+    /// Not part of the Anthropic API: read only to refuse it by name.
+    pub logprobs: Option<serde_json::Value>,
+    pub top_logprobs: Option<serde_json::Value>,
     /// The `llamay_*` extensions, shared by every route.
     #[serde(flatten)]
     pub llamay: crate::api::extensions::LlamayFields,

@@ -26,6 +26,19 @@ pub struct Converted {
     pub gpu_layers: Option<u32>,
 }
 
+/// Ollama's `logprobs` and `top_logprobs` (alternatives per token, 0-20; only with `logprobs`).
+fn logprobs_request(
+    llamay: &crate::api::extensions::LlamayFields,
+    logprobs: Option<bool>,
+    top: Option<i64>,
+) -> Result<Option<crate::core::LogprobsRequest>, CoreError> {
+    let logprobs = logprobs == Some(true);
+    if !logprobs && top.is_some_and(|n| n > 0) {
+        return Err(CoreError::invalid("top_logprobs needs logprobs: true").with_param("top_logprobs"));
+    }
+    llamay.logprobs(logprobs, top, "top_logprobs", false)
+}
+
 pub fn convert_chat(mut body: ChatRequest) -> Result<Converted, CoreError> {
     check_model(&body.model)?;
     let context = context_request(body.llamay.llamay_context.take(), body.llamay.llamay_context_commit)?;
@@ -68,6 +81,7 @@ pub fn convert_chat(mut body: ChatRequest) -> Result<Converted, CoreError> {
         context,
         accelerate: body.llamay.llamay_accelerate,
         close_on_budget: body.llamay.llamay_close_on_budget,
+        logprobs: logprobs_request(&body.llamay, body.logprobs, body.top_logprobs)?,
     };
     Ok(Converted {
         request,
@@ -130,6 +144,7 @@ pub fn convert_generate(mut body: GenerateRequest) -> Result<Converted, CoreErro
         context,
         accelerate: body.llamay.llamay_accelerate,
         close_on_budget: body.llamay.llamay_close_on_budget,
+        logprobs: logprobs_request(&body.llamay, body.logprobs, body.top_logprobs)?,
     };
     Ok(Converted {
         request,

@@ -12,7 +12,7 @@ use super::types::{
 };
 use crate::actors::supervisor::GetStatus;
 use crate::api::body::read_json;
-use crate::api::common::{error_response, event_stream};
+use crate::api::common::{error_response, event_stream, logprob_entries};
 use crate::api::AppState;
 use crate::core::{CatalogEntry, KeepAlive};
 use crate::error::CoreError;
@@ -55,6 +55,7 @@ async fn answer(
 ) -> Result<HttpResponse, CoreError> {
     let request = converted.request;
     let model = request.model.clone();
+    let logprobs = request.logprobs.is_some();
     crate::core::ModelName::parse(&model)?;
     if converted.load_only {
         state.generation.load(&model, request.keep_alive, converted.gpu_layers).await?;
@@ -77,12 +78,11 @@ async fn answer(
             .streaming(event_stream(started, NdjsonStream::new(endpoint, model))));
     }
     let collected = crate::service::collect(started).await?;
-    Ok(HttpResponse::Ok().json(answer_object(
-        endpoint,
-        &model,
-        &collected.text,
-        Some(&collected.completion),
-    )))
+    let mut object = answer_object(endpoint, &model, &collected.text, Some(&collected.completion));
+    if logprobs {
+        object["logprobs"] = json!(logprob_entries(&collected.logprobs));
+    }
+    Ok(HttpResponse::Ok().json(object))
 }
 
 /// `134.52M`, `1.6B`: Ollama's parameter_size.

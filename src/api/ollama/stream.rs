@@ -5,8 +5,8 @@
 use actix_web::web::Bytes;
 use serde_json::{json, Map, Value};
 
-use crate::api::common::{nanos, StreamTranslator};
-use crate::core::{Completion, FinishReason, StreamEvent, ToolCall};
+use crate::api::common::{logprob_entries, nanos, StreamTranslator};
+use crate::core::{Completion, FinishReason, StreamEvent, TokenLogprob, ToolCall};
 
 /// Which route the objects are for: chat objects carry `message`, generate objects `response`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,6 +100,9 @@ pub struct NdjsonStream {
     endpoint: Endpoint,
     model: String,
     finished: bool,
+    /// Log-probabilities of tokens whose text has not gone out yet: they ride with the next
+    /// object (only a request that asked for them gets any).
+    pending: Vec<TokenLogprob>,
 }
 
 impl NdjsonStream {
@@ -108,7 +111,16 @@ impl NdjsonStream {
             endpoint,
             model,
             finished: false,
+            pending: Vec::new(),
         }
+    }
+
+    /// `object` with the pending log-probabilities, if any.
+    fn with_pending(&mut self, mut object: Value) -> Value {
+        if !self.pending.is_empty() {
+            object["logprobs"] = json!(logprob_entries(&std::mem::take(&mut self.pending)));
+        }
+        object
     }
 }
 
@@ -123,23 +135,21 @@ impl StreamTranslator for NdjsonStream {
         }
         match event {
             StreamEvent::Delta { text } if text.is_empty() => Vec::new(),
-            StreamEvent::Delta { text } => vec![line(&answer_object(
-                self.endpoint,
-                &self.model,
-                &text,
-                None,
-            ))],
+            StreamEvent::Delta { text } => {
+                let object = answer_object(self.endpoint, &self.model, &text, None);
+                vec![line(&self.with_pending(object))]
+            }
+            StreamEvent::Logprobs { tokens, .. } => {
+                self.pending.extend(tokens);
+                Vec::new()
+            }
             StreamEvent::Done(completion) => {
                 self.finished = true;
                 if let FinishReason::Error(message) = &completion.finish_reason {
                     return vec![line(&json!({"error": message}))];
                 }
-                vec![line(&answer_object(
-                    self.endpoint,
-                    &self.model,
-                    "",
-                    Some(&completion),
-                ))]
+                let object = answer_object(self.endpoint, &self.model, "", Some(&completion));
+                vec![line(&self.with_pending(object))]
             }
         }
     }

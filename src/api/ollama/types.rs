@@ -18,6 +18,8 @@ pub struct ChatRequest {
     pub stream: Option<bool>,
     pub keep_alive: Option<Value>,
     pub grammar: Option<String>,
+    pub logprobs: Option<bool>,
+    pub top_logprobs: Option<i64>,
     /// The `llamay_*` extensions, shared by every route.
     #[serde(flatten)]
     pub llamay: crate::api::extensions::LlamayFields,
@@ -38,6 +40,8 @@ pub struct GenerateRequest {
     pub stream: Option<bool>,
     pub keep_alive: Option<Value>,
     pub grammar: Option<String>,
+    pub logprobs: Option<bool>,
+    pub top_logprobs: Option<i64>,
     /// The `llamay_*` extensions, shared by every route.
     #[serde(flatten)]
     pub llamay: crate::api::extensions::LlamayFields,

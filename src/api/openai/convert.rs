@@ -34,11 +34,11 @@ pub fn convert(mut body: ChatCompletionRequest) -> Result<Converted, CoreError> 
             .with_param("n"));
         }
     }
-    if body.logprobs == Some(true) {
-        return Err(
-            CoreError::invalid("logprobs are not offered in this version").with_param("logprobs"),
-        );
+    let logprobs = body.logprobs == Some(true);
+    if !logprobs && body.top_logprobs.is_some_and(|n| n > 0) {
+        return Err(CoreError::invalid("top_logprobs needs logprobs: true").with_param("top_logprobs"));
     }
+    let logprobs = body.llamay.logprobs(logprobs, body.top_logprobs, "top_logprobs", false)?;
     if body.messages.is_empty() {
         return Err(
             CoreError::invalid("messages is empty; send at least one message")
@@ -61,41 +61,21 @@ pub fn convert(mut body: ChatCompletionRequest) -> Result<Converted, CoreError> 
     let tool_choice = openai_style_choice(body.tool_choice.as_ref())?;
     check_tools(&tools, &tool_choice)?;
 
-    let mut sampling = SamplingParams {
-        temperature: 1.0,
-        top_p: 1.0,
-        repeat_penalty: 1.0,
-        ..SamplingParams::default()
-    };
-    if let Some(t) = check_range("temperature", body.temperature, 0.0, 2.0)? {
-        sampling.temperature = t;
+    let mut sampling = OpenAiSampling {
+        temperature: body.temperature,
+        top_p: body.top_p,
+        min_p: body.min_p,
+        repeat_penalty: body.repeat_penalty,
+        top_k: body.top_k,
+        seed: body.seed,
     }
-    if let Some(p) = check_range("top_p", body.top_p, 0.0, 1.0)? {
-        sampling.top_p = p;
-    }
-    if let Some(p) = check_range("min_p", body.min_p, 0.0, 1.0)? {
-        sampling.min_p = p;
-    }
-    if let Some(p) = check_range("repeat_penalty", body.repeat_penalty, 0.0, 10.0)? {
-        sampling.repeat_penalty = p;
-    }
-    if let Some(k) = body.top_k {
-        sampling.top_k = k.max(0);
-    }
-    sampling.seed = body
-        .seed
-        .map(|seed| (seed as u64 & u64::from(u32::MAX)) as u32);
+    .checked()?;
     let max_tokens = body.max_completion_tokens.or(body.max_tokens);
     if max_tokens == Some(0) {
         return Err(CoreError::invalid("max_tokens must be at least 1").with_param("max_tokens"));
     }
     sampling.max_tokens = max_tokens;
-    let stop = match body.stop {
-        None => Vec::new(),
-        Some(StopField::One(s)) => vec![s],
-        Some(StopField::Many(list)) => list,
-    };
-    let stop = check_stops("stop", stop)?;
+    let stop = check_stops("stop", StopField::list(body.stop))?;
 
     let response_format = body.response_format;
     let constraint = body.llamay.constraint_sources(body.grammar, || response_format_sources(response_format))?;
@@ -111,6 +91,7 @@ pub fn convert(mut body: ChatCompletionRequest) -> Result<Converted, CoreError> 
         context,
         accelerate: body.llamay.llamay_accelerate,
         close_on_budget: body.llamay.llamay_close_on_budget,
+        logprobs,
     };
     Ok(Converted {
         request,
@@ -188,8 +169,43 @@ fn convert_tool(tool: Tool) -> Result<ToolSpec, CoreError> {
     })
 }
 
+/// The sampling fields chat and completions share, as sent.
+pub(super) struct OpenAiSampling {
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub min_p: Option<f64>,
+    pub repeat_penalty: Option<f64>,
+    pub top_k: Option<i32>,
+    pub seed: Option<i64>,
+}
+
+impl OpenAiSampling {
+    /// Range-checked, over OpenAI's defaults (temperature 1, top_p 1, no penalty); a seed is
+    /// taken modulo 2^32.
+    pub(super) fn checked(self) -> Result<SamplingParams, CoreError> {
+        let mut sampling = SamplingParams { temperature: 1.0, top_p: 1.0, repeat_penalty: 1.0, ..SamplingParams::default() };
+        if let Some(t) = check_range("temperature", self.temperature, 0.0, 2.0)? {
+            sampling.temperature = t;
+        }
+        if let Some(p) = check_range("top_p", self.top_p, 0.0, 1.0)? {
+            sampling.top_p = p;
+        }
+        if let Some(p) = check_range("min_p", self.min_p, 0.0, 1.0)? {
+            sampling.min_p = p;
+        }
+        if let Some(p) = check_range("repeat_penalty", self.repeat_penalty, 0.0, 10.0)? {
+            sampling.repeat_penalty = p;
+        }
+        if let Some(k) = self.top_k {
+            sampling.top_k = k.max(0);
+        }
+        sampling.seed = self.seed.map(|seed| (seed as u64 & u64::from(u32::MAX)) as u32);
+        Ok(sampling)
+    }
+}
+
 /// What OpenAI's `response_format` asks for.
-fn response_format_sources(response_format: Option<ResponseFormat>) -> Result<ConstraintSources, CoreError> {
+pub(super) fn response_format_sources(response_format: Option<ResponseFormat>) -> Result<ConstraintSources, CoreError> {
     let mut sources = ConstraintSources::default();
     let Some(format) = response_format else {
         return Ok(sources);
@@ -287,6 +303,30 @@ mod tests {
         assert!(with("stop", json!(vec!["x"; 17]))
             .message
             .contains("at most"));
+    }
+
+    #[test]
+    fn logprobs_are_read_and_their_ranges_checked() {
+        let ask = |extra: serde_json::Value| {
+            let mut body = json!({"model": "m", "messages": [{"role": "user", "content": "x"}]});
+            for (key, value) in extra.as_object().unwrap() {
+                body[key] = value.clone();
+            }
+            parse(body)
+        };
+        let asked = ask(json!({"logprobs": true, "top_logprobs": 5})).unwrap().request.logprobs.unwrap();
+        assert_eq!((asked.answer, asked.top, asked.mode, asked.prompt), (true, 5, crate::core::LogprobMode::Model, false));
+        assert!(ask(json!({"logprobs": false})).unwrap().request.logprobs.is_none());
+        for (extra, field) in [
+            (json!({"logprobs": true, "top_logprobs": 21}), "top_logprobs"),
+            (json!({"logprobs": true, "top_logprobs": -1}), "top_logprobs"),
+            (json!({"top_logprobs": 3}), "top_logprobs"),
+            (json!({"logprobs": true, "llamay_logprobs": "sampled"}), "llamay_logprobs"),
+        ] {
+            assert_eq!(ask(extra.clone()).unwrap_err().param.as_deref(), Some(field), "{extra}");
+        }
+        let constrained = ask(json!({"logprobs": true, "llamay_logprobs": "constrained"})).unwrap();
+        assert_eq!(constrained.request.logprobs.unwrap().mode, crate::core::LogprobMode::Constrained);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use actix_web::{web, HttpRequest, HttpResponse};
 
 use super::convert::convert;
-use super::stream::{finish_reason, response_tool_calls, usage_body, ChatStream};
+use super::stream::{chat_logprobs, finish_reason, response_tool_calls, usage_body, ChatStream};
 use super::types::{
     ChatCompletionRequest, ChatCompletionResponse, Choice, ErrorBody, ErrorDetail, ModelList,
     ModelObject, ResponseMessage,
@@ -46,11 +46,12 @@ async fn chat(
     let converted = convert(body)?;
     let request = converted.request;
     let requested_model = request.model.clone();
+    let logprobs = request.logprobs.is_some();
     let started = state.generation.generate(request, converted.constraint).await?;
     let id = format!("chatcmpl-{}", random_id(24));
     let created = unix_now();
     if converted.stream {
-        let translator = ChatStream::new(id, created, requested_model, converted.include_usage);
+        let translator = ChatStream::new(id, created, requested_model, converted.include_usage).with_logprobs(logprobs);
         return Ok(sse_response(event_stream(started, translator)));
     }
     let collected = crate::service::collect(started).await?;
@@ -75,7 +76,7 @@ async fn chat(
                 tool_calls,
             },
             finish_reason: finish_reason(&completion.finish_reason).unwrap_or("stop"),
-            logprobs: None,
+            logprobs: logprobs.then(|| chat_logprobs(&collected.logprobs)),
         }],
         usage: usage_body(completion.usage),
     };

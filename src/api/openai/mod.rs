@@ -1,9 +1,11 @@
-//! The OpenAI-compatible API: `POST /v1/chat/completions` (SSE streaming and not), `GET /v1/models`,
+//! The OpenAI-compatible API: `POST /v1/chat/completions` (SSE streaming and not), `POST
+//! /v1/completions` (completions.rs, with echo and prompt log-probabilities), `GET /v1/models`,
 //! and `/v1/responses` answered with a clear "not offered".
 //!
 //! types.rs is serde only, convert.rs turns a request into core types, stream.rs is the pure SSE
 //! state machine, handlers.rs ties them to the supervisor.
 
+pub mod completions;
 pub mod convert;
 pub mod handlers;
 pub mod stream;

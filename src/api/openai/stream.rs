@@ -6,8 +6,8 @@ use actix_web::web::Bytes;
 use serde_json::{json, Value};
 
 use super::types::{FunctionCall, ResponseToolCall, UsageBody};
-use crate::api::common::{sse_frame, StreamTranslator};
-use crate::core::{FinishReason, StreamEvent, ToolCall, Usage};
+use crate::api::common::{logprob_entries, sse_frame, StreamTranslator};
+use crate::core::{FinishReason, StreamEvent, TokenLogprob, ToolCall, Usage};
 
 /// OpenAI's `finish_reason` for a core one (`None` for an error, which is sent as an error object).
 pub fn finish_reason(reason: &FinishReason) -> Option<&'static str> {
@@ -19,6 +19,18 @@ pub fn finish_reason(reason: &FinishReason) -> Option<&'static str> {
         FinishReason::ToolCalls => Some("tool_calls"),
         FinishReason::Error(_) => None,
     }
+}
+
+/// The SSE frame of a generation that failed part way, after its status was sent.
+pub fn failure_frame(reason: &FinishReason) -> Bytes {
+    let message = match reason {
+        FinishReason::Error(message) => message.clone(),
+        _ => String::new(),
+    };
+    sse_frame(
+        None,
+        &json!({"error": {"message": message, "type": "Internal Server Error", "param": null, "code": "generation_failed"}}),
+    )
 }
 
 pub fn usage_body(usage: Usage) -> UsageBody {
@@ -53,12 +65,22 @@ pub fn response_tool_calls(calls: &[ToolCall], cut_off_arguments: Option<&str>) 
         .collect()
 }
 
+/// Answer tokens' log-probabilities in OpenAI's chat shape: `{"content": [{"token", "logprob",
+/// "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]}`.
+pub fn chat_logprobs(tokens: &[TokenLogprob]) -> Value {
+    json!({ "content": logprob_entries(tokens) })
+}
+
 pub struct ChatStream {
     id: String,
     created: i64,
     model: String,
     include_usage: bool,
     finished: bool,
+    /// Whether the request asked for log-probabilities; those of tokens whose text has not
+    /// gone out yet wait in `pending` and ride with the next content chunk.
+    logprobs: bool,
+    pending: Vec<TokenLogprob>,
 }
 
 impl ChatStream {
@@ -69,14 +91,27 @@ impl ChatStream {
             model,
             include_usage,
             finished: false,
+            logprobs: false,
+            pending: Vec::new(),
         }
     }
 
-    fn chunk(&self, delta: Value, finish_reason: Option<&str>) -> Bytes {
+    /// The same stream, with each content chunk's tokens' log-probabilities.
+    pub fn with_logprobs(mut self, logprobs: bool) -> Self {
+        self.logprobs = logprobs;
+        self
+    }
+
+    fn chunk(&mut self, delta: Value, finish_reason: Option<&str>) -> Bytes {
+        let logprobs = if self.logprobs && (delta.get("content").is_some() || !self.pending.is_empty()) {
+            chat_logprobs(&std::mem::take(&mut self.pending))
+        } else {
+            Value::Null
+        };
         let mut chunk = json!({
             "id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
             "system_fingerprint": "llamay",
-            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish_reason}],
+            "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}],
         });
         if self.include_usage {
             chunk["usage"] = Value::Null;
@@ -90,6 +125,7 @@ impl StreamTranslator for ChatStream {
         vec![self.chunk(json!({"role": "assistant", "content": ""}), None)]
     }
 
+
     fn event(&mut self, event: StreamEvent) -> Vec<Bytes> {
         if self.finished {
             return Vec::new();
@@ -97,9 +133,17 @@ impl StreamTranslator for ChatStream {
         match event {
             StreamEvent::Delta { text } if text.is_empty() => Vec::new(),
             StreamEvent::Delta { text } => vec![self.chunk(json!({"content": text}), None)],
+            StreamEvent::Logprobs { tokens, .. } => {
+                self.pending.extend(tokens);
+                Vec::new()
+            }
             StreamEvent::Done(completion) => {
                 self.finished = true;
                 let mut frames = Vec::new();
+                if !self.pending.is_empty() {
+                    // Tokens whose text was held back (a stop string's start, tool markup).
+                    frames.push(self.chunk(json!({"content": ""}), None));
+                }
                 if !completion.tool_calls.is_empty() {
                     let calls = serde_json::to_value(response_tool_calls(
                         &completion.tool_calls,
@@ -110,16 +154,7 @@ impl StreamTranslator for ChatStream {
                 }
                 match finish_reason(&completion.finish_reason) {
                     Some(reason) => frames.push(self.chunk(json!({}), Some(reason))),
-                    None => {
-                        let message = match &completion.finish_reason {
-                            FinishReason::Error(message) => message.clone(),
-                            _ => String::new(),
-                        };
-                        frames.push(sse_frame(
-                            None,
-                            &json!({"error": {"message": message, "type": "Internal Server Error", "param": null, "code": "generation_failed"}}),
-                        ));
-                    }
+                    None => frames.push(failure_frame(&completion.finish_reason)),
                 }
                 if self.include_usage {
                     let usage = usage_body(completion.usage);

@@ -24,6 +24,7 @@ pub struct ChatCompletionRequest {
     pub tool_choice: Option<Value>,
     pub parallel_tool_calls: Option<bool>,
     pub logprobs: Option<bool>,
+    pub top_logprobs: Option<i64>,
     // llamay's extensions and llama.cpp's names for the same things.
     pub top_k: Option<i32>,
     pub min_p: Option<f64>,
@@ -39,6 +40,17 @@ pub struct ChatCompletionRequest {
 pub enum StopField {
     One(String),
     Many(Vec<String>),
+}
+
+impl StopField {
+    /// The stop strings `field` holds (none when absent).
+    pub fn list(field: Option<StopField>) -> Vec<String> {
+        match field {
+            None => Vec::new(),
+            Some(StopField::One(stop)) => vec![stop],
+            Some(StopField::Many(stops)) => stops,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -128,6 +128,13 @@ impl RawModel {
         u32::try_from(eos).ok().filter(|&t| t < self.n_tokens())
     }
 
+    /// The padding token, when the vocabulary names one.
+    pub fn pad(&self) -> Option<u32> {
+        // SAFETY: as `n_tokens`.
+        let pad = unsafe { sys::llama_vocab_pad(self.vocab()) };
+        u32::try_from(pad).ok().filter(|&t| t < self.n_tokens())
+    }
+
     pub fn adds_bos(&self) -> bool {
         // SAFETY: as `n_tokens`.
         unsafe { sys::llama_vocab_get_add_bos(self.vocab()) }
