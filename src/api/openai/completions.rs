@@ -237,6 +237,7 @@ pub fn convert(mut body: CompletionRequest) -> Result<Converted, CoreError> {
         parallel_tool_calls: false,
         context,
         accelerate: body.llamay.llamay_accelerate,
+        close_on_budget: body.llamay.llamay_close_on_budget,
         logprobs,
     };
     Ok(Converted {
