@@ -131,8 +131,8 @@ fn check_says_where_and_which_entry() {
     let found = fail("ok\nthis is Bad, really");
     assert_eq!((found.offset, found.end, found.line, found.column), (11, 14, 2, 9));
     assert_eq!(found.text, "Bad");
-    assert_eq!(found.reason, Reason::Banned { entry: "bad".into() });
-    assert_eq!(found.to_string(), "line 2, column 9 (byte 11): \"Bad\" is banned (entry \"bad\")");
+    assert_eq!(found.reason, Reason::Banned { entry: "bad".into(), mode: MatchMode::Word });
+    assert_eq!(found.to_string(), "line 2, column 9 (byte 11): \"Bad\" is banned (entry \"bad\", match word)");
     // `bad` alone is confirmed by the newline before the phrase completes.
     assert_eq!(fail("a bad\n  word").text, "bad");
     // Columns count characters.
@@ -142,13 +142,13 @@ fn check_says_where_and_which_entry() {
     };
     assert_eq!((found.offset, found.line, found.column), (5, 1, 5));
     assert_eq!(found.text, "bad\n  word");
-    assert_eq!(found.reason, Reason::Banned { entry: "bad word".into() });
+    assert_eq!(found.reason, Reason::Banned { entry: "bad word".into(), mode: MatchMode::Word });
     // Pending at the end of the text: the end confirms it.
     let found = fail("so bad");
     assert_eq!((found.offset, found.end, found.text.as_str()), (3, 6, "bad"));
     let found = fail("I like c++ a lot");
     assert_eq!((found.offset, found.text.as_str()), (7, "c++"));
-    assert_eq!(found.reason, Reason::Banned { entry: "c++".into() });
+    assert_eq!(found.reason, Reason::Banned { entry: "c++".into(), mode: MatchMode::Word });
     let LexiconCheck::Fail(found) = check_text(&lexicon, b"ok \xFF", Target::Text) else { panic!("not UTF-8") };
     assert_eq!((found.offset, found.reason), (3, Reason::NotText));
     let LexiconCheck::Fail(found) = check_text(&lexicon, b"ok \xE2\x80", Target::Text) else { panic!("cut short") };
