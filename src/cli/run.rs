@@ -116,9 +116,9 @@ pub fn parse_format_mode(text: &str) -> Result<FormatMode, String> {
     llamay::config::parse_formats(text).map_err(|e| e.to_string())
 }
 
-/// `-lexicon-match`: word, prefix or substring, as the config's `lexicon_match`.
+/// `-lexicon-match` (and `lexicon check --match`): word, prefix or substring.
 pub fn parse_lexicon_match(text: &str) -> Result<MatchMode, String> {
-    llamay::config::parse_lexicon_match(text).map_err(|e| e.to_string())
+    text.trim().parse()
 }
 
 /// Where the layers went, as `-stats` reports it before the model loads.

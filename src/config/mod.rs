@@ -27,9 +27,9 @@ pub use environment::{
     environment, Environment, ADDR_ENV, API_KEY_ENV, DEFAULT_ADDR, HOME_ENV, REGISTRY_ENV,
 };
 pub use args::{normalize_single_dash_flags, ServeArgs, SINGLE_DASH_LONG_FLAGS};
-pub use values::{parse_formats, parse_gpu_layers, parse_lexicon_match, parse_on_off};
+pub use values::{parse_formats, parse_gpu_layers, parse_on_off};
 use values::{
-    parse_env, parse_keepalive, parse_kv, parse_memory, parse_split, parse_timeout,
+    parse_env, parse_keepalive, parse_kv, parse_lexicon_match, parse_memory, parse_split, parse_timeout,
     split_origins, split_workers, valid_api_key, valid_host_and_port, valid_origin,
 };
 

@@ -66,7 +66,7 @@ pub fn parse_formats(text: &str) -> Result<crate::grammar::schema::FormatMode, C
 
 /// `lexicon_match`: how a deny list's entries match (word, prefix or substring), as the
 /// grammar crate's `MatchMode` reads it.
-pub fn parse_lexicon_match(text: &str) -> Result<crate::grammar::MatchMode, ConfigError> {
+pub(super) fn parse_lexicon_match(text: &str) -> Result<crate::grammar::MatchMode, ConfigError> {
     text.trim().parse().map_err(|_| ConfigError::Invalid {
         key: "lexicon_match",
         value: text.to_string(),
