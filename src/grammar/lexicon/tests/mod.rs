@@ -93,6 +93,28 @@ pub(super) fn walk_checking_masks(matcher: &mut LexiconMatcher, seed: u64, steps
     written
 }
 
+/// Seeded walks of 24 tokens over `trie` under a deny list of `entries` (each with its mode):
+/// the masks are exact at every step, and no prefix written holds a banned entry.
+pub(super) fn walks_write_nothing_banned(
+    entries: &[(&str, MatchMode)],
+    lexicon: &Arc<Lexicon>,
+    trie: &Arc<TokenTrie>,
+    target: Target,
+    seeds: std::ops::Range<u64>,
+) {
+    for seed in seeds {
+        let mut matcher = LexiconMatcher::new(lexicon.clone(), trie.clone(), target).expect("runs");
+        let written = walk_checking_masks(&mut matcher, seed, 24);
+        for end in 0..=written.len() {
+            assert!(
+                !naive_banned_matching(entries, &written[..end], target.mode(), false),
+                "{:?} holds a banned entry",
+                String::from_utf8_lossy(&written[..end])
+            );
+        }
+    }
+}
+
 pub(super) fn token_of(trie: &TokenTrie, text: &[u8]) -> u32 {
     (0..trie.vocab_size() as u32)
         .find(|&token| trie.token_bytes(token) == Some(text) && !trie.is_eog(token))
