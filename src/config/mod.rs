@@ -128,7 +128,7 @@ pub struct Config {
     pub split: Vec<f64>,
     /// Bytes of parked context state kept in memory (contexts, issue 11).
     pub context_memory: u64,
-    /// Named contexts held at once; creating more is refused with 507.
+    /// Named contexts held at once; creating more is refused with 503.
     pub max_contexts: usize,
     /// `Host` names a loopback-bound daemon answers besides its loopback ones (`*`: any).
     pub allowed_hosts: Vec<String>,
