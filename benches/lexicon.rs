@@ -8,8 +8,10 @@
 //! Text: the prose of the repository's README (code blocks and tables left out), cut into
 //! passages; the schema documents put passages into free string fields. The deny list: the
 //! vocabulary's first 10,000 distinct lowercase alphabetic word tokens (3 to 12 letters, by
-//! token id) that neither the passages nor the schemas use, so every document stays writable while the list
-//! shares prefixes with most of its words. Instances are tokenized greedily (longest match).
+//! token id) that neither the passages nor the schemas use, so every document stays writable
+//! while the list shares prefixes with most of its words; the bench runs it as whole words
+//! (`match word`), then as prefixes (`match prefix`, the default), there without the words that
+//! start a word of the texts. Instances are tokenized greedily (longest match).
 //! Each schema instance runs on a freshly compiled grammar, with and without the list; the
 //! list is loaded once, as a daemon loads it, so its masks are shared across instances: the
 //! texts run twice, first with the list's masks cold (its first mask is also printed apart),
@@ -20,7 +22,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use llamay::grammar::schema::{compile_schema_with_lexicon, FormatMode};
-use llamay::grammar::{CompiledGrammar, Constraint, Lexicon, LexiconKind, LexiconLimits, LexiconMatcher, Limits, Matcher, Target, TokenTrie};
+use llamay::grammar::{
+    CompiledGrammar, Constraint, Lexicon, LexiconKind, LexiconLimits, LexiconMatcher, Limits, MatchMode, Matcher, Target, TokenTrie,
+};
 use serde_json::{json, Value};
 
 use llamay_test_support::cpu_timing::{row, CpuInstant};
@@ -189,9 +193,28 @@ fn bench_vocabulary(
 ) {
     let trie = Arc::new(TokenTrie::new(tokens, eog));
     let greedy = Greedy::new(tokens, eog);
-    let words = deny_words(tokens, avoid);
+    // As prefixes, the list's words must start none of the texts' words.
+    let starts: HashSet<String> =
+        avoid.iter().flat_map(|word| word.char_indices().map(move |(at, c)| word[..at + c.len_utf8()].to_string())).collect();
+    for (mode, avoid) in [(MatchMode::Word, avoid), (MatchMode::Prefix, &starts)] {
+        bench_list(path, tokens, mode, &deny_words(tokens, avoid), passages, documents, &trie, &greedy);
+    }
+}
+
+/// One deny list matched as `mode`, over the texts on one vocabulary.
+#[allow(clippy::too_many_arguments)]
+fn bench_list(
+    path: &str,
+    tokens: &[Vec<u8>],
+    mode: MatchMode,
+    words: &[String],
+    passages: &[String],
+    documents: &[(Value, Vec<String>)],
+    trie: &Arc<TokenTrie>,
+    greedy: &Greedy,
+) {
     let started = CpuInstant::now();
-    let lexicon = match Lexicon::new(LexiconKind::Deny, &words, &LexiconLimits::default()) {
+    let lexicon = match Lexicon::new(LexiconKind::Deny, Some(mode), words, &LexiconLimits::default()) {
         Ok(lexicon) => Arc::new(lexicon),
         Err(error) => {
             println!("vocabulary {path}: the deny list does not load: {error}");
@@ -200,7 +223,7 @@ fn bench_vocabulary(
     };
     let build_micros = started.elapsed_micros();
     println!(
-        "\nvocabulary {path}: {} tokens; deny list {} words ({} bytes), automaton {} states, {:.1} MiB, built in {:.1} ms",
+        "\nvocabulary {path}: {} tokens; deny list {} words ({} bytes, match {mode}), automaton {} states, {:.1} MiB, built in {:.1} ms",
         tokens.len(),
         lexicon.entry_count(),
         lexicon.entry_bytes(),
@@ -222,7 +245,7 @@ fn bench_vocabulary(
         for (schema, instances) in documents {
             for instance in instances {
                 match greedy.tokenize(instance.as_bytes()) {
-                    Some(token_ids) => times.schema_instance(schema, &token_ids, &lexicon, &trie),
+                    Some(token_ids) => times.schema_instance(schema, &token_ids, &lexicon, trie),
                     None => times.untokenized += 1,
                 }
             }

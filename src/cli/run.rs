@@ -21,7 +21,7 @@ use llamay::core::{
     StreamEvent, UncheckedGenerateRequest,
 };
 use llamay::grammar::schema::FormatMode;
-use llamay::grammar::{Lexicon, LexiconKind, Limits};
+use llamay::grammar::{Lexicon, LexiconKind, Limits, MatchMode};
 use llamay::actors::memory::{human_binary, place_alone, LlamaMemory, MemoryProbe, Placed};
 use llamay::llm::offload::{EstimateParams, MemoryEstimate, ModelShape};
 use llamay::llm::{ContextParams, KvType, Model};
@@ -94,6 +94,10 @@ pub struct RunArgs {
     /// file that does not say its kind.
     #[arg(long = "deny")]
     deny: Option<PathBuf>,
+    /// How the -lexicon/-deny file's entries match where it sets no `#!match`: word, prefix
+    /// (the default for a deny list: `Paris` also bans `Parisian`) or substring.
+    #[arg(long = "lexicon-match", value_parser = parse_lexicon_match)]
+    lexicon_match: Option<MatchMode>,
     /// KV cache type: f32, f16 or q8_0.
     #[arg(long = "kv", default_value = "f16")]
     kv: String,
@@ -110,6 +114,11 @@ fn parse_switch(text: &str) -> Result<bool, String> {
 
 pub fn parse_format_mode(text: &str) -> Result<FormatMode, String> {
     llamay::config::parse_formats(text).map_err(|e| e.to_string())
+}
+
+/// `-lexicon-match` (and `lexicon check --match`): word, prefix or substring.
+pub fn parse_lexicon_match(text: &str) -> Result<MatchMode, String> {
+    text.trim().parse()
 }
 
 /// Where the layers went, as `-stats` reports it before the model loads.
@@ -138,12 +147,19 @@ fn read_file(path: &PathBuf) -> Result<String, CliError> {
     std::fs::read_to_string(path).map_err(|source| CliError::Io { path: path.display().to_string(), source })
 }
 
-/// The lexicon `-lexicon` or `-deny` names, loaded (at most one of them).
-fn lexicon_from_flags(lexicon: Option<&PathBuf>, deny: Option<&PathBuf>) -> Result<Option<Arc<Lexicon>>, CliError> {
+/// The lexicon `-lexicon` or `-deny` names (at most one of them), loaded under `mode`.
+fn lexicon_from_flags(
+    lexicon: Option<&PathBuf>,
+    deny: Option<&PathBuf>,
+    mode: Option<MatchMode>,
+) -> Result<Option<Arc<Lexicon>>, CliError> {
     let loaded = match (lexicon, deny) {
         (Some(_), Some(_)) => return Err(CliError::Usage("use only one of -lexicon and -deny".into())),
-        (Some(path), None) => super::lexicon::load(path, None)?,
-        (None, Some(path)) => super::lexicon::load(path, Some(LexiconKind::Deny))?,
+        (Some(path), None) => super::lexicon::load(path, None, mode)?,
+        (None, Some(path)) => super::lexicon::load(path, Some(LexiconKind::Deny), mode)?,
+        (None, None) if mode.is_some() => {
+            return Err(CliError::Usage("-lexicon-match needs a -lexicon or -deny file".into()))
+        }
         (None, None) => return Ok(None),
     };
     Ok(Some(Arc::new(loaded)))
@@ -199,7 +215,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
         Some(text) => llamay::config::parse_gpu_layers(text).map_err(|e| CliError::Usage(format!("-ngl: {e}")))?,
         None => None,
     };
-    let lexicon = lexicon_from_flags(args.lexicon.as_ref(), args.deny.as_ref())?;
+    let lexicon = lexicon_from_flags(args.lexicon.as_ref(), args.deny.as_ref(), args.lexicon_match)?;
     let constraint = constraint_from_flags(
         args.grammar_file.as_ref(),
         args.json,

@@ -49,6 +49,10 @@ pub struct ServeArgs {
     /// brings none; repeatable.
     #[arg(long = "lexicon")]
     pub lexicon: Vec<PathBuf>,
+    /// How the -lexicon files' entries match where a file sets no `#!match`: word, prefix (the
+    /// default for a deny list: `Paris` also bans `Parisian`) or substring.
+    #[arg(long = "lexicon-match")]
+    pub lexicon_match: Option<String>,
     /// A TOML config file (default: $LLAMAY_CONFIG).
     #[arg(long = "config")]
     pub config: Option<PathBuf>,
@@ -106,6 +110,7 @@ pub const SINGLE_DASH_LONG_FLAGS: &[&str] = &[
     "parallel",
     "grammar-file",
     "lexicon",
+    "lexicon-match",
     "config",
     "model",
     "flash-attn",

@@ -29,7 +29,7 @@ pub use environment::{
 pub use args::{normalize_single_dash_flags, ServeArgs, SINGLE_DASH_LONG_FLAGS};
 pub use values::{parse_formats, parse_gpu_layers, parse_on_off};
 use values::{
-    parse_env, parse_keepalive, parse_kv, parse_memory, parse_split, parse_timeout,
+    parse_env, parse_keepalive, parse_kv, parse_lexicon_match, parse_memory, parse_split, parse_timeout,
     split_origins, split_workers, valid_api_key, valid_host_and_port, valid_origin,
 };
 
@@ -86,6 +86,9 @@ pub struct Config {
     pub grammar_file: Option<PathBuf>,
     /// `-lexicon` files (word lists allowed or banned), applied to requests that bring none.
     pub lexicon_files: Vec<PathBuf>,
+    /// How the `-lexicon` files' entries match where a file sets no `#!match` (`None`: the
+    /// kind's default, prefix for a deny list).
+    pub lexicon_match: Option<crate::grammar::MatchMode>,
     /// Requests that may wait at once: for a model to load, and, per loaded model, for one of
     /// its sequences; more are refused with 503.
     pub max_queue: usize,
@@ -170,6 +173,7 @@ impl Default for Config {
             parallel: 4,
             grammar_file: None,
             lexicon_files: Vec::new(),
+            lexicon_match: None,
             max_queue: crate::actors::model::DEFAULT_MAX_QUEUE,
             compile_threads: default_compile_threads(),
             compile_queue: crate::service::DEFAULT_COMPILE_QUEUE,
@@ -233,6 +237,7 @@ struct FileConfig {
     parallel: Option<u32>,
     grammar_file: Option<PathBuf>,
     lexicon_files: Option<Vec<PathBuf>>,
+    lexicon_match: Option<String>,
     max_queue: Option<usize>,
     compile_threads: Option<usize>,
     compile_queue: Option<usize>,
@@ -340,6 +345,9 @@ impl Config {
             self.grammar_file = file.grammar_file;
         }
         set(&mut self.lexicon_files, file.lexicon_files);
+        if let Some(mode) = file.lexicon_match {
+            self.lexicon_match = Some(parse_lexicon_match(&mode)?);
+        }
         set(&mut self.max_queue, file.max_queue);
         set(&mut self.compile_threads, file.compile_threads);
         set(&mut self.compile_queue, file.compile_queue);
@@ -428,6 +436,9 @@ impl Config {
         }
         if let Some(paths) = env("LLAMAY_LEXICON") {
             self.lexicon_files = std::env::split_paths(&paths).filter(|path| !path.as_os_str().is_empty()).collect();
+        }
+        if let Some(mode) = env("LLAMAY_LEXICON_MATCH") {
+            self.lexicon_match = Some(parse_lexicon_match(&mode)?);
         }
         parse_env(env, "LLAMAY_MAX_QUEUE", "max_queue", &mut self.max_queue)?;
         parse_env(env, "LLAMAY_COMPILE_THREADS", "compile_threads", &mut self.compile_threads)?;
@@ -523,6 +534,9 @@ impl Config {
         }
         if !args.lexicon.is_empty() {
             self.lexicon_files = args.lexicon.clone();
+        }
+        if let Some(mode) = &args.lexicon_match {
+            self.lexicon_match = Some(parse_lexicon_match(mode)?);
         }
         if let Some(key) = &args.api_key {
             self.api_key = Some(Secret(key.clone()));

@@ -145,6 +145,7 @@ fn the_documented_config_file_loads_and_documents_every_key() {
         "parallel",
         "grammar_file",
         "lexicon_files",
+        "lexicon_match",
         "max_queue",
         "max_body_bytes",
         "log_format",
@@ -336,6 +337,24 @@ fn formats_load_from_the_file_and_the_environment_and_are_checked() {
         Config::load_with_env(&ServeArgs::default(), typo),
         Err(ConfigError::Invalid { key: "formats", .. })
     ));
+}
+
+#[test]
+fn the_lexicon_match_mode_loads_from_the_file_env_and_flag_and_is_checked() {
+    use crate::grammar::MatchMode;
+    assert_eq!(Config::load_with_env(&ServeArgs::default(), no_env).unwrap().lexicon_match, None);
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    writeln!(file, "lexicon_match = \"word\"").unwrap();
+    let args = ServeArgs { config: Some(file.path().into()), ..Default::default() };
+    assert_eq!(Config::load_with_env(&args, no_env).unwrap().lexicon_match, Some(MatchMode::Word));
+    let substring = |k: &str| (k == "LLAMAY_LEXICON_MATCH").then(|| "substring".to_string());
+    assert_eq!(Config::load_with_env(&args, substring).unwrap().lexicon_match, Some(MatchMode::Substring));
+    let flag = ServeArgs { lexicon_match: Some("prefix".into()), ..args };
+    assert_eq!(Config::load_with_env(&flag, substring).unwrap().lexicon_match, Some(MatchMode::Prefix));
+    let typo = ServeArgs { lexicon_match: Some("whole".into()), ..Default::default() };
+    let error = Config::load_with_env(&typo, no_env).unwrap_err();
+    assert!(matches!(error, ConfigError::Invalid { key: "lexicon_match", .. }));
+    assert_eq!(error.to_string(), "lexicon_match = \"whole\" is not valid: expected word, prefix or substring");
 }
 
 #[test]

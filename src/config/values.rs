@@ -64,6 +64,16 @@ pub fn parse_formats(text: &str) -> Result<crate::grammar::schema::FormatMode, C
     }
 }
 
+/// `lexicon_match`: how a deny list's entries match (word, prefix or substring), as the
+/// grammar crate's `MatchMode` reads it.
+pub(super) fn parse_lexicon_match(text: &str) -> Result<crate::grammar::MatchMode, ConfigError> {
+    text.trim().parse().map_err(|_| ConfigError::Invalid {
+        key: "lexicon_match",
+        value: text.to_string(),
+        expected: crate::grammar::MatchMode::NAMES,
+    })
+}
+
 
 /// `-kv` and its file and environment spellings, with the config's error.
 pub(super) fn parse_kv(text: &str) -> Result<KvType, ConfigError> {

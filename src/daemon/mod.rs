@@ -79,7 +79,7 @@ impl Daemon {
         // and the workers: no local GPU is planned for.
         let memory_probe: Arc<dyn MemoryProbe> =
             if config.rpc.is_empty() { Arc::new(LlamaMemory) } else { Arc::new(NoProbe) };
-        let lexicons = crate::service::lexicons::DaemonLexicons::load(&config.lexicon_files).map_err(io::Error::other)?;
+        let lexicons = crate::service::lexicons::DaemonLexicons::load(&config.lexicon_files, config.lexicon_match).map_err(io::Error::other)?;
         let supervisor = Supervisor::new(
             loader,
             SupervisorConfig {

@@ -38,7 +38,7 @@ pub use error::{GrammarError, Location};
 pub use gbnf::{compile_gbnf, parse_gbnf};
 pub use lexicon::{
     check_text, Constraint, ConstraintError, Lexicon, LexiconCheck, LexiconError, LexiconKind, LexiconLimits,
-    LexiconMatcher, Target,
+    LexiconMatcher, MatchMode, Target,
 };
 pub use limits::Limits;
 pub use mask::TokenMask;

@@ -571,7 +571,7 @@ mod tests {
     fn a_lexicon_drops_what_it_bans_and_only_daemon_lexicons_are_cached() {
         use crate::grammar::{Lexicon, LexiconKind, LexiconLimits};
         let cache = ConstraintCache::new(8);
-        let lexicon = Arc::new(Lexicon::new(LexiconKind::Deny, &["cat"], &LexiconLimits::default()).unwrap());
+        let lexicon = Arc::new(Lexicon::new(LexiconKind::Deny, None, &["cat"], &LexiconLimits::default()).unwrap());
         let daemon = ChosenLexicon { lexicon: Arc::clone(&lexicon), daemon_name: Some("pets".into()) };
         let pets = || grammar("root ::= \"cat\" | \"dog\"".into());
         let compiled = resolve_constraint(pets(), None, &cache, None, Some(&daemon)).and_then(|work| work.finish(&cache)).unwrap().unwrap();

@@ -1,7 +1,8 @@
 //! Lexicons end to end: `llamay_lexicon` on the OpenAI, Anthropic and Ollama routes of a real
 //! daemon with a real model, `serve -lexicon` files (the banner's `lexicon=N`, the default for
-//! requests that bring none, a list named by a request), `run -deny`/`-lexicon` and
-//! `lexicon check`; and the 400s for bad lexicons and misspelt `llamay_*` fields.
+//! requests that bring none, a list named by a request), the match modes (the default bans
+//! `Parisis` with `Paris`), `run -deny`/`-lexicon` and `lexicon check`; and the 400s for bad
+//! lexicons and misspelt `llamay_*` fields.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -114,6 +115,54 @@ fn a_banned_phrase_the_prompt_asks_for_never_appears_on_any_route() {
     }
 }
 
+/// A prompt whose answer is "Paris" and its tower: the model glues letters to a whole-word ban
+/// (`Parisis the capital`) rather than leave the word.
+const FRANCE: &str = "What is the capital of France? Answer with the city name, then name its most famous tower";
+
+/// Whether a word of `text` starts with `paris`, any case.
+fn starts_paris(text: &str) -> bool {
+    words(text).split(' ').any(|word| word.starts_with("paris"))
+}
+
+/// Whether `text` holds "eiffel tower", any case, any run of whitespace between the words.
+fn has_eiffel_tower(text: &str) -> bool {
+    text.to_lowercase().split_whitespace().collect::<Vec<_>>().join(" ").contains("eiffel tower")
+}
+
+#[test]
+fn the_default_match_bans_every_word_a_reader_reads_as_the_banned_one() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("france.txt");
+    std::fs::write(&file, "#!deny\nParis\nEiffel Tower\n").expect("writes");
+    let daemon = start(&["-lexicon", file.to_str().unwrap_or("")]);
+    // Without the list the model names the city: the prompt does steer toward it.
+    let free = ask(&daemon, "openai", FRANCE, 0, 30, json!({"temperature": 0, "llamay_lexicon": {"deny": ["zebra"]}}))
+        .expect("answers");
+    eprintln!("free: {free:?}");
+    assert!(starts_paris(&free), "the prompt should lead the model to the city: {free:?}");
+    for route in ["openai", "anthropic", "ollama"] {
+        for seed in SEEDS {
+            let text = ask(&daemon, route, FRANCE, seed, 30, json!({"temperature": 0.8})).unwrap_or_else(|e| panic!("{route}: {e:?}"));
+            eprintln!("default (prefix), {route} seed {seed}: {text:?}");
+            assert!(!starts_paris(&text) && !has_eiffel_tower(&text), "{route} seed {seed}: {text:?}");
+        }
+    }
+    // A request's list takes its own mode: `word` bans only the whole word, `substring` the
+    // letters anywhere.
+    for seed in [1, 2] {
+        let list = |mode: &str| json!({"temperature": 0.8, "llamay_lexicon": {"deny": ["Paris", "Eiffel Tower"], "match": mode}});
+        let whole = ask(&daemon, "openai", FRANCE, seed, 30, list("word")).expect("answers");
+        eprintln!("word, seed {seed}: {whole:?}");
+        assert!(!has_word(&whole, "paris"), "seed {seed}: {whole:?}");
+        let anywhere = ask(&daemon, "openai", FRANCE, seed, 30, list("substring")).expect("answers");
+        eprintln!("substring, seed {seed}: {anywhere:?}");
+        assert!(!anywhere.to_lowercase().contains("paris") && !has_eiffel_tower(&anywhere), "seed {seed}: {anywhere:?}");
+    }
+    let (status, body) = ask(&daemon, "openai", FRANCE, 1, 4, json!({"llamay_lexicon": {"allow": ["yes"], "match": "prefix"}})).unwrap_err();
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains("whole words only"), "{body}");
+}
+
 #[test]
 fn a_budget_that_cuts_the_output_right_after_a_banned_word_does_not_leave_it_whole() {
     let daemon = start(&[]);
@@ -200,6 +249,7 @@ fn bad_lexicons_and_misspelt_fields_are_400s_naming_what_is_wrong() {
         (json!({"llamay_lexicon": {"deny": []}}), "llamay_lexicon", "no entries"),
         (json!({"llamay_lexicon": {"deny": "bad"}}), "llamay_lexicon", "not a list"),
         (json!({"llamay_lexicon": {"ban": ["bad"]}}), "llamay_lexicon", "has the key"),
+        (json!({"llamay_lexicon": {"deny": ["bad"], "match": "whole"}}), "llamay_lexicon", "unknown match mode"),
         (json!({"llamay_lexicon": {"deny": ["ok", "  "]}}), "llamay_lexicon", "entry 2"),
         (json!({"llamay_lexicon": {"deny": [long]}}), "llamay_lexicon", "limit of 1024"),
         (json!({"llamay_lexicon": {"allow": ["..."]}}), "llamay_lexicon", "no word"),
@@ -288,7 +338,13 @@ fn the_command_line_runs_under_a_lexicon_and_checks_texts() {
     let said = String::from_utf8_lossy(&fails.stdout);
     assert_eq!(fails.status.code(), Some(1), "{said}");
     assert!(said.contains("line 1, column 11") && said.contains("\"brown fox\""), "{said}");
-    let passes = run(&["lexicon", "check", banned, "brown foxes are not lazybones"]);
+    // The default match is prefix: `lazybones` starts with `lazy`; under `--match word` it is
+    // another word.
+    let prefix = run(&["lexicon", "check", banned, "brown foxes are not lazybones"]);
+    let said = String::from_utf8_lossy(&prefix.stdout);
+    assert_eq!(prefix.status.code(), Some(1), "{said}");
+    assert!(said.contains("\"brown fox\", match prefix"), "{said}");
+    let passes = run(&["lexicon", "check", "--match", "word", banned, "brown foxes are not lazybones"]);
     assert_eq!(passes.status.code(), Some(0), "{}", String::from_utf8_lossy(&passes.stdout));
     let missing = run(&["lexicon", "check", "/nonexistent/list.txt", "x"]);
     assert_eq!(missing.status.code(), Some(1));

@@ -8,7 +8,7 @@ use std::fmt;
 
 use super::decode::{is_probe, is_word_symbol, Decoder, START};
 use super::dfa::{BETWEEN_WORDS, DEAD};
-use super::{Lexicon, LexiconKind, Target};
+use super::{Lexicon, LexiconKind, MatchMode, Target};
 
 /// What a check found.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,8 +32,8 @@ pub struct Violation {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reason {
-    /// A deny list's entry (as listed) matches here.
-    Banned { entry: String },
+    /// A deny list's entry (as listed) matches here, under its match mode.
+    Banned { entry: String, mode: MatchMode },
     /// A word that an allow list lacks.
     NotAllowed,
     /// A JSON `\u` escape of a word character (or no JSON escape at all), refused while a
@@ -47,7 +47,7 @@ impl fmt::Display for Violation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "line {}, column {} (byte {}): {:?} ", self.line, self.column, self.offset, self.text)?;
         match &self.reason {
-            Reason::Banned { entry } => write!(f, "is banned (entry {entry:?})"),
+            Reason::Banned { entry, mode } => write!(f, "is banned (entry {entry:?}, match {mode})"),
             Reason::NotAllowed => f.write_str("is not a word of the allow list"),
             Reason::EscapedWordCharacter => {
                 f.write_str("escapes a word character, refused while a lexicon applies: write the character itself")
@@ -112,8 +112,8 @@ pub fn check_text(lexicon: &Lexicon, text: &[u8], target: Target) -> LexiconChec
     }
     match lexicon.kind {
         LexiconKind::Deny => match pending_entry(lexicon, &read) {
-            Some((start, entry)) => fail(text, start, text.len(), Reason::Banned { entry }),
-            None => fail(text, text.len(), text.len(), Reason::Banned { entry: String::new() }),
+            Some((start, reason)) => fail(text, start, text.len(), reason),
+            None => fail(text, text.len(), text.len(), unnamed()),
         },
         LexiconKind::Allow => fail(text, word_start, text.len(), Reason::NotAllowed),
     }
@@ -125,39 +125,52 @@ fn banned_before_or_at(lexicon: &Lexicon, text: &[u8], read: &[(u8, usize)], sym
     let mut with_symbol = read.to_vec();
     with_symbol.push((symbol, at));
     let end_of_char = at + char_len(text, at);
-    if let Some((start, entry)) = ending_entry(lexicon, &with_symbol, |last| !is_word_symbol(last)) {
-        return fail(text, start, end_of_char, Reason::Banned { entry });
+    let completed = |last: u8, mode: MatchMode| mode != MatchMode::Word || !is_word_symbol(last);
+    if let Some((start, reason)) = ending_entry(lexicon, &with_symbol, completed) {
+        return fail(text, start, end_of_char, reason);
     }
     match pending_entry(lexicon, read) {
-        Some((start, entry)) => fail(text, start, at, Reason::Banned { entry }),
-        None => fail(text, at, end_of_char, Reason::Banned { entry: String::new() }),
+        Some((start, reason)) => fail(text, start, at, reason),
+        None => fail(text, at, end_of_char, unnamed()),
     }
 }
 
-/// A deny entry ending in a word symbol that the symbols read end with, matched from a word
-/// boundary: the match a non-word symbol or the end of the output confirms.
-fn pending_entry(lexicon: &Lexicon, read: &[(u8, usize)]) -> Option<(usize, String)> {
-    ending_entry(lexicon, read, is_word_symbol)
+/// A ban whose entry was not found (the automaton and the scan disagree: not expected).
+fn unnamed() -> Reason {
+    Reason::Banned { entry: String::new(), mode: MatchMode::Word }
 }
 
-/// The longest entry, whose last symbol satisfies `last_holds`, that `read` ends with and that
-/// starts where a match may start; its start offset and text.
-fn ending_entry(lexicon: &Lexicon, read: &[(u8, usize)], last_holds: impl Fn(u8) -> bool) -> Option<(usize, String)> {
+/// A whole-word deny entry ending in a word symbol that the symbols read end with, matched
+/// from a word boundary: the match a non-word symbol or the end of the output confirms.
+fn pending_entry(lexicon: &Lexicon, read: &[(u8, usize)]) -> Option<(usize, Reason)> {
+    ending_entry(lexicon, read, |last, mode| mode == MatchMode::Word && is_word_symbol(last))
+}
+
+/// The longest entry, whose last symbol and mode satisfy `ends`, that `read` ends with and
+/// that starts where its mode lets a match start; its start offset and the reason it gives.
+fn ending_entry(
+    lexicon: &Lexicon,
+    read: &[(u8, usize)],
+    ends: impl Fn(u8, MatchMode) -> bool,
+) -> Option<(usize, Reason)> {
     let mut best: Option<(usize, usize)> = None;
-    for (index, pattern) in lexicon.patterns.iter().enumerate() {
+    for (index, (pattern, &mode)) in lexicon.patterns.iter().zip(&lexicon.modes).enumerate() {
         let Some(&last) = pattern.last() else { continue };
-        if !last_holds(last) || pattern.len() > read.len() {
+        if !ends(last, mode) || pattern.len() > read.len() {
             continue;
         }
         let from = read.len() - pattern.len();
         let matches = read[from..].iter().zip(pattern).all(|((symbol, _), expected)| symbol == expected);
-        let starts_word = is_word_symbol(pattern[0]);
+        let needs_boundary = mode != MatchMode::Substring && is_word_symbol(pattern[0]);
         let boundary_before = from == 0 || !is_word_symbol(read[from - 1].0);
-        if matches && (!starts_word || boundary_before) && best.is_none_or(|(length, _)| pattern.len() > length) {
+        if matches && (!needs_boundary || boundary_before) && best.is_none_or(|(length, _)| pattern.len() > length) {
             best = Some((pattern.len(), index));
         }
     }
-    best.map(|(length, index)| (read[read.len() - length].1, lexicon.originals[index].clone()))
+    best.map(|(length, index)| {
+        let reason = Reason::Banned { entry: lexicon.originals[index].clone(), mode: lexicon.modes[index] };
+        (read[read.len() - length].1, reason)
+    })
 }
 
 /// Where the word going on at `offset` ends.

@@ -1,17 +1,22 @@
 //! [`WordDfa`]: a lexicon compiled to a deterministic automaton over symbols (see `decode.rs`),
 //! one dense row of next states per state, built once when the lexicon loads.
 //!
-//! A deny list is an Aho-Corasick automaton with word boundaries. A state stands for the
-//! listed prefixes the text currently ends with that started at a word boundary (or whose first
-//! symbol is not a word symbol): its longest one, a node of the trie of entries, from which the
-//! others follow by failure links. Two roots stand for "no prefix": after a word symbol and
-//! after anything else, since a listed word may start only after the latter. A state where an
-//! entry ending in a word symbol is complete is *pending*: a following word symbol cancels the
-//! match (`ass` in `assess`), a following non-word symbol confirms it (the step is dead), and
-//! the end of the output confirms it too (end-of-generation is refused). An entry ending in a
-//! non-word symbol is confirmed as soon as it completes. A space after a space leaves the state
-//! as it is, so a phrase matches across any run of whitespace. A third root, which no text
-//! reaches, stands for "a listed word complete and nothing else" (see `masks.rs`).
+//! A deny list is an Aho-Corasick automaton with word boundaries. Its text is read as if a
+//! *boundary* symbol stood between every non-word symbol (or the start) and the word symbol
+//! after it; an entry is built with one wherever its text has one, and with one in front when
+//! it must start a word (`word` and `prefix` modes, first symbol a word symbol), so an entry
+//! matched inside words too (`substring`) simply has none there. A state stands for the listed
+//! prefixes the text currently ends with: its longest one, a node of the trie of entries, from
+//! which the others follow by failure links. The boundary is read with the word symbol after it
+//! in one step (a node ending in a boundary is never rested in). Two roots stand for "no
+//! prefix": after a word symbol and after anything else, since only the latter reads a
+//! boundary next. A state where a `word` entry ending in a word symbol is complete is
+//! *pending*: a following word symbol cancels the match (`ass` in `assess`), a following
+//! non-word symbol confirms it (the step is dead), and the end of the output confirms it too
+//! (end-of-generation is refused). Any other entry is confirmed as soon as it completes. A
+//! space after a space leaves the state as it is, so a phrase matches across any run of
+//! whitespace. A third root, which no text reaches, stands for "a listed word complete and
+//! nothing else" (see `masks.rs`).
 //!
 //! An allow list is the trie of its words: from the root (between words) a word symbol enters
 //! the trie, a non-word symbol stays; inside a word a non-word symbol returns to the root only
@@ -29,6 +34,7 @@ use std::collections::VecDeque;
 
 use super::decode::{is_probe, is_word_symbol, probed_lead, NON_WORD_NEXT, PROBED_LEADS, WORD_OR_NOT_NEXT};
 use super::error::LexiconError;
+use super::MatchMode;
 
 /// The state no listed text can come back from.
 pub(crate) const DEAD: u32 = 0;
@@ -81,26 +87,32 @@ impl Trie {
             depth: vec![0; reserved],
         };
         for (index, pattern) in patterns.iter().enumerate() {
-            let mut at = root;
-            for &symbol in pattern {
-                at = match trie.child(at, symbol) {
-                    Some(child) => child,
-                    None => {
-                        let child = trie.children.len() as u32;
-                        trie.children.push(Vec::new());
-                        trie.entry.push(NO_ENTRY);
-                        trie.last.push(symbol);
-                        trie.depth.push(trie.depth[at as usize] + 1);
-                        trie.children[at as usize].push((symbol, child));
-                        child
-                    }
-                };
-            }
+            let at = trie.insert(root, pattern);
             if trie.entry[at as usize] == NO_ENTRY {
                 trie.entry[at as usize] = index as u32;
             }
         }
         trie
+    }
+
+    /// The node of `pattern` below `root`, added where missing; a boundary adds no depth.
+    fn insert(&mut self, root: u32, pattern: &[u8]) -> u32 {
+        let mut at = root;
+        for &symbol in pattern {
+            at = match self.child(at, symbol) {
+                Some(child) => child,
+                None => {
+                    let child = self.children.len() as u32;
+                    self.children.push(Vec::new());
+                    self.entry.push(NO_ENTRY);
+                    self.last.push(symbol);
+                    self.depth.push(self.depth[at as usize] + u32::from(symbol != BOUNDARY));
+                    self.children[at as usize].push((symbol, child));
+                    child
+                }
+            };
+        }
+        at
     }
 
     fn child(&self, node: u32, symbol: u8) -> Option<u32> {
@@ -110,6 +122,28 @@ impl Trie {
     fn len(&self) -> usize {
         self.children.len()
     }
+}
+
+/// Deny lists, while building only: the boundary, read between a non-word symbol (or the start)
+/// and a word symbol. Never a symbol of text (see `decode.rs`).
+const BOUNDARY: u8 = 0xFD;
+
+/// A deny pattern as the automaton is built from it: a boundary before each of its word symbols
+/// that follows a non-word one (the text has one there too), and before its first symbol when
+/// that is a word symbol and the entry must start a word (`word` and `prefix` modes).
+fn with_boundaries(pattern: &[u8], mode: MatchMode) -> Vec<u8> {
+    let mut extended = Vec::with_capacity(pattern.len() + 2);
+    for (index, &symbol) in pattern.iter().enumerate() {
+        let after_non_word = match index {
+            0 => mode != MatchMode::Substring,
+            _ => !is_word_symbol(pattern[index - 1]),
+        };
+        if after_non_word && is_word_symbol(symbol) {
+            extended.push(BOUNDARY);
+        }
+        extended.push(symbol);
+    }
+    extended
 }
 
 /// Symbol classes: each symbol a pattern uses is its own class, the space and each probe too;
@@ -157,14 +191,21 @@ fn check_size(states: usize, classes: usize, limit: usize) -> Result<(), Lexicon
 
 impl WordDfa {
     /// The automaton of a deny list of normalized entries (no leading, trailing or double
-    /// spaces; see `entries.rs`).
-    pub(crate) fn deny(patterns: &[Vec<u8>], max_bytes: usize) -> Result<WordDfa, LexiconError> {
+    /// spaces; see `entries.rs`), each matched as its mode says.
+    pub(crate) fn deny(patterns: &[Vec<u8>], modes: &[MatchMode], max_bytes: usize) -> Result<WordDfa, LexiconError> {
         let (class_of, representatives) = classes_of(patterns);
         let classes = representatives.len();
-        let trie = Trie::of(patterns, AFTER_BOUNDARY, PENDING_WORD as usize + 1);
+        let extended: Vec<Vec<u8>> =
+            patterns.iter().zip(modes).map(|(pattern, &mode)| with_boundaries(pattern, mode)).collect();
+        let mut trie = Trie::of(&extended, AFTER_BOUNDARY, PENDING_WORD as usize + 1);
+        // Every state's boundary step ends at a boundary node (see `boundary_step` below).
+        trie.insert(AFTER_BOUNDARY, &[BOUNDARY]);
         let states = trie.len();
         check_size(states, classes, max_bytes)?;
         let mut next = vec![DEAD; states * classes];
+        // Per state, where a boundary leads (the text's next symbol is a word symbol after a
+        // non-word one); a node ending in a boundary, whose row stays as built below.
+        let mut boundary_step = vec![DEAD; states];
         let mut fail = vec![DEAD; states];
         let mut pending = vec![false; states];
         let mut confirmed = vec![false; states];
@@ -172,23 +213,19 @@ impl WordDfa {
         root[INSIDE_WORD as usize] = INSIDE_WORD;
         root[PENDING_WORD as usize] = PENDING_WORD;
         pending[PENDING_WORD as usize] = true;
+        // The roots, boundaries not yet read: a listed text may start with what its first
+        // symbol is (a boundary, or a symbol of an entry matched inside words too).
         for (class, &symbol) in representatives.iter().enumerate() {
-            if is_probe(symbol) {
-                for state in [AFTER_BOUNDARY, INSIDE_WORD, PENDING_WORD] {
-                    next[state as usize * classes + class] = state;
-                }
-                continue;
+            for state in [AFTER_BOUNDARY, INSIDE_WORD, PENDING_WORD] {
+                next[state as usize * classes + class] = match trie.child(AFTER_BOUNDARY, symbol) {
+                    _ if is_probe(symbol) => state,
+                    Some(child) => child,
+                    None if is_word_symbol(symbol) => INSIDE_WORD,
+                    None => AFTER_BOUNDARY,
+                };
             }
-            let word = is_word_symbol(symbol);
-            let start = trie.child(AFTER_BOUNDARY, symbol);
-            next[AFTER_BOUNDARY as usize * classes + class] =
-                start.unwrap_or(if word { INSIDE_WORD } else { AFTER_BOUNDARY });
-            // Inside a word no listed word may start; a listed text that starts with a
-            // non-word symbol may.
-            next[INSIDE_WORD as usize * classes + class] =
-                if word { INSIDE_WORD } else { start.unwrap_or(AFTER_BOUNDARY) };
-            next[PENDING_WORD as usize * classes + class] = next[INSIDE_WORD as usize * classes + class];
         }
+        boundary_step[AFTER_BOUNDARY as usize] = trie.child(AFTER_BOUNDARY, BOUNDARY).unwrap_or(DEAD);
         // Breadth first, so that a state's failure link has its row before the state does.
         let mut queue: VecDeque<u32> = VecDeque::new();
         for &(symbol, child) in &trie.children[AFTER_BOUNDARY as usize] {
@@ -200,8 +237,9 @@ impl WordDfa {
             let link = fail[s] as usize;
             let ends_word = is_word_symbol(trie.last[s]);
             let ends_here = trie.entry[s] != NO_ENTRY;
-            pending[s] = (ends_here && ends_word) || pending[link];
-            confirmed[s] = (ends_here && !ends_word) || confirmed[link];
+            let whole_word = ends_here && ends_word && modes[trie.entry[s] as usize] == MatchMode::Word;
+            pending[s] = whole_word || pending[link];
+            confirmed[s] = (ends_here && !whole_word) || confirmed[link];
             root[s] = match (pending[s], ends_word) {
                 (true, _) => PENDING_WORD,
                 (false, true) => INSIDE_WORD,
@@ -214,9 +252,29 @@ impl WordDfa {
                     None => next[link * classes + class],
                 };
             }
+            boundary_step[s] = trie.child(state, BOUNDARY).unwrap_or(boundary_step[link]);
             for &(symbol, child) in &trie.children[s] {
-                fail[child as usize] = next[link * classes + class_of[symbol as usize] as usize];
+                fail[child as usize] = match symbol {
+                    BOUNDARY => boundary_step[link],
+                    _ => next[link * classes + class_of[symbol as usize] as usize],
+                };
                 queue.push_back(child);
+            }
+        }
+        // A word symbol after a non-word one reads the boundary first. Nodes ending in a
+        // boundary are never rested in, and keep the rows read here.
+        for state in AFTER_BOUNDARY as usize..states {
+            let last_is_word = state == INSIDE_WORD as usize
+                || state == PENDING_WORD as usize
+                || (state > PENDING_WORD as usize && is_word_symbol(trie.last[state]));
+            if last_is_word || trie.last[state] == BOUNDARY {
+                continue;
+            }
+            let through = boundary_step[state] as usize;
+            for (class, &symbol) in representatives.iter().enumerate() {
+                if is_word_symbol(symbol) {
+                    next[state * classes + class] = next[through * classes + class];
+                }
             }
         }
         // Deaths last: the rows above were read as plain prefix sets while building. A word

@@ -6,6 +6,7 @@
 
 use std::fmt;
 
+use super::MatchMode;
 use crate::error::GrammarError;
 
 /// Where an entry is: a line of a lexicon file, or a position in a list given in code or a
@@ -54,8 +55,19 @@ pub enum LexiconError {
     NoKind,
     #[error("the lexicon files mix allow and deny lists: lists applied together must all allow or all deny")]
     MixedKinds,
-    #[error("the lexicon's {at} is an unknown directive {text:?}: the only ones are `#!allow` and `#!deny`, before the first entry")]
+    #[error(
+        "the lexicon's {at} is an unknown directive {text:?}: the directives are `#!allow` or `#!deny` \
+         (before the first entry) and `#!match word|prefix|substring`"
+    )]
     BadDirective { at: EntryAt, text: String },
+    #[error("the lexicon's {at} sets the unknown match mode {text:?}: use `#!match word`, `#!match prefix` or `#!match substring`")]
+    BadMatch { at: EntryAt, text: String },
+    #[error(
+        "an allow list matches whole words only, so `{mode}` matching does not apply to it{}: \
+         `prefix` and `substring` are for deny lists",
+        .at.map(|at| format!(" (its {at})")).unwrap_or_default()
+    )]
+    AllowMatch { mode: MatchMode, at: Option<EntryAt> },
     #[error(
         "with this lexicon the {what} allows no output at all: {reason}; drop the entry or \
          change the {what}"

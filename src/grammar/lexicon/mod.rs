@@ -10,12 +10,18 @@
 //! planes U+1F000–U+1FFFF are not word characters; see `decode.rs`). Everything else separates words. Matching ignores ASCII case (`Bad`, `BAD` and
 //! `bad` are one word); letters outside ASCII match exactly as written.
 //!
-//! **deny** — the output never contains a listed entry:
-//! - An entry matches as whole words: where it starts with a word character, the character
+//! **deny** — the output never contains a listed entry, matched as its [`MatchMode`] says:
+//! - `word`: as whole words: where the entry starts with a word character, the character
 //!   before the match is not one (or the output starts there); where it ends with one, the
 //!   character after is not one (or the output ends there). So a banned `ass` leaves `class`
 //!   and `assess` alone, and a banned `.net` (no word character before it) still matches in
 //!   `asp.net`.
+//! - `prefix` (the default): as `word` at the start only: no word starts with the entry
+//!   (`Paris` bans `Parisis` and `Parisian`, not `comparison`). A model kept from a whole word
+//!   glues letters to it, and a reader still reads the word: hence the default.
+//! - `substring`: anywhere, inside words too (`paris` bans `comparison`).
+//! - Inside an entry, a word character after a non-word one starts a word in every mode (the
+//!   `t` of `Eiffel Tower` must start a word in the text too).
 //! - In a phrase (an entry with spaces), any run of whitespace matches the spaces, including
 //!   newlines and Unicode spaces; punctuation matches itself; every non-ASCII punctuation or
 //!   symbol character matches every other (`well—actually` also bans `well–actually`).
@@ -29,7 +35,8 @@
 //! **allow** — every word of the output is one of the list's words: an entry with several
 //! words (`New York`) allows each of them, in any order; separators between words are always
 //! allowed; numbers are words too (list them). The output may not end in the middle of a word
-//! that is only the start of a listed one.
+//! that is only the start of a listed one. Allow lists match whole words only: a `prefix` or
+//! `substring` mode is refused ([`LexiconError::AllowMatch`]).
 //!
 //! **Text** that is not UTF-8 is refused while a lexicon applies.
 //!
@@ -55,7 +62,10 @@
 //!
 //! **Lexicon files** hold one entry per line; surrounding whitespace is trimmed, blank lines
 //! and lines starting with `#` are skipped, `\#` at the start of a line stands for a `#`. A
-//! line `#!deny` or `#!allow` before the first entry says which kind the file is.
+//! line `#!deny` or `#!allow` before the first entry says which kind the file is; a line
+//! `#!match word` (`prefix`, `substring`) sets the mode of the entries after it, the ones
+//! before any taking the list's mode (the caller's, else the kind's default). An entry listed
+//! under several modes takes the widest.
 //!
 //! **Budgets** ([`LexiconLimits`]): 100,000 entries, 4 MiB of entries in all, 1 KiB per entry,
 //! and 64 MiB for the automaton (states x symbol classes x 4 bytes; a 10,000-word English
@@ -66,16 +76,17 @@
 //! A [`Lexicon`] compiles its entries to a deterministic automaton over *symbols* (the bytes
 //! with case folded, whitespace one space, non-ASCII punctuation one separator; JSON escapes
 //! decoded): `decode.rs` turns bytes into symbols, `dfa.rs` builds the automaton (Aho-Corasick
-//! with word boundaries for deny lists, a trie of words for allow lists). A
-//! [`LexiconMatcher`] runs it per request over a [`TokenTrie`], giving token masks the way a
-//! grammar [`Matcher`](crate::Matcher) does, cached per automaton state across requests
+//! with word boundaries for deny lists, whatever their modes, a trie of words for allow
+//! lists). A [`LexiconMatcher`] runs it per request over a [`TokenTrie`], giving token masks
+//! the way a grammar [`Matcher`](crate::Matcher) does, cached per automaton state across requests
 //! (`masks.rs`); a [`Constraint`] runs both and allows a token only when both do.
 //! [`check_text`] says whether a text passes and where it fails.
 //!
 //! # Wiring (what a daemon or command calls)
 //!
-//! 1. Load: [`Lexicon::new`] (a request's list) or [`Lexicon::parse`] (a file), into an
-//!    `Arc`; keep daemon-wide ones loaded, since their masks are cached on them.
+//! 1. Load: [`Lexicon::new`] (a request's list) or [`Lexicon::parse`] (a file), with the
+//!    list's [`MatchMode`] if one was given, into an `Arc`; keep daemon-wide ones loaded,
+//!    since their masks are cached on them.
 //! 2. Compile the request's grammar with it: [`crate::schema::compile_schema_with_lexicon`] or
 //!    [`crate::schema::any_json_with_lexicon`] for JSON output, then [`Lexicon::restrict`] on
 //!    that IR (with [`Target::Json`]); [`compile_gbnf_with_lexicon`] for a GBNF source.
@@ -85,7 +96,7 @@
 //!    it did on the `Matcher`. An empty mask is a dead end: [`Constraint::dead_end`] says why.
 //! 4. Stats: [`Constraint::lexicon_stats`] renders with `MaskStats::render("lexicon", ..)`.
 //!
-//! Key types: [`Lexicon`], [`LexiconKind`], [`LexiconLimits`], [`Target`], [`LexiconMatcher`],
+//! Key types: [`Lexicon`], [`LexiconKind`], [`MatchMode`], [`LexiconLimits`], [`Target`], [`LexiconMatcher`],
 //! [`Constraint`], [`LexiconError`]. Cost: loading is linear in the entries (a few ms for
 //! 10,000 words); see `masks.rs` for decode-time costs.
 
@@ -121,6 +132,55 @@ use entries::{normalize, parse_file, RawEntry};
 pub enum LexiconKind {
     Allow,
     Deny,
+}
+
+/// How a deny list's entry matches the output (see the module documentation). An allow list
+/// lists whole words: it takes only [`MatchMode::Word`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum MatchMode {
+    /// The entry as whole words: a word character on neither side (`Paris`, not `Parisis`).
+    Word,
+    /// No word starts with the entry (`Paris`, `Parisis`, `Parisian`; not `comparison`).
+    #[default]
+    Prefix,
+    /// The entry occurs nowhere, inside words too (`comparison` holds `paris`).
+    Substring,
+}
+
+impl MatchMode {
+    pub const NAMES: &'static str = "word, prefix or substring";
+
+    /// The mode a list of `kind` has when none is given: prefix for a deny list (a ban of
+    /// `Paris` is meant to keep `Parisis` out too), word for an allow list.
+    pub fn default_for(kind: LexiconKind) -> MatchMode {
+        match kind {
+            LexiconKind::Deny => MatchMode::Prefix,
+            LexiconKind::Allow => MatchMode::Word,
+        }
+    }
+}
+
+impl std::str::FromStr for MatchMode {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "word" => Ok(MatchMode::Word),
+            "prefix" => Ok(MatchMode::Prefix),
+            "substring" => Ok(MatchMode::Substring),
+            other => Err(format!("unknown match mode {other:?}: use {}", MatchMode::NAMES)),
+        }
+    }
+}
+
+impl fmt::Display for MatchMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            MatchMode::Word => "word",
+            MatchMode::Prefix => "prefix",
+            MatchMode::Substring => "substring",
+        })
+    }
 }
 
 impl fmt::Display for LexiconKind {
@@ -197,6 +257,8 @@ pub struct Lexicon {
     kind: LexiconKind,
     /// Deny lists: each distinct entry's symbols (see `decode.rs`); allow lists: each word's.
     patterns: Vec<Vec<u8>>,
+    /// Per pattern, how it matches (allow lists: always whole words).
+    modes: Vec<MatchMode>,
     /// Per pattern, the entry it came from as given (allow lists: the word).
     originals: Vec<String>,
     entry_count: usize,
@@ -218,28 +280,44 @@ impl fmt::Debug for Lexicon {
 }
 
 impl Lexicon {
-    /// A lexicon of `entries` (each a word or phrase), as a request gives it.
-    pub fn new<S: AsRef<str>>(kind: LexiconKind, entries: &[S], limits: &LexiconLimits) -> Result<Lexicon, LexiconError> {
+    /// A lexicon of `entries` (each a word or phrase), as a request gives it, matched as
+    /// `mode` says (`None`: [`MatchMode::default_for`] its kind).
+    pub fn new<S: AsRef<str>>(
+        kind: LexiconKind,
+        mode: Option<MatchMode>,
+        entries: &[S],
+        limits: &LexiconLimits,
+    ) -> Result<Lexicon, LexiconError> {
         let raw: Vec<RawEntry<'_>> = entries
             .iter()
             .enumerate()
-            .map(|(index, text)| RawEntry { text: text.as_ref(), at: EntryAt::Item(index + 1) })
+            .map(|(index, text)| RawEntry { text: text.as_ref(), at: EntryAt::Item(index + 1), mode: None })
             .collect();
-        Lexicon::build(kind, &raw, limits)
+        Lexicon::build(kind, mode, &raw, limits)
     }
 
     /// A lexicon file's text (see the module documentation for its format). Its kind is the
     /// one the file declares, else `kind`; a file that declares none, read with no `kind`, is
-    /// refused.
-    pub fn parse(text: &str, kind: Option<LexiconKind>, limits: &LexiconLimits) -> Result<Lexicon, LexiconError> {
+    /// refused. `mode` is the match mode of the entries before any `#!match` line.
+    pub fn parse(
+        text: &str,
+        kind: Option<LexiconKind>,
+        mode: Option<MatchMode>,
+        limits: &LexiconLimits,
+    ) -> Result<Lexicon, LexiconError> {
         let (declared, raw) = parse_file(text)?;
         let kind = declared.or(kind).ok_or(LexiconError::NoKind)?;
-        Lexicon::build(kind, &raw, limits)
+        Lexicon::build(kind, mode, &raw, limits)
     }
 
-    /// Several lexicon files read as one list, their entries together (each file's kind as
-    /// in [`Lexicon::parse`]); files of different kinds are refused.
-    pub fn parse_all(texts: &[&str], kind: Option<LexiconKind>, limits: &LexiconLimits) -> Result<Lexicon, LexiconError> {
+    /// Several lexicon files read as one list, their entries together (each file's kind and
+    /// modes as in [`Lexicon::parse`]); files of different kinds are refused.
+    pub fn parse_all(
+        texts: &[&str],
+        kind: Option<LexiconKind>,
+        mode: Option<MatchMode>,
+        limits: &LexiconLimits,
+    ) -> Result<Lexicon, LexiconError> {
         let mut chosen: Option<LexiconKind> = None;
         let mut raw = Vec::new();
         for text in texts {
@@ -251,18 +329,24 @@ impl Lexicon {
             chosen = Some(this);
             raw.extend(entries);
         }
-        Lexicon::build(chosen.ok_or(LexiconError::NoEntries)?, &raw, limits)
+        Lexicon::build(chosen.ok_or(LexiconError::NoEntries)?, mode, &raw, limits)
     }
 
-    fn build(kind: LexiconKind, raw: &[RawEntry<'_>], limits: &LexiconLimits) -> Result<Lexicon, LexiconError> {
-        let normalized = normalize(kind, raw, limits)?;
+    fn build(
+        kind: LexiconKind,
+        mode: Option<MatchMode>,
+        raw: &[RawEntry<'_>],
+        limits: &LexiconLimits,
+    ) -> Result<Lexicon, LexiconError> {
+        let normalized = normalize(kind, mode.unwrap_or(MatchMode::default_for(kind)), raw, limits)?;
         let dfa = match kind {
-            LexiconKind::Deny => WordDfa::deny(&normalized.patterns, limits.max_automaton_bytes)?,
+            LexiconKind::Deny => WordDfa::deny(&normalized.patterns, &normalized.modes, limits.max_automaton_bytes)?,
             LexiconKind::Allow => WordDfa::allow(&normalized.patterns, limits.max_automaton_bytes)?,
         };
         Ok(Lexicon {
             kind,
             patterns: normalized.patterns,
+            modes: normalized.modes,
             originals: normalized.originals,
             entry_count: raw.len(),
             bytes: normalized.bytes,
@@ -279,6 +363,15 @@ impl Lexicon {
     /// Entries as given (duplicates included).
     pub fn entry_count(&self) -> usize {
         self.entry_count
+    }
+
+    /// Distinct entries (deny lists) by match mode: word, prefix, substring.
+    pub fn mode_counts(&self) -> [usize; 3] {
+        let mut counts = [0; 3];
+        for mode in &self.modes {
+            counts[*mode as usize] += 1;
+        }
+        counts
     }
 
     /// Bytes of all entries as given.

@@ -165,7 +165,7 @@ fn allow_with_a_schema_applies_to_free_string_values() {
     assert!(!matches(&any, r#"{"a": "nope"}"#));
     // A length bound on a string too many (state, length) pairs would need is refused.
     let words: Vec<String> = (0..2000).map(|i| format!("w{i}x")).collect();
-    let big = Arc::new(Lexicon::new(LexiconKind::Allow, &words, &LexiconLimits::default()).expect("loads"));
+    let big = Arc::new(Lexicon::new(LexiconKind::Allow, None, &words, &LexiconLimits::default()).expect("loads"));
     let error = compile_schema_with_lexicon(&json!({"type": "string", "maxLength": 4000}), FormatMode::Ignore, &big)
         .expect_err("too many pairs");
     assert_eq!(error.keyword, "maxLength");

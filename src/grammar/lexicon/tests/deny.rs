@@ -131,8 +131,8 @@ fn check_says_where_and_which_entry() {
     let found = fail("ok\nthis is Bad, really");
     assert_eq!((found.offset, found.end, found.line, found.column), (11, 14, 2, 9));
     assert_eq!(found.text, "Bad");
-    assert_eq!(found.reason, Reason::Banned { entry: "bad".into() });
-    assert_eq!(found.to_string(), "line 2, column 9 (byte 11): \"Bad\" is banned (entry \"bad\")");
+    assert_eq!(found.reason, Reason::Banned { entry: "bad".into(), mode: MatchMode::Word });
+    assert_eq!(found.to_string(), "line 2, column 9 (byte 11): \"Bad\" is banned (entry \"bad\", match word)");
     // `bad` alone is confirmed by the newline before the phrase completes.
     assert_eq!(fail("a bad\n  word").text, "bad");
     // Columns count characters.
@@ -142,13 +142,13 @@ fn check_says_where_and_which_entry() {
     };
     assert_eq!((found.offset, found.line, found.column), (5, 1, 5));
     assert_eq!(found.text, "bad\n  word");
-    assert_eq!(found.reason, Reason::Banned { entry: "bad word".into() });
+    assert_eq!(found.reason, Reason::Banned { entry: "bad word".into(), mode: MatchMode::Word });
     // Pending at the end of the text: the end confirms it.
     let found = fail("so bad");
     assert_eq!((found.offset, found.end, found.text.as_str()), (3, 6, "bad"));
     let found = fail("I like c++ a lot");
     assert_eq!((found.offset, found.text.as_str()), (7, "c++"));
-    assert_eq!(found.reason, Reason::Banned { entry: "c++".into() });
+    assert_eq!(found.reason, Reason::Banned { entry: "c++".into(), mode: MatchMode::Word });
     let LexiconCheck::Fail(found) = check_text(&lexicon, b"ok \xFF", Target::Text) else { panic!("not UTF-8") };
     assert_eq!((found.offset, found.reason), (3, Reason::NotText));
     let LexiconCheck::Fail(found) = check_text(&lexicon, b"ok \xE2\x80", Target::Text) else { panic!("cut short") };
@@ -198,18 +198,8 @@ fn masks_match_checks_on_walks(target: Target, seeds: std::ops::Range<u64>) {
     let extra: &[&[u8]] = &[b"   ", b" \n ", b"\\u00", b"\\u0061", b"61", b"2d", b"\\n", b"\\\"", b"\"", b"\xE2\x80"];
     let texts: Vec<&str> = ENTRIES.iter().chain(FRAGMENTS).copied().collect();
     let trie = pieces_vocabulary(&texts, 5, extra);
-    let lexicon = deny(ENTRIES);
-    for seed in seeds {
-        let mut matcher = LexiconMatcher::new(lexicon.clone(), trie.clone(), target).expect("runs");
-        let written = walk_checking_masks(&mut matcher, seed, 24);
-        for end in 0..=written.len() {
-            assert!(
-                !naive_banned(ENTRIES, &written[..end], target.mode(), false),
-                "{:?} holds a banned entry",
-                String::from_utf8_lossy(&written[..end])
-            );
-        }
-    }
+    let whole_words: Vec<(&str, MatchMode)> = ENTRIES.iter().map(|entry| (*entry, MatchMode::Word)).collect();
+    walks_write_nothing_banned(&whole_words, &deny(ENTRIES), &trie, target, seeds);
 }
 
 #[test]

@@ -6,6 +6,7 @@ mod allow;
 mod compose;
 mod deny;
 mod load;
+mod modes;
 
 use std::sync::Arc;
 
@@ -29,12 +30,17 @@ impl TestRng {
     }
 }
 
+/// A deny list of whole words (the rule most tests here pin down; `modes.rs` tests the others).
 pub(super) fn deny(entries: &[&str]) -> Arc<Lexicon> {
-    Arc::new(Lexicon::new(LexiconKind::Deny, entries, &LexiconLimits::default()).expect("the list loads"))
+    deny_matching(MatchMode::Word, entries)
+}
+
+pub(super) fn deny_matching(mode: MatchMode, entries: &[&str]) -> Arc<Lexicon> {
+    Arc::new(Lexicon::new(LexiconKind::Deny, Some(mode), entries, &LexiconLimits::default()).expect("the list loads"))
 }
 
 pub(super) fn allow(entries: &[&str]) -> Arc<Lexicon> {
-    Arc::new(Lexicon::new(LexiconKind::Allow, entries, &LexiconLimits::default()).expect("the list loads"))
+    Arc::new(Lexicon::new(LexiconKind::Allow, None, entries, &LexiconLimits::default()).expect("the list loads"))
 }
 
 /// Every single byte, then `pieces`, then one end-of-generation token (the last id).
@@ -87,6 +93,28 @@ pub(super) fn walk_checking_masks(matcher: &mut LexiconMatcher, seed: u64, steps
     written
 }
 
+/// Seeded walks of 24 tokens over `trie` under a deny list of `entries` (each with its mode):
+/// the masks are exact at every step, and no prefix written holds a banned entry.
+pub(super) fn walks_write_nothing_banned(
+    entries: &[(&str, MatchMode)],
+    lexicon: &Arc<Lexicon>,
+    trie: &Arc<TokenTrie>,
+    target: Target,
+    seeds: std::ops::Range<u64>,
+) {
+    for seed in seeds {
+        let mut matcher = LexiconMatcher::new(lexicon.clone(), trie.clone(), target).expect("runs");
+        let written = walk_checking_masks(&mut matcher, seed, 24);
+        for end in 0..=written.len() {
+            assert!(
+                !naive_banned_matching(entries, &written[..end], target.mode(), false),
+                "{:?} holds a banned entry",
+                String::from_utf8_lossy(&written[..end])
+            );
+        }
+    }
+}
+
 pub(super) fn token_of(trie: &TokenTrie, text: &[u8]) -> u32 {
     (0..trie.vocab_size() as u32)
         .find(|&token| trie.token_bytes(token) == Some(text) && !trie.is_eog(token))
@@ -112,12 +140,19 @@ pub(super) fn assert_mask_exact(matcher: &mut LexiconMatcher, context: &str) {
     }
 }
 
-/// The deny rules written out plainly: the symbols of `text` with spaces collapsed, searched
-/// for each entry at every position, boundaries checked on both sides; the end of the text is
-/// a boundary when `at_end` (the whole output), not when more may follow.
+/// The deny rules written out plainly for whole-word entries: see [`naive_banned_matching`].
 pub(super) fn naive_banned(entries: &[&str], text: &[u8], mode: Mode, at_end: bool) -> bool {
+    let entries: Vec<(&str, MatchMode)> = entries.iter().map(|entry| (*entry, MatchMode::Word)).collect();
+    naive_banned_matching(&entries, text, mode, at_end)
+}
+
+/// The deny rules written out plainly: the symbols of `text` with spaces collapsed, searched
+/// for each entry at every position; a boundary checked before an entry that must start a word
+/// (word and prefix modes) and after a whole-word one; the end of the text is a boundary when
+/// `at_end` (the whole output), not when more may follow.
+pub(super) fn naive_banned_matching(entries: &[(&str, MatchMode)], text: &[u8], mode: Mode, at_end: bool) -> bool {
     let Some(symbols) = collapsed_symbols(text, mode) else { return true };
-    entries.iter().any(|entry| {
+    entries.iter().any(|&(entry, entry_mode)| {
         let Some(pattern) = collapsed_symbols(entry.trim().as_bytes(), Mode::Text) else { return false };
         let pattern: Vec<u8> = pattern.into_iter().skip_while(|s| *s == b' ').collect();
         let pattern: Vec<u8> = {
@@ -127,12 +162,14 @@ pub(super) fn naive_banned(entries: &[&str], text: &[u8], mode: Mode, at_end: bo
             }
             p
         };
+        let starts_word = entry_mode != MatchMode::Substring && is_word_symbol(pattern[0]);
+        let ends_word = entry_mode == MatchMode::Word && is_word_symbol(pattern[pattern.len() - 1]);
         (0..=symbols.len().saturating_sub(pattern.len())).any(|at| {
             let end = at + pattern.len();
             end <= symbols.len()
                 && symbols[at..end] == pattern[..]
-                && (!is_word_symbol(pattern[0]) || at == 0 || !is_word_symbol(symbols[at - 1]))
-                && (!is_word_symbol(pattern[pattern.len() - 1])
+                && (!starts_word || at == 0 || !is_word_symbol(symbols[at - 1]))
+                && (!ends_word
                     || (end == symbols.len() && at_end)
                     || symbols.get(end).is_some_and(|s| !is_word_symbol(*s)))
         })
