@@ -12,6 +12,7 @@ pub mod model;
 pub mod name;
 pub mod request;
 pub mod response;
+pub mod responses;
 
 pub use crate::error::{CoreError, ErrorCode};
 pub use admin::{CreateModel, ModelAdmin, ModelDefaults, ProgressSink, PullProgress};
@@ -25,4 +26,5 @@ pub use request::{
     ToolChoice, ToolSpec, UncheckedGenerateRequest, ValidGenerateRequest, Decoding,
 };
 pub use request::TokenLimits;
+pub use responses::{new_response_id, ResponseStore, StoredResponse};
 pub use response::{Completion, DraftCounts, FinishReason, StreamEvent, Timings, Usage};
