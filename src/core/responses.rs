@@ -5,7 +5,7 @@
 //!
 //! Key types: [`StoredResponse`], [`ResponseStore`]; [`new_response_id`] makes ids whose order
 //! is the order of creation, which is how the store finds its oldest entries. Every store
-//! method blocks on sled (a read or an insert: microseconds; the flush runs apart).
+//! method blocks on sled: a read or an insert takes microseconds, a flush milliseconds.
 
 use serde::{Deserialize, Serialize};
 
@@ -34,13 +34,15 @@ pub struct StoredResponse {
 
 /// Where stored responses live: the model store's `responses` tree, bounded by count and age.
 pub trait ResponseStore: Send + Sync {
-    /// Keeps `response` (visible at once; written to disk shortly after), dropping the oldest
-    /// entries past the store's bounds.
+    /// Keeps `response`, visible at once, dropping the oldest entries past the store's bounds;
+    /// on disk after the next [`flush`](Self::flush).
     fn put(&self, response: &StoredResponse) -> Result<(), CoreError>;
     /// The response `id`, unless it is unknown, deleted or past the age bound.
     fn get(&self, id: &str) -> Result<Option<StoredResponse>, CoreError>;
     /// Removes `id`; whether it was there.
     fn delete(&self, id: &str) -> Result<bool, CoreError>;
+    /// Writes what changed to disk (an fsync: milliseconds).
+    fn flush(&self) -> Result<(), CoreError>;
 }
 
 /// A fresh id: the prefix, the creation time in microseconds as 16 hex digits (so ids sort by

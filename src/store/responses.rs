@@ -7,8 +7,8 @@
 //! sled database instead ([`ResponseTree::temporary`]): the same behaviour, gone at exit.
 //!
 //! Key types: [`ResponseTree`] (implements `core::ResponseStore`), [`ResponseLimits`].
-//! Costs: a put is one insert plus removals of what falls past the bounds, and a flush to disk
-//! on a thread of its own so the answer does not wait for it; a get is one read.
+//! Costs: a put is one insert plus removals of what falls past the bounds (the caller flushes,
+//! off the HTTP workers); a get is one read.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -93,18 +93,6 @@ impl ResponseTree {
             }
         }
     }
-
-    fn flush_apart(&self) {
-        let tree = self.tree.clone();
-        let spawned = std::thread::Builder::new().name("responses-flush".into()).spawn(move || {
-            if let Err(error) = tree.flush() {
-                tracing::warn!(%error, "could not write stored responses to disk");
-            }
-        });
-        if let Err(error) = spawned {
-            tracing::warn!(%error, "could not start the stored responses' flush");
-        }
-    }
 }
 
 impl ResponseStore for ResponseTree {
@@ -116,8 +104,6 @@ impl ResponseStore for ResponseTree {
             *count += 1;
         }
         self.prune(&mut count, now_micros());
-        drop(count);
-        self.flush_apart();
         Ok(())
     }
 
@@ -138,10 +124,12 @@ impl ResponseStore for ResponseTree {
         let removed = self.tree.remove(id.as_bytes()).map_err(store_failure("delete a response"))?.is_some();
         if removed {
             *count = count.saturating_sub(1);
-            drop(count);
-            self.flush_apart();
         }
         Ok(removed)
+    }
+
+    fn flush(&self) -> Result<(), CoreError> {
+        self.tree.flush().map(drop).map_err(store_failure("write responses to disk"))
     }
 }
 
@@ -199,6 +187,7 @@ mod tests {
             let store = Store::open(dir.path()).expect("open");
             let tree = ResponseTree::in_store(&store, limits(10, Duration::from_secs(60))).expect("tree");
             tree.put(&response(id.clone())).expect("put");
+            tree.flush().expect("flush");
         }
         let store = Store::open(dir.path()).expect("open again");
         let tree = ResponseTree::in_store(&store, limits(10, Duration::from_secs(60))).expect("tree");

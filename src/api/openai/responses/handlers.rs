@@ -7,8 +7,9 @@
 //! belongs to the API key that created it: another key (a daemon restarted with a new one) is
 //! told it does not exist. Nothing is stored for a request that was refused.
 //!
-//! Costs: the store calls are sled reads and inserts (microseconds, run off the HTTP workers
-//! except the insert at the end of a stream); continuing a response reads its conversation.
+//! Costs: the store calls are sled reads, inserts (microseconds) and flushes (an fsync), run
+//! off the HTTP workers but for the insert at the end of a stream; continuing a response reads
+//! its conversation.
 
 use std::sync::Arc;
 
@@ -113,7 +114,11 @@ async fn create_response(state: &AppState, http: &HttpRequest, payload: web::Pay
     let finished = head.finish(output, &collected.text, &collected.completion);
     if let Some(keep) = keep {
         let (store, stored) = keep.record(&head.id, &finished);
-        blocking(move || store.put(&stored)).await?;
+        blocking(move || {
+            store.put(&stored)?;
+            store.flush()
+        })
+        .await?;
     }
     Ok(HttpResponse::Ok().json(finished.object))
 }
@@ -135,8 +140,14 @@ impl StreamTranslator for StoringStream {
         if let Some(finished) = self.stream.take_finished() {
             if let Some(keep) = self.keep.take() {
                 let (store, stored) = keep.record(&self.id, &finished);
-                if let Err(error) = store.put(&stored) {
-                    tracing::warn!(id = %self.id, %error, "a streamed response could not be stored");
+                // Visible at once (an insert); the fsync runs off the HTTP worker.
+                match store.put(&stored) {
+                    Ok(()) => drop(tokio::task::spawn_blocking(move || {
+                        if let Err(error) = store.flush() {
+                            tracing::warn!(%error, "stored responses could not be written to disk");
+                        }
+                    })),
+                    Err(error) => tracing::warn!(id = %self.id, %error, "a streamed response could not be stored"),
                 }
             }
         }
@@ -175,7 +186,11 @@ async fn delete_response(state: &AppState, http: &HttpRequest, id: String) -> Re
     let id = stored.id;
     let removed = blocking({
         let id = id.clone();
-        move || store.delete(&id)
+        move || {
+            let removed = store.delete(&id)?;
+            store.flush()?;
+            Ok(removed)
+        }
     })
     .await?;
     Ok(HttpResponse::Ok().json(json!({"id": id, "object": "response.deleted", "deleted": removed})))
