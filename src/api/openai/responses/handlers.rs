@@ -49,16 +49,17 @@ pub async fn delete(state: web::Data<AppState>, request: HttpRequest, id: web::P
     delete_response(&state, &request, id.into_inner()).await.unwrap_or_else(|error| render_error(&error))
 }
 
-pub async fn input_items(
-    state: web::Data<AppState>,
-    request: HttpRequest,
-    id: web::Path<String>,
-    query: web::Query<InputItemsQuery>,
-) -> HttpResponse {
-    match find(&state, &request, id.into_inner(), None).await {
-        Ok(stored) => page(stored.input_items, query.into_inner()).map_or_else(|error| render_error(&error), |page| HttpResponse::Ok().json(page)),
-        Err(error) => render_error(&error),
-    }
+pub async fn input_items(state: web::Data<AppState>, request: HttpRequest, id: web::Path<String>) -> HttpResponse {
+    list_input_items(&state, &request, id.into_inner()).await.unwrap_or_else(|error| render_error(&error))
+}
+
+async fn list_input_items(state: &AppState, http: &HttpRequest, id: String) -> Result<HttpResponse, CoreError> {
+    // Read here rather than by an extractor, so a bad query is refused in OpenAI's shape.
+    let query = web::Query::<InputItemsQuery>::from_query(http.query_string())
+        .map_err(|e| CoreError::invalid(format!("the query is not limit, after and order: {e}")))?
+        .into_inner();
+    let stored = find(state, http, id, None).await?;
+    Ok(HttpResponse::Ok().json(page(stored.input_items, query)?))
 }
 
 /// What is kept of a response once it has finished.
