@@ -29,13 +29,21 @@
 //! grammar, as a server serving a schema again does: later instances start on the caches
 //! (states, masks) earlier ones left, so this measures what those caches keep. llguidance
 //! still compiles per instance there: its ratio is then not a like-for-like comparison.
+//! `--budget` also replays every instance twice more through a `Constraint` (each on a freshly
+//! compiled grammar), timing per token the sampler's constraint work (the token's check and
+//! the mask): once without a token budget, once told the tokens left (the instance's tokens
+//! plus its bytes, so the budget never binds and what is measured is its cost far from the
+//! end: the sampled token's distance check); and prints both with their ratio (goal: within
+//! 5% on average). It also times, at every token, the mask narrowed to a budget that just
+//! binds (one token fewer than the fewest that complete the document from there): what a step
+//! costs once the budget refused the sampled token.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use llamay::grammar::schema::compile_schema;
-use llamay::grammar::{check_input, CheckOutcome, CompiledGrammar, Limits, Matcher, TokenTrie};
+use llamay::grammar::{check_input, CheckOutcome, CompiledGrammar, Constraint, Limits, Matcher, TokenTrie};
 use llamay_test_support::cpu_timing::{row, CpuInstant};
 use llamay_test_support::vocabularies;
 use llguidance::api::TopLevelGrammar;
@@ -120,12 +128,15 @@ fn main() {
     let mut limit = usize::MAX;
     let mut per_schema = false;
     let mut warm = false;
+    let mut budget = false;
     let mut slow_mask_micros = 5_000.0;
     while let Some(arg) = args.next() {
         if arg == "--per-schema" {
             per_schema = true;
         } else if arg == "--warm" {
             warm = true;
+        } else if arg == "--budget" {
+            budget = true;
         } else if arg == "--slow-us" {
             slow_mask_micros = args.next().and_then(|n| n.parse().ok()).unwrap_or(slow_mask_micros);
         } else if arg == "--limit" {
@@ -212,7 +223,7 @@ fn main() {
         match llamay::actors::model::load_vocabulary(&path) {
             Ok(vocabulary) => {
                 let (tokens, eog) = (vocabulary.pieces(), vocabulary.end_of_generation());
-                let report = Report { per_schema, warm, slow_mask_micros };
+                let report = Report { per_schema, warm, budget, slow_mask_micros };
                 bench_vocab(&path, tokens, eog, &cases, &compiled, ours_compile, &report);
             }
             Err(error) => eprintln!("{error}"),
@@ -227,7 +238,52 @@ struct Report {
     per_schema: bool,
     /// `--warm`: one grammar per schema and vocabulary for all its instances.
     warm: bool,
+    /// `--budget`: the constraint's work per token with a token budget and without.
+    budget: bool,
     slow_mask_micros: f64,
+}
+
+/// `--budget`: at each token of an instance, the time to narrow the mask to the tokens that
+/// complete the document in one token fewer than the fewest found from there.
+fn tight_mask_times(schema: &Value, trie: &Arc<TokenTrie>, token_ids: &[u32]) -> Option<Vec<f64>> {
+    let grammar = CompiledGrammar::new(compile_schema(schema).ok()?, &Limits::default()).ok()?;
+    let mut matcher = Matcher::new(Arc::new(grammar), trie.clone());
+    let mut times = Vec::with_capacity(token_ids.len());
+    for &token in token_ids {
+        let mut mask = matcher.compute_mask().clone();
+        let started = CpuInstant::now();
+        let most = matcher.closing_tokens().saturating_sub(1);
+        matcher.narrow_to_budget(&mut mask, most);
+        times.push(started.elapsed_micros());
+        if matcher.commit(token).is_err() {
+            break;
+        }
+    }
+    Some(times)
+}
+
+/// `--budget`: the constraint's work at each token of `text` (its check, then the mask), on a
+/// freshly compiled grammar, with the tokens left told when `budgeted`; `None` when the schema
+/// does not compile again.
+fn constraint_step_times(schema: &Value, trie: &Arc<TokenTrie>, token_ids: &[u32], text: &str, budgeted: bool) -> Option<Vec<f64>> {
+    let grammar = CompiledGrammar::new(compile_schema(schema).ok()?, &Limits::default()).ok()?;
+    let mut constraint = Constraint::new(Some(Matcher::new(Arc::new(grammar), trie.clone())), None)?;
+    // Never binding: every token of the instance plus one per byte.
+    let budget = (token_ids.len() + text.len()) as u32;
+    let mut times = Vec::with_capacity(token_ids.len());
+    for (index, &token) in token_ids.iter().enumerate() {
+        let started = CpuInstant::now();
+        if budgeted {
+            constraint.set_tokens_left(budget - index as u32);
+        }
+        let allowed = constraint.is_allowed(token) && (!budgeted || constraint.fits_budget(token));
+        let in_mask = constraint.compute_mask().is_set(token);
+        times.push(started.elapsed_micros());
+        if !allowed || !in_mask || constraint.commit(token).is_err() {
+            break;
+        }
+    }
+    Some(times)
 }
 
 fn bench_vocab(
@@ -239,7 +295,7 @@ fn bench_vocab(
     ours_compile: Option<[f64; 4]>,
     report: &Report,
 ) {
-    let Report { per_schema, warm, slow_mask_micros } = *report;
+    let Report { per_schema, warm, budget, slow_mask_micros } = *report;
     let start = if warm {
         "llamay runs a schema's instances on one grammar (--warm), llguidance compiles per instance"
     } else {
@@ -263,6 +319,9 @@ fn bench_vocab(
     // instances of a schema llguidance cannot compile do not weigh on llamay's side alone.
     let (mut ours_paired, mut llg_paired): (Vec<f64>, Vec<f64>) = (Vec::new(), Vec::new());
     let (mut not_in_mask, mut llg_failed, mut llg_rejected) = (0usize, 0usize, 0usize);
+    // `--budget`: the constraint's work per token without a budget and with one, paired.
+    let (mut unbudgeted, mut budgeted): (Vec<f64>, Vec<f64>) = (Vec::new(), Vec::new());
+    let mut tight = Vec::new();
     // Schemas by their slowest llamay mask, to point at what to optimise.
     let mut slowest: Vec<(f64, &str)> = Vec::new();
     for entry in compiled {
@@ -310,6 +369,27 @@ fn bench_vocab(
                 if !allowed || matcher.commit(token).is_err() {
                     not_in_mask += 1;
                     break;
+                }
+            }
+            if budget {
+                // In turns, first one then the other: the vocabulary's own tables (loop sets,
+                // shared by every grammar) warm up in whichever runs first.
+                let run = |budgeted| constraint_step_times(&case.schema, &trie, &token_ids, text, budgeted);
+                let (off, on) = match instance_index % 2 {
+                    0 => {
+                        let off = run(false);
+                        (off, run(true))
+                    }
+                    _ => {
+                        let on = run(true);
+                        (run(false), on)
+                    }
+                };
+                tight.extend(tight_mask_times(&case.schema, &trie, &token_ids).unwrap_or_default());
+                if let (Some(off), Some(on)) = (off, on) {
+                    let common = off.len().min(on.len());
+                    unbudgeted.extend_from_slice(&off[..common]);
+                    budgeted.extend_from_slice(&on[..common]);
                 }
             }
             let stats = matcher.stats();
@@ -368,6 +448,21 @@ fn bench_vocab(
         println!("  slowest llamay mask: {:>10.0} us in {name}", micros);
     }
     row("llamay mask, every instance", &mut ours_masks);
+    if budget {
+        println!("  the constraint's work per token (check and mask), without a token budget and with one far from binding:");
+        let off = row("budget off", &mut unbudgeted);
+        let on = row("budget on", &mut budgeted);
+        if let (Some(off), Some(on)) = (off, on) {
+            println!(
+                "  budget on/off: avg {:.3}x (goal <= 1.05x), p50 {:.3}x, p99 {:.3}x, max {:.3}x",
+                on[0] / off[0],
+                on[1] / off[1],
+                on[2] / off[2],
+                on[3] / off[3]
+            );
+        }
+        row("mask narrowed, budget binding", &mut tight);
+    }
     row("llguidance mask", &mut llg_masks);
     println!("  the same masks, where both engines ran (the ratios):");
     let ours = row("llamay mask", &mut ours_paired);

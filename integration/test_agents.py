@@ -238,14 +238,17 @@ def test_anthropic_forced_tool_stream_begins_with_the_tool_use_block():
 def test_a_named_call_cut_off_before_its_name_still_names_the_tool(budget):
     response = openai_client.chat.completions.create(
         model=MODEL, messages=ASK_WEATHER, tools=[TIME, WEATHER], temperature=0, max_tokens=budget,
-        tool_choice={"type": "function", "function": {"name": "get_weather"}})
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        # The cut itself (a budget below the call's shortest form is refused when calls close).
+        extra_body={"llamay_close_on_budget": False})
     choice = response.choices[0]
     assert choice.finish_reason == "length"
     (call,) = choice.message.tool_calls
     assert call.function.name == "get_weather"
     assert call.function.arguments == "" or call.function.arguments.startswith("{")
 
-    request = dict(model=MODEL, max_tokens=budget, messages=ASK_WEATHER, extra_body={"temperature": 0},
+    request = dict(model=MODEL, max_tokens=budget, messages=ASK_WEATHER,
+                   extra_body={"temperature": 0, "llamay_close_on_budget": False},
                    tools=[WEATHER_ANTHROPIC], tool_choice={"type": "tool", "name": "get_weather"})
     message = anthropic_client.messages.create(**request)
     assert message.stop_reason == "max_tokens"

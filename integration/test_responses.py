@@ -161,7 +161,7 @@ def test_a_chained_turn_reuses_the_first_turns_kv_state():
     )
     # Every prompt token of turn 1 but its last is reused: the last is decoded as the answer's
     # first step, not in the prefill's batch, and only batch-prefilled KV is reused (see the
-    # README's "Contexts and prefix reuse"); it and turn 1's answer are prefilled again.
+    # docs/contexts-and-eval.md); it and turn 1's answer are prefilled again.
     assert second.usage.input_tokens_details.cached_tokens >= first.usage.input_tokens - 1, (first.usage, second.usage)
     assert second.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens
 

@@ -58,8 +58,12 @@ pub enum ErrorCode {
     HostNotAllowed,
     /// A snapshot's stored state or record is damaged: nothing can be restored from it.
     SnapshotDamaged,
-    /// The daemon holds as many contexts as it may (`max_contexts`); delete some first.
+    /// The daemon holds as many contexts as it may (`max_contexts`); retry once some are
+    /// deleted or expire. A capacity limit, answered like a full queue (503, `Retry-After`).
     ContextLimit,
+    /// The device memory a model needs is held by models still answering requests; retry when
+    /// they are idle and can be unloaded. A capacity limit, like [`ErrorCode::ContextLimit`].
+    DeviceMemoryBusy,
     /// The disk holding the model store is full (a pull or an import).
     InsufficientStorage,
 }
@@ -83,10 +87,13 @@ impl ErrorCode {
             ErrorCode::ContextNotFound | ErrorCode::ResponseNotFound => 404,
             ErrorCode::Conflict | ErrorCode::SnapshotDamaged => 409,
             ErrorCode::PayloadTooLarge => 413,
+            // Capacity limits a request meets (a queue, a count, memory) are 503: clients retry
+            // on it after `Retry-After`. 507 is kept for a full disk, which a retry won't fix.
             ErrorCode::Overloaded | ErrorCode::ShuttingDown => 503,
+            ErrorCode::ContextLimit | ErrorCode::DeviceMemoryBusy => 503,
             ErrorCode::RpcWorkerLost => 503,
             ErrorCode::ModelLoadFailed | ErrorCode::Internal => 500,
-            ErrorCode::ContextLimit | ErrorCode::InsufficientStorage => 507,
+            ErrorCode::InsufficientStorage => 507,
         }
     }
 
@@ -135,6 +142,7 @@ impl ErrorCode {
             ErrorCode::HostNotAllowed => "host_not_allowed",
             ErrorCode::SnapshotDamaged => "snapshot_damaged",
             ErrorCode::ContextLimit => "context_limit_reached",
+            ErrorCode::DeviceMemoryBusy => "device_memory_busy",
             ErrorCode::InsufficientStorage => "insufficient_storage",
         }
     }
@@ -160,6 +168,10 @@ impl ErrorCode {
             ErrorCode::Overloaded => Some(1),
             ErrorCode::ShuttingDown => Some(5),
             ErrorCode::RpcWorkerLost => Some(5),
+            // A context frees when one is deleted or its keepalive runs out; models go idle
+            // when their requests end.
+            ErrorCode::ContextLimit => Some(5),
+            ErrorCode::DeviceMemoryBusy => Some(5),
             _ => None,
         }
     }
@@ -256,6 +268,7 @@ mod tests {
             ErrorCode::HostNotAllowed,
             ErrorCode::SnapshotDamaged,
             ErrorCode::ContextLimit,
+            ErrorCode::DeviceMemoryBusy,
             ErrorCode::InsufficientStorage,
         ];
         for code in all {
@@ -268,7 +281,9 @@ mod tests {
         assert_eq!(ErrorCode::Unauthorized.anthropic_type(), "authentication_error");
         assert_eq!(ErrorCode::RequestTimeout.status_text(), "Request Timeout");
         assert_eq!(ErrorCode::HostNotAllowed.anthropic_type(), "permission_error");
-        assert_eq!(ErrorCode::ContextLimit.status_text(), "Insufficient Storage");
+        assert_eq!(ErrorCode::ContextLimit.status_text(), "Service Unavailable");
+        assert_eq!(ErrorCode::ContextLimit.anthropic_type(), "overloaded_error");
+        assert_eq!(ErrorCode::DeviceMemoryBusy.status(), 503);
         assert_eq!(ErrorCode::InsufficientStorage.status(), 507);
         assert_eq!(ErrorCode::InsufficientStorage.status_text(), "Insufficient Storage");
     }

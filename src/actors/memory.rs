@@ -109,6 +109,17 @@ pub struct DoesNotFit {
     pub layers: u32,
     pub need: u64,
     pub room: u64,
+    /// The room once every model holding memory on the device is unloaded: when `need` fits
+    /// it, the refusal is for now only (models still answering hold the memory).
+    pub room_when_idle: u64,
+}
+
+impl DoesNotFit {
+    /// Whether the placement fits once the models now holding the device are idle and
+    /// unloaded, so that a retry later may succeed.
+    pub fn fits_when_idle(&self) -> bool {
+        self.need <= self.room_when_idle
+    }
 }
 
 /// The outcome of one planning round.
@@ -136,9 +147,9 @@ pub fn place(
         memory: ModelMemory { host_bytes: split.host_bytes, device: None },
         offloadable,
     };
+    let held_on = |device: &Device| held.iter().map(|m| m.on_device(device.index)).sum::<u64>();
     let room = |device: &Device| {
-        let held: u64 = held.iter().map(|m| m.on_device(device.index)).sum();
-        device.free.min(device.total.saturating_sub(held)).saturating_sub(DEVICE_HEADROOM)
+        device.free.min(device.total.saturating_sub(held_on(device))).saturating_sub(DEVICE_HEADROOM)
     };
     let Some(device) = devices.iter().max_by_key(|device| room(device)) else {
         return Plan::Load(host(estimate.split(0)));
@@ -177,6 +188,7 @@ pub fn place(
             layers: wanted.layers,
             need: wanted.device_bytes,
             room: room_now,
+            room_when_idle: (device.free + held_on(device)).min(device.total).saturating_sub(DEVICE_HEADROOM),
         }),
     };
     Plan::Evict { index: device.index, fallback }
@@ -312,7 +324,7 @@ mod tests {
             device: Some(DeviceShare { index: 1, name: "FAKE0".into(), bytes: 3 * GIB, layers: 9, of_layers: 9 }),
         };
         let model = estimate(8, 100);
-        match place(&model, &devices, &[held], None) {
+        match place(&model, &devices, &[held.clone()], None) {
             Plan::Evict { index, fallback } => {
                 assert_eq!(index, 1);
                 let placed = fallback.unwrap();
@@ -320,6 +332,15 @@ mod tests {
             }
             other => panic!("expected eviction first: {other:?}"),
         }
+        // Asked for every layer while the busy model holds 3 GiB: it fits once that one is
+        // idle and unloaded, so the refusal is for now only.
+        match place(&model, &devices, &[held.clone()], Some(9)) {
+            Plan::Evict { fallback: Err(busy), .. } => assert!(busy.fits_when_idle(), "{busy:?}"),
+            other => panic!("expected a refusal: {other:?}"),
+        }
+        // Forty layers never fit 4 GiB, whatever is unloaded.
+        let refused = place_alone(&estimate(40, 100), &devices, Some(41)).unwrap_err();
+        assert!(!refused.fits_when_idle(), "{refused:?}");
         let host = HostMemory { available: 10 * GIB, total: 2 * GIB };
         assert_eq!(host_room(host, &[ModelMemory { host_bytes: GIB, device: None }], 0), GIB);
         assert_eq!(host_room(HostMemory { available: MIB, total: 8 * GIB }, &[], 3 * MIB), 4 * MIB);

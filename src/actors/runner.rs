@@ -109,6 +109,9 @@ pub struct WireRequest {
     /// Whether drafts are verified with each sampled token (the daemon resolved its default).
     #[serde(default)]
     pub accelerate: Option<bool>,
+    /// Whether the constraint closes its document within the budget (resolved likewise).
+    #[serde(default)]
+    pub close_on_budget: Option<bool>,
 }
 
 impl WireRequest {
@@ -148,6 +151,7 @@ impl WireRequest {
             parallel_tool_calls: request.parallel_tool_calls,
             context_tokens,
             accelerate: request.accelerate,
+            close_on_budget: request.close_on_budget,
         })
     }
 }
@@ -186,6 +190,8 @@ pub struct WireTotals {
     pub requests: u64,
     pub prompt_tokens: u64,
     pub generated_tokens: u64,
+    #[serde(default)]
+    pub budget_closings: u64,
     pub generation_seconds: f64,
     pub prompt_eval_seconds: f64,
     pub constraint_caches: Option<serde_json::Value>,
@@ -204,6 +210,7 @@ impl WireTotals {
             requests: totals.requests,
             prompt_tokens: totals.prompt_tokens,
             generated_tokens: totals.generated_tokens,
+            budget_closings: totals.budget_closings,
             generation_seconds: totals.generation_time.as_secs_f64(),
             prompt_eval_seconds: totals.prompt_eval_time.as_secs_f64(),
             constraint_caches: totals.constraint_caches,
@@ -220,6 +227,7 @@ impl WireTotals {
             requests: self.requests,
             prompt_tokens: self.prompt_tokens,
             generated_tokens: self.generated_tokens,
+            budget_closings: self.budget_closings,
             generation_time: seconds(self.generation_seconds),
             prompt_eval_time: seconds(self.prompt_eval_seconds),
             constraint_caches: self.constraint_caches,

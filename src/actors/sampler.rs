@@ -1,6 +1,11 @@
 //! The per-request sampler: one per live sequence. It applies the request's constraint,
 //! samples, turns tokens into text, and decides when the generation is over.
 //!
+//! The constraint is told the tokens the budget (the request's `max_tokens`, or the context's
+//! room) leaves at each step, so that it closes its document within them
+//! (`llamay_close_on_budget`); a token it refuses for the budget is drawn again from the
+//! narrowed mask, and an output so closed still ends with `Length`.
+//!
 //! Key types: [`SequenceSampler`], [`Step`], [`StopStrings`].
 //! Each step costs one pass over the logits row (see `llm::sampling`), plus a constraint check
 //! of the chosen token; when it is refused, a few more checks of the next best-ranked tokens,
@@ -106,6 +111,8 @@ pub struct SequenceSampler {
     max_tokens: u32,
     /// The last token sampled into the answer (Ollama's `context` ends with it).
     last_token: Option<u32>,
+    /// Whether the constraint is told the tokens left, to close its document within them.
+    close_on_budget: bool,
 }
 
 impl SequenceSampler {
@@ -125,6 +132,27 @@ impl SequenceSampler {
             generated: 0,
             max_tokens,
             last_token: None,
+            close_on_budget: true,
+        }
+    }
+
+    /// Whether the constraint closes its document within the budget (on unless told).
+    pub fn closing_on_budget(mut self, on: bool) -> Self {
+        self.close_on_budget = on;
+        self
+    }
+
+    /// Whether the budget made the constraint close its document early.
+    pub fn closed_on_budget(&self) -> bool {
+        self.constraint.as_ref().is_some_and(OutputConstraint::closed_on_budget)
+    }
+
+    /// Why an output that the model or its constraint ended is over: `Length` where the
+    /// budget closed the document early, as it would have cut it.
+    fn natural_end(&self) -> FinishReason {
+        match self.closed_on_budget() {
+            true => FinishReason::Length,
+            false => FinishReason::Stop,
         }
     }
 
@@ -191,7 +219,18 @@ impl SequenceSampler {
                 if self.generated + 1 == self.max_tokens {
                     constraint.next_token_is_last();
                 }
-                self.sampler.sample(logits, Some(&mut ConstraintAdapter(constraint)))
+                if self.close_on_budget {
+                    constraint.set_tokens_left(self.max_tokens - self.generated);
+                }
+                let chosen = self.sampler.sample(logits, Some(&mut ConstraintAdapter(&mut *constraint)));
+                match chosen {
+                    // Refused for the budget: the constraint's masks are narrowed to the
+                    // tokens that fit, and the token is drawn again from them.
+                    Ok(token) if !constraint.fits_budget(token) => {
+                        self.sampler.sample(logits, Some(&mut ConstraintAdapter(constraint)))
+                    }
+                    chosen => chosen,
+                }
             }
             None => self.sampler.sample(logits, None),
         };
@@ -207,7 +246,7 @@ impl SequenceSampler {
             }
         };
         if self.vocabulary.is_end_of_generation(token) {
-            return Chosen::Over(self.finish(FinishReason::Stop));
+            return Chosen::Over(self.finish(self.natural_end()));
         }
         if let Some(constraint) = self.constraint.as_mut() {
             if let Err(error) = constraint.commit(token) {
@@ -233,7 +272,7 @@ impl SequenceSampler {
             if constraint.is_accepting() && !constraint.can_continue() {
                 let mut rest = self.text.finish();
                 rest.push_str(&self.stops.finish());
-                return Step::Finished { text: format!("{text}{rest}"), reason: FinishReason::Stop };
+                return Step::Finished { text: format!("{text}{rest}"), reason: self.natural_end() };
             }
         }
         if self.generated >= self.max_tokens {

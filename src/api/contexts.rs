@@ -6,7 +6,7 @@
 //! `GET /v1/contexts` lists a page at a time, oldest first, as OpenAI lists: `limit` (1 to
 //! 1000, default [`DEFAULT_PAGE`]) and `after` (the last id of the previous page), answered with
 //! `has_more`, `first_id` and `last_id`. Past `max_contexts`, creating, forking and restoring
-//! answer 507.
+//! answer 503 with `Retry-After`.
 //!
 //! Key item: [`configure`] (the routes); creating a context and a request's use of one are the
 //! generation service's (`crate::service`).

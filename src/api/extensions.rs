@@ -26,6 +26,7 @@ const KNOWN: &[&str] = &[
     "llamay_context",
     "llamay_context_commit",
     "llamay_accelerate",
+    "llamay_close_on_budget",
 ];
 
 #[derive(Debug, Default, Deserialize)]
@@ -43,6 +44,9 @@ pub struct LlamayFields {
     pub llamay_context_commit: bool,
     /// Drafts verified with each sampled token; `false` decodes one token per step.
     pub llamay_accelerate: Option<bool>,
+    /// Whether a constraint closes its document within the token budget; `false` lets the
+    /// budget cut it where it falls.
+    pub llamay_close_on_budget: Option<bool>,
     /// The names of the request's other fields, to find a misspelt `llamay_*` one.
     #[serde(flatten)]
     others: BTreeMap<String, IgnoredAny>,

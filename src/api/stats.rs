@@ -41,6 +41,7 @@ pub async fn stats(state: web::Data<AppState>) -> HttpResponse {
                     "requests": totals.requests,
                     "prompt_tokens": totals.prompt_tokens,
                     "generated_tokens": totals.generated_tokens,
+                    "budget_closings": totals.budget_closings,
                     "generation_seconds": totals.generation_time.as_secs_f64(),
                     "prompt_eval_seconds": totals.prompt_eval_time.as_secs_f64(),
                     "tokens_per_second": totals.tokens_per_second(),

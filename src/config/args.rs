@@ -39,6 +39,9 @@ pub struct ServeArgs {
     /// Drafts (forced bytes, copies from the prompt) verified in one decode: on or off.
     #[arg(long = "accelerate")]
     pub accelerate: Option<String>,
+    /// A constrained document closes within its token budget, so it ends valid: on or off.
+    #[arg(long = "close-on-budget")]
+    pub close_on_budget: Option<String>,
     /// A GBNF grammar applied to every request.
     #[arg(long = "grammar-file")]
     pub grammar_file: Option<PathBuf>,
@@ -107,6 +110,7 @@ pub const SINGLE_DASH_LONG_FLAGS: &[&str] = &[
     "model",
     "flash-attn",
     "accelerate",
+    "close-on-budget",
     // run
     "deny",
     "prompt",

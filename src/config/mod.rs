@@ -117,6 +117,9 @@ pub struct Config {
     /// Requests that do not say (`llamay_accelerate`) decode drafts with each sampled token:
     /// forced bytes and copies from the prompt, verified, so the output is the same.
     pub accelerate: bool,
+    /// Requests that do not say (`llamay_close_on_budget`) close a constrained document within
+    /// their token budget (`max_tokens` or the context's room), so it ends valid.
+    pub close_on_budget: bool,
     /// Whether a schema's `format` constrains strings (a request's `llamay_formats` wins).
     pub formats: crate::grammar::schema::FormatMode,
     /// RPC workers, host:port, that every model's layers are split over (none: this CPU only).
@@ -125,7 +128,7 @@ pub struct Config {
     pub split: Vec<f64>,
     /// Bytes of parked context state kept in memory (contexts, issue 11).
     pub context_memory: u64,
-    /// Named contexts held at once; creating more is refused with 507.
+    /// Named contexts held at once; creating more is refused with 503.
     pub max_contexts: usize,
     /// Stored `/v1/responses` answers kept at most; the oldest go first.
     pub max_stored_responses: usize,
@@ -186,6 +189,7 @@ impl Default for Config {
             max_connections: 1024,
             flash_attention: true,
             accelerate: true,
+            close_on_budget: true,
             formats: crate::grammar::schema::FormatMode::Ignore,
             rpc: Vec::new(),
             split: Vec::new(),
@@ -251,6 +255,7 @@ struct FileConfig {
     max_connections: Option<usize>,
     flash_attention: Option<bool>,
     accelerate: Option<bool>,
+    close_on_budget: Option<bool>,
     formats: Option<String>,
     rpc: Option<Vec<String>>,
     split: Option<Vec<f64>>,
@@ -376,6 +381,7 @@ impl Config {
         set(&mut self.max_connections, file.max_connections);
         set(&mut self.flash_attention, file.flash_attention);
         set(&mut self.accelerate, file.accelerate);
+        set(&mut self.close_on_budget, file.close_on_budget);
         if let Some(formats) = file.formats {
             self.formats = parse_formats(&formats)?;
         }
@@ -477,6 +483,9 @@ impl Config {
         if let Some(text) = env("LLAMAY_ACCELERATE") {
             self.accelerate = parse_on_off("accelerate", &text)?;
         }
+        if let Some(text) = env("LLAMAY_CLOSE_ON_BUDGET") {
+            self.close_on_budget = parse_on_off("close_on_budget", &text)?;
+        }
         if let Some(formats) = env("LLAMAY_FORMATS") {
             self.formats = parse_formats(&formats)?;
         }
@@ -553,6 +562,9 @@ impl Config {
         }
         if let Some(text) = &args.accelerate {
             self.accelerate = parse_on_off("accelerate", text)?;
+        }
+        if let Some(text) = &args.close_on_budget {
+            self.close_on_budget = parse_on_off("close_on_budget", text)?;
         }
         if let Some(workers) = &args.rpc {
             self.rpc = split_workers(workers);

@@ -20,6 +20,9 @@ fn defaults_match_the_issue() {
 #[test]
 fn acceleration_is_on_unless_the_env_or_the_flag_turns_it_off() {
     assert!(Config::load_with_env(&ServeArgs::default(), no_env).unwrap().accelerate);
+    assert!(Config::load_with_env(&ServeArgs::default(), no_env).unwrap().close_on_budget);
+    let args = ServeArgs { close_on_budget: Some("off".into()), ..ServeArgs::default() };
+    assert!(!Config::load_with_env(&args, no_env).unwrap().close_on_budget);
     let env = |key: &str| (key == "LLAMAY_ACCELERATE").then(|| "off".to_string());
     assert!(!Config::load_with_env(&ServeArgs::default(), env).unwrap().accelerate);
     let args = ServeArgs { accelerate: Some("on".into()), ..ServeArgs::default() };
@@ -154,6 +157,7 @@ fn the_documented_config_file_loads_and_documents_every_key() {
         "http_keep_alive",
         "max_connections",
         "flash_attention",
+        "close_on_budget",
         "formats",
         "rpc",
         "split",

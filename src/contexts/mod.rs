@@ -13,7 +13,7 @@
 //! long as their keep_alive says, wherever their state is.
 //!
 //! The registry holds at most `max_contexts` contexts ([`DEFAULT_MAX_CONTEXTS`]); creating or
-//! forking past that is refused with 507 until some are deleted or expire. That count bounds
+//! forking past that is refused with 503 (`Retry-After`) until some are deleted or expire. That count bounds
 //! the registry's memory too: a record's tokens and conversation fit its model's context.
 //!
 //! Snapshots (`snapshots.rs`, [`snapshots::SnapshotShelf`]) keep a context's KV state in the

@@ -179,7 +179,7 @@ impl ContextRegistry {
         })
     }
 
-    /// 507 unless `n` more contexts fit (a sweep of expired ones runs first when it is due).
+    /// 503 unless `n` more contexts fit (a sweep of expired ones runs first when it is due).
     fn reserve(&self, n: usize) -> Result<(), CoreError> {
         let max = self.max_contexts();
         if self.census.reserve(n, max) {
@@ -218,7 +218,7 @@ impl ContextRegistry {
         Ok(())
     }
 
-    /// Lists `record` (room for it is reserved); 507 when the registry is full.
+    /// Lists `record` (room for it is reserved); 503 when the registry is full.
     pub fn insert(&self, record: Arc<ContextRecord>) -> Result<(), CoreError> {
         self.reserve(1)?;
         self.list(record);
@@ -301,7 +301,7 @@ impl ContextRegistry {
     }
 
     /// `n` children of `parent`: the same tokens and conversation, no prefill (a child's
-    /// first request copies the parent's KV sequence). 507 when they do not all fit.
+    /// first request copies the parent's KV sequence). 503 when they do not all fit.
     pub fn fork(
         &self,
         parent: &ContextRecord,

@@ -118,7 +118,7 @@ fn past_the_cap_creates_and_forks_are_refused_until_one_is_deleted() {
     registry.insert(Arc::clone(&first)).unwrap();
     assert_eq!(registry.fork(&first, 3).unwrap().len(), 3);
     let refused = registry.insert(raw(&registry, None)).unwrap_err();
-    assert_eq!((refused.code, refused.status()), (ErrorCode::ContextLimit, 507));
+    assert_eq!((refused.code, refused.status()), (ErrorCode::ContextLimit, 503));
     assert!(refused.message.contains("max_contexts 4"), "{}", refused.message);
     let refused = registry.fork(&first, 1).unwrap_err();
     assert_eq!(refused.code, ErrorCode::ContextLimit);

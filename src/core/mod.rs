@@ -25,6 +25,6 @@ pub use request::{
     ChatMessage, Constraint, ConstraintCompileError, ConstraintKind, ConstraintSource, ContextRequest, PromptInput, Role, SamplingParams, ToolCall,
     ToolChoice, ToolSpec, UncheckedGenerateRequest, ValidGenerateRequest, Decoding,
 };
-pub use request::TokenLimits;
+pub use request::{budget_too_small_message, TokenLimits};
 pub use responses::{new_response_id, ResponseStore, StoredResponse};
 pub use response::{Completion, DraftCounts, FinishReason, StreamEvent, Timings, Usage};

@@ -37,6 +37,9 @@ pub struct ModelTotals {
     pub requests: u64,
     pub prompt_tokens: u64,
     pub generated_tokens: u64,
+    /// Generations whose constraint closed its document early to end valid within the token
+    /// budget.
+    pub budget_closings: u64,
     /// Time spent decoding generated tokens, summed over steps (not over sequences).
     #[serde(serialize_with = "serialize_seconds")]
     pub generation_time: Duration,

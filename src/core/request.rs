@@ -181,6 +181,16 @@ pub struct Constraint {
     pub source: Option<Arc<ConstraintSource>>,
 }
 
+/// Why a token budget (`limit`, such as "max_tokens is 10") is refused for a constraint whose
+/// shortest document, `document`, takes `needed` tokens: a smaller budget could only cut it off.
+pub fn budget_too_small_message(limit: &str, needed: usize, document: &str) -> String {
+    format!(
+        "{limit}, too few for any valid document: the shortest one the constraint allows, {document:?}, \
+         takes {needed} tokens; raise max_tokens (num_predict on Ollama's routes), or send \
+         \"llamay_close_on_budget\": false to let the budget cut the output where it falls"
+    )
+}
+
 /// The text a constraint is compiled from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -303,6 +313,9 @@ pub struct UncheckedGenerateRequest {
     /// `llamay_accelerate`: drafts verified with each sampled token (`None`: the daemon's
     /// setting, on where nothing says otherwise).
     pub accelerate: Option<bool>,
+    /// `llamay_close_on_budget`: a constraint closes its document within the token budget
+    /// (`None`: the daemon's setting, on where nothing says otherwise).
+    pub close_on_budget: Option<bool>,
 }
 
 impl UncheckedGenerateRequest {
@@ -320,6 +333,7 @@ impl UncheckedGenerateRequest {
             parallel_tool_calls: false,
             context: None,
             accelerate: None,
+            close_on_budget: None,
         }
     }
 
@@ -347,6 +361,9 @@ pub struct Decoding {
     /// Draft tokens (forced bytes, copies from the prompt) verified in the decode of the
     /// sampled one (`llamay_accelerate`, serve `-accelerate`); the output is the same.
     pub accelerate: bool,
+    /// Whether the constraint closes its document within the token budget
+    /// (`llamay_close_on_budget`, serve `-close-on-budget`).
+    pub close_on_budget: bool,
     pub stop: Vec<String>,
     pub num_ctx: Option<u32>,
     pub constraint: Option<Constraint>,
@@ -428,6 +445,7 @@ impl ValidGenerateRequest {
         Decoding {
             sampling: request.sampling,
             accelerate: request.accelerate.unwrap_or(true),
+            close_on_budget: request.close_on_budget.unwrap_or(true),
             stop: request.stop,
             num_ctx: request.num_ctx,
             constraint,

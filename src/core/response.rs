@@ -96,6 +96,10 @@ pub struct Completion {
     /// The matcher's per-request counters (fast path hits, masks computed...), as the engine
     /// reports them; `None` without a constraint.
     pub constraint_stats: Option<serde_json::Value>,
+    /// Whether the token budget made the constraint close its document early (the finish
+    /// reason is then `Length`).
+    #[serde(default)]
+    pub closed_on_budget: bool,
     /// The prompt and answer as token ids (Ollama's `context` on `/api/generate`).
     pub context_tokens: Vec<u32>,
     /// Draft tokens proposed and confirmed while decoding (all zero when not accelerated).

@@ -121,6 +121,7 @@ impl Daemon {
             compile_threads: config.compile_threads,
             compile_queue: config.compile_queue,
             accelerate: config.accelerate,
+            close_on_budget: config.close_on_budget,
         };
         let settings = RouteSettings {
             max_body_bytes: config.max_body_bytes,

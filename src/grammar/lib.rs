@@ -28,6 +28,8 @@ pub mod toktrie;
 #[cfg(test)]
 mod bounded_tests;
 #[cfg(test)]
+mod budget_tests;
+#[cfg(test)]
 mod reference_tests;
 
 pub use automaton::CompiledGrammar;

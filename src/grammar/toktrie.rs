@@ -658,6 +658,42 @@ impl TokenTrie {
         self.max_depth
     }
 
+    /// The lengths of the tokens that `bytes` begins with (each a token's whole bytes), shortest
+    /// first: a walk down the trie along `bytes`.
+    pub(crate) fn token_prefix_lengths(&self, bytes: &[u8], mut found: impl FnMut(usize)) {
+        let (mut first, mut end) = (0usize, self.nodes.len());
+        for (depth, &byte) in bytes.iter().enumerate() {
+            let mut child = first;
+            let node = loop {
+                match self.nodes.get(child) {
+                    Some(node) if child < end && node.byte == byte => break Some(node),
+                    Some(node) if child < end => child = node.subtree_end as usize,
+                    _ => break None,
+                }
+            };
+            let Some(node) = node else { return };
+            if node.token != NO_TOKEN && !self.is_eog(node.token) {
+                found(depth + 1);
+            }
+            (first, end) = (child + 1, node.subtree_end as usize);
+        }
+    }
+
+    /// The bytes that are a token by themselves: a text made only of them can always be
+    /// written one token per byte.
+    pub fn single_byte_tokens(&self) -> ByteSet {
+        let mut bytes = ByteSet::EMPTY;
+        if let Some((start, end)) = self.wide_children(ROOT_PARENT) {
+            for at in start..end {
+                let node = self.wide_children.nodes.get(at as usize).and_then(|&n| self.nodes.get(n as usize));
+                if let Some(node) = node.filter(|node| node.token != NO_TOKEN && !self.is_eog(node.token)) {
+                    bytes.insert(node.byte);
+                }
+            }
+        }
+        bytes
+    }
+
     pub fn node_count(&self) -> usize {
         self.nodes.len()
     }

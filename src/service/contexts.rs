@@ -56,7 +56,7 @@ pub(super) fn context_use(
 impl GenerationService {
     /// Creates a context of `model` holding `input` prefilled (`content` is how the context
     /// remembers it): the tools' schemas checked as a chat request's are, the prompt prefilled
-    /// once, and the context registered. Refused with 507 past the daemon's `max_contexts`.
+    /// once, and the context registered. Refused with 503 past the daemon's `max_contexts`.
     pub async fn create_context(
         &self,
         model: &str,

@@ -100,6 +100,9 @@ pub struct GenerationPolicy {
     pub compile_queue: usize,
     /// Whether requests that do not say (`llamay_accelerate`) decode verified drafts.
     pub accelerate: bool,
+    /// Whether requests that do not say (`llamay_close_on_budget`) close their constrained
+    /// document within the token budget.
+    pub close_on_budget: bool,
 }
 
 impl Default for GenerationPolicy {
@@ -112,6 +115,7 @@ impl Default for GenerationPolicy {
             compile_threads: crate::config::default_compile_threads(),
             compile_queue: DEFAULT_COMPILE_QUEUE,
             accelerate: true,
+            close_on_budget: true,
         }
     }
 }
@@ -149,6 +153,7 @@ pub struct GenerationService {
     formats: FormatMode,
     token_limits: TokenLimits,
     accelerate: bool,
+    close_on_budget: bool,
 }
 
 impl GenerationService {
@@ -164,6 +169,7 @@ impl GenerationService {
             formats: policy.formats,
             token_limits: policy.token_limits,
             accelerate: policy.accelerate,
+            close_on_budget: policy.close_on_budget,
         }
     }
 
@@ -197,6 +203,7 @@ impl GenerationService {
         sources.formats = sources.formats.or(Some(self.formats));
         request.sampling.limit_tokens(self.token_limits);
         request.accelerate = Some(request.accelerate.unwrap_or(self.accelerate));
+        request.close_on_budget = Some(request.close_on_budget.unwrap_or(self.close_on_budget));
         // One name per model from here on: its context and its loaded copy are found by it.
         request.model = ModelName::parse(&request.model)?.to_string();
         // The request's `llamay_lexicon` wins over the daemon's `-lexicon`.

@@ -111,6 +111,7 @@ fn to_request(request: WireRequest, constraints: &ConstraintCache) -> Result<Val
         parallel_tool_calls: request.parallel_tool_calls,
         context: request.context_tokens.map(ContextRequest::Tokens),
         accelerate: request.accelerate,
+        close_on_budget: request.close_on_budget,
     };
     validate_local(request, constraint, None)
 }

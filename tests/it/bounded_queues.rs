@@ -4,7 +4,8 @@
 //! - a loaded model's queue: with one sequence busy and `max_queue` requests waiting, the next
 //!   request gets 503 with `Retry-After` in the OpenAI, Anthropic and Ollama error shapes, and
 //!   `/v1/stats` and `/metrics` report the request that waits;
-//! - contexts: past `max_contexts` creating and forking answer 507 naming the limit, deleting
+//! - contexts: past `max_contexts` creating and forking answer 503 with
+//!   `Retry-After`, naming the limit, deleting
 //!   makes room, and `GET /v1/contexts` pages with `limit` / `after` / `has_more`.
 //!
 //! Each daemon has its own store (a temporary `LLAMAY_HOME`) and serves the SmolLM2 file from
@@ -145,12 +146,24 @@ fn contexts_are_capped_at_max_contexts_and_listed_a_page_at_a_time() {
     let (status, forked) = fork(4);
     assert_eq!(status, 201, "{forked}");
 
-    let (status, refused) = create();
-    assert_eq!(status, 507, "{refused}");
+    // A capacity limit, answered as a full queue is: 503 with Retry-After (507 is the disk's).
+    let refused_with_retry = |method: Method, url: &str, body: Option<Value>| {
+        let mut request = client.request(method, url);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().expect("answer");
+        let status = response.status().as_u16();
+        let retry_after = response.headers().get("retry-after").map(|v| v.to_str().unwrap_or("").to_string());
+        (status, retry_after, response.json::<Value>().expect("json"))
+    };
+    let (status, retry, refused) =
+        refused_with_retry(Method::POST, &contexts, Some(json!({"model": MODEL, "prompt": "Once upon a time"})));
+    assert_eq!((status, retry.as_deref()), (503, Some("5")), "{refused}");
     assert_eq!(refused["error"]["code"], "context_limit_reached", "{refused}");
     assert!(refused["error"]["message"].as_str().unwrap_or_default().contains("max_contexts 5"), "{refused}");
-    let (status, refused) = fork(1);
-    assert_eq!(status, 507, "{refused}");
+    let (status, retry, refused) = refused_with_retry(Method::POST, &format!("{contexts}/{first_id}/fork?n=1"), None);
+    assert_eq!((status, retry.as_deref()), (503, Some("5")), "{refused}");
     let counted = stats(daemon);
     assert_eq!((counted["contexts"]["total"].as_u64(), counted["contexts"]["max_contexts"].as_u64()), (Some(5), Some(5)), "{counted}");
 

@@ -30,6 +30,10 @@ pub fn reference_chain(length: usize) -> Value {
     json!({"$defs": definitions, "$ref": "#/$defs/d0"})
 }
 
+/// Tokens each request may write: enough for the shortest forced call (`<tool_call>` and the
+/// name come before `{}`), since a budget below a constraint's shortest document is a 400.
+const BUDGET: u32 = 40;
+
 /// Each request carrying `schema`: the route, its body, and where its API puts the message.
 fn schema_requests(schema: &Value) -> Vec<(&'static str, Value, &'static str)> {
     let messages = json!([{"role": "user", "content": "Look it up."}]);
@@ -38,44 +42,44 @@ fn schema_requests(schema: &Value) -> Vec<(&'static str, Value, &'static str)> {
     vec![
         (
             "/v1/chat/completions",
-            json!({"model": MODEL, "max_tokens": 4, "messages": messages,
+            json!({"model": MODEL, "max_tokens": BUDGET, "messages": messages,
                    "response_format": {"type": "json_schema", "json_schema": {"name": "deep", "schema": schema}}}),
             "/error/message",
         ),
         (
             "/v1/chat/completions",
-            json!({"model": MODEL, "max_tokens": 4, "messages": messages, "llamay_schema": schema}),
+            json!({"model": MODEL, "max_tokens": BUDGET, "messages": messages, "llamay_schema": schema}),
             "/error/message",
         ),
         (
             "/v1/messages",
-            json!({"model": MODEL, "max_tokens": 4, "messages": messages, "llamay_schema": schema}),
+            json!({"model": MODEL, "max_tokens": BUDGET, "messages": messages, "llamay_schema": schema}),
             "/error/message",
         ),
         (
             "/api/chat",
-            json!({"model": MODEL, "stream": false, "options": {"num_predict": 4}, "messages": messages, "format": schema}),
+            json!({"model": MODEL, "stream": false, "options": {"num_predict": BUDGET}, "messages": messages, "format": schema}),
             "/error",
         ),
         (
             "/api/generate",
-            json!({"model": MODEL, "stream": false, "options": {"num_predict": 4}, "prompt": "Look it up.", "format": schema}),
+            json!({"model": MODEL, "stream": false, "options": {"num_predict": BUDGET}, "prompt": "Look it up.", "format": schema}),
             "/error",
         ),
         (
             "/v1/chat/completions",
-            json!({"model": MODEL, "max_tokens": 4, "messages": messages, "tool_choice": "required", "tools": openai_tool}),
+            json!({"model": MODEL, "max_tokens": BUDGET, "messages": messages, "tool_choice": "required", "tools": openai_tool}),
             "/error/message",
         ),
         (
             "/v1/messages",
-            json!({"model": MODEL, "max_tokens": 4, "messages": messages, "tool_choice": {"type": "any"},
+            json!({"model": MODEL, "max_tokens": BUDGET, "messages": messages, "tool_choice": {"type": "any"},
                    "tools": [{"name": "lookup", "input_schema": schema}]}),
             "/error/message",
         ),
         (
             "/api/chat",
-            json!({"model": MODEL, "stream": false, "options": {"num_predict": 4}, "messages": messages,
+            json!({"model": MODEL, "stream": false, "options": {"num_predict": BUDGET}, "messages": messages,
                    "tool_choice": "required", "tools": openai_tool}),
             "/error",
         ),

@@ -9,6 +9,7 @@
 
 mod accelerate;
 mod bounded_queues;
+mod budget_close;
 mod cli_run;
 mod constrained_generation;
 mod constrained_greedy_reference;

@@ -398,9 +398,13 @@ impl LlamaModelHandle {
             .lexicon
             .filter(|_| constraint_kind != Some(ConstraintKind::Tool))
             .and_then(|lexicon| LexiconMatcher::new(lexicon, self.trie(), target));
-        let constraint = OutputConstraint::new(matcher, lexicon);
+        let mut constraint = OutputConstraint::new(matcher, lexicon);
+        if let Some(constraint) = constraint.as_mut().filter(|_| decoding.close_on_budget) {
+            self.check_budget_holds_a_document(constraint, max_tokens, decoding.sampling.max_tokens)?;
+        }
         let mut sampler =
-            SequenceSampler::new(config, constraint, Arc::clone(self.model.vocabulary()), decoding.stop, max_tokens);
+            SequenceSampler::new(config, constraint, Arc::clone(self.model.vocabulary()), decoding.stop, max_tokens)
+                .closing_on_budget(decoding.close_on_budget);
         sampler.remember_prompt(&prompt);
         let (generation, events, cancel) = Generation::channel();
         let prefill_only = named.as_ref().is_some_and(|c| c.mode == ContextMode::Create);
@@ -601,6 +605,7 @@ fn end_live(entry: Live, reason: FinishReason, text: String, shared: &Shared) {
 
 fn finish(mut job: Job, reason: FinishReason, text: String, timings: Timings, prompt_tokens: usize, shared: &Shared) {
     let completion_tokens = job.sampler.generated();
+    let closed_on_budget = job.sampler.closed_on_budget();
     let constraint_stats = job.sampler.constraint().map(|constraint| {
         let label = match job.constraint {
             Some(ConstraintKind::Grammar) => "grammar",
@@ -637,6 +642,7 @@ fn finish(mut job: Job, reason: FinishReason, text: String, timings: Timings, pr
             totals.prefix_tokens_saved += job.cached as u64;
         }
         totals.generated_tokens += completion_tokens as u64;
+        totals.budget_closings += u64::from(closed_on_budget);
         if let Some(stats) = &constraint_stats {
             totals.constraint_caches = stats.get("stats").cloned();
         }
@@ -658,6 +664,11 @@ fn finish(mut job: Job, reason: FinishReason, text: String, timings: Timings, pr
         }
     };
     let ToolAnswer { content: text, calls: tool_calls, cut_off_arguments, reason } = answer;
+    // A call the budget closed early is whole, but the budget still ended it.
+    let reason = match reason {
+        FinishReason::ToolCalls if closed_on_budget => FinishReason::Length,
+        reason => reason,
+    };
     if !text.is_empty() {
         let _ = job.events.blocking_send(StreamEvent::Delta { text });
     }
@@ -668,6 +679,7 @@ fn finish(mut job: Job, reason: FinishReason, text: String, timings: Timings, pr
         tool_calls,
         cut_off_arguments,
         constraint_stats,
+        closed_on_budget,
         context_tokens: job.context_tokens,
         drafts,
     };

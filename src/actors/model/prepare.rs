@@ -9,7 +9,9 @@
 use std::sync::Arc;
 
 use super::LlamaModelHandle;
-use crate::core::{ConstraintKind, CoreError, PromptInput, Role, ToolSpec, ValidGenerateRequest};
+use crate::core::{budget_too_small_message, ConstraintKind, CoreError, PromptInput, Role, ToolSpec, ValidGenerateRequest};
+use crate::grammar::automaton::NO_ENDING;
+use crate::grammar::lexicon::Constraint as OutputConstraint;
 use crate::grammar::{CompiledGrammar, Limits};
 use crate::llm::template::TemplateMessage;
 
@@ -78,6 +80,32 @@ impl LlamaModelHandle {
             .with_param("max_tokens"));
         }
         Ok(())
+    }
+
+    /// Refuses a generation whose token budget cannot hold its constraint's shortest document
+    /// in this model's tokens (the fewest the constraint finds to spell it, which is what it
+    /// closes by): the answer could only be cut off. `budget` is the request's `max_tokens`
+    /// (`asked`) or the context's room after the prompt, the smaller.
+    pub(super) fn check_budget_holds_a_document(
+        &self,
+        constraint: &mut OutputConstraint,
+        budget: u32,
+        asked: Option<u32>,
+    ) -> Result<(), CoreError> {
+        if !constraint.can_close_on_budget() {
+            return Ok(());
+        }
+        let needed = constraint.closing_tokens();
+        if needed == NO_ENDING || budget >= needed {
+            return Ok(());
+        }
+        let document = constraint.grammar().and_then(|matcher| matcher.grammar().shortest_document()).unwrap_or_default();
+        let limit = match asked {
+            Some(asked) if asked <= budget => format!("max_tokens is {budget}"),
+            _ => format!("the context has room for {budget} tokens after the prompt"),
+        };
+        let document = String::from_utf8_lossy(document);
+        Err(CoreError::invalid(budget_too_small_message(&limit, needed as usize, &document)).with_param("max_tokens"))
     }
 }
 

@@ -73,7 +73,14 @@ impl Supervisor {
                     }
                     None => {
                         break fallback.map_err(|too_big| {
-                            CoreError::new(ErrorCode::ModelLoadFailed, format!("cannot load {name}: {too_big}"))
+                            // Models still answering hold the memory: a capacity limit, retried
+                            // like a full queue. Otherwise no wait would make the layers fit.
+                            let code = if too_big.fits_when_idle() {
+                                ErrorCode::DeviceMemoryBusy
+                            } else {
+                                ErrorCode::ModelLoadFailed
+                            };
+                            CoreError::new(code, format!("cannot load {name}: {too_big}"))
                         })?
                     }
                 },

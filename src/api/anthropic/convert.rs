@@ -105,6 +105,7 @@ pub fn convert(mut body: MessagesRequest) -> Result<Converted, CoreError> {
         parallel_tool_calls,
         context,
         accelerate: body.llamay.llamay_accelerate,
+        close_on_budget: body.llamay.llamay_close_on_budget,
     };
     Ok(Converted {
         request,

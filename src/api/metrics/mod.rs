@@ -62,6 +62,8 @@ struct Counters {
     durations: BTreeMap<String, Histogram>,
     prompt_tokens: BTreeMap<String, u64>,
     generated_tokens: BTreeMap<String, u64>,
+    /// Generations whose constraint closed its document early within the token budget.
+    budget_closings: BTreeMap<String, u64>,
     /// (model, finish reason) -> generations.
     generations: BTreeMap<(String, &'static str), u64>,
     time_to_first_token: BTreeMap<String, Histogram>,
@@ -148,6 +150,9 @@ impl Metrics {
                 u64::from(completion.usage.prompt_tokens);
             *c.generated_tokens.entry(model.to_string()).or_default() +=
                 u64::from(completion.usage.completion_tokens);
+            if completion.closed_on_budget {
+                *c.budget_closings.entry(model.to_string()).or_default() += 1;
+            }
             if let Some((kind, stats)) = mask_stats(completion) {
                 let totals = c.masks.entry(kind).or_default();
                 totals.steps += stats.steps;
@@ -223,6 +228,15 @@ impl Metrics {
                 &[("model", model)],
                 *count as f64,
             );
+        }
+        family(
+            &mut out,
+            "llamay_budget_closings_total",
+            "counter",
+            "Generations whose constraint closed its document early to end valid within the token budget, by model.",
+        );
+        for (model, count) in &counters.budget_closings {
+            sample(&mut out, "llamay_budget_closings_total", &[("model", model)], *count as f64);
         }
         family(
             &mut out,

@@ -67,6 +67,7 @@ pub fn convert_chat(mut body: ChatRequest) -> Result<Converted, CoreError> {
         parallel_tool_calls: false,
         context,
         accelerate: body.llamay.llamay_accelerate,
+        close_on_budget: body.llamay.llamay_close_on_budget,
     };
     Ok(Converted {
         request,
@@ -128,6 +129,7 @@ pub fn convert_generate(mut body: GenerateRequest) -> Result<Converted, CoreErro
         parallel_tool_calls: false,
         context,
         accelerate: body.llamay.llamay_accelerate,
+        close_on_budget: body.llamay.llamay_close_on_budget,
     };
     Ok(Converted {
         request,

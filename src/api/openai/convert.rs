@@ -92,6 +92,7 @@ pub fn convert(mut body: ChatCompletionRequest) -> Result<Converted, CoreError> 
         parallel_tool_calls: body.parallel_tool_calls.unwrap_or(true),
         context,
         accelerate: body.llamay.llamay_accelerate,
+        close_on_budget: body.llamay.llamay_close_on_budget,
     };
     Ok(Converted {
         request,

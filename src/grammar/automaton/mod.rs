@@ -17,6 +17,10 @@
 //! return) is computed the first time a step needs it and kept in the compiled grammar (child
 //! module `expansion`), so a step only glues cached expansions onto the stack below.
 //!
+//! Each position also knows the fewest bytes that finish its alternative, so a configuration
+//! knows how far it is from a complete document, and the shortest ending that gets there
+//! (child module `distance`): what a token budget closes a document by.
+//!
 //! Key types: [`CompiledGrammar`] (immutable but for those caches, shared in an `Arc`),
 //! [`CheckOutcome`], [`check_input`]. Cost: compiling is linear in the grammar plus a
 //! left-recursion check; a byte step costs about a microsecond per live stack; the matcher
@@ -34,11 +38,14 @@ use super::ir::{ByteSet, Grammar, Symbol, WHITESPACE_BYTES};
 use super::limits::Limits;
 
 mod analysis;
+mod distance;
 mod expansion;
 mod stacks;
 
 use analysis::byte_classes;
 pub(crate) use analysis::find_left_recursion;
+use distance::Distances;
+pub use distance::{closing_bytes, NO_ENDING};
 use expansion::Expansion;
 use stacks::StackSet;
 pub(crate) use stacks::{
@@ -106,6 +113,12 @@ pub struct CompiledGrammar {
     limits: Limits,
     /// Bounded repetitions, for [`CompiledGrammar::normalize_for_horizon`].
     counters: CounterChains,
+    /// Per position, the fewest bytes to the end of its alternative (see `distance.rs`).
+    distances: Distances,
+    /// Every byte some terminal or whitespace can read.
+    readable_bytes: ByteSet,
+    /// The shortest document, once asked for (see `distance.rs`).
+    shortest_document: OnceLock<Option<Box<[u8]>>>,
     /// Per vocabulary, what the matchers of this grammar share on it (their transition table
     /// and masks); opaque here so that the automaton does not depend on the caches built on it.
     attachments: VocabularyAttachments,
@@ -269,6 +282,17 @@ impl CompiledGrammar {
             });
         }
         let (byte_class, class_representatives) = byte_classes(&symbols);
+        let distances = Distances::new(&symbols, &alt_starts, &alt_ranges);
+        let mut readable_bytes = ByteSet::EMPTY;
+        for symbol in &symbols {
+            match symbol {
+                FlatSymbol::Bytes(set) => readable_bytes = readable_bytes.union(set),
+                FlatSymbol::Whitespace if grammar.whitespace_budget > 0 => {
+                    readable_bytes = readable_bytes.union(&whitespace_set())
+                }
+                _ => {}
+            }
+        }
         let counters = CounterChains::find(
             &grammar,
             &chain_ranks,
@@ -290,6 +314,9 @@ impl CompiledGrammar {
             initial: Vec::new(),
             limits: limits.clone(),
             counters,
+            distances,
+            readable_bytes,
+            shortest_document: OnceLock::new(),
             attachments: VocabularyAttachments::default(),
         };
         let mut stacks = StackSet::default();
@@ -320,6 +347,11 @@ impl CompiledGrammar {
 
     pub(crate) fn initial_config(&self) -> &[u32] {
         &self.initial
+    }
+
+    /// Every byte the grammar can read somewhere.
+    pub fn readable_bytes(&self) -> ByteSet {
+        self.readable_bytes
     }
 
     /// How many whitespace bytes a whole document may hold.

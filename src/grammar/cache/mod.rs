@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use super::automaton::{
     config_can_continue, config_hash, config_is_accepting, CompiledGrammar, Reading, StepOverflow, StepStacks, WordHasher,
+    NO_ENDING,
 };
 use super::ir::ByteSet;
 use super::mask::TokenMask;
@@ -68,6 +69,12 @@ pub(crate) struct StateTable {
     can_continue: Vec<bool>,
     /// Per state, once computed: its skip set (see [`StateTable::skip_set`]).
     skip_sets: Vec<Option<SkipSet>>,
+    /// Per state, once asked for: its distance from an accepting configuration (see
+    /// `automaton/distance.rs`); [`UNKNOWN`] until then.
+    distances: Vec<u32>,
+    /// Per state, once worked out: the fewest tokens found that complete the document from it
+    /// (see `matcher/closing.rs`); [`UNKNOWN`] until then.
+    closing_tokens: Vec<u32>,
     /// Per state, once asked for: the state masks are computed from; its state is
     /// [`UNKNOWN`] until then.
     mask_states: Vec<MaskRoot>,
@@ -129,6 +136,8 @@ impl StateTable {
             accepting: Vec::with_capacity(initial),
             can_continue: Vec::with_capacity(initial),
             skip_sets: Vec::with_capacity(initial),
+            distances: Vec::with_capacity(initial),
+            closing_tokens: Vec::with_capacity(initial),
             mask_states: Vec::with_capacity(initial),
             detached_utf8: HashMap::default(),
             step_buffer: StepStacks::default(),
@@ -178,6 +187,35 @@ impl StateTable {
             .get(state as usize)
             .copied()
             .unwrap_or(false)
+    }
+
+    /// The distance of `state` from an accepting configuration in bytes, worked out on first
+    /// use and kept ([`NO_ENDING`] for the dead state or without the grammar).
+    pub(crate) fn distance(&mut self, state: u32) -> u32 {
+        match self.distances.get(state as usize) {
+            Some(&known) if known != UNKNOWN => known,
+            Some(_) => {
+                let config = config_in(&self.config_words, &self.config_starts, state);
+                let distance =
+                    on_grammar(&self.lent, &self.grammar, |grammar| grammar.distance(config)).unwrap_or(NO_ENDING);
+                self.distances[state as usize] = distance;
+                distance
+            }
+            None => NO_ENDING,
+        }
+    }
+
+    /// The fewest tokens found that complete the document from `state`, if worked out.
+    pub(crate) fn known_closing_tokens(&self, state: u32) -> Option<u32> {
+        self.closing_tokens.get(state as usize).copied().filter(|&tokens| tokens != UNKNOWN)
+    }
+
+    /// Records that `tokens` tokens complete the document from `state`, where fewer were not
+    /// already known.
+    pub(crate) fn found_closing_tokens(&mut self, state: u32, tokens: u32) {
+        if let Some(slot) = self.closing_tokens.get_mut(state as usize) {
+            *slot = (*slot).min(tokens);
+        }
     }
 
     /// The state masks of `state` are computed from, if worked out since the last clear.
@@ -343,6 +381,8 @@ impl StateTable {
         self.accepting.push(reading.accepting);
         self.can_continue.push(reading.can_continue);
         self.skip_sets.push(None);
+        self.distances.push(UNKNOWN);
+        self.closing_tokens.push(UNKNOWN);
         self.mask_states.push(MaskRoot::UNKNOWN);
         // Classes no stack can read are dead from the start: a fresh state's walk then steps
         // only the few classes that lead somewhere, not every class of the grammar.
@@ -380,6 +420,8 @@ impl StateTable {
         self.transitions.clear();
         self.accepting.clear();
         self.can_continue.clear();
+        self.distances.clear();
+        self.closing_tokens.clear();
         self.detached_utf8.clear();
         self.clears += 1;
         self.push_state(&[], config_hash(&[]));

@@ -338,6 +338,14 @@ impl Matcher {
         &self.stats
     }
 
+    pub fn grammar(&self) -> &Arc<CompiledGrammar> {
+        &self.grammar
+    }
+
+    pub fn trie(&self) -> &Arc<TokenTrie> {
+        &self.trie
+    }
+
     /// Forgets every cached mask of this grammar and vocabulary (transitions stay); for
     /// measuring the cost of a mask walk.
     pub fn forget_masks(&mut self) {
@@ -763,6 +771,7 @@ impl Matcher {
 }
 
 
+mod closing;
 mod drafts;
 mod lexer_walks;
 

@@ -144,6 +144,7 @@ pub fn convert(mut body: ResponsesRequest, previous: Vec<ChatMessage>) -> Result
         parallel_tool_calls,
         context,
         accelerate: body.llamay.llamay_accelerate,
+        close_on_budget: body.llamay.llamay_close_on_budget,
     };
     Ok(ConvertedResponse { request, constraint, stream: body.stream, store, conversation, input_items, echo })
 }
