@@ -5,6 +5,11 @@ run.sh starts the daemon and sets LLAMAY_URL; pointing LLAMAY_URL at a running d
 
 import os
 import pathlib
+import re
+import signal
+import socket
+import subprocess
+import time
 
 import pytest
 import requests
@@ -13,6 +18,7 @@ BASE = os.environ.get("LLAMAY_URL", "http://127.0.0.1:11435")
 MODEL = os.environ.get("LLAMAY_MODEL", "smollm2:135m")
 OTHER_MODEL = os.environ.get("LLAMAY_OTHER_MODEL", "gemma3:270m")
 REPO = pathlib.Path(__file__).resolve().parent.parent
+BIN = os.environ.get("LLAMAY_BIN", str(REPO / "target" / "release" / "llamay"))
 
 
 def installed_models():
@@ -35,3 +41,56 @@ def other_model():
     if OTHER_MODEL not in installed_models():
         pytest.skip(f"{OTHER_MODEL} is not installed (scripts/setup installs it)")
     return OTHER_MODEL
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def store_file_of(model):
+    """The shared store's GGUF file for `model`, from `llamay show` (the blob its digest names)."""
+    shown = subprocess.run([BIN, "show", model], capture_output=True, text=True, timeout=60, check=True).stdout
+    digest = re.search(r"digest\s+sha256:([0-9a-f]{64})", shown).group(1)
+    home = pathlib.Path(os.environ.get("LLAMAY_HOME", pathlib.Path.home() / ".llamay"))
+    return home / "blobs" / f"sha256-{digest}"
+
+
+class OwnDaemon:
+    """`llamay serve` over its own store (a temporary LLAMAY_HOME, so what it stores is written
+    there and the shared store is never held), serving the test model's file by path, with
+    `extra` serve flags."""
+
+    def __init__(self, home, model_file, *extra):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log_path = pathlib.Path(home) / f"daemon-{self.port}.log"
+        self.log = open(self.log_path, "w")
+        env = {**os.environ, "LLAMAY_HOME": str(home), "RUST_LOG": "warn"}
+        env.pop("LLAMAY_CONFIG", None)
+        self.process = subprocess.Popen(
+            [BIN, "serve", "-m", str(model_file), "-addr", f"127.0.0.1:{self.port}", "-parallel", "2",
+             "-c", "1024", "-t", "1", *extra],
+            stdout=self.log, stderr=subprocess.STDOUT, env=env,
+        )
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            assert self.process.poll() is None, f"llamay exited during start-up:\n{self.log_path.read_text()}"
+            try:
+                if requests.get(f"{self.base}/health", timeout=1).ok:
+                    return
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.3)
+        self.process.kill()
+        raise RuntimeError("llamay did not answer /health")
+
+    def stop(self):
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            assert self.process.wait(timeout=60) == 0, self.log_path.read_text()
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+            self.log.close()

@@ -7,6 +7,7 @@
 #   integration/run.sh -k eviction     pytest arguments pass through
 #   integration/run.sh --bench         the load benchmark instead of the tests
 #   integration/run.sh --bench ttft    time to first token with tools offered vs without
+#   integration/run.sh --bench responses   turn 2's time to first token: previous_response_id vs resent history
 #
 # Environment: LLAMAY_BIN (default target/release/llamay), LLAMAY_MODEL (smollm2:135m),
 # LLAMAY_OTHER_MODEL (gemma3:270m, for eviction; its tests skip when it is not installed),
@@ -61,6 +62,9 @@ if [ "${1:-}" = "--bench" ]; then
   if [ "${1:-}" = "ttft" ]; then
     shift
     bench=integration/bench_ttft.py
+  elif [ "${1:-}" = "responses" ]; then
+    shift
+    bench=integration/bench_responses_ttft.py
   fi
   "$venv/bin/python" "$bench" "$@" || status=$?
 else

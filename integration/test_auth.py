@@ -7,10 +7,8 @@ This file starts its own daemon (LLAMAY_BIN, as run.sh builds it) on a free loop
 stops it with SIGTERM at the end.
 """
 
-import os
 import pathlib
 import re
-import socket
 import subprocess
 import tempfile
 import time
@@ -21,25 +19,10 @@ import openai
 import pytest
 import requests
 
-from conftest import MODEL, REPO
+from conftest import BIN, MODEL, free_port, store_file_of
 
 KEY = "llamay-test-key-0123456789"
-BIN = os.environ.get("LLAMAY_BIN", str(REPO / "target" / "release" / "llamay"))
 START_TIMEOUT = 120
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def store_file_of(model):
-    """The store's GGUF file for `model`, from `llamay show` (the blob its digest names)."""
-    shown = subprocess.run([BIN, "show", model], capture_output=True, text=True, timeout=60, check=True).stdout
-    digest = re.search(r"digest\s+sha256:([0-9a-f]{64})", shown).group(1)
-    home = pathlib.Path(os.environ.get("LLAMAY_HOME", pathlib.Path.home() / ".llamay"))
-    return home / "blobs" / f"sha256-{digest}"
 
 
 @pytest.fixture(scope="module")

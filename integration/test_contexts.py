@@ -2,21 +2,15 @@
 llamay_context on every chat route through the official clients (openai's extra_body,
 anthropic's extra_body, ollama's raw request), prefix reuse counted in usage and /v1/stats."""
 
-import os
 import pathlib
-import re
-import signal
-import socket
-import subprocess
 import tempfile
-import time
 
 import anthropic
 import openai
 import pytest
 import requests
 
-from conftest import BASE, MODEL, REPO
+from conftest import BASE, MODEL, OwnDaemon, store_file_of
 
 client = openai.OpenAI(base_url=f"{BASE}/v1", api_key="unused", max_retries=0)
 claude = anthropic.Anthropic(base_url=BASE, api_key="unused", max_retries=0)
@@ -203,66 +197,12 @@ def test_ollama_generate_returns_its_context_and_continues_from_one():
         assert "context" in refused.json()["error"]
 
 
-BIN = os.environ.get("LLAMAY_BIN", str(REPO / "target" / "release" / "llamay"))
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _store_file_of(model):
-    """The shared store's GGUF file for `model`, from `llamay show`."""
-    shown = subprocess.run([BIN, "show", model], capture_output=True, text=True, timeout=60, check=True).stdout
-    digest = re.search(r"digest\s+sha256:([0-9a-f]{64})", shown).group(1)
-    home = pathlib.Path(os.environ.get("LLAMAY_HOME", pathlib.Path.home() / ".llamay"))
-    return home / "blobs" / f"sha256-{digest}"
-
-
-class OwnDaemon:
-    """`llamay serve` over its own store (a temporary LLAMAY_HOME, so snapshots are written
-    there and the shared store is never held), serving the test model's file by path."""
-
-    def __init__(self, home, model_file):
-        self.port = _free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.log = open(pathlib.Path(home) / f"daemon-{self.port}.log", "w")
-        env = {**os.environ, "LLAMAY_HOME": str(home), "RUST_LOG": "warn"}
-        env.pop("LLAMAY_CONFIG", None)
-        self.process = subprocess.Popen(
-            [BIN, "serve", "-m", str(model_file), "-addr", f"127.0.0.1:{self.port}", "-parallel", "2",
-             "-c", "1024", "-t", "1"],
-            stdout=self.log, stderr=subprocess.STDOUT, env=env,
-        )
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            assert self.process.poll() is None, "llamay exited during start-up"
-            try:
-                if requests.get(f"{self.base}/health", timeout=1).ok:
-                    return
-            except requests.ConnectionError:
-                pass
-            time.sleep(0.3)
-        self.process.kill()
-        raise RuntimeError("llamay did not answer /health")
-
-    def stop(self):
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            assert self.process.wait(timeout=60) == 0
-        finally:
-            if self.process.poll() is None:
-                self.process.kill()
-            self.log.close()
-
-
 def test_a_snapshot_outlives_a_restart_and_answers_the_same():
     """The acceptance: snapshot -> stop the daemon -> start it -> POST /v1/contexts
     {"snapshot": ...} -> a greedy request gives the same text as before the restart."""
     with tempfile.TemporaryDirectory() as home:
         link = pathlib.Path(home) / "snapmodel.gguf"
-        link.symlink_to(_store_file_of(MODEL))
+        link.symlink_to(store_file_of(MODEL))
         name = "snapmodel"
 
         def ask(base, context):

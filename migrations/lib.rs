@@ -8,11 +8,14 @@
 
 mod v0001_initial;
 mod v0002_snapshots;
+mod v0003_responses;
 
 /// Tree of model manifests, keyed `name:tag` (created by version 1).
 pub const MANIFESTS_TREE: &str = "manifests";
 /// Tree of context snapshot manifests, keyed by snapshot id (created by version 2).
 pub const SNAPSHOTS_TREE: &str = "snapshots";
+/// Tree of stored `/v1/responses` answers, keyed by response id (created by version 3).
+pub const RESPONSES_TREE: &str = "responses";
 /// Key in the default tree of this store's daemon id (written by version 2).
 pub const DAEMON_ID_KEY: &[u8] = b"daemon_id";
 
@@ -28,4 +31,4 @@ pub trait Migration: Sync {
 
 /// Every migration, oldest first.
 pub static MIGRATIONS: &[&dyn Migration] =
-    &[&v0001_initial::Initial, &v0002_snapshots::Snapshots];
+    &[&v0001_initial::Initial, &v0002_snapshots::Snapshots, &v0003_responses::Responses];

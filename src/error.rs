@@ -28,7 +28,7 @@ pub enum ErrorCode {
     ModelNotFound,
     /// No such route.
     RouteNotFound,
-    /// A route or feature this version does not offer (`/v1/responses`).
+    /// A route or feature this version does not offer.
     NotOffered,
     /// The body is over the size limit.
     PayloadTooLarge,
@@ -48,6 +48,8 @@ pub enum ErrorCode {
     RequestTimeout,
     /// No context or snapshot by that id (issue 11).
     ContextNotFound,
+    /// No stored response by that id visible to the caller (`/v1/responses`, issue 61).
+    ResponseNotFound,
     /// The context is changing (a commit runs) or a snapshot belongs to another model.
     Conflict,
     /// An RPC worker a model is split over is lost or unreachable; retry when it is back.
@@ -82,7 +84,7 @@ impl ErrorCode {
             ErrorCode::HostNotAllowed => 403,
             ErrorCode::RequestTimeout => 408,
             ErrorCode::ModelNotFound | ErrorCode::RouteNotFound | ErrorCode::NotOffered => 404,
-            ErrorCode::ContextNotFound => 404,
+            ErrorCode::ContextNotFound | ErrorCode::ResponseNotFound => 404,
             ErrorCode::Conflict | ErrorCode::SnapshotDamaged => 409,
             ErrorCode::PayloadTooLarge => 413,
             // Capacity limits a request meets (a queue, a count, memory) are 503: clients retry
@@ -134,6 +136,7 @@ impl ErrorCode {
             ErrorCode::Unauthorized => "invalid_api_key",
             ErrorCode::RequestTimeout => "request_timeout",
             ErrorCode::ContextNotFound => "context_not_found",
+            ErrorCode::ResponseNotFound => "response_not_found",
             ErrorCode::Conflict => "conflict",
             ErrorCode::RpcWorkerLost => "rpc_worker_lost",
             ErrorCode::HostNotAllowed => "host_not_allowed",
@@ -259,6 +262,7 @@ mod tests {
             ErrorCode::Unauthorized,
             ErrorCode::RequestTimeout,
             ErrorCode::ContextNotFound,
+            ErrorCode::ResponseNotFound,
             ErrorCode::Conflict,
             ErrorCode::RpcWorkerLost,
             ErrorCode::HostNotAllowed,

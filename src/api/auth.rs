@@ -17,7 +17,7 @@ use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::middleware::Next;
-use actix_web::{web, HttpResponse};
+use actix_web::{web, HttpRequest, HttpResponse};
 use sha2::{Digest, Sha256};
 
 use super::AppState;
@@ -92,8 +92,7 @@ impl Shape {
 }
 
 /// The key a request offers: `x-api-key`, else a Bearer token.
-fn offered_key(request: &ServiceRequest) -> Option<Vec<u8>> {
-    let headers = request.headers();
+fn offered_key(headers: &header::HeaderMap) -> Option<Vec<u8>> {
     if let Some(value) = headers.get("x-api-key") {
         return Some(value.as_bytes().to_vec());
     }
@@ -120,6 +119,14 @@ fn refusal(shape: Shape, offered: bool) -> CoreError {
     CoreError::new(ErrorCode::Unauthorized, message)
 }
 
+/// Whose a stored thing (a response, issue 61) is: the hex SHA-256 of the key the request
+/// bears when the daemon has a key (the middleware has let only that key through), `None`
+/// when it has none and every caller is the same.
+pub fn key_owner(state: &AppState, request: &HttpRequest) -> Option<String> {
+    state.api_key.as_ref()?;
+    offered_key(request.headers()).map(|key| hex::encode(Sha256::digest(&key)))
+}
+
 /// Middleware: lets a request through when no key is set, when its route is open, or when it
 /// carries the key; answers 401 otherwise.
 pub async fn require_api_key(
@@ -137,7 +144,7 @@ pub async fn require_api_key(
         return Ok(next.call(request).await?.map_into_left_body());
     }
     let shape = Shape::of_path(path);
-    let offered = offered_key(&request);
+    let offered = offered_key(request.headers());
     if offered
         .as_deref()
         .is_some_and(|offered| key.matches(offered))
@@ -157,7 +164,7 @@ pub async fn require_api_key(
 /// and a page could otherwise make the daemon generate with a "simple" cross-site POST.
 pub fn cors(origins: &[String]) -> actix_cors::Cors {
     let mut policy = actix_cors::Cors::default()
-        .allowed_methods(["GET", "POST", "HEAD", "OPTIONS"])
+        .allowed_methods(["GET", "POST", "DELETE", "HEAD", "OPTIONS"])
         .allow_any_header()
         .expose_any_header()
         .max_age(3600)

@@ -110,6 +110,8 @@ pub struct AppState {
     snapshots: Option<Arc<crate::contexts::snapshots::SnapshotShelf>>,
     embed_model: Option<String>,
     rerank_model: Option<String>,
+    /// Stored `/v1/responses` answers; `None`: nothing is stored (`store` is answered false).
+    responses: Option<Arc<dyn crate::core::ResponseStore>>,
 }
 
 impl AppState {
@@ -151,7 +153,14 @@ impl AppState {
             snapshots: None,
             embed_model,
             rerank_model,
+            responses: None,
         }
+    }
+
+    /// The same state with `/v1/responses` answers stored in `store`.
+    pub fn with_responses(mut self, store: Arc<dyn crate::core::ResponseStore>) -> Self {
+        self.responses = Some(store);
+        self
     }
 
     /// The same state with the model routes that change the store enabled.
@@ -201,14 +210,10 @@ pub fn configure(config: &mut web::ServiceConfig) {
             "/v1/models/{name:.*}",
             web::get().to(openai::handlers::get_model),
         )
-        .route(
-            "/v1/responses",
-            web::route().to(openai::handlers::responses_not_offered),
-        )
-        .route(
-            "/v1/responses/{rest:.*}",
-            web::route().to(openai::handlers::responses_not_offered),
-        )
+        .route("/v1/responses", web::post().to(openai::responses::handlers::create))
+        .route("/v1/responses/{id}", web::get().to(openai::responses::handlers::retrieve))
+        .route("/v1/responses/{id}", web::delete().to(openai::responses::handlers::delete))
+        .route("/v1/responses/{id}/input_items", web::get().to(openai::responses::handlers::input_items))
         .route(
             "/v1/messages",
             web::post().to(anthropic::handlers::messages),

@@ -237,6 +237,7 @@ fn every_route() -> Vec<(&'static str, &'static str, Option<Value>)> {
             "/v1/chat/completions",
             Some(json!({"model": "tiny:1m", "messages": messages})),
         ),
+        ("POST", "/v1/responses", Some(json!({"model": "tiny:1m", "input": "hi"}))),
         ("GET", "/v1/models", None),
         ("GET", "/v1/models/tiny:1m", None),
         ("GET", "/v1/stats", None),

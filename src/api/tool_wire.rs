@@ -12,8 +12,8 @@ use crate::core::{ToolChoice, ToolSpec};
 use crate::error::CoreError;
 use crate::tools::{check_hosted_type, validate_choice, validate_tools};
 
-/// `"auto"`, `"none"`, `"required"`, or `{"type": "function", "function": {"name": …}}`; absent
-/// or `null` means `"auto"`.
+/// `"auto"`, `"none"`, `"required"`, or `{"type": "function", "function": {"name": …}}` (chat)
+/// or `{"type": "function", "name": …}` (Responses); absent or `null` means `"auto"`.
 pub fn openai_style_choice(choice: Option<&Value>) -> Result<ToolChoice, CoreError> {
     let bad = || {
         CoreError::invalid(
@@ -30,8 +30,12 @@ pub fn openai_style_choice(choice: Option<&Value>) -> Result<ToolChoice, CoreErr
             _ => Err(bad()),
         },
         Some(object) => {
+            if let Some(kind) = object.get("type").and_then(Value::as_str).filter(|kind| *kind != "function") {
+                check_tool_type(kind).map_err(|error| error.with_param("tool_choice"))?;
+            }
             let name = object
                 .pointer("/function/name")
+                .or_else(|| object.get("name"))
                 .and_then(Value::as_str)
                 .ok_or_else(bad)?;
             Ok(ToolChoice::Named(name.to_string()))
@@ -73,6 +77,10 @@ mod tests {
             openai_style_choice(Some(&named)).unwrap(),
             ToolChoice::Named("get_weather".into())
         );
+        let flat = json!({"type": "function", "name": "get_weather"});
+        assert_eq!(openai_style_choice(Some(&flat)).unwrap(), ToolChoice::Named("get_weather".into()));
+        let hosted = openai_style_choice(Some(&json!({"type": "web_search_preview"}))).unwrap_err();
+        assert!(hosted.message.contains("web_search_preview"), "{}", hosted.message);
         assert!(openai_style_choice(Some(&json!("sometimes"))).is_err());
         assert!(openai_style_choice(Some(&json!({"type": "function"}))).is_err());
     }

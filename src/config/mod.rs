@@ -133,6 +133,10 @@ pub struct Config {
     pub context_memory: u64,
     /// Named contexts held at once; creating more is refused with 503.
     pub max_contexts: usize,
+    /// Stored `/v1/responses` answers kept at most; the oldest go first.
+    pub max_stored_responses: usize,
+    /// How long a stored response is kept.
+    pub stored_responses_max_age: Duration,
     /// `Host` names a loopback-bound daemon answers besides its loopback ones (`*`: any).
     pub allowed_hosts: Vec<String>,
     /// Put in context ids so a proxy can route a context to its daemon; `None`: the id the
@@ -195,6 +199,9 @@ impl Default for Config {
             split: Vec::new(),
             context_memory: crate::contexts::DEFAULT_CONTEXT_MEMORY,
             max_contexts: crate::contexts::DEFAULT_MAX_CONTEXTS,
+            max_stored_responses: 10_000,
+            // OpenAI keeps a stored response for 30 days.
+            stored_responses_max_age: Duration::from_secs(30 * 24 * 3600),
             allowed_hosts: Vec::new(),
             daemon_id: None,
             embed: None,
@@ -259,6 +266,8 @@ struct FileConfig {
     split: Option<Vec<f64>>,
     context_memory: Option<toml::Value>,
     max_contexts: Option<usize>,
+    max_stored_responses: Option<usize>,
+    stored_responses_max_age: Option<toml::Value>,
     allowed_hosts: Option<Vec<String>>,
     daemon_id: Option<String>,
     embed: Option<String>,
@@ -394,6 +403,14 @@ impl Config {
             self.context_memory = parse_memory("context_memory", &text)?;
         }
         set(&mut self.max_contexts, file.max_contexts);
+        set(&mut self.max_stored_responses, file.max_stored_responses);
+        if let Some(value) = file.stored_responses_max_age {
+            let text = match value {
+                toml::Value::String(text) => text,
+                other => other.to_string(),
+            };
+            self.stored_responses_max_age = parse_timeout("stored_responses_max_age", &text)?;
+        }
         set(&mut self.allowed_hosts, file.allowed_hosts);
         if file.daemon_id.is_some() {
             self.daemon_id = file.daemon_id;
@@ -493,6 +510,10 @@ impl Config {
             self.context_memory = parse_memory("context_memory", &text)?;
         }
         parse_env(env, "LLAMAY_MAX_CONTEXTS", "max_contexts", &mut self.max_contexts)?;
+        parse_env(env, "LLAMAY_MAX_STORED_RESPONSES", "max_stored_responses", &mut self.max_stored_responses)?;
+        if let Some(text) = env("LLAMAY_STORED_RESPONSES_MAX_AGE") {
+            self.stored_responses_max_age = parse_timeout("stored_responses_max_age", &text)?;
+        }
         if let Some(hosts) = env("LLAMAY_ALLOWED_HOSTS") {
             self.allowed_hosts = split_origins(&hosts);
         }
@@ -626,6 +647,9 @@ impl Config {
         }
         if !(1..=1_000_000).contains(&self.max_contexts) {
             return invalid("max_contexts", self.max_contexts.to_string(), "1 to 1000000");
+        }
+        if !(1..=10_000_000).contains(&self.max_stored_responses) {
+            return invalid("max_stored_responses", self.max_stored_responses.to_string(), "1 to 10000000");
         }
         let refused_host = |host: &&String| host.as_str() != "*" && !valid_host_and_port(host);
         if let Some(host) = self.allowed_hosts.iter().find(refused_host) {

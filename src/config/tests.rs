@@ -504,3 +504,23 @@ fn insecure_registries_come_from_the_operator_only() {
         assert!(error.contains("insecure_registries") && error.contains("host[:port]"), "{bad}: {error}");
     }
 }
+
+#[test]
+fn stored_responses_bounds_come_from_the_file_and_env_and_are_checked() {
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    writeln!(file, "max_stored_responses = 5\nstored_responses_max_age = \"2h\"").unwrap();
+    let args = ServeArgs { config: Some(file.path().into()), ..Default::default() };
+    let config = Config::load_with_env(&args, no_env).unwrap();
+    assert_eq!((config.max_stored_responses, config.stored_responses_max_age), (5, Duration::from_secs(7200)));
+    let env = |k: &str| match k {
+        "LLAMAY_MAX_STORED_RESPONSES" => Some("9".to_string()),
+        "LLAMAY_STORED_RESPONSES_MAX_AGE" => Some("90s".to_string()),
+        _ => None,
+    };
+    let config = Config::load_with_env(&args, env).unwrap();
+    assert_eq!((config.max_stored_responses, config.stored_responses_max_age), (9, Duration::from_secs(90)));
+    let zero = |k: &str| (k == "LLAMAY_MAX_STORED_RESPONSES").then(|| "0".to_string());
+    assert!(matches!(Config::load_with_env(&ServeArgs::default(), zero), Err(ConfigError::Invalid { key: "max_stored_responses", .. })));
+    let never = |k: &str| (k == "LLAMAY_STORED_RESPONSES_MAX_AGE").then(|| "soon".to_string());
+    assert!(matches!(Config::load_with_env(&ServeArgs::default(), never), Err(ConfigError::Invalid { key: "stored_responses_max_age", .. })));
+}

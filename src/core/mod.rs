@@ -12,6 +12,7 @@ pub mod model;
 pub mod name;
 pub mod request;
 pub mod response;
+pub mod responses;
 
 pub use crate::error::{CoreError, ErrorCode};
 pub use admin::{CreateModel, ModelAdmin, ModelDefaults, ProgressSink, PullProgress};
@@ -26,3 +27,4 @@ pub use request::{
 };
 pub use request::{budget_too_small_message, TokenLimits};
 pub use response::{Completion, DraftCounts, FinishReason, StreamEvent, Timings, TokenLogprob, TopLogprob, Usage, MAX_TOP_LOGPROBS};
+pub use responses::{new_response_id, ResponseStore, StoredResponse};

@@ -52,6 +52,7 @@ pub fn route_table_with(base: &str, embed: Option<&str>, rerank: Option<&str>) -
     };
     let routes = [
         ("OpenAI", "POST", "/v1/chat/completions", ""),
+        ("Responses", "POST", "/v1/responses", "(stored: GET, DELETE /v1/responses/{id})"),
         ("Anthropic", "POST", "/v1/messages", ""),
         ("Embeddings", "POST", "/v1/embeddings", embed_note.as_str()),
         ("Rerank", "POST", "/rerank", rerank_note.as_str()),
@@ -192,6 +193,7 @@ mod tests {
         let table = route_table("http://localhost:11439");
         assert!(table.contains("  OpenAI      POST http://localhost:11439/v1/chat/completions\n"));
         assert!(table.contains("  Stats       GET  http://localhost:11439/v1/stats\n"));
+        assert!(table.contains("  Responses   POST http://localhost:11439/v1/responses"));
         assert!(table.contains("  Contexts    POST http://localhost:11439/v1/contexts"));
         assert!(table.contains(
             "  Embeddings  POST http://localhost:11439/v1/embeddings          (start with -embed <encoder.gguf>)\n"

@@ -1,6 +1,7 @@
 //! The composition root: what `llamay serve`, tests and benches start. A [`Daemon`] is a
 //! config, a model loader and a catalog, with the store-backed parts when there is a writable
-//! store (model administration, the snapshot shelf); [`Daemon::run`] starts the supervisor,
+//! store (model administration, the snapshot shelf, stored responses; a daemon without one
+//! keeps its responses in a temporary database); [`Daemon::run`] starts the supervisor,
 //! preloads `-m`, `-embed` and `-rerank`, builds the generation service under the config's
 //! policy and the app state, prints the spec's banner (the structured `llamay serving` log line
 //! and the route table), serves until SIGINT or SIGTERM, then stops accepting, fails waiting
@@ -28,8 +29,9 @@ use crate::api::server::{start_http, ACCEPT_HEADROOM, SHUTDOWN_GRACE_SECONDS};
 use crate::api::{AppState, RouteSettings};
 use crate::config::Config;
 use crate::contexts::snapshots::SnapshotShelf;
-use crate::core::{Constraint, ConstraintSource, ModelAdmin, ModelCatalog, ModelInfo, TokenLimits};
+use crate::core::{Constraint, ConstraintSource, ModelAdmin, ModelCatalog, ModelInfo, ResponseStore, TokenLimits};
 use crate::service::GenerationPolicy;
+use crate::store::responses::{ResponseLimits, ResponseTree};
 use banner::{device_lines, print_banner, print_placement, warn_if_exposed};
 pub use store::serve_store;
 
@@ -43,11 +45,18 @@ pub struct Daemon {
     catalog: Arc<dyn ModelCatalog>,
     admin: Option<Arc<dyn ModelAdmin>>,
     snapshots: Option<Arc<SnapshotShelf>>,
+    responses: Option<Arc<dyn ResponseStore>>,
 }
 
 impl Daemon {
     pub fn new(config: Config, loader: Arc<dyn ModelLoader>, catalog: Arc<dyn ModelCatalog>) -> Self {
-        Daemon { config, loader, catalog, admin: None, snapshots: None }
+        Daemon { config, loader, catalog, admin: None, snapshots: None, responses: None }
+    }
+
+    /// With `/v1/responses` answers stored in `store` (the model store's tree).
+    pub fn with_responses(mut self, store: Arc<dyn ResponseStore>) -> Self {
+        self.responses = Some(store);
+        self
     }
 
     /// With the routes that pull, copy, delete and create models.
@@ -70,7 +79,7 @@ impl Daemon {
 
     /// Serves until a stop signal. Must run inside an actix system.
     pub async fn run(self) -> io::Result<()> {
-        let Daemon { config, loader, catalog, admin, snapshots } = self;
+        let Daemon { config, loader, catalog, admin, snapshots, responses } = self;
         let default_grammar = match &config.grammar_file {
             Some(path) => Some(load_grammar_file(path)?),
             None => None,
@@ -143,6 +152,22 @@ impl Daemon {
         if let Some(shelf) = snapshots {
             app_state = app_state.with_snapshots(shelf);
         }
+        let responses = match responses {
+            Some(store) => Some(store),
+            None => match ResponseTree::temporary(response_limits(&config)) {
+                Ok(tree) => {
+                    tracing::info!("stored responses are kept until the daemon stops: it has no writable model store");
+                    Some(Arc::new(tree) as Arc<dyn ResponseStore>)
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "responses are not stored: no temporary database could be opened");
+                    None
+                }
+            },
+        };
+        if let Some(store) = responses {
+            app_state = app_state.with_responses(store);
+        }
         let state = web::Data::new(app_state);
         let limits = HttpLimits {
             client_request_timeout: config.client_request_timeout,
@@ -192,6 +217,11 @@ impl Daemon {
         tracing::info!(still_loaded, "llamay stopped");
         Ok(())
     }
+}
+
+/// The operator's bounds on stored responses.
+pub fn response_limits(config: &Config) -> ResponseLimits {
+    ResponseLimits { max_count: config.max_stored_responses, max_age: config.stored_responses_max_age }
 }
 
 fn load_grammar_file(path: &std::path::Path) -> io::Result<Constraint> {

@@ -1,6 +1,6 @@
 //! `llamay serve` over the model store: the real model loader (store -> llama.cpp -> model
 //! worker), the store as the API's model catalog, model administration (pulls, copies,
-//! deletes, creates) and the snapshot shelf, handed to a [`super::Daemon`].
+//! deletes, creates), the snapshot shelf and the stored responses, handed to a [`super::Daemon`].
 //!
 //! Key items: [`serve_store`], [`StoreCatalog`]. Cost: nothing beyond what the loader and the store do, but
 //! for a model whose facts were recorded before they said whether it is an embedding model:
@@ -229,8 +229,17 @@ pub fn serve_store(mut config: Config, store: Arc<Store>) -> std::io::Result<()>
         insecure: crate::pull::policy::InsecureRegistries::listed(&config.insecure_registries),
         ..crate::pull::reference::RegistrySettings::from_env()
     };
+    let responses = super::response_limits(&config);
+    let daemon = super::Daemon::new(config, loader, catalog).with_snapshots(snapshots);
+    let daemon = match crate::store::responses::ResponseTree::in_store(&store, responses) {
+        Ok(tree) => daemon.with_responses(Arc::new(tree)),
+        Err(error) => {
+            tracing::warn!(%error, "stored responses are kept in memory only: the store's responses tree cannot be opened");
+            daemon
+        }
+    };
     let admin = Arc::new(crate::pull::service::StoreAdmin::new(store, registries));
-    super::Daemon::new(config, loader, catalog).with_admin(admin).with_snapshots(snapshots).run_blocking()
+    daemon.with_admin(admin).run_blocking()
 }
 
 #[cfg(test)]

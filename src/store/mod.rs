@@ -2,7 +2,8 @@
 //!
 //! Layout under the store's home (`$LLAMAY_HOME`, else `~/.llamay`):
 //! `blobs/sha256-<hex>` (the model files, named by their SHA-256), `db/` (sled: the
-//! `manifests` tree keyed by `name:tag`, and the schema version, see [`migrate`]) and
+//! `manifests` tree keyed by `name:tag`, the `snapshots` and `responses` trees (see
+//! `kv_snapshots.rs`, [`responses`]), and the schema version, see [`migrate`]) and
 //! `manifests.json` (a copy of the manifests for other processes, see `manifests_file.rs`).
 //!
 //! Key types: [`Store`], [`Manifest`], [`ModelName`], [`ModelRef`], [`StoreError`].
@@ -43,6 +44,7 @@ mod name;
 mod probe;
 mod pulled;
 pub mod refs;
+pub mod responses;
 mod manifests_file;
 mod table;
 

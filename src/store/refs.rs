@@ -54,8 +54,9 @@ pub static REFERENCE_TREES: &[ReferenceTree] = &[
     ReferenceTree { tree: super::SNAPSHOTS_TREE, kind: "snapshot", blobs: snapshot_blobs },
 ];
 
-/// Trees known to hold no blob references: sled's default tree (the schema version).
-pub const PLAIN_TREES: &[&str] = &["__sled__default"];
+/// Trees known to hold no blob references: sled's default tree (the schema version) and the
+/// stored `/v1/responses` answers (JSON text only).
+pub const PLAIN_TREES: &[&str] = &["__sled__default", super::responses::RESPONSES_TREE];
 
 fn manifest_blobs(key: &str, value: &[u8]) -> Result<Vec<BlobRef>, StoreError> {
     let manifest = decode_manifest(key, value)?;

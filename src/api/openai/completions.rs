@@ -25,7 +25,7 @@ use futures_util::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::convert::{response_format_sources, OpenAiSampling};
+use super::convert::{openai_sampling, response_format_sources, OpenAiSampling};
 use super::handlers::render_error;
 use super::stream::{failure_frame, finish_reason, usage_body};
 use super::types::{ResponseFormat, StopField, StreamOptions};
@@ -209,15 +209,16 @@ pub fn convert(mut body: CompletionRequest) -> Result<Converted, CoreError> {
     if context.is_some() && logprobs.is_some_and(|asked| asked.prompt) {
         return Err(CoreError::invalid("echo with logprobs scores a whole prompt and does not run in a context").with_param("llamay_context"));
     }
-    let mut sampling = OpenAiSampling {
+    // max_tokens 0 is allowed here (echo only scores the prompt), so it is set past the check.
+    let mut sampling = openai_sampling(OpenAiSampling {
         temperature: body.temperature,
         top_p: body.top_p,
         min_p: body.min_p,
         repeat_penalty: body.repeat_penalty,
         top_k: body.top_k,
         seed: body.seed,
-    }
-    .checked()?;
+        max_tokens: ("max_tokens", None),
+    })?;
     sampling.max_tokens = Some(max_tokens);
     let stop = check_stops("stop", StopField::list(body.stop))?;
     let response_format = body.response_format;

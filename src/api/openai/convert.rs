@@ -2,6 +2,8 @@
 //! collects the structured-output sources (llamay_schema and llamay_format win over
 //! response_format), and refuses what this daemon does not do (n > 1, images, hosted tools).
 
+use serde_json::Value;
+
 use super::types::{
     ChatCompletionRequest, MessageContent, RequestMessage, ResponseFormat, StopField, Tool,
 };
@@ -61,20 +63,15 @@ pub fn convert(mut body: ChatCompletionRequest) -> Result<Converted, CoreError> 
     let tool_choice = openai_style_choice(body.tool_choice.as_ref())?;
     check_tools(&tools, &tool_choice)?;
 
-    let mut sampling = OpenAiSampling {
+    let sampling = openai_sampling(OpenAiSampling {
         temperature: body.temperature,
         top_p: body.top_p,
         min_p: body.min_p,
         repeat_penalty: body.repeat_penalty,
         top_k: body.top_k,
         seed: body.seed,
-    }
-    .checked()?;
-    let max_tokens = body.max_completion_tokens.or(body.max_tokens);
-    if max_tokens == Some(0) {
-        return Err(CoreError::invalid("max_tokens must be at least 1").with_param("max_tokens"));
-    }
-    sampling.max_tokens = max_tokens;
+        max_tokens: ("max_tokens", body.max_completion_tokens.or(body.max_tokens)),
+    })?;
     let stop = check_stops("stop", StopField::list(body.stop))?;
 
     let response_format = body.response_format;
@@ -103,18 +100,7 @@ pub fn convert(mut body: ChatCompletionRequest) -> Result<Converted, CoreError> 
 
 fn convert_message(index: usize, message: RequestMessage) -> Result<ChatMessage, CoreError> {
     let param = format!("messages[{index}]");
-    let role = match message.role.as_str() {
-        "system" | "developer" => Role::System,
-        "user" => Role::User,
-        "assistant" => Role::Assistant,
-        "tool" | "function" => Role::Tool,
-        other => {
-            return Err(CoreError::invalid(format!(
-                "{param}.role {other:?} is not one of system, developer, user, assistant, tool"
-            ))
-            .with_param(param))
-        }
-    };
+    let role = chat_role(&param, &message.role)?;
     let content = match message.content {
         None => String::new(),
         Some(MessageContent::Text(text)) => text,
@@ -142,8 +128,7 @@ fn convert_message(index: usize, message: RequestMessage) -> Result<ChatMessage,
         .map(|(i, call)| ToolCall {
             id: call.id.unwrap_or_else(|| format!("call_{i}")),
             name: call.function.name,
-            arguments: serde_json::from_str(&call.function.arguments)
-                .unwrap_or(serde_json::Value::String(call.function.arguments)),
+            arguments: arguments_value(call.function.arguments),
         })
         .collect();
     Ok(ChatMessage {
@@ -156,20 +141,45 @@ fn convert_message(index: usize, message: RequestMessage) -> Result<ChatMessage,
 }
 
 fn convert_tool(tool: Tool) -> Result<ToolSpec, CoreError> {
-    check_tool_type(&tool.kind).map_err(|error| error.with_param("tools"))?;
-    let function = tool.function.ok_or_else(|| {
-        CoreError::invalid("a function tool needs its \"function\" object").with_param("tools")
-    })?;
-    Ok(ToolSpec {
-        name: function.name,
-        description: function.description,
-        parameters: function
-            .parameters
-            .unwrap_or_else(|| serde_json::json!({"type": "object"})),
-    })
+    let function = tool.function;
+    function_tool(&tool.kind, "tools", || function.map(|f| (f.name, f.description, f.parameters)))
 }
 
-/// The sampling fields chat and completions share, as sent.
+/// A client function tool, refusing hosted and unknown `type`s by name: `definition` gives its
+/// name, description and parameters (absent parameters: an object with any members).
+pub(super) fn function_tool(
+    kind: &str,
+    param: &str,
+    definition: impl FnOnce() -> Option<(String, Option<String>, Option<Value>)>,
+) -> Result<ToolSpec, CoreError> {
+    check_tool_type(kind).map_err(|error| error.with_param(param))?;
+    let (name, description, parameters) = definition().ok_or_else(|| {
+        CoreError::invalid("a function tool needs its \"function\" object").with_param(param)
+    })?;
+    Ok(ToolSpec { name, description, parameters: parameters.unwrap_or_else(|| serde_json::json!({"type": "object"})) })
+}
+
+/// A role as OpenAI's chat and Responses APIs name them.
+pub(super) fn chat_role(param: &str, role: &str) -> Result<Role, CoreError> {
+    match role {
+        "system" | "developer" => Ok(Role::System),
+        "user" => Ok(Role::User),
+        "assistant" => Ok(Role::Assistant),
+        "tool" | "function" => Ok(Role::Tool),
+        other => Err(CoreError::invalid(format!(
+            "{param}.role {other:?} is not one of system, developer, user, assistant, tool"
+        ))
+        .with_param(param)),
+    }
+}
+
+/// A call's arguments as OpenAI sends them (JSON text) read into JSON; text that is not JSON
+/// is kept as a string, so a model's malformed call from an earlier turn still renders.
+pub(super) fn arguments_value(text: String) -> Value {
+    serde_json::from_str(&text).unwrap_or(Value::String(text))
+}
+
+/// The sampling fields OpenAI's chat and Responses APIs share, and llama.cpp's extras.
 pub(super) struct OpenAiSampling {
     pub temperature: Option<f64>,
     pub top_p: Option<f64>,
@@ -177,53 +187,69 @@ pub(super) struct OpenAiSampling {
     pub repeat_penalty: Option<f64>,
     pub top_k: Option<i32>,
     pub seed: Option<i64>,
+    /// The budget field's name (`max_tokens`, `max_output_tokens`) and value.
+    pub max_tokens: (&'static str, Option<u32>),
 }
 
-impl OpenAiSampling {
-    /// Range-checked, over OpenAI's defaults (temperature 1, top_p 1, no penalty); a seed is
-    /// taken modulo 2^32.
-    pub(super) fn checked(self) -> Result<SamplingParams, CoreError> {
-        let mut sampling = SamplingParams { temperature: 1.0, top_p: 1.0, repeat_penalty: 1.0, ..SamplingParams::default() };
-        if let Some(t) = check_range("temperature", self.temperature, 0.0, 2.0)? {
-            sampling.temperature = t;
-        }
-        if let Some(p) = check_range("top_p", self.top_p, 0.0, 1.0)? {
-            sampling.top_p = p;
-        }
-        if let Some(p) = check_range("min_p", self.min_p, 0.0, 1.0)? {
-            sampling.min_p = p;
-        }
-        if let Some(p) = check_range("repeat_penalty", self.repeat_penalty, 0.0, 10.0)? {
-            sampling.repeat_penalty = p;
-        }
-        if let Some(k) = self.top_k {
-            sampling.top_k = k.max(0);
-        }
-        sampling.seed = self.seed.map(|seed| (seed as u64 & u64::from(u32::MAX)) as u32);
-        Ok(sampling)
+/// OpenAI's defaults (temperature and top_p 1, no repeat penalty) with the request's values,
+/// each range-checked by name.
+pub(super) fn openai_sampling(fields: OpenAiSampling) -> Result<SamplingParams, CoreError> {
+    let mut sampling = SamplingParams {
+        temperature: 1.0,
+        top_p: 1.0,
+        repeat_penalty: 1.0,
+        ..SamplingParams::default()
+    };
+    if let Some(t) = check_range("temperature", fields.temperature, 0.0, 2.0)? {
+        sampling.temperature = t;
     }
+    if let Some(p) = check_range("top_p", fields.top_p, 0.0, 1.0)? {
+        sampling.top_p = p;
+    }
+    if let Some(p) = check_range("min_p", fields.min_p, 0.0, 1.0)? {
+        sampling.min_p = p;
+    }
+    if let Some(p) = check_range("repeat_penalty", fields.repeat_penalty, 0.0, 10.0)? {
+        sampling.repeat_penalty = p;
+    }
+    if let Some(k) = fields.top_k {
+        sampling.top_k = k.max(0);
+    }
+    sampling.seed = fields.seed.map(|seed| (seed as u64 & u64::from(u32::MAX)) as u32);
+    let (name, max_tokens) = fields.max_tokens;
+    if max_tokens == Some(0) {
+        return Err(CoreError::invalid(format!("{name} must be at least 1")).with_param(name));
+    }
+    sampling.max_tokens = max_tokens;
+    Ok(sampling)
 }
 
 /// What OpenAI's `response_format` asks for.
 pub(super) fn response_format_sources(response_format: Option<ResponseFormat>) -> Result<ConstraintSources, CoreError> {
+    match response_format {
+        None => Ok(ConstraintSources::default()),
+        Some(format) => format_sources(&format.kind, format.json_schema.and_then(|s| s.schema), "response_format"),
+    }
+}
+
+/// The constraint of an output format of `kind` (`text`, `json_object`, `json_schema` with
+/// `schema`), as chat's `response_format` and Responses' `text.format` name them (`param`).
+pub(super) fn format_sources(kind: &str, schema: Option<Value>, param: &'static str) -> Result<ConstraintSources, CoreError> {
     let mut sources = ConstraintSources::default();
-    let Some(format) = response_format else {
-        return Ok(sources);
-    };
-    match format.kind.as_str() {
+    match kind {
         "text" => {}
-        "json_object" => sources.any_json = Some("response_format"),
+        "json_object" => sources.any_json = Some(param),
         "json_schema" => {
-            let schema = format.json_schema.and_then(|s| s.schema).ok_or_else(|| {
-                CoreError::invalid("response_format json_schema needs json_schema.schema").with_param("response_format")
+            let schema = schema.ok_or_else(|| {
+                CoreError::invalid(format!("{param} json_schema needs its schema")).with_param(param)
             })?;
-            sources.schema = Some((schema, "response_format"));
+            sources.schema = Some((schema, param));
         }
         other => {
             return Err(CoreError::invalid(format!(
-                "response_format type {other:?} is not one of \"text\", \"json_object\", \"json_schema\""
+                "{param} type {other:?} is not one of \"text\", \"json_object\", \"json_schema\""
             ))
-            .with_param("response_format"))
+            .with_param(param))
         }
     }
     Ok(sources)

@@ -1,4 +1,4 @@
-//! OpenAI routes: chat completions (JSON or SSE), the model list, and `/v1/responses` refused.
+//! OpenAI routes: chat completions (JSON or SSE) and the model list (Responses: `responses/`).
 //! Every error is rendered as `{"error": {"message", "type", "param", "code"}}` with `type` the
 //! status text, as the spec's example shows.
 
@@ -13,7 +13,7 @@ use super::types::{
 use crate::api::body::read_json;
 use crate::api::common::{error_response, event_stream, random_id, sse_response, unix_now};
 use crate::api::AppState;
-use crate::error::{CoreError, ErrorCode};
+use crate::error::CoreError;
 
 /// An error in OpenAI's shape.
 pub fn render_error(error: &CoreError) -> HttpResponse {
@@ -116,11 +116,4 @@ fn model_object(id: String, modified_at: Option<chrono::DateTime<chrono::Utc>>) 
         created: modified_at.map_or(0, |t| t.timestamp()),
         owned_by: "llamay",
     }
-}
-
-pub async fn responses_not_offered() -> HttpResponse {
-    render_error(&CoreError::new(
-        ErrorCode::NotOffered,
-        "/v1/responses is not offered in this version of llamay; use POST /v1/chat/completions",
-    ))
 }

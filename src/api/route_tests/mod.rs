@@ -438,17 +438,6 @@ async fn listing_routes_stats_health_and_the_rest() {
     assert_eq!(stats["max_loaded"], 2);
     assert!(stats["models"][0]["expires_at"].is_string());
 
-    let responses = call!(
-        app,
-        post,
-        "/v1/responses",
-        json!({"model": "tiny:1m", "input": "x"})
-    );
-    assert_eq!(responses.status, StatusCode::NOT_FOUND);
-    assert!(responses.json()["error"]["message"]
-        .as_str()
-        .unwrap()
-        .contains("not offered in this version"));
     let unknown = call!(app, get, "/api/nothing");
     assert_eq!(unknown.status, StatusCode::NOT_FOUND);
     assert!(
@@ -671,4 +660,39 @@ async fn llamay_formats_enforce_refuses_a_format_with_a_pattern_and_the_default_
     assert_eq!(call!(app, post, "/v1/chat/completions", openai.clone()).status, StatusCode::BAD_REQUEST);
     openai["llamay_formats"] = json!("ignore");
     assert_eq!(call!(app, post, "/v1/chat/completions", openai).status, StatusCode::OK);
+}
+
+#[actix_web::test]
+async fn openai_responses_answer_whole_and_as_typed_events() {
+    let h = harness(2, 8);
+    let app = test::init_service(build_app(h.state.clone())).await;
+    let answer = call!(app, post, "/v1/responses", json!({"model": "tiny:1m", "input": "hi there"}));
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.text);
+    let body = answer.json();
+    assert_eq!((body["object"].as_str(), body["status"].as_str()), (Some("response"), Some("completed")));
+    assert_eq!(body["output_text"], "Hello there, friend");
+    assert_eq!(body["output"][0]["content"][0]["text"], "Hello there, friend");
+    assert_eq!(body["usage"]["total_tokens"], 5);
+    // This state keeps no responses: the answer says so, and nothing can be found.
+    assert_eq!(body["store"], false);
+    let id = body["id"].as_str().unwrap();
+    let missing = call!(app, get, &format!("/v1/responses/{id}"));
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    assert_eq!(missing.json()["error"]["code"], "response_not_found");
+    let continued = call!(app, post, "/v1/responses", json!({"model": "tiny:1m", "input": "x", "previous_response_id": id}));
+    assert_eq!(continued.status, StatusCode::NOT_FOUND);
+    assert_eq!(continued.json()["error"]["param"], "previous_response_id");
+
+    let streamed = call!(app, post, "/v1/responses", json!({"model": "tiny:1m", "input": "hi", "stream": true}));
+    assert!(streamed.content_type.starts_with("text/event-stream"), "{}", streamed.content_type);
+    let events = sse_data(&streamed.text);
+    let kinds: Vec<&str> = events.iter().filter_map(|event| event["type"].as_str()).collect();
+    assert_eq!(kinds[..3], ["response.created", "response.in_progress", "response.output_item.added"]);
+    assert_eq!(kinds.iter().filter(|kind| **kind == "response.output_text.delta").count(), 3);
+    assert_eq!(kinds.last(), Some(&"response.completed"));
+    assert_eq!(events.last().unwrap()["response"]["output_text"], "Hello there, friend");
+
+    let failing = call!(app, post, "/v1/responses", json!({"model": "tiny:1m", "input": "FAIL", "stream": true}));
+    let kinds: Vec<String> = sse_data(&failing.text).iter().filter_map(|event| event["type"].as_str().map(String::from)).collect();
+    assert_eq!(kinds[kinds.len() - 2..], ["error", "response.failed"], "{kinds:?}");
 }
