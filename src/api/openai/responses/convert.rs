@@ -145,6 +145,8 @@ pub fn convert(mut body: ResponsesRequest, previous: Vec<ChatMessage>) -> Result
         context,
         accelerate: body.llamay.llamay_accelerate,
         close_on_budget: body.llamay.llamay_close_on_budget,
+        // Responses requests ask for no log-probabilities.
+        logprobs: None,
     };
     Ok(ConvertedResponse { request, constraint, stream: body.stream, store, conversation, input_items, echo })
 }
@@ -365,7 +367,7 @@ mod tests {
     fn messages(converted: &ConvertedResponse) -> &[ChatMessage] {
         match &converted.request.input {
             PromptInput::Chat { messages, .. } => messages,
-            PromptInput::Raw { .. } => panic!("chat input expected"),
+            PromptInput::Raw { .. } | PromptInput::Tokens(_) => panic!("chat input expected"),
         }
     }
 

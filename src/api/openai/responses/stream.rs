@@ -93,6 +93,8 @@ impl StreamTranslator for ResponsesStream {
         let mut frames = Vec::new();
         match event {
             StreamEvent::Delta { text } if text.is_empty() => {}
+            // A Responses request asks for no log-probabilities, so none arrive.
+            StreamEvent::Logprobs { .. } => {}
             StreamEvent::Delta { text } => {
                 if self.text.is_none() {
                     self.open_message(&mut frames, 0);
