@@ -57,6 +57,23 @@ def store_file_of(model):
     return home / "blobs" / f"sha256-{digest}"
 
 
+def wait_for_health(process, base, log_path, timeout=120):
+    """Waits until the daemon `process` answers `base`/health; kills it and raises, with its
+    log, when it exits first or does not answer within `timeout` seconds."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"llamay exited during start-up:\n{log_path.read_text()}")
+        try:
+            if requests.get(f"{base}/health", timeout=1).ok:
+                return
+        except requests.ConnectionError:
+            pass
+        time.sleep(0.3)
+    process.kill()
+    raise RuntimeError(f"llamay did not answer /health:\n{log_path.read_text()}")
+
+
 class OwnDaemon:
     """`llamay serve` over its own store (a temporary LLAMAY_HOME, so what it stores is written
     there and the shared store is never held), serving the test model's file by path, with
@@ -74,17 +91,7 @@ class OwnDaemon:
              "-c", "1024", "-t", "1", *extra],
             stdout=self.log, stderr=subprocess.STDOUT, env=env,
         )
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            assert self.process.poll() is None, f"llamay exited during start-up:\n{self.log_path.read_text()}"
-            try:
-                if requests.get(f"{self.base}/health", timeout=1).ok:
-                    return
-            except requests.ConnectionError:
-                pass
-            time.sleep(0.3)
-        self.process.kill()
-        raise RuntimeError("llamay did not answer /health")
+        wait_for_health(self.process, self.base, self.log_path)
 
     def stop(self):
         self.process.send_signal(signal.SIGTERM)

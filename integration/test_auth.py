@@ -11,7 +11,6 @@ import pathlib
 import re
 import subprocess
 import tempfile
-import time
 
 import anthropic
 import ollama
@@ -19,7 +18,7 @@ import openai
 import pytest
 import requests
 
-from conftest import BIN, MODEL, free_port, store_file_of
+from conftest import BIN, MODEL, free_port, store_file_of, wait_for_health
 
 KEY = "llamay-test-key-0123456789"
 START_TIMEOUT = 120
@@ -39,19 +38,7 @@ def daemon():
         stdout=log, stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
-    deadline = time.time() + START_TIMEOUT
-    while time.time() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"llamay exited during start-up:\n{log_path.read_text()}")
-        try:
-            if requests.get(f"{base}/health", timeout=1).ok:
-                break
-        except requests.ConnectionError:
-            pass
-        time.sleep(0.5)
-    else:
-        process.kill()
-        raise RuntimeError(f"llamay did not answer /health:\n{log_path.read_text()}")
+    wait_for_health(process, base, log_path, START_TIMEOUT)
     yield {"base": base, "log": log_path}
     process.terminate()
     try:
