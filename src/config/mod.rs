@@ -15,17 +15,14 @@ use serde::Deserialize;
 use thiserror::Error;
 
 use crate::core::KeepAlive;
+use crate::environment::DEFAULT_ADDR;
 use crate::llm::KvType;
 
 mod args;
-mod environment;
 #[cfg(test)]
 mod tests;
 mod values;
 
-pub use environment::{
-    environment, Environment, ADDR_ENV, API_KEY_ENV, DEFAULT_ADDR, HOME_ENV, REGISTRY_ENV,
-};
 pub use args::{normalize_single_dash_flags, ServeArgs, SINGLE_DASH_LONG_FLAGS};
 pub use values::{parse_formats, parse_gpu_layers, parse_on_off};
 use values::{

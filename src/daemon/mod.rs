@@ -73,7 +73,7 @@ impl Daemon {
 
     /// [`Daemon::run`] in a fresh actix system (what `main` calls).
     pub fn run_blocking(self) -> io::Result<()> {
-        crate::platform::limit_heap_retention(crate::config::environment());
+        crate::platform::limit_heap_retention(crate::environment::environment());
         actix_web::rt::System::new().block_on(self.run())
     }
 
