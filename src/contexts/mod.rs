@@ -20,11 +20,11 @@
 //! model store, to restore it as a new context in this daemon or another.
 //!
 //! Key types: [`ContextRegistry`] (every context, by id; `registry.rs`), [`ContextLimits`] (how
-//! much it holds), [`ContextRecord`] (one context), [`ContextUse`] (what a job carries into the worker), [`ContextMode`],
-//! [`ParkingLot`] (`parking.rs`). Cost: one record per context (its token ids and messages,
-//! plus its parked state when parked: a few hundred KB to MBs per thousand tokens); every
-//! operation on one context is O(1) in the number of contexts (a sharded map, counts kept as
-//! they change), listing a page is O(log n + page).
+//! much it holds), [`ContextRecord`] (one context), [`ContextUse`] (what a job carries into the
+//! worker), [`ContextMode`], [`ParkingLot`] (`parking.rs`). Cost: one record per context (its token
+//! ids and messages, plus its parked state when parked: a few hundred KB to MBs per thousand
+//! tokens); every operation on one context is O(1) in the number of contexts (a sharded map, counts
+//! kept as they change), listing a page is O(log n + page).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -6,8 +6,9 @@
 //! the next step.
 //!
 //! Key types: [`LlamaModelHandle`] (the [`LoadedModel`] the supervisor holds), [`WorkerSettings`],
-//! [`QueueLimits`] (the queues' bound), [`StoreLoader`] (the real [`ModelLoader`](super::messages::ModelLoader): store name -> file
-//! -> loaded model; in `locate.rs` with the other ways of finding and loading a model).
+//! [`QueueLimits`] (the queues' bound), [`StoreLoader`] (the real
+//! [`ModelLoader`](super::messages::ModelLoader): store name -> file -> loaded model; in
+//! `locate.rs` with the other ways of finding and loading a model).
 //! Cost: one thread and one KV cache per loaded model; each step is one `llama_decode` call of
 //! (live sequences + their drafts + prompt chunk) tokens, plus one sampling pass per row a
 //! generating sequence uses (see `step.rs` and `verify.rs`; drafts are cut to the rows worth their cost, and
