@@ -13,9 +13,9 @@
 //! the code that starts with `crate::`, `super::`, `self::`, `llamay::`, `llamay_grammar::` or
 //! the name of a module declared in the same module; comments and string literals are not
 //! code. A path is resolved through the module tree to the file of the deepest module it
-//! names: `crate::actors::model::QueueLimits` is `src/actors/model/mod.rs`. A re-export counts
-//! where it is written (`pub use store::serve_store` in `daemon/mod.rs` is an arrow from
-//! `daemon/mod.rs` to `daemon/store.rs`), as the compiler sees it.
+//! names: `crate::actors::model::QueueLimits` is `src/actors/model/mod.rs`. A re-export is an
+//! arrow where it is written (`pub use crate::environment::HOME_ENV` in `store/mod.rs` is an
+//! arrow from `store` to `environment`), as the compiler sees it.
 //!
 //! Rooms. A file's room is its top-level folder or file under `src/` (`src/api/ollama/types.rs`
 //! is `api`, `src/error.rs` is `error`). The table "Rooms of `src/`" in ARCHITECTURE.md names,
@@ -23,11 +23,12 @@
 //! That relation must have no circle itself, so code that keeps to it has floors and no arrow
 //! runs back up.
 //!
-//! Circles. Between files, counted as `farm-studio` counts them: an arrow from a file to the file
-//! of a module enclosing it (a child's `super::Item`, `crate::Item` of `lib.rs`) is part of that
-//! module, so it closes no circle; every other arrow does, between rooms or inside one (siblings,
-//! a `mod.rs` and its children's children). Any set of files that reach each other is reported
-//! with what ties it.
+//! Circles. Between files, counted as `farm-studio` counts them (it finds the same ones): two
+//! kinds of arrow tie no circle. An arrow from a file to the file of a module enclosing it (a
+//! child's `super::Item`, `crate::Item` of `lib.rs`) is part of that module; and a `pub use` of a
+//! name the file does not use itself (`pub use store::serve_store` in `daemon/mod.rs`) is only
+//! the module's face. Every other arrow ties, between rooms or inside one (siblings, a `mod.rs`
+//! and its children). Any set of files that reach each other is reported with what ties it.
 //!
 //! `KNOWN_VIOLATIONS` lists what other work of issue 64 is removing; the check fails on any
 //! violation not listed, and on a listed one that is gone, so the list only shrinks.
@@ -106,12 +107,12 @@ fn the_rooms_table_has_floors_and_keeps_the_routes_off_the_workers() {
         .map(|file| room_of(file))
         .collect::<BTreeSet<_>>();
     for room in rooms {
-        assert!(table.has(&room) || room == "lib", "src/ has a room {room:?} that ARCHITECTURE.md's table does not name");
+        assert!(table.has(&room), "src/ has a room {room:?} that ARCHITECTURE.md's table does not name");
     }
 }
 
 /// The check itself, on a made-up tree: a ground-floor room importing one above it, two
-/// sibling files importing each other, and the arrows that must not count.
+/// sibling files importing each other, and the arrows that tie no circle.
 #[test]
 fn the_check_finds_an_arrow_up_and_a_circle_and_nothing_else() {
     let table = RoomTable::parse(
@@ -124,10 +125,14 @@ fn the_check_finds_an_arrow_up_and_a_circle_and_nothing_else() {
     let tree: BTreeMap<String, String> = [
         ("src/lib.rs", "pub mod app;\npub mod low;\n"),
         // A parent using its child and the child using the parent's item: no circle.
-        ("src/app/mod.rs", "mod a;\nmod b;\nmod c;\nuse c::Helper;\npub struct Shared;\n"),
+        ("src/app/mod.rs", "mod a;\nmod b;\nmod c;\nmod d;\nmod f;\nuse c::Helper;\npub struct Shared;\n"),
         ("src/app/a.rs", "use super::b::Bee;\n/// `crate::low::up` in a comment is no import.\npub struct A(Bee);\n"),
         ("src/app/b.rs", "pub struct Bee;\npub fn b() -> super::a::A { todo!() }\nconst S: &str = \"crate::low::x\";\n"),
         ("src/app/c.rs", "use super::Shared;\npub struct Helper(Shared);\n"),
+        // A name `d` only hands on ties no circle: d -> e (face) -> f -> d.
+        ("src/app/d/mod.rs", "mod e;\npub use e::Eve;\npub struct Dee;\n"),
+        ("src/app/d/e.rs", "pub struct Eve(pub crate::app::f::Eff);\n"),
+        ("src/app/f.rs", "pub struct Eff(pub super::d::Dee);\n"),
         ("src/low/mod.rs", "pub fn ground() -> crate::app::Shared { todo!() }\n#[cfg(test)]\nmod tests;\n"),
         // Test code may import anything.
         ("src/low/tests.rs", "use crate::app::a::A;\n"),
@@ -142,7 +147,7 @@ fn the_check_finds_an_arrow_up_and_a_circle_and_nothing_else() {
     assert!(shown[0].contains("src/low/mod.rs:1: low -> app (crate::app::Shared)"), "{}", shown[0]);
     assert!(shown[1].contains("src/app/a.rs:1 -> src/app/b.rs (super::b::Bee)"), "{}", shown[1]);
     assert!(shown[1].contains("src/app/b.rs:2 -> src/app/a.rs (super::a::A)"), "{}", shown[1]);
-    assert_eq!(report.files_checked, 6, "tests.rs is declared under cfg(test)");
+    assert_eq!(report.files_checked, 9, "tests.rs is declared under cfg(test)");
 }
 
 #[test]
