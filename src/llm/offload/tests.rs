@@ -146,4 +146,3 @@ fn a_file_that_is_not_gguf_is_refused_by_name() {
     let error = estimate(&path, &params(KvType::F16, true)).expect_err("refused");
     assert!(error.to_string().contains("not.gguf"), "{error}");
 }
-
