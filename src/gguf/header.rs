@@ -20,7 +20,10 @@ pub(super) enum Value {
     Bool(bool),
     Text(String),
     /// An array's length and, for a short array of integers, its elements (negative ones as 0).
-    Array { len: u64, integers: Option<Vec<u64>> },
+    Array {
+        len: u64,
+        integers: Option<Vec<u64>>,
+    },
     /// A float, or a string too long to keep.
     Ignored,
 }
