@@ -358,18 +358,24 @@ impl Collector for ScrapeReadings {
     }
 }
 
+fn model_label(name: &str) -> [(&'static str, &str); 1] {
+    [("model", name)]
+}
+
 fn encode_supervisor(e: &mut DescriptorEncoder, status: &SupervisorStatus) -> fmt::Result {
     let models = &status.models;
-    let by_model = |value: fn(&crate::actors::supervisor::LoadedModelStatus) -> u64| {
-        models.iter().map(move |model| ([("model", model.info.name.as_str())], ConstGauge::new(value(model))))
-    };
     read_value(
         e,
         "llamay_queue_depth",
         "Requests waiting: for a model to load, or for a free sequence of a loaded one",
         ConstGauge::new(status.queue_depth),
     )?;
-    read_family(e, "llamay_model_queue_depth", "Requests waiting for a loaded model, by model", by_model(|m| m.queue_depth as u64))?;
+    read_family(
+        e,
+        "llamay_model_queue_depth",
+        "Requests waiting for a loaded model, by model",
+        models.iter().map(|m| (model_label(&m.info.name), ConstGauge::new(m.queue_depth))),
+    )?;
     read_value(
         e,
         "llamay_queue_capacity",
@@ -379,12 +385,17 @@ fn encode_supervisor(e: &mut DescriptorEncoder, status: &SupervisorStatus) -> fm
     read_value(e, "llamay_models_loaded", "Models loaded now", ConstGauge::new(models.len()))?;
     read_value(e, "llamay_models_max_loaded", "Models that may be loaded at once", ConstGauge::new(status.max_loaded))?;
     read_value(e, "llamay_model_loading", "1 while a model is loading", ConstGauge::new(u32::from(status.loading.is_some())))?;
-    read_family(e, "llamay_sequences_in_use", "Sequences decoding now, by loaded model", by_model(|m| m.sequences_in_use as u64))?;
+    read_family(
+        e,
+        "llamay_sequences_in_use",
+        "Sequences decoding now, by loaded model",
+        models.iter().map(|m| (model_label(&m.info.name), ConstGauge::new(m.sequences_in_use))),
+    )?;
     read_family(
         e,
         "llamay_sequences_capacity",
         "Sequences a loaded model decodes together (-parallel)",
-        by_model(|m| u64::from(m.info.parallel)),
+        models.iter().map(|m| (model_label(&m.info.name), ConstGauge::new(m.info.parallel))),
     )?;
     read_family(
         e,
@@ -400,9 +411,14 @@ fn encode_supervisor(e: &mut DescriptorEncoder, status: &SupervisorStatus) -> fm
         e,
         "llamay_draft_tokens_accepted",
         "Draft tokens the model's own choice confirmed, by model: each is a decode step saved",
-        models.iter().map(|model| ([("model", model.info.name.as_str())], ConstCounter::new(model.totals.drafts.accepted))),
+        models.iter().map(|m| (model_label(&m.info.name), ConstCounter::new(m.totals.drafts.accepted))),
     )?;
-    read_family(e, "llamay_requests_in_flight", "Requests holding a loaded model, by model", by_model(|m| m.requests_in_flight as u64))?;
+    read_family(
+        e,
+        "llamay_requests_in_flight",
+        "Requests holding a loaded model, by model",
+        models.iter().map(|m| (model_label(&m.info.name), ConstGauge::new(m.requests_in_flight))),
+    )?;
     read_family(
         e,
         "llamay_decode_step_seconds",
