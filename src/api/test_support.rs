@@ -12,6 +12,14 @@ use crate::core::{
 };
 use crate::error::CoreError;
 
+/// What `convert` makes of `value`, read as its route reads a body (`api::body::parse_json`).
+pub fn from_wire<T: serde::de::DeserializeOwned, C>(
+    convert: impl FnOnce(T) -> Result<C, CoreError>,
+    value: serde_json::Value,
+) -> Result<C, CoreError> {
+    convert(crate::api::body::parse_json(value.to_string().as_bytes())?)
+}
+
 pub const KNOWN_MODELS: [&str; 2] = ["tiny:1m", "other:2m"];
 
 pub struct FakeCatalog;
