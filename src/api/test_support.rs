@@ -5,12 +5,24 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use actix::Addr;
+
 use crate::actors::messages::{Generate, Generation, LoadedModel, ModelLoader};
+use crate::actors::supervisor::Supervisor;
+use crate::api::{AppState, RouteSettings};
+use crate::contexts::ContextRegistry;
 use crate::core::{
     CatalogEntry, Completion, FinishReason, ModelCatalog, ModelDescription, ModelInfo, ModelTotals,
     PromptInput, StreamEvent, Timings, ToolCall, ToolChoice, Usage, ValidGenerateRequest,
 };
 use crate::error::CoreError;
+use crate::service::{GenerationPolicy, GenerationService};
+
+/// The app's state over `supervisor` and the fake catalog, as route tests mount it.
+pub fn app_state(supervisor: Addr<Supervisor>, policy: GenerationPolicy, settings: RouteSettings) -> AppState {
+    let generation = GenerationService::new(supervisor, Arc::new(ContextRegistry::new()), policy);
+    AppState::new(generation, Arc::new(FakeCatalog), settings)
+}
 
 pub const KNOWN_MODELS: [&str; 2] = ["tiny:1m", "other:2m"];
 

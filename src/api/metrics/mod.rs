@@ -6,7 +6,7 @@
 //! share the label `unmatched`), and [`GenerationObserver`], which a running generation carries
 //! to book its tokens, time to first token, finish reason and constraint mask counters.
 //! Gauges (queue depth, loaded models, sequences in use) and the supervisor's load/eviction
-//! counters are read from one supervisor [`GetStatus`] per scrape.
+//! counters are read from one status of the models (the service's `model_status`) per scrape.
 //!
 //! Names follow Prometheus conventions: `llamay_` prefix, `_total` counters, `_seconds` and
 //! `_bytes` units. Costs: one uncontended mutex per request and per generation event that
@@ -28,7 +28,7 @@ mod text_format;
 
 use self::text_format::{family, render_histogram, sample, Histogram};
 use super::AppState;
-use crate::actors::supervisor::{GetStatus, SupervisorStatus};
+use crate::service::models::{DeviceStatus, SupervisorStatus};
 use crate::core::{Completion, FinishReason};
 
 /// The route label of a request no route matched.
@@ -581,7 +581,7 @@ fn render_supervisor(out: &mut String, status: &SupervisorStatus) {
 
 /// Each GPU's memory and what loaded models hold on it and on the host.
 fn render_devices(out: &mut String, status: &SupervisorStatus) {
-    type Reading = fn(&crate::actors::supervisor::DeviceStatus) -> u64;
+    type Reading = fn(&DeviceStatus) -> u64;
     let devices: [(&str, &str, Reading); 3] = [
         ("llamay_device_memory_total_bytes", "Memory of each GPU.", |d| d.device.total),
         ("llamay_device_memory_free_bytes", "Free memory of each GPU, as its driver reports it.", |d| d.device.free),
@@ -707,7 +707,7 @@ impl Drop for GenerationObserver {
 /// `GET /metrics`.
 pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     // Without the supervisor (stopping) the daemon's own counters still answer.
-    let status = state.supervisor.send(GetStatus).await.ok();
+    let status = state.generation.model_status().await.ok();
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")
         .body(state.metrics.render(status.as_ref(), &state))

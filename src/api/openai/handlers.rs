@@ -27,6 +27,15 @@ pub fn render_error(error: &CoreError) -> HttpResponse {
     })
 }
 
+/// A JSON answer with its status, or the error in OpenAI's shape: how llamay's own `/v1/`
+/// routes (contexts, snapshots) answer.
+pub fn respond(result: Result<(actix_web::http::StatusCode, serde_json::Value), CoreError>) -> HttpResponse {
+    match result {
+        Ok((status, body)) => HttpResponse::build(status).json(body),
+        Err(error) => render_error(&error),
+    }
+}
+
 pub async fn chat_completions(
     state: web::Data<AppState>,
     request: HttpRequest,
