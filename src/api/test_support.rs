@@ -33,6 +33,7 @@ impl ModelCatalog for FakeCatalog {
         Ok(KNOWN_MODELS.iter().map(|name| entry(name)).collect())
     }
     fn describe(&self, name: &str) -> Result<ModelDescription, CoreError> {
+        crate::core::ModelName::parse(name)?;
         if !KNOWN_MODELS.contains(&name) {
             return Err(CoreError::model_not_found(name));
         }

@@ -205,7 +205,6 @@ pub async fn show(
             .or(body.name)
             .filter(|n| !n.is_empty())
             .ok_or_else(|| CoreError::invalid("model is required"))?;
-        crate::core::ModelName::parse(&name)?;
         let description = state.catalog.describe(&name)?;
         let defaults = &description.defaults;
         Ok::<_, CoreError>(HttpResponse::Ok().json(json!({

@@ -106,9 +106,6 @@ pub async fn list_models(state: web::Data<AppState>) -> HttpResponse {
 }
 
 pub async fn get_model(state: web::Data<AppState>, name: web::Path<String>) -> HttpResponse {
-    if let Err(invalid) = crate::core::ModelName::parse(&name) {
-        return render_error(&invalid.into());
-    }
     match state.catalog.describe(&name) {
         Ok(description) => HttpResponse::Ok().json(model_object(
             description.entry.name,
