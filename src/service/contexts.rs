@@ -69,6 +69,7 @@ pub struct ContextStats {
     pub parked: usize,
     pub stored: usize,
     pub cold: usize,
+    /// Bytes of parked state held in memory now, and the bound on them.
     pub parked_bytes: u64,
     pub parked_limit_bytes: u64,
     /// Parked states written to the store's `parked/` directory since the daemon started.
