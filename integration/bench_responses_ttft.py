@@ -25,7 +25,7 @@ ANIMALS = ["otter", "heron", "badger", "lynx", "marten", "wren", "stoat", "vole"
 PLACES = ["river", "marsh", "forest", "valley", "meadow", "harbour", "orchard", "moor"]
 
 
-def document(run, sentences=150):
+def document(run, sentences=93):
     """About 2,000 tokens of prose, different for every run and row."""
     lines = [f"Field notes, series {run}."]
     for k in range(sentences):

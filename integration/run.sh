@@ -73,7 +73,8 @@ else
   for arg in "$@"; do
     case "$arg" in integration/*) targets=() ;; esac
   done
-  "$venv/bin/pytest" -q "${targets[@]}" "$@" || status=$?
+  # The slowest tests are listed at the end, for the time breakdown.
+  "$venv/bin/pytest" -q --durations=12 "${targets[@]}" "$@" || status=$?
 fi
 
 # A clean stop: SIGTERM, running requests finish, exit status 0.

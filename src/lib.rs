@@ -12,6 +12,7 @@ pub mod contexts;
 pub mod core;
 pub mod daemon;
 pub mod embed;
+pub mod environment;
 pub mod error;
 pub mod gguf;
 /// The constraint engine, a crate of its own (`src/grammar`): pure, with no dependency on the rest.

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 
 use super::CliError;
 
-use llamay::config::{ADDR_ENV, DEFAULT_ADDR};
+use llamay::environment::{ADDR_ENV, DEFAULT_ADDR};
 
 /// A daemon that answered.
 pub struct Daemon {
@@ -46,7 +46,7 @@ fn failure(response: Response) -> CliError {
 impl Daemon {
     /// The daemon at the configured address, if one answers.
     pub fn find() -> Option<Daemon> {
-        let environment = llamay::config::environment();
+        let environment = llamay::environment::environment();
         let base = environment.daemon_base_url();
         // A daemon that requires a key gets the one `serve` reads from the environment.
         let mut headers = reqwest::header::HeaderMap::new();

@@ -3,6 +3,11 @@
 //! and validated before anything starts. `configs/llamay.toml` documents every key.
 //! The flags are in `args.rs`, the text form of each kind of value in `values.rs`.
 //!
+//! A setting that a room of the daemon owns (the queues' bound, the compile pool's size, the
+//! contexts' limits) is an `Option` here: `None` when the operator left it unset, and the daemon
+//! (the composition root) fills it from the room's own default. So `config` reaches no room above
+//! it: it imports only `core`, `llm`, `grammar` and `environment`.
+//!
 //! Key types: [`Config`], [`ServeArgs`] (clap), [`LogFormat`], [`ConfigError`].
 //! Costs: read once at start-up.
 
@@ -15,21 +20,18 @@ use serde::Deserialize;
 use thiserror::Error;
 
 use crate::core::KeepAlive;
+use crate::environment::DEFAULT_ADDR;
 use crate::llm::KvType;
 
 mod args;
-mod environment;
 #[cfg(test)]
 mod tests;
 mod values;
 
-pub use environment::{
-    environment, Environment, ADDR_ENV, API_KEY_ENV, DEFAULT_ADDR, HOME_ENV, REGISTRY_ENV,
-};
 pub use args::{normalize_single_dash_flags, ServeArgs, SINGLE_DASH_LONG_FLAGS};
 pub use values::{parse_formats, parse_gpu_layers, parse_on_off};
 use values::{
-    parse_env, parse_keepalive, parse_kv, parse_lexicon_match, parse_memory, parse_split, parse_timeout,
+    env_number, parse_env, parse_keepalive, parse_kv, parse_lexicon_match, parse_memory, parse_split, parse_timeout,
     split_origins, split_workers, valid_api_key, valid_host_and_port, valid_origin,
 };
 
@@ -90,12 +92,14 @@ pub struct Config {
     /// kind's default, prefix for a deny list).
     pub lexicon_match: Option<crate::grammar::MatchMode>,
     /// Requests that may wait at once: for a model to load, and, per loaded model, for one of
-    /// its sequences; more are refused with 503.
-    pub max_queue: usize,
-    /// Threads that compile schemas and grammars off the HTTP workers.
-    pub compile_threads: usize,
-    /// Compiles that may wait for one of those threads; more are refused with 503.
-    pub compile_queue: usize,
+    /// its sequences; more are refused with 503. `None`: the actors' `QueueLimits` default.
+    pub max_queue: Option<usize>,
+    /// Threads that compile schemas and grammars off the HTTP workers. `None`: the service's
+    /// `CompileLimits` default.
+    pub compile_threads: Option<usize>,
+    /// Compiles that may wait for one of those threads; more are refused with 503. `None`: the
+    /// service's `CompileLimits` default.
+    pub compile_queue: Option<usize>,
     pub max_body_bytes: usize,
     pub log_format: LogFormat,
     /// `max_tokens` of a request that names none.
@@ -129,10 +133,12 @@ pub struct Config {
     pub rpc: Vec<String>,
     /// Split ratios over the local CPU then each RPC worker; empty: by free memory.
     pub split: Vec<f64>,
-    /// Bytes of parked context state kept in memory (contexts, issue 11).
-    pub context_memory: u64,
-    /// Named contexts held at once; creating more is refused with 503.
-    pub max_contexts: usize,
+    /// Bytes of parked context state kept in memory (contexts, issue 11). `None`: the contexts'
+    /// `ContextLimits` default.
+    pub context_memory: Option<u64>,
+    /// Named contexts held at once; creating more is refused with 503. `None`: the contexts'
+    /// `ContextLimits` default.
+    pub max_contexts: Option<usize>,
     /// Stored `/v1/responses` answers kept at most; the oldest go first.
     pub max_stored_responses: usize,
     /// How long a stored response is kept.
@@ -178,9 +184,9 @@ impl Default for Config {
             grammar_file: None,
             lexicon_files: Vec::new(),
             lexicon_match: None,
-            max_queue: crate::actors::model::DEFAULT_MAX_QUEUE,
-            compile_threads: default_compile_threads(),
-            compile_queue: crate::service::DEFAULT_COMPILE_QUEUE,
+            max_queue: None,
+            compile_threads: None,
+            compile_queue: None,
             max_body_bytes: 8 * 1024 * 1024,
             log_format: LogFormat::Text,
             default_max_tokens: crate::core::TokenLimits::default().default_max_tokens,
@@ -197,8 +203,8 @@ impl Default for Config {
             formats: crate::grammar::schema::FormatMode::Ignore,
             rpc: Vec::new(),
             split: Vec::new(),
-            context_memory: crate::contexts::DEFAULT_CONTEXT_MEMORY,
-            max_contexts: crate::contexts::DEFAULT_MAX_CONTEXTS,
+            context_memory: None,
+            max_contexts: None,
             max_stored_responses: 10_000,
             // OpenAI keeps a stored response for 30 days.
             stored_responses_max_age: Duration::from_secs(30 * 24 * 3600),
@@ -220,14 +226,6 @@ pub fn default_threads() -> usize {
     std::thread::available_parallelism()
         .map_or(2, |n| n.get() / 2)
         .max(1)
-}
-
-/// Half the logical CPUs, between 2 and 8: a costly schema then holds one thread while
-/// another compiles the next request's, and compiles never take every core from decoding.
-pub fn default_compile_threads() -> usize {
-    std::thread::available_parallelism()
-        .map_or(2, |n| n.get() / 2)
-        .clamp(2, 8)
 }
 
 /// The TOML file's keys; all optional, unknown keys refused so a typo is not silently ignored.
@@ -357,9 +355,9 @@ impl Config {
         if let Some(mode) = file.lexicon_match {
             self.lexicon_match = Some(parse_lexicon_match(&mode)?);
         }
-        set(&mut self.max_queue, file.max_queue);
-        set(&mut self.compile_threads, file.compile_threads);
-        set(&mut self.compile_queue, file.compile_queue);
+        self.max_queue = file.max_queue.or(self.max_queue);
+        self.compile_threads = file.compile_threads.or(self.compile_threads);
+        self.compile_queue = file.compile_queue.or(self.compile_queue);
         set(&mut self.max_body_bytes, file.max_body_bytes);
         if let Some(format) = file.log_format {
             self.log_format = format.parse()?;
@@ -400,9 +398,9 @@ impl Config {
                 toml::Value::String(text) => text,
                 other => other.to_string(),
             };
-            self.context_memory = parse_memory("context_memory", &text)?;
+            self.context_memory = Some(parse_memory("context_memory", &text)?);
         }
-        set(&mut self.max_contexts, file.max_contexts);
+        self.max_contexts = file.max_contexts.or(self.max_contexts);
         set(&mut self.max_stored_responses, file.max_stored_responses);
         if let Some(value) = file.stored_responses_max_age {
             let text = match value {
@@ -457,9 +455,9 @@ impl Config {
         if let Some(mode) = env("LLAMAY_LEXICON_MATCH") {
             self.lexicon_match = Some(parse_lexicon_match(&mode)?);
         }
-        parse_env(env, "LLAMAY_MAX_QUEUE", "max_queue", &mut self.max_queue)?;
-        parse_env(env, "LLAMAY_COMPILE_THREADS", "compile_threads", &mut self.compile_threads)?;
-        parse_env(env, "LLAMAY_COMPILE_QUEUE", "compile_queue", &mut self.compile_queue)?;
+        self.max_queue = env_number(env, "LLAMAY_MAX_QUEUE", "max_queue")?.or(self.max_queue);
+        self.compile_threads = env_number(env, "LLAMAY_COMPILE_THREADS", "compile_threads")?.or(self.compile_threads);
+        self.compile_queue = env_number(env, "LLAMAY_COMPILE_QUEUE", "compile_queue")?.or(self.compile_queue);
         parse_env(
             env,
             "LLAMAY_MAX_BODY_BYTES",
@@ -507,9 +505,9 @@ impl Config {
             self.split = parse_split(&ratios)?;
         }
         if let Some(text) = env("LLAMAY_CONTEXT_MEMORY") {
-            self.context_memory = parse_memory("context_memory", &text)?;
+            self.context_memory = Some(parse_memory("context_memory", &text)?);
         }
-        parse_env(env, "LLAMAY_MAX_CONTEXTS", "max_contexts", &mut self.max_contexts)?;
+        self.max_contexts = env_number(env, "LLAMAY_MAX_CONTEXTS", "max_contexts")?.or(self.max_contexts);
         parse_env(env, "LLAMAY_MAX_STORED_RESPONSES", "max_stored_responses", &mut self.max_stored_responses)?;
         if let Some(text) = env("LLAMAY_STORED_RESPONSES_MAX_AGE") {
             self.stored_responses_max_age = parse_timeout("stored_responses_max_age", &text)?;
@@ -587,7 +585,7 @@ impl Config {
             self.split = parse_split(ratios)?;
         }
         if let Some(text) = &args.context_memory {
-            self.context_memory = parse_memory("context_memory", text)?;
+            self.context_memory = Some(parse_memory("context_memory", text)?);
         }
         if args.embed.is_some() {
             self.embed = args.embed.clone();
@@ -636,17 +634,18 @@ impl Config {
         if !(1..=256).contains(&self.parallel) {
             return invalid("parallel", self.parallel.to_string(), "1 to 256 sequences");
         }
-        if !(1..=1_000_000).contains(&self.max_queue) {
-            return invalid("max_queue", self.max_queue.to_string(), "1 to 1000000");
+        // Unset, these take their rooms' defaults, which are in range.
+        if let Some(max_queue) = self.max_queue.filter(|n| !(1..=1_000_000).contains(n)) {
+            return invalid("max_queue", max_queue.to_string(), "1 to 1000000");
         }
-        if !(1..=64).contains(&self.compile_threads) {
-            return invalid("compile_threads", self.compile_threads.to_string(), "1 to 64");
+        if let Some(threads) = self.compile_threads.filter(|n| !(1..=64).contains(n)) {
+            return invalid("compile_threads", threads.to_string(), "1 to 64");
         }
-        if !(1..=100_000).contains(&self.compile_queue) {
-            return invalid("compile_queue", self.compile_queue.to_string(), "1 to 100000");
+        if let Some(queue) = self.compile_queue.filter(|n| !(1..=100_000).contains(n)) {
+            return invalid("compile_queue", queue.to_string(), "1 to 100000");
         }
-        if !(1..=1_000_000).contains(&self.max_contexts) {
-            return invalid("max_contexts", self.max_contexts.to_string(), "1 to 1000000");
+        if let Some(max_contexts) = self.max_contexts.filter(|n| !(1..=1_000_000).contains(n)) {
+            return invalid("max_contexts", max_contexts.to_string(), "1 to 1000000");
         }
         if !(1..=10_000_000).contains(&self.max_stored_responses) {
             return invalid("max_stored_responses", self.max_stored_responses.to_string(), "1 to 10000000");

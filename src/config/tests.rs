@@ -120,7 +120,7 @@ fn context_memory_reads_sizes_and_refuses_other_text() {
     assert_eq!(parse_memory("context_memory", "1000").unwrap(), 1000);
     assert!(parse_memory("context_memory", "lots").is_err());
     let args = ServeArgs { context_memory: Some("64M".into()), ..Default::default() };
-    assert_eq!(Config::load_with_env(&args, no_env).unwrap().context_memory, 64 << 20);
+    assert_eq!(Config::load_with_env(&args, no_env).unwrap().context_memory, Some(64 << 20));
 }
 
 #[test]
@@ -406,7 +406,7 @@ fn limits_and_allowed_hosts_come_from_the_file_env_and_flags_and_are_checked() {
     .unwrap();
     let args = ServeArgs { config: Some(file.path().into()), ..Default::default() };
     let config = Config::load_with_env(&args, no_env).unwrap();
-    assert_eq!((config.compile_threads, config.compile_queue, config.max_contexts), (3, 10, 7));
+    assert_eq!((config.compile_threads, config.compile_queue, config.max_contexts), (Some(3), Some(10), Some(7)));
     assert_eq!((config.allowed_hosts.clone(), config.log_format), (vec!["box.lan".to_string()], LogFormat::Json));
     let env = |k: &str| (k == "LLAMAY_ALLOWED_HOSTS").then(|| "a.example, b.example:8080".to_string());
     assert_eq!(Config::load_with_env(&args, env).unwrap().allowed_hosts, ["a.example", "b.example:8080"]);

@@ -120,14 +120,23 @@ pub(super) fn parse_env<T: FromStr>(
     key: &'static str,
     slot: &mut T,
 ) -> Result<(), ConfigError> {
-    if let Some(text) = env(variable) {
-        *slot = text.trim().parse().map_err(|_| ConfigError::Invalid {
-            key,
-            value: text,
-            expected: "a whole number",
-        })?;
+    if let Some(value) = env_number(env, variable, key)? {
+        *slot = value;
     }
     Ok(())
+}
+
+/// The whole number in `variable`, when it is set.
+pub(super) fn env_number<T: FromStr>(
+    env: &impl Fn(&str) -> Option<String>,
+    variable: &str,
+    key: &'static str,
+) -> Result<Option<T>, ConfigError> {
+    let Some(text) = env(variable) else { return Ok(None) };
+    match text.trim().parse() {
+        Ok(value) => Ok(Some(value)),
+        Err(_) => Err(ConfigError::Invalid { key, value: text, expected: "a whole number" }),
+    }
 }
 
 /// A positive duration: `"5s"`, `"1m30s"` or seconds.

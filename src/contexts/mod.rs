@@ -19,12 +19,12 @@
 //! Snapshots (`snapshots.rs`, [`snapshots::SnapshotShelf`]) keep a context's KV state in the
 //! model store, to restore it as a new context in this daemon or another.
 //!
-//! Key types: [`ContextRegistry`] (every context, by id; `registry.rs`), [`ContextRecord`] (one
-//! context), [`ContextUse`] (what a job carries into the worker), [`ContextMode`],
-//! [`ParkingLot`] (`parking.rs`). Cost: one record per context (its token ids and messages,
-//! plus its parked state when parked: a few hundred KB to MBs per thousand tokens); every
-//! operation on one context is O(1) in the number of contexts (a sharded map, counts kept as
-//! they change), listing a page is O(log n + page).
+//! Key types: [`ContextRegistry`] (every context, by id; `registry.rs`), [`ContextLimits`] (how
+//! much it holds), [`ContextRecord`] (one context), [`ContextUse`] (what a job carries into the
+//! worker), [`ContextMode`], [`ParkingLot`] (`parking.rs`). Cost: one record per context (its token
+//! ids and messages, plus its parked state when parked: a few hundred KB to MBs per thousand
+//! tokens); every operation on one context is O(1) in the number of contexts (a sharded map, counts
+//! kept as they change), listing a page is O(log n + page).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -50,6 +50,22 @@ pub const DEFAULT_CONTEXT_MEMORY: u64 = 2 << 30;
 
 /// Contexts held at once when the operator names no `max_contexts`.
 pub const DEFAULT_MAX_CONTEXTS: usize = 4096;
+
+/// What the registry may hold: the room's own defaults, which the daemon overrides with the
+/// operator's `context_memory` and `max_contexts`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContextLimits {
+    /// Bytes of parked context state kept in memory; past it, states go to the store or are dropped.
+    pub memory: u64,
+    /// Named contexts held at once; creating more is refused with 503.
+    pub max_contexts: usize,
+}
+
+impl Default for ContextLimits {
+    fn default() -> Self {
+        ContextLimits { memory: DEFAULT_CONTEXT_MEMORY, max_contexts: DEFAULT_MAX_CONTEXTS }
+    }
+}
 
 /// Most children one fork makes.
 pub const MAX_FORK: usize = 64;

@@ -20,8 +20,8 @@ use chrono::Utc;
 use dashmap::DashMap;
 
 use super::{
-    random_hex, Census, ContextBody, ContextContent, ContextRecord, ParkingLot, Residence, Standing,
-    DEFAULT_CONTEXT_KEEP_ALIVE, DEFAULT_CONTEXT_MEMORY, DEFAULT_MAX_CONTEXTS, MAX_FORK,
+    random_hex, Census, ContextBody, ContextContent, ContextLimits, ContextRecord, ParkingLot, Residence,
+    Standing, DEFAULT_CONTEXT_KEEP_ALIVE, DEFAULT_CONTEXT_MEMORY, DEFAULT_MAX_CONTEXTS, MAX_FORK,
 };
 use crate::core::KeepAlive;
 use crate::error::{CoreError, ErrorCode};
@@ -99,6 +99,12 @@ impl ContextRegistry {
 
     pub fn daemon_id(&self) -> String {
         relock(&self.daemon_id).clone()
+    }
+
+    /// Bounds the parked memory and the contexts held at once.
+    pub fn set_limits(&self, limits: ContextLimits) {
+        self.set_memory_limit(limits.memory);
+        self.set_max_contexts(limits.max_contexts);
     }
 
     /// Bounds the memory parked contexts take (`-context-memory`).

@@ -6,12 +6,14 @@
 //! policy and the app state, prints the spec's banner (the structured `llamay serving` log line
 //! and the route table), serves until SIGINT or SIGTERM, then stops accepting, fails waiting
 //! requests, lets running ones finish (up to a grace period), and unloads. [`serve_store`]
-//! (`store.rs`) is `llamay serve` over the model store.
+//! (`store.rs`) is `llamay serve` over the model store. The settings the rooms own (queues,
+//! compile pool, contexts) are filled from the config in `settings.rs`.
 //!
 //! Key items: [`Daemon`], [`serve_store`], [`store::StoreCatalog`]. Costs: what it starts (one
 //! supervisor, the HTTP workers, the models preloaded).
 
 pub mod banner;
+pub mod settings;
 pub mod store;
 
 use std::io;
@@ -34,6 +36,7 @@ use crate::core::{Constraint, ConstraintSource, ModelAdmin, ModelCatalog, ModelI
 use crate::service::{GenerationPolicy, GenerationService};
 use crate::store::responses::{ResponseLimits, ResponseTree};
 use banner::{device_lines, print_banner, print_placement, warn_if_exposed};
+use settings::{compile_limits, context_limits, queue_limits};
 pub use store::serve_store;
 
 /// Largest `-grammar-file` read.
@@ -74,7 +77,7 @@ impl Daemon {
 
     /// [`Daemon::run`] in a fresh actix system (what `main` calls).
     pub fn run_blocking(self) -> io::Result<()> {
-        crate::platform::limit_heap_retention(crate::config::environment());
+        crate::platform::limit_heap_retention(crate::environment::environment());
         actix_web::rt::System::new().block_on(self.run())
     }
 
@@ -95,7 +98,7 @@ impl Daemon {
             SupervisorConfig {
                 max_loaded: config.max_loaded,
                 default_keep_alive: config.keep_alive,
-                max_queue: config.max_queue,
+                max_queue: queue_limits(&config).max_queue,
             },
         )
         .with_memory(memory_probe, config.gpu_layers)
@@ -119,8 +122,7 @@ impl Daemon {
             lexicons,
             formats: config.formats,
             token_limits: TokenLimits { default_max_tokens: config.default_max_tokens, max_tokens_limit: config.max_tokens_limit },
-            compile_threads: config.compile_threads,
-            compile_queue: config.compile_queue,
+            compile: compile_limits(&config),
             accelerate: config.accelerate,
             close_on_budget: config.close_on_budget,
         };
@@ -143,8 +145,7 @@ impl Daemon {
         if let Some(id) = &config.daemon_id {
             contexts.set_daemon_id(id);
         }
-        contexts.set_memory_limit(config.context_memory);
-        contexts.set_max_contexts(config.max_contexts);
+        contexts.set_limits(context_limits(&config));
         contexts.start_sweeper()?;
         let mut generation = GenerationService::new(supervisor.clone(), contexts, policy);
         if let Some(shelf) = snapshots {

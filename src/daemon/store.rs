@@ -14,6 +14,7 @@ use crate::config::Config;
 use crate::core::{CatalogEntry, CoreError, ModelCatalog, ModelDescription};
 use crate::llm::ContextParams;
 use crate::store::{Manifest, ModelName, ModelRef, Store, StoreError};
+use super::settings::queue_limits;
 
 /// The store as `/api/tags`, `/v1/models` and `/api/show` see it, with the file given to
 /// `serve -m PATH` listed under the name it is served by.
@@ -193,7 +194,7 @@ pub fn serve_store(mut config: Config, store: Arc<Store>) -> std::io::Result<()>
             kv_type: config.kv,
             flash_attention: config.flash_attention,
         },
-        max_queue: config.max_queue,
+        max_queue: queue_limits(&config).max_queue,
     };
     if !config.rpc.is_empty() {
         check_rpc_workers(&config.rpc, &config.split)?;

@@ -22,7 +22,7 @@ const MALLOC_MMAP_THRESHOLD: i32 = 256 * 1024;
 /// One arena and a fixed threshold return large blocks to the system as they are freed.
 /// `MALLOC_ARENA_MAX` / `MALLOC_MMAP_THRESHOLD_` in the environment still win. Call it before
 /// the daemon's threads start.
-pub fn limit_heap_retention(environment: &crate::config::Environment) {
+pub fn limit_heap_retention(environment: &crate::environment::Environment) {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         if !environment.malloc_arena_max_set {

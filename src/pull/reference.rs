@@ -19,7 +19,7 @@ use crate::store::{ModelName, DEFAULT_TAG};
 /// Ollama's public registry, used for names without a host.
 pub const DEFAULT_REGISTRY: &str = "https://registry.ollama.ai";
 /// Environment variable naming the registry used for names without a host.
-pub use crate::config::REGISTRY_ENV;
+pub use crate::environment::REGISTRY_ENV;
 
 /// Which registry answers names without a host, and which registries plain http may reach.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,7 +45,7 @@ impl RegistrySettings {
     /// Ollama's.
     pub fn from_env() -> RegistrySettings {
         let mut settings = RegistrySettings::default();
-        if let Some(value) = crate::config::environment().registry() {
+        if let Some(value) = crate::environment::environment().registry() {
             settings.default_registry = registry_base(value, false);
         }
         settings

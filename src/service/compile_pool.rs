@@ -9,7 +9,7 @@
 //! while it runs lets it finish (a compile cannot be interrupted), and its result is dropped.
 //! Threads get a large stack, so a deep but legal schema has room to recurse.
 //!
-//! Key type: [`CompilePool`]. Cost: `threads` parked threads; one channel send and one oneshot
+//! Key types: [`CompilePool`], [`CompileLimits`] (its size, with the service's defaults). Cost: `threads` parked threads; one channel send and one oneshot
 //! per compile.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -19,6 +19,30 @@ use serde::Serialize;
 use tokio::sync::oneshot;
 
 use crate::error::{CoreError, ErrorCode};
+
+/// How large the compile pool is: the service's own defaults, which the daemon overrides with
+/// the operator's `compile_threads` and `compile_queue`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompileLimits {
+    /// Threads that compile schemas and grammars off the HTTP workers.
+    pub threads: usize,
+    /// Compiles that may wait for one of those threads; more are refused with 503.
+    pub queue: usize,
+}
+
+impl Default for CompileLimits {
+    fn default() -> Self {
+        CompileLimits { threads: default_compile_threads(), queue: 64 }
+    }
+}
+
+/// Half the logical CPUs, between 2 and 8: a costly schema then holds one thread while
+/// another compiles the next request's, and compiles never take every core from decoding.
+fn default_compile_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(2, |n| n.get() / 2)
+        .clamp(2, 8)
+}
 
 /// Stack of each compile thread: schema and grammar compiles recurse on nesting.
 const COMPILE_STACK_BYTES: usize = 64 * 1024 * 1024;

@@ -52,14 +52,13 @@ use crate::core::{
 use crate::error::CoreError;
 use crate::grammar::schema::FormatMode;
 use crate::grammar::Lexicon;
+pub use compile_pool::CompileLimits;
 use compile_pool::{CompilePool, CompilePoolStats};
 use constraint::{resolve_constraint, ConstraintCache, ConstraintCacheStats, ConstraintSources, ToolSources};
 use lexicons::{ChosenLexicon, DaemonLexicons};
 
 /// Compiled constraints kept for reuse (schemas and grammars sent again and again).
 pub const CONSTRAINT_CACHE_ENTRIES: usize = 64;
-/// Compiles that may wait for a compile thread when the config names no `compile_queue`.
-pub const DEFAULT_COMPILE_QUEUE: usize = 64;
 
 /// Where the daemon books what each generation did (its `/metrics`); the service opens one
 /// tally per generation and reports tokens and the finish to it.
@@ -103,8 +102,7 @@ pub struct GenerationPolicy {
     /// The default and the cap of every request's `max_tokens`.
     pub token_limits: TokenLimits,
     /// Threads that compile schemas and grammars, and compiles that may wait for one.
-    pub compile_threads: usize,
-    pub compile_queue: usize,
+    pub compile: CompileLimits,
     /// Whether requests that do not say (`llamay_accelerate`) decode verified drafts.
     pub accelerate: bool,
     /// Whether requests that do not say (`llamay_close_on_budget`) close their constrained
@@ -119,8 +117,7 @@ impl Default for GenerationPolicy {
             lexicons: DaemonLexicons::default(),
             formats: FormatMode::Ignore,
             token_limits: TokenLimits::default(),
-            compile_threads: crate::config::default_compile_threads(),
-            compile_queue: DEFAULT_COMPILE_QUEUE,
+            compile: CompileLimits::default(),
             accelerate: true,
             close_on_budget: true,
         }
@@ -178,7 +175,7 @@ impl GenerationService {
             snapshots: None,
             book: Arc::new(NoBook),
             constraints: Arc::new(ConstraintCache::new(CONSTRAINT_CACHE_ENTRIES)),
-            compile_pool: Arc::new(CompilePool::new(policy.compile_threads, policy.compile_queue)),
+            compile_pool: Arc::new(CompilePool::new(policy.compile.threads, policy.compile.queue)),
             default_grammar: policy.default_grammar,
             lexicons: policy.lexicons,
             formats: policy.formats,

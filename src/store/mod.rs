@@ -61,7 +61,7 @@ pub use llamay_migrations::MANIFESTS_TREE;
 /// Key, in sled's default tree, of the id this store's daemon puts in its context ids.
 pub use llamay_migrations::DAEMON_ID_KEY;
 /// Environment variable overriding the store's home.
-pub use crate::config::HOME_ENV;
+pub use crate::environment::HOME_ENV;
 const BLOB_PREFIX: &str = "sha256-";
 const DIGEST_PREFIX: &str = "sha256:";
 const PARTIAL_PREFIX: &str = ".partial-";
@@ -211,7 +211,7 @@ impl std::fmt::Debug for Store {
 impl Store {
     /// `$LLAMAY_HOME` when set and non-empty, else `~/.llamay`.
     pub fn default_home() -> PathBuf {
-        crate::config::environment().store_home()
+        crate::environment::environment().store_home()
     }
 
     /// Opens (creating if needed) the store at `home`, runs pending migrations, sweeps

@@ -54,7 +54,7 @@ impl fmt::Display for ModelRef {
 
 /// `~/x` means `$HOME/x` when the shell did not expand it (e.g. inside quotes).
 fn expand_home(input: &str) -> PathBuf {
-    match (input.strip_prefix("~/"), crate::config::environment().user_home()) {
+    match (input.strip_prefix("~/"), crate::environment::environment().user_home()) {
         (Some(rest), Some(home)) => home.join(rest),
         _ => PathBuf::from(input),
     }

@@ -463,7 +463,7 @@ fn model_path_resolves_names_to_blobs_and_passes_paths_through() {
 
 #[test]
 fn gguf_facts_of_real_models_in_the_store() {
-    let Some(home) = crate::config::environment().llamay_home() else {
+    let Some(home) = crate::environment::environment().llamay_home() else {
         println!(
             "skipped: {HOME_ENV} is not set, so there is no store with the real models to read"
         );

@@ -4,17 +4,15 @@
 //! small for any document is a 400 that names both numbers. `llamay_close_on_budget: false`
 //! gives the old cut.
 
-use std::sync::OnceLock;
-
 use llamay_test_support::daemon::Daemon;
 use serde_json::{json, Value};
 
 const MODEL: &str = "smollm2:135m";
 
-/// One daemon for the tests of the module that set `max_tokens`.
-fn daemon() -> &'static Daemon {
-    static DAEMON: OnceLock<Daemon> = OnceLock::new();
-    DAEMON.get_or_init(|| Daemon::builder().model(MODEL).args(["-parallel", "1", "-context", "1024"]).start())
+/// A daemon for a test that sets `max_tokens`, stopped when the test lets go of it (a daemon in a
+/// static would never be dropped, and would outlive the test binary holding the model store).
+fn start() -> Daemon {
+    Daemon::builder().model(MODEL).args(["-parallel", "1", "-context", "1024"]).start()
 }
 
 const ROUTES: [&str; 3] = ["/v1/chat/completions", "/v1/messages", "/api/chat"];
@@ -99,10 +97,6 @@ fn schema_shape(route: &str, schema: &Value) -> (&'static str, Value) {
     }
 }
 
-fn post(route: &str, body: &Value) -> Value {
-    post_to(daemon(), route, body)
-}
-
 fn post_to(daemon: &Daemon, route: &str, body: &Value) -> Value {
     let (status, answer) = daemon.post(route, body);
     assert_eq!(status, 200, "{route}: {answer}");
@@ -152,24 +146,25 @@ fn a_schema_cut_by_max_tokens_gives_a_valid_document_ended_by_length() {
         "required": ["name", "history", "height_m", "visitors"], "additionalProperties": false});
     let validator = jsonschema::validator_for(&schema).expect("a valid schema");
     let messages = json!([{"role": "user", "content": "Tell the whole history of the Eiffel Tower in detail, as JSON."}]);
-    let closings_before = closings_so_far();
+    let daemon = start();
+    let closings_before = closings_so_far(&daemon);
     for route in ROUTES {
         let body = request(route, &messages, Some(schema_shape(route, &schema)), Some(24));
-        let answer = post(route, &body);
+        let answer = post_to(&daemon, route, &body);
         let (text, reason) = text_and_reason(route, &answer);
         let value: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{route}: {e}: {text}"));
         let errors: Vec<String> = validator.iter_errors(&value).map(|e| e.to_string()).collect();
         assert!(errors.is_empty(), "{route}: {text}: {errors:?}");
         assert_eq!(reason, length_reason(route), "{route}: {text}");
     }
-    assert!(closings_so_far() >= closings_before + 3, "the stats counted fewer than three closings");
-    let metrics = daemon().client().get(daemon().url("/metrics")).send().and_then(|r| r.text()).expect("/metrics");
+    assert!(closings_so_far(&daemon) >= closings_before + 3, "the stats counted fewer than three closings");
+    let metrics = daemon.client().get(daemon.url("/metrics")).send().and_then(|r| r.text()).expect("/metrics");
     assert!(metrics.contains("llamay_budget_closings_total{model=\"smollm2:135m\"}"), "{metrics}");
 }
 
 /// The budget closings the daemon's stats count, over its models.
-fn closings_so_far() -> u64 {
-    let (_, stats) = daemon().get("/v1/stats");
+fn closings_so_far(daemon: &Daemon) -> u64 {
+    let (_, stats) = daemon.get("/v1/stats");
     let models = stats["models"].as_array().cloned().unwrap_or_default();
     models.iter().map(|m| m["totals"]["budget_closings"].as_u64().unwrap_or(0)).sum()
 }
@@ -183,6 +178,7 @@ fn a_forced_tool_call_cut_by_max_tokens_has_valid_arguments() {
     let validator = jsonschema::validator_for(&parameters).expect("a valid schema");
     let messages = json!([{"role": "user", "content": "File a ticket describing, in great detail and at length, every problem with the office printer."}]);
     let openai_tools = json!([{"type": "function", "function": {"name": "file_ticket", "description": "File a ticket", "parameters": parameters}}]);
+    let daemon = start();
     for route in ROUTES {
         let mut body = request(route, &messages, None, Some(40));
         match route {
@@ -195,7 +191,7 @@ fn a_forced_tool_call_cut_by_max_tokens_has_valid_arguments() {
                 body["tool_choice"] = json!("required");
             }
         }
-        let answer = post(route, &body);
+        let answer = post_to(&daemon, route, &body);
         let arguments = match route {
             "/v1/messages" => answer["content"].as_array().into_iter().flatten().find(|c| c["type"] == "tool_use").map(|c| c["input"].clone()),
             "/api/chat" => answer["message"]["tool_calls"][0]["function"].get("arguments").cloned(),
@@ -218,9 +214,10 @@ fn a_budget_below_the_shortest_document_is_refused_naming_both_numbers() {
             "email_address": {"type": "string"}},
         "required": ["first_name", "last_name", "birth_year", "email_address"], "additionalProperties": false});
     let messages = json!([{"role": "user", "content": "Invent a person."}]);
+    let daemon = start();
     for route in ROUTES {
         let body = request(route, &messages, Some(schema_shape(route, &schema)), Some(5));
-        let (status, answer) = daemon().post(route, &body);
+        let (status, answer) = daemon.post(route, &body);
         assert_eq!(status, 400, "{route}: {answer}");
         let message = match route {
             "/api/chat" => answer["error"].as_str(),
@@ -238,7 +235,7 @@ fn a_budget_below_the_shortest_document_is_refused_naming_both_numbers() {
         assert!(needed.first().is_some_and(|&n| n > 5), "{route}: no token count above 5 in {message}");
         let mut cut = body.clone();
         cut["llamay_close_on_budget"] = json!(false);
-        let (_, reason) = text_and_reason(route, &post(route, &cut));
+        let (_, reason) = text_and_reason(route, &post_to(&daemon, route, &cut));
         assert_eq!(reason, length_reason(route), "{route}");
     }
 }

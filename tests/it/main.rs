@@ -8,6 +8,7 @@
 //! All: `cargo test --release --test it`; one subject: `cargo test --release --test it rpc::`.
 
 mod accelerate;
+mod architecture;
 mod bounded_queues;
 mod budget_close;
 mod cli_run;

@@ -6,8 +6,9 @@
 //! the next step.
 //!
 //! Key types: [`LlamaModelHandle`] (the [`LoadedModel`] the supervisor holds), [`WorkerSettings`],
-//! [`StoreLoader`] (the real [`ModelLoader`](super::messages::ModelLoader): store name -> file
-//! -> loaded model; in `locate.rs` with the other ways of finding and loading a model).
+//! [`QueueLimits`] (the queues' bound), [`StoreLoader`] (the real
+//! [`ModelLoader`](super::messages::ModelLoader): store name -> file -> loaded model; in
+//! `locate.rs` with the other ways of finding and loading a model).
 //! Cost: one thread and one KV cache per loaded model; each step is one `llama_decode` call of
 //! (live sequences + their drafts + prompt chunk) tokens, plus one sampling pass per row a
 //! generating sequence uses (see `step.rs` and `verify.rs`; drafts are cut to the rows worth their cost, and
@@ -39,9 +40,19 @@ use crate::llm::sampling::SamplingConfig;
 use crate::llm::{Context, ContextParams, Model};
 use crate::tools::ToolAnswer;
 
-/// Requests that may wait for a free sequence of one loaded model when the config names no
-/// `max_queue`.
-pub const DEFAULT_MAX_QUEUE: usize = 512;
+/// How many requests may wait: for a model to load (the supervisor's queue), and, per loaded
+/// model, for one of its sequences (the worker's); more are refused with 503. The actors' own
+/// default, which the daemon overrides with the operator's `max_queue`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueLimits {
+    pub max_queue: usize,
+}
+
+impl Default for QueueLimits {
+    fn default() -> Self {
+        QueueLimits { max_queue: 512 }
+    }
+}
 
 /// How a model's context is set up when it loads, and how many requests may wait for it.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,7 +64,7 @@ pub struct WorkerSettings {
 
 impl Default for WorkerSettings {
     fn default() -> Self {
-        WorkerSettings { context: ContextParams::default(), max_queue: DEFAULT_MAX_QUEUE }
+        WorkerSettings { context: ContextParams::default(), max_queue: QueueLimits::default().max_queue }
     }
 }
 

@@ -1,8 +1,10 @@
 //! The process environment, read once: the `LLAMAY_*` variables every command shares (the store
 //! home, the default registry, the daemon address and key a client uses) and the few variables
 //! of other programs that change what llamay does (`HOME`, glibc's `MALLOC_*` tunables).
-//! Nothing outside `config/` reads the environment; `serve`'s own `LLAMAY_*` keys are applied in
-//! [`super::Config::load`] over the config file.
+//! A room of the ground floor, importing nothing of ours, so that `store`, `pull` and
+//! `platform` read the environment without reaching up to `config`. Only this room and
+//! `config/` read the environment: `serve`'s own `LLAMAY_*` keys are applied in
+//! `config::Config::load` over the config file.
 //!
 //! Key types: [`Environment`], [`environment`]. Cost: one read of a handful of variables on
 //! first use, then a shared reference.
