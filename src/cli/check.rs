@@ -27,7 +27,7 @@ pub enum SchemaCommand {
         document: Option<PathBuf>,
         /// `enforce` checks `format` (date-time, email, uuid...) as a request with
         /// `llamay_formats: "enforce"` is constrained; `ignore` (the default) does not.
-        #[arg(long = "formats", default_value = "ignore", value_parser = super::run::parse_format_mode)]
+        #[arg(long = "formats", default_value = "ignore", value_parser = super::constraint::parse_format_mode)]
         formats: FormatMode,
     },
 }

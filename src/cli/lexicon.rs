@@ -1,16 +1,16 @@
 //! `llamay lexicon check FILE TEXT`: whether a text passes a lexicon file and, when not, where
 //! it fails, on which entry and under which match mode, with the same automaton the sampler
-//! runs. Also loads the lexicon files of `llamay run -lexicon`/`-deny`. Exit 0 when the text
-//! passes, 1 otherwise.
+//! runs. Exit 0 when the text passes, 1 otherwise.
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Subcommand;
 
-use llamay::grammar::{check_text, Lexicon, LexiconCheck, LexiconKind, LexiconLimits, MatchMode, Target};
+use llamay::grammar::{check_text, LexiconCheck, LexiconKind, MatchMode, Target};
 
+use super::constraint::{load_lexicon, parse_lexicon_match};
 use super::CliError;
 
 #[derive(Debug, Subcommand)]
@@ -26,22 +26,14 @@ pub enum LexiconCommand {
         json: bool,
         /// How the entries match where the file sets no `#!match`: word, prefix (a deny
         /// list's default) or substring, as `serve -lexicon-match` says.
-        #[arg(long = "match", value_parser = super::run::parse_lexicon_match)]
+        #[arg(long = "match", value_parser = parse_lexicon_match)]
         mode: Option<MatchMode>,
     },
 }
 
-/// A lexicon file, of the kind it declares, else `kind`, its entries matched as `mode` says
-/// where it sets no `#!match`; refusals name the file.
-pub fn load(path: &Path, kind: Option<LexiconKind>, mode: Option<MatchMode>) -> Result<Lexicon, CliError> {
-    let text = std::fs::read_to_string(path).map_err(|source| CliError::Io { path: path.display().to_string(), source })?;
-    Lexicon::parse(&text, kind, mode, &LexiconLimits::default())
-        .map_err(|e| CliError::Constraint(format!("{}: {e}", path.display())))
-}
-
 pub fn lexicon(command: LexiconCommand) -> Result<ExitCode, CliError> {
     let LexiconCommand::Check { file, text, json, mode } = command;
-    let lexicon = load(&file, None, mode)?;
+    let lexicon = load_lexicon(&file, None, mode)?;
     let [word, prefix, substring] = lexicon.mode_counts();
     let modes = match lexicon.kind() {
         LexiconKind::Deny => format!(" (match: {word} word, {prefix} prefix, {substring} substring)"),

@@ -4,17 +4,15 @@
 //! Key types: [`Cli`], [`Command`], [`CliError`].
 
 mod check;
+mod constraint;
 mod lexicon;
 mod client;
 mod models;
 mod pull;
 mod run;
 mod doctor;
-mod interactive;
 mod rpc_worker;
 mod eval;
-mod eval_backend;
-mod eval_results;
 
 use std::process::ExitCode;
 

@@ -1,15 +1,18 @@
-//! Every context, by id, bounded in number: a sharded map for the per-request lookups, an
-//! ordered index by creation for paging, and counts per residence kept as records change.
+//! Every context, by id, bounded in number: one listing under one lock, holding a map by id for
+//! the per-request lookups and an ordered index by creation for paging, which change together
+//! (a record is in both or in neither, and a fork's children are listed at once); and counts
+//! per residence kept as records change.
 //!
 //! Expired contexts are dropped when met (a lookup of one answers 404) and by a sweep: every
 //! [`SWEEP_EVERY`] on a thread of its own ([`ContextRegistry::start_sweeper`]), and at most
 //! once per [`SWEEP_EVERY_WHEN_FULL`] when a create finds the registry full.
 //!
-//! Key types: [`ContextRegistry`], [`ContextPage`], [`ResidenceCounts`]. Cost: get, insert,
-//! remove and fork are O(1) in the number of contexts but for the ordered index (O(log n)
-//! under a short lock); a page is O(log n + its length); a sweep is O(n), off request paths.
+//! Key types: [`ContextRegistry`], [`ContextPage`], [`ResidenceCounts`]. Cost: get, insert
+//! and remove are O(log n) under the listing's lock, held for a few map operations; a fork
+//! of `n` lists its children under it at once; a page is O(log n + its length); a sweep is
+//! O(n), off request paths, and checks expiry outside the lock.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -17,7 +20,6 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use dashmap::DashMap;
 
 use super::{
     random_hex, Census, ContextBody, ContextContent, ContextLimits, ContextRecord, ParkingLot, Residence,
@@ -51,12 +53,37 @@ pub struct ContextPage {
     pub has_more: bool,
 }
 
+/// The listed records, by id and by creation key; changed only through its methods, which
+/// keep the two maps and each record's listed standing together.
+#[derive(Debug, Default)]
+struct Listing {
+    by_id: HashMap<String, Arc<ContextRecord>>,
+    /// The same records by creation key, for paging in creation order.
+    by_key: BTreeMap<u64, Arc<ContextRecord>>,
+}
+
+impl Listing {
+    /// Lists a record whose room is reserved.
+    fn insert(&mut self, record: Arc<ContextRecord>) {
+        record.list();
+        self.by_key.insert(record.key, Arc::clone(&record));
+        self.by_id.insert(record.id.clone(), record);
+    }
+
+    /// Takes `record` out, if it is listed (a key is never given twice, so finding its key
+    /// finds this record).
+    fn remove(&mut self, record: &ContextRecord) {
+        if self.by_key.remove(&record.key).is_some() {
+            self.by_id.remove(&record.id);
+            record.unlist();
+        }
+    }
+}
+
 /// Every context, by id.
 #[derive(Debug)]
 pub struct ContextRegistry {
-    by_id: DashMap<String, Arc<ContextRecord>>,
-    /// The same records by creation key, for paging in creation order.
-    by_key: Mutex<BTreeMap<u64, Arc<ContextRecord>>>,
+    listing: Mutex<Listing>,
     next_key: AtomicU64,
     max_contexts: AtomicUsize,
     lot: Arc<ParkingLot>,
@@ -70,8 +97,7 @@ pub struct ContextRegistry {
 impl Default for ContextRegistry {
     fn default() -> Self {
         ContextRegistry {
-            by_id: DashMap::new(),
-            by_key: Mutex::new(BTreeMap::new()),
+            listing: Mutex::new(Listing::default()),
             next_key: AtomicU64::new(0),
             max_contexts: AtomicUsize::new(DEFAULT_MAX_CONTEXTS),
             lot: Arc::new(ParkingLot::new(DEFAULT_CONTEXT_MEMORY)),
@@ -227,15 +253,12 @@ impl ContextRegistry {
     /// Lists `record` (room for it is reserved); 503 when the registry is full.
     pub fn insert(&self, record: Arc<ContextRecord>) -> Result<(), CoreError> {
         self.reserve(1)?;
-        self.list(record);
+        self.listing().insert(record);
         Ok(())
     }
 
-    /// Lists a record whose room is reserved.
-    fn list(&self, record: Arc<ContextRecord>) {
-        record.list();
-        relock(&self.by_key).insert(record.key, Arc::clone(&record));
-        self.by_id.insert(record.id.clone(), record);
+    fn listing(&self) -> MutexGuard<'_, Listing> {
+        relock(&self.listing)
     }
 
     fn not_found(id: &str) -> CoreError {
@@ -247,43 +270,35 @@ impl ContextRegistry {
 
     /// The context `id`, 404 when there is none (or it expired: it is dropped then).
     pub fn get(&self, id: &str) -> Result<Arc<ContextRecord>, CoreError> {
-        let record = self.by_id.get(id).map(|found| Arc::clone(found.value()));
-        match record {
-            Some(record) if record.expired() => {
-                self.unlist(&record);
-                Err(Self::not_found(id))
-            }
-            Some(record) => Ok(record),
-            None => Err(Self::not_found(id)),
+        let mut listing = self.listing();
+        let record = listing.by_id.get(id).cloned().ok_or_else(|| Self::not_found(id))?;
+        if record.expired() {
+            listing.remove(&record);
+            return Err(Self::not_found(id));
         }
-    }
-
-    pub fn remove(&self, id: &str) -> Result<Arc<ContextRecord>, CoreError> {
-        let (_, record) = self
-            .by_id
-            .remove(id)
-            .ok_or_else(|| CoreError::new(ErrorCode::ContextNotFound, format!("no context {id:?}")))?;
-        relock(&self.by_key).remove(&record.key);
-        record.unlist();
         Ok(record)
     }
 
-    /// Takes `record` out of both indexes, if it is still the one listed under its id.
-    fn unlist(&self, record: &Arc<ContextRecord>) {
-        if self.by_id.remove_if(&record.id, |_, listed| Arc::ptr_eq(listed, record)).is_some() {
-            relock(&self.by_key).remove(&record.key);
-            record.unlist();
-        }
+    pub fn remove(&self, id: &str) -> Result<Arc<ContextRecord>, CoreError> {
+        let mut listing = self.listing();
+        let record = listing
+            .by_id
+            .get(id)
+            .cloned()
+            .ok_or_else(|| CoreError::new(ErrorCode::ContextNotFound, format!("no context {id:?}")))?;
+        listing.remove(&record);
+        Ok(record)
     }
 
     /// Up to `limit` live contexts created after the context `after` (from the first when
     /// `None`), oldest first; 404 naming `after` when that context is gone.
     pub fn page(&self, after: Option<&str>, limit: usize) -> Result<ContextPage, CoreError> {
         let limit = limit.clamp(1, MAX_PAGE);
+        let listing = self.listing();
         let start = match after {
             None => Bound::Unbounded,
             Some(id) => {
-                let key = self.by_id.get(id).map(|found| found.key).ok_or_else(|| {
+                let key = listing.by_id.get(id).map(|found| found.key).ok_or_else(|| {
                     CoreError::new(
                         ErrorCode::ContextNotFound,
                         format!(
@@ -296,8 +311,8 @@ impl ContextRegistry {
                 Bound::Excluded(key)
             }
         };
-        let by_key = relock(&self.by_key);
-        let mut live = by_key
+        let mut live = listing
+            .by_key
             .range((start, Bound::Unbounded))
             .map(|(_, record)| record)
             .filter(|record| !record.expired());
@@ -344,8 +359,9 @@ impl ContextRegistry {
                 child
             })
             .collect();
+        let mut listing = self.listing();
         for child in &children {
-            self.list(Arc::clone(child));
+            listing.insert(Arc::clone(child));
         }
         Ok(children)
     }
@@ -353,14 +369,15 @@ impl ContextRegistry {
     /// Drops contexts unused for longer than their keep_alive. O(contexts): the sweeper's
     /// work, never a request's but for a full registry's (see the module comment).
     pub fn expire(&self) {
-        let expired: Vec<Arc<ContextRecord>> = self
-            .by_id
-            .iter()
-            .filter(|entry| entry.value().expired())
-            .map(|entry| Arc::clone(entry.value()))
-            .collect();
-        for record in expired {
-            self.unlist(&record);
+        // Expiry is checked outside the lock, so requests wait for a copy of the list only.
+        let listed: Vec<Arc<ContextRecord>> = self.listing().by_key.values().cloned().collect();
+        let expired: Vec<_> = listed.into_iter().filter(|record| record.expired()).collect();
+        if expired.is_empty() {
+            return;
+        }
+        let mut listing = self.listing();
+        for record in &expired {
+            listing.remove(record);
         }
     }
 
@@ -378,10 +395,10 @@ impl ContextRegistry {
 
     /// Contexts held now.
     pub fn len(&self) -> usize {
-        self.by_id.len()
+        self.listing().by_id.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.by_id.is_empty()
+        self.listing().by_id.is_empty()
     }
 }

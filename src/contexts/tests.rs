@@ -198,3 +198,34 @@ fn counts_per_residence_follow_the_records_without_a_scan() {
     children[1].set_residence(Residence::Hot);
     assert_eq!(registry.counts().total, 2);
 }
+
+#[test]
+fn a_fork_is_listed_whole_while_others_read_the_listing() {
+    let registry = ContextRegistry::new();
+    let parent = raw(&registry, None);
+    registry.insert(Arc::clone(&parent)).unwrap();
+    let forks = 100;
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            for _ in 0..forks {
+                registry.fork(&parent, 4).unwrap();
+            }
+            done.store(true, Ordering::Release);
+        });
+        while !done.load(Ordering::Acquire) {
+            let page = registry.page(None, MAX_PAGE).unwrap();
+            let children = page.contexts.len() - 1;
+            assert_eq!(children % 4, 0, "a page showed part of a fork");
+            assert!(registry.len() >= page.contexts.len());
+        }
+    });
+    let page = registry.page(None, MAX_PAGE).unwrap();
+    assert_eq!(page.contexts.len(), 1 + 4 * forks);
+    assert_eq!((registry.len(), registry.counts().total), (page.contexts.len(), page.contexts.len()));
+    for child in &page.contexts[1..] {
+        registry.remove(&child.id).unwrap();
+        assert!(registry.get(&child.id).is_err());
+    }
+    assert_eq!((registry.len(), registry.counts().total), (1, 1));
+}

@@ -1,9 +1,12 @@
-//! GGUF files without llama.cpp: the header reader (the facts the model store records about a
-//! model file), the writer (`write.rs`), and conversion of Hugging Face safetensors directories
-//! to GGUF (`convert/`, what `llamay import DIR` runs).
+//! GGUF files without llama.cpp: the header reader, the writer (`write.rs`), and conversion of
+//! Hugging Face safetensors directories to GGUF (`convert/`, what `llamay import DIR` runs).
+//! The reader gives the facts the model store records about a model file
+//! ([`read_gguf_facts`]), or, for a memory estimate or a layer split, the whole header: every
+//! key and the tensor table ([`read_gguf_header`], `header.rs`). It is the one GGUF reader of
+//! llamay; llama.cpp reads the file again only to load it.
 //!
 //! Key types: [`GgufFacts`] (architecture, parameter count, quantization, context length, chat
-//! template, name) and [`GgufError`]. Entry point: [`read_gguf_facts`].
+//! template, name), [`GgufHeader`] and [`GgufError`].
 //!
 //! Cost: one pass over the header and tensor-info table through a buffered reader. Arrays we do
 //! not need (the tokenizer's vocabulary, tens of thousands of strings) are skipped by seeking,
@@ -19,6 +22,11 @@ use std::io::{self, BufReader, Read, Seek};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+
+mod header;
+
+use header::Value;
+pub use header::GgufHeader;
 
 /// What the store records about a GGUF model, read from its header.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -107,6 +115,20 @@ mod value_type {
 
 /// Reads the header of the GGUF file at `path` and returns its facts.
 pub fn read_gguf_facts(path: &Path) -> Result<GgufFacts, GgufError> {
+    read(path, None)
+}
+
+/// Reads the header of the GGUF file at `path` whole: every key and the tensor table, checked
+/// as [`read_gguf_facts`] checks them, and refused when a key or a tensor name repeats (as
+/// llama.cpp refuses to load such a file).
+pub fn read_gguf_header(path: &Path) -> Result<GgufHeader, GgufError> {
+    let mut header = GgufHeader::default();
+    read(path, Some(&mut header))?;
+    Ok(header)
+}
+
+/// Parses the file at `path`, keeping its keys and tensors in `header` when one is given.
+fn read(path: &Path, header: Option<&mut GgufHeader>) -> Result<GgufFacts, GgufError> {
     let fail = |kind| GgufError { path: path.to_path_buf(), kind };
     let file = File::open(path).map_err(|e| fail(GgufErrorKind::Io(e)))?;
     let metadata = file.metadata().map_err(|e| fail(GgufErrorKind::Io(e)))?;
@@ -115,7 +137,7 @@ pub fn read_gguf_facts(path: &Path) -> Result<GgufFacts, GgufError> {
     }
     let mut reader =
         Bounded { inner: BufReader::with_capacity(64 * 1024, file), pos: 0, len: metadata.len() };
-    parse(&mut reader).map_err(fail)
+    parse(&mut reader, header).map_err(fail)
 }
 
 /// A reader that knows the file size and refuses any read or skip that would pass it.
@@ -165,6 +187,15 @@ impl<R: Read + Seek> Bounded<R> {
         Ok(())
     }
 
+    /// Reads `len` bytes (checked against the file first).
+    fn raw(&mut self, len: u64, what: &dyn fmt::Display) -> Parsed<Vec<u8>> {
+        self.ensure(len, what)?;
+        let mut buf = vec![0u8; len as usize];
+        self.inner.read_exact(&mut buf).map_err(GgufErrorKind::Io)?;
+        self.pos += len;
+        Ok(buf)
+    }
+
     /// Reads a length-prefixed string of at most `max` bytes.
     fn string(&mut self, max: u64, what: &dyn fmt::Display) -> Parsed<String> {
         let len = self.u64(what)?;
@@ -174,10 +205,12 @@ impl<R: Read + Seek> Bounded<R> {
                 "{what} is {len} bytes long, over the {max}-byte limit"
             )));
         }
-        let mut buf = vec![0u8; len as usize];
-        self.inner.read_exact(&mut buf).map_err(GgufErrorKind::Io)?;
-        self.pos += len;
-        String::from_utf8(buf)
+        self.text(len, what)
+    }
+
+    /// Reads `len` bytes of UTF-8 text.
+    fn text(&mut self, len: u64, what: &dyn fmt::Display) -> Parsed<String> {
+        String::from_utf8(self.raw(len, what)?)
             .map_err(|_| GgufErrorKind::Malformed(format!("{what} is not valid UTF-8")))
     }
 
@@ -185,14 +218,6 @@ impl<R: Read + Seek> Bounded<R> {
         let len = self.u64(what)?;
         self.skip(len, what)
     }
-}
-
-/// A metadata value, kept only when it is one of the few we use.
-enum Value {
-    Unsigned(u64),
-    Signed(i64),
-    Text(String),
-    Ignored,
 }
 
 /// Byte width of a fixed-size metadata value type; `None` for strings and arrays.
@@ -207,11 +232,14 @@ fn fixed_width(value_type: u32) -> Option<u64> {
     }
 }
 
+/// Reads one value. Strings are kept when `wanted` (refused past [`MAX_KEPT_STRING`]) or, up to
+/// that length, when `keep_all`; with `keep_all` short integer arrays keep their elements too.
 fn read_value<R: Read + Seek>(
     reader: &mut Bounded<R>,
     value_type: u32,
     key: &str,
-    keep_text: bool,
+    wanted: bool,
+    keep_all: bool,
 ) -> Parsed<Value> {
     use value_type::*;
     let what = format_args!("value of '{key}'");
@@ -224,35 +252,62 @@ fn read_value<R: Read + Seek>(
         INT16 => Value::Signed(i64::from(i16::from_le_bytes(reader.bytes::<2>(&what)?))),
         INT32 => Value::Signed(i64::from(i32::from_le_bytes(reader.bytes::<4>(&what)?))),
         INT64 => Value::Signed(i64::from_le_bytes(reader.bytes::<8>(&what)?)),
-        BOOL => Value::Unsigned(u64::from(reader.bytes::<1>(&what)?[0])),
+        BOOL => Value::Bool(reader.bytes::<1>(&what)?[0] != 0),
         FLOAT32 | FLOAT64 => {
             reader.skip(fixed_width(value_type).unwrap_or(1), &what)?;
             Value::Ignored
         }
-        STRING if keep_text => Value::Text(reader.string(MAX_KEPT_STRING, &what)?),
+        STRING if wanted => Value::Text(reader.string(MAX_KEPT_STRING, &what)?),
+        STRING if keep_all => {
+            let len = reader.u64(&what)?;
+            if len <= MAX_KEPT_STRING {
+                Value::Text(reader.text(len, &what)?)
+            } else {
+                reader.skip(len, &what)?;
+                Value::Ignored
+            }
+        }
         STRING => {
             reader.skip_string(&what)?;
             Value::Ignored
         }
-        ARRAY => {
-            skip_array(reader, key)?;
-            Value::Ignored
-        }
+        ARRAY => read_array(reader, key, keep_all)?,
         other => {
             return Err(GgufErrorKind::Malformed(format!("'{key}' has unknown value type {other}")))
         }
     })
 }
 
-fn skip_array<R: Read + Seek>(reader: &mut Bounded<R>, key: &str) -> Parsed<()> {
+/// An array's length, and with `keep_integers` the elements of a short integer array; the rest
+/// is skipped.
+fn read_array<R: Read + Seek>(
+    reader: &mut Bounded<R>,
+    key: &str,
+    keep_integers: bool,
+) -> Parsed<Value> {
     let what = format_args!("array '{key}'");
     let element_type = reader.u32(&what)?;
     let count = reader.u64(&what)?;
+    let integer = !matches!(element_type, value_type::BOOL | value_type::FLOAT32 | value_type::FLOAT64);
     if let Some(width) = fixed_width(element_type) {
         let total = count.checked_mul(width).ok_or_else(|| {
             GgufErrorKind::Malformed(format!("array '{key}' claims {count} elements"))
         })?;
-        return reader.skip(total, &what);
+        if keep_integers && integer && count <= header::MAX_KEPT_ARRAY {
+            reader.ensure(total, &what)?;
+            let mut integers = Vec::with_capacity(count as usize);
+            for _ in 0..count {
+                let element = read_value(reader, element_type, key, false, false)?;
+                integers.push(match element {
+                    Value::Unsigned(value) => value,
+                    Value::Signed(value) => value.max(0) as u64,
+                    _ => 0,
+                });
+            }
+            return Ok(Value::Array { len: count, integers: Some(integers) });
+        }
+        reader.skip(total, &what)?;
+        return Ok(Value::Array { len: count, integers: None });
     }
     match element_type {
         value_type::STRING => {
@@ -265,7 +320,7 @@ fn skip_array<R: Read + Seek>(reader: &mut Bounded<R>, key: &str) -> Parsed<()> 
             for _ in 0..count {
                 reader.skip_string(&what)?;
             }
-            Ok(())
+            Ok(Value::Array { len: count, integers: None })
         }
         value_type::ARRAY => Err(GgufErrorKind::Malformed(format!(
             "array '{key}' nests arrays, which GGUF does not allow"
@@ -383,16 +438,17 @@ impl Metadata {
         matches!(key, "general.architecture" | "general.name" | "tokenizer.chat_template")
     }
 
-    fn record(&mut self, key: String, value: Value) -> Parsed<()> {
-        let unsigned = match value {
+    fn record(&mut self, key: &str, value: &Value) -> Parsed<()> {
+        let unsigned = match *value {
             Value::Unsigned(v) => Some(v),
             Value::Signed(v) => u64::try_from(v).ok(),
+            Value::Bool(v) => Some(u64::from(v)),
             _ => None,
         };
-        match (key.as_str(), value) {
-            ("general.architecture", Value::Text(text)) => self.architecture = Some(text),
-            ("general.name", Value::Text(text)) => self.name = Some(text),
-            ("tokenizer.chat_template", Value::Text(text)) => self.chat_template = Some(text),
+        match (key, value) {
+            ("general.architecture", Value::Text(text)) => self.architecture = Some(text.clone()),
+            ("general.name", Value::Text(text)) => self.name = Some(text.clone()),
+            ("tokenizer.chat_template", Value::Text(text)) => self.chat_template = Some(text.clone()),
             ("general.file_type", _) => self.file_type = unsigned,
             ("general.alignment", _) => match unsigned {
                 Some(a) if a.is_power_of_two() => self.alignment = Some(a),
@@ -404,13 +460,13 @@ impl Metadata {
             },
             _ if key.ends_with(".pooling_type") || (key.ends_with(".attention.causal") && unsigned == Some(0)) => {
                 if self.embedding_keys.len() < MAX_CONTEXT_CANDIDATES {
-                    self.embedding_keys.push(key);
+                    self.embedding_keys.push(key.to_string());
                 }
             }
             _ if key.ends_with(".context_length") => {
                 if let Some(length) = unsigned {
                     if self.context_lengths.len() < MAX_CONTEXT_CANDIDATES {
-                        self.context_lengths.push((key, length));
+                        self.context_lengths.push((key.to_string(), length));
                     }
                 }
             }
@@ -428,7 +484,10 @@ struct TensorTotals {
     elements_by_type: [u64; GGML_TYPE_LIMIT],
 }
 
-fn parse<R: Read + Seek>(reader: &mut Bounded<R>) -> Parsed<GgufFacts> {
+fn parse<R: Read + Seek>(
+    reader: &mut Bounded<R>,
+    mut header: Option<&mut GgufHeader>,
+) -> Parsed<GgufFacts> {
     let magic_len = reader.len.min(4) as usize;
     let mut magic = [0u8; 4];
     reader.inner.read_exact(&mut magic[..magic_len]).map_err(GgufErrorKind::Io)?;
@@ -460,11 +519,19 @@ fn parse<R: Read + Seek>(reader: &mut Bounded<R>) -> Parsed<GgufFacts> {
     for index in 0..kv_count {
         let key = reader.string(MAX_KEY_LEN, &format_args!("metadata key #{index}"))?;
         let value_type = reader.u32(&format_args!("type of '{key}'"))?;
-        let value = read_value(reader, value_type, &key, Metadata::wants_text(&key))?;
-        metadata.record(key, value)?;
+        let value =
+            read_value(reader, value_type, &key, Metadata::wants_text(&key), header.is_some())?;
+        metadata.record(&key, &value)?;
+        if let Some(header) = header.as_deref_mut() {
+            if header.values.contains_key(&key) {
+                return Err(GgufErrorKind::Malformed(format!("key '{key}' appears twice")));
+            }
+            header.values.insert(key, value);
+        }
     }
 
-    let totals = read_tensor_infos(reader, tensor_count)?;
+    let tensors = header.map(|header| &mut header.tensors);
+    let totals = read_tensor_infos(reader, tensor_count, tensors)?;
     let alignment = metadata.alignment.unwrap_or(DEFAULT_ALIGNMENT);
     let data_start = reader
         .pos
@@ -506,9 +573,11 @@ fn parse<R: Read + Seek>(reader: &mut Bounded<R>) -> Parsed<GgufFacts> {
     })
 }
 
+/// Reads the tensor table; with `kept`, every tensor's name and size in bytes go there.
 fn read_tensor_infos<R: Read + Seek>(
     reader: &mut Bounded<R>,
     tensor_count: u64,
+    mut kept: Option<&mut Vec<(String, u64)>>,
 ) -> Parsed<TensorTotals> {
     let mut totals =
         TensorTotals { parameter_count: 0, data_end: 0, elements_by_type: [0; GGML_TYPE_LIMIT] };
@@ -520,7 +589,13 @@ fn read_tensor_infos<R: Read + Seek>(
         if name_len > MAX_KEY_LEN {
             return Err(malformed(index, format!("name is {name_len} bytes long")));
         }
-        reader.skip(name_len, &what)?;
+        let name = match kept {
+            Some(_) => Some(String::from_utf8_lossy(&reader.raw(name_len, &what)?).into_owned()),
+            None => {
+                reader.skip(name_len, &what)?;
+                None
+            }
+        };
         let dims = reader.u32(&what)?;
         if dims == 0 || dims > MAX_TENSOR_DIMS {
             return Err(malformed(index, format!("{dims} dimensions (ggml allows 1 to 4)")));
@@ -563,6 +638,15 @@ fn read_tensor_infos<R: Read + Seek>(
             .ok_or_else(|| malformed(index, "parameter count overflows".into()))?;
         if let Some(tally) = totals.elements_by_type.get_mut(ggml_type as usize) {
             *tally = tally.saturating_add(elements);
+        }
+        if let (Some(kept), Some(name)) = (kept.as_deref_mut(), name) {
+            kept.push((name, bytes));
+        }
+    }
+    if let Some(kept) = kept {
+        let mut names = std::collections::HashSet::with_capacity(kept.len());
+        if let Some((name, _)) = kept.iter().find(|(name, _)| !names.insert(name.as_str())) {
+            return Err(GgufErrorKind::Malformed(format!("tensor name '{name}' appears twice")));
         }
     }
     Ok(totals)

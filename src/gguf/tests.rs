@@ -1,7 +1,7 @@
-//! Tests of the GGUF header reader on synthetic files: facts, and refusal of non-GGUF,
-//! truncated and hostile files.
+//! Tests of the GGUF header reader on synthetic files: facts, the whole header, and refusal of
+//! non-GGUF, truncated and hostile files.
 
-use super::testing::{put_str, GgufBuilder, TestValue, GGML_F32, GGML_Q4_K, TEMPLATE};
+use super::testing::{put_str, GgufBuilder, TestValue, GGML_F32, GGML_Q4_1, GGML_Q4_K, TEMPLATE};
 use super::*;
 
 fn facts_of(bytes: &[u8]) -> Result<GgufFacts, GgufError> {
@@ -38,6 +38,66 @@ fn reads_the_facts_of_a_llama_like_file() {
     assert!(facts.has_chat_template);
     assert_eq!(facts.chat_template.as_deref(), Some(TEMPLATE));
     assert_eq!(facts.name.as_deref(), Some("Tiny Test"));
+}
+
+fn header_of(builder: &GgufBuilder) -> Result<GgufHeader, GgufError> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("model.gguf");
+    builder.write_to(&path);
+    read_gguf_header(&path)
+}
+
+#[test]
+fn the_whole_header_keeps_every_key_and_the_tensor_table() {
+    let builder = GgufBuilder::llama_like()
+        .kv("llama.block_count", TestValue::I32(2))
+        .kv("llama.attention.head_count_kv", TestValue::U32Array(vec![4, 0]))
+        .kv("llama.attention.causal", TestValue::Bool(false))
+        .tensor("blk.0.attn_q.weight", &[32, 2], GGML_Q4_1);
+    let header = header_of(&builder).expect("valid file");
+    assert_eq!(header.string("general.architecture"), Some("llama"));
+    assert_eq!(header.string("tokenizer.chat_template"), Some(TEMPLATE));
+    assert_eq!(header.uint("llama.context_length"), Some(2048));
+    assert_eq!(header.uint("llama.block_count"), Some(2), "a signed count reads as a count");
+    assert_eq!(header.uints("llama.attention.head_count_kv"), Some(vec![4, 0]));
+    assert_eq!(header.uints("llama.context_length"), Some(vec![2048]), "one value is an array of one");
+    assert_eq!(header.array_len("tokenizer.ggml.tokens"), Some(3));
+    assert_eq!(header.uints("tokenizer.ggml.tokens"), None, "strings are not integers");
+    assert_eq!(header.flag("llama.attention.causal"), Some(false));
+    assert_eq!(header.uint("llama.attention.causal"), None, "a flag is not a number");
+    assert!(header.has("llama.rope.freq_base") && header.uint("llama.rope.freq_base").is_none());
+    assert!(!header.has("llama.vocab_size"));
+    // Q4_1 64 × 8: 2 blocks of 20 bytes a row; F32 64: 4 bytes each; Q4_1 32 × 2: 1 block a row.
+    let tensors: Vec<(&str, u64)> = header.tensors().iter().map(|(n, b)| (n.as_str(), *b)).collect();
+    assert_eq!(
+        tensors,
+        [("token_embd.weight", 2 * 20 * 8), ("output_norm.weight", 64 * 4), ("blk.0.attn_q.weight", 20 * 2)]
+    );
+}
+
+#[test]
+fn a_long_integer_array_keeps_only_its_length() {
+    let count = header::MAX_KEPT_ARRAY as u32 + 1;
+    let builder = GgufBuilder::llama_like()
+        .kv("tokenizer.ggml.token_type", TestValue::U32Array((0..count).collect()))
+        .kv("llama.attention.head_count_kv", TestValue::U32Array((0..count - 1).collect()));
+    let header = header_of(&builder).expect("valid file");
+    assert_eq!(header.array_len("tokenizer.ggml.token_type"), Some(u64::from(count)));
+    assert_eq!(header.uints("tokenizer.ggml.token_type"), None);
+    assert_eq!(header.uints("llama.attention.head_count_kv").map(|v| v.len()), Some(count as usize - 1));
+}
+
+#[test]
+fn the_whole_header_refuses_a_repeated_key_or_tensor_name() {
+    let mut repeated_key = GgufBuilder::llama_like();
+    repeated_key.kvs.push(("general.name".into(), TestValue::Str("again".into())));
+    let error = header_of(&repeated_key).expect_err("refused").to_string();
+    assert!(error.contains("key 'general.name' appears twice"), "{error}");
+    let repeated_tensor = GgufBuilder::llama_like().tensor("output_norm.weight", &[64], GGML_F32);
+    let error = header_of(&repeated_tensor).expect_err("refused").to_string();
+    assert!(error.contains("tensor name 'output_norm.weight' appears twice"), "{error}");
+    // The facts alone are read as before: the store records what it was given.
+    assert!(facts_of(&repeated_key.build()).is_ok());
 }
 
 #[test]
@@ -310,9 +370,14 @@ fn no_single_byte_corruption_panics_or_overallocates() {
             let mut bytes = valid.clone();
             bytes[index] = replace(bytes[index]);
             let len = bytes.len() as u64;
+            // A panic or an allocation failure here fails the test; either outcome is fine,
+            // and reading the whole header refuses what reading the facts refuses.
+            let mut reader = Bounded { inner: io::Cursor::new(bytes.clone()), pos: 0, len };
+            let facts = parse(&mut reader, None).is_ok();
             let mut reader = Bounded { inner: io::Cursor::new(bytes), pos: 0, len };
-            // A panic or an allocation failure here fails the test; either outcome is fine.
-            outcomes[usize::from(parse(&mut reader).is_ok())] += 1;
+            let whole = parse(&mut reader, Some(&mut GgufHeader::default())).is_ok();
+            assert!(facts || !whole, "byte {index}: the header reads where the facts do not");
+            outcomes[usize::from(facts)] += 1;
         }
     }
     // Corrupting the header must be caught somewhere; tensor data bytes are opaque.

@@ -11,8 +11,8 @@
 
 use std::path::Path;
 
-use super::header::GgufHeader;
-use crate::llm::rpc::BlockBytes;
+use super::blocks::BlockBytes;
+use crate::gguf::{read_gguf_header, GgufHeader};
 use crate::llm::KvType;
 
 /// Architectures that encode without a KV cache (bidirectional attention over one input).
@@ -54,7 +54,8 @@ pub struct ModelShape {
 impl ModelShape {
     /// Reads the shape of the GGUF at `path`.
     pub fn read(path: &Path) -> Result<Self, String> {
-        Self::from_header(&GgufHeader::open(path)?)
+        let header = read_gguf_header(path).map_err(|error| error.kind.to_string())?;
+        Self::from_header(&header)
     }
 
     fn from_header(header: &GgufHeader) -> Result<Self, String> {
@@ -112,7 +113,10 @@ impl ModelShape {
 }
 
 fn architecture(header: &GgufHeader) -> Result<String, String> {
-    header.string("general.architecture").ok_or_else(|| "no general.architecture key".to_string())
+    header
+        .string("general.architecture")
+        .map(str::to_string)
+        .ok_or_else(|| "no general.architecture key".to_string())
 }
 
 /// The context a model will get, as far as memory goes.

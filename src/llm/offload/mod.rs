@@ -2,17 +2,19 @@
 //! GGUF header before loading), how many layers fit a device's free memory
 //! ([`MemoryEstimate::most_layers_within`]), and the placement a model is then loaded with
 //! ([`LayerPlacement`]). The supervisor decides with these; [`crate::llm::Model`] applies them.
+//! The header is read with [`crate::gguf`]'s reader; layers are counted as [`BlockBytes`] counts
+//! them, as the RPC split does.
 //!
 //! Key types: [`LayerPlacement`], [`MemoryEstimate`], [`Split`], [`ModelShape`],
-//! [`EstimateParams`], [`GgufHeader`]. Cost: one header parse per estimate.
+//! [`EstimateParams`], [`BlockBytes`]. Cost: one header parse per estimate.
 
+mod blocks;
 mod estimate;
-mod header;
 #[cfg(test)]
 mod tests;
 
+pub use blocks::BlockBytes;
 pub use estimate::{EstimateParams, MemoryEstimate, ModelShape, Split};
-pub use header::GgufHeader;
 
 use std::path::Path;
 

@@ -26,6 +26,8 @@ use std::time::Duration;
 use llama_cpp_sys_2 as sys;
 
 use super::backend;
+use super::offload::BlockBytes;
+use crate::gguf::read_gguf_header;
 
 /// ggml's limit on RPC servers in one process (`GGML_RPC_MAX_SERVERS`).
 pub const MAX_WORKERS: usize = 16;
@@ -459,62 +461,14 @@ impl RpcPlan {
     }
 }
 
-/// Weight bytes of a model's parts, as its GGUF lists its tensors: the input embeddings (kept
-/// on the local CPU), and each block `blk.N` with the output layer as block `n_layer`.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct BlockBytes {
-    pub input: u64,
-    pub per_block: Vec<u64>,
-}
-
-impl BlockBytes {
-    /// Sorts tensors (name, bytes) into parts. A model without `output.weight` ties its output
-    /// to the embeddings, which llama.cpp then also places with the output layer.
-    pub fn from_tensors<'a>(
-        n_layer: u32,
-        tensors: impl IntoIterator<Item = (&'a str, u64)>,
-    ) -> Self {
-        let mut parts = BlockBytes {
-            input: 0,
-            per_block: vec![0; n_layer as usize + 1],
-        };
-        let mut has_output = false;
-        let mut embeddings = 0;
-        for (name, bytes) in tensors {
-            let block = name
-                .strip_prefix("blk.")
-                .and_then(|rest| rest.split('.').next())
-                .and_then(|n| n.parse::<usize>().ok())
-                .filter(|&n| n < n_layer as usize);
-            match block {
-                Some(n) => parts.per_block[n] += bytes,
-                None if name.starts_with("token_embd") => {
-                    parts.input += bytes;
-                    if name == "token_embd.weight" {
-                        embeddings = bytes;
-                    }
-                }
-                None => {
-                    has_output |= name == "output.weight";
-                    parts.per_block[n_layer as usize] += bytes;
-                }
-            }
-        }
-        if !has_output {
-            parts.per_block[n_layer as usize] += embeddings;
-        }
-        parts
-    }
-}
-
-/// `<architecture>.block_count` of the GGUF at `path` and the bytes of each part, read with
-/// ggml's own parser (header only).
+/// `<architecture>.block_count` of the GGUF at `path` and the bytes of each part, from its
+/// header.
 pub fn block_count(path: &Path, architecture: &str) -> Result<(u32, BlockBytes), RpcError> {
     let fail = |reason: &str| RpcError::LayerCount {
         path: path.display().to_string(),
         reason: reason.to_string(),
     };
-    let header = super::offload::GgufHeader::open(path).map_err(|reason| fail(&reason))?;
+    let header = read_gguf_header(path).map_err(|error| fail(&error.kind.to_string()))?;
     let count = header
         .uint(&format!("{architecture}.block_count"))
         .and_then(|count| u32::try_from(count).ok())

@@ -1,15 +1,18 @@
 //! `llamay run`: one prompt, one model, the answer streamed to stdout and the stats to stderr.
-//! With no `-p` and a terminal on stdin it opens a chat instead (see `interactive.rs`); a
+//! With no `-p` and a terminal on stdin it opens a chat instead (`interactive.rs`); a
 //! prompt piped on stdin stays one-shot.
 //!
 //! It goes through the same model actor and per-request sampler as the daemon, with one
-//! sequence, so what `run -stats` reports is what a served request costs.
+//! sequence, so what `run -stats` reports is what a served request costs. `report.rs` writes
+//! the stats lines, for both.
+
+mod interactive;
+mod report;
 
 use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use clap::Args;
 
@@ -17,17 +20,18 @@ use llamay::actors::messages::Generate;
 use llamay::actors::model::{locate_model, LlamaModelHandle, WorkerSettings};
 use llamay::service::validate_local;
 use llamay::core::{
-    ChatMessage, Completion, Constraint, ConstraintSource, FinishReason, PromptInput, Role, SamplingParams,
-    StreamEvent, UncheckedGenerateRequest,
+    ChatMessage, Completion, FinishReason, PromptInput, Role, SamplingParams, StreamEvent, UncheckedGenerateRequest,
 };
 use llamay::grammar::schema::FormatMode;
-use llamay::grammar::{Lexicon, LexiconKind, Limits, MatchMode};
+use llamay::grammar::MatchMode;
 use llamay::actors::memory::{human_binary, place_alone, LlamaMemory, MemoryProbe, Placed};
 use llamay::llm::offload::{EstimateParams, MemoryEstimate, ModelShape};
 use llamay::llm::{ContextParams, KvType, Model};
 
-use super::interactive::{ChatOptions, Settings};
-use super::CliError;
+use crate::cli::constraint::{constraint_from_flags, lexicon_from_flags, parse_format_mode, parse_lexicon_match};
+use crate::cli::CliError;
+use interactive::{ChatOptions, Settings};
+use report::{drafts_line, stats_line};
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -107,18 +111,9 @@ pub struct RunArgs {
     gpu_layers: Option<String>,
 }
 
-/// `-formats`/`--formats`: `enforce` or `ignore`, as the config's `formats`.
+/// `-accelerate`: on or off.
 fn parse_switch(text: &str) -> Result<bool, String> {
     llamay::config::parse_on_off("accelerate", text).map_err(|e| e.to_string())
-}
-
-pub fn parse_format_mode(text: &str) -> Result<FormatMode, String> {
-    llamay::config::parse_formats(text).map_err(|e| e.to_string())
-}
-
-/// `-lexicon-match` (and `lexicon check --match`): word, prefix or substring.
-pub fn parse_lexicon_match(text: &str) -> Result<MatchMode, String> {
-    text.trim().parse()
 }
 
 /// Where the layers went, as `-stats` reports it before the model loads.
@@ -141,58 +136,6 @@ fn positive(name: &str, value: i64) -> Result<u32, CliError> {
         return Err(CliError::Usage(format!("{name} must be a positive number, got {value}")));
     }
     Ok(value as u32)
-}
-
-fn read_file(path: &PathBuf) -> Result<String, CliError> {
-    std::fs::read_to_string(path).map_err(|source| CliError::Io { path: path.display().to_string(), source })
-}
-
-/// The lexicon `-lexicon` or `-deny` names (at most one of them), loaded under `mode`.
-fn lexicon_from_flags(
-    lexicon: Option<&PathBuf>,
-    deny: Option<&PathBuf>,
-    mode: Option<MatchMode>,
-) -> Result<Option<Arc<Lexicon>>, CliError> {
-    let loaded = match (lexicon, deny) {
-        (Some(_), Some(_)) => return Err(CliError::Usage("use only one of -lexicon and -deny".into())),
-        (Some(path), None) => super::lexicon::load(path, None, mode)?,
-        (None, Some(path)) => super::lexicon::load(path, Some(LexiconKind::Deny), mode)?,
-        (None, None) if mode.is_some() => {
-            return Err(CliError::Usage("-lexicon-match needs a -lexicon or -deny file".into()))
-        }
-        (None, None) => return Ok(None),
-    };
-    Ok(Some(Arc::new(loaded)))
-}
-
-/// The constraint the flags ask for, compiled under `lexicon`; at most one of -grammar-file,
-/// -json, -schema (whose `format` is enforced when `formats` says so).
-pub fn constraint_from_flags(
-    grammar_file: Option<&PathBuf>,
-    json: bool,
-    schema: Option<&PathBuf>,
-    formats: FormatMode,
-    lexicon: Option<&Arc<Lexicon>>,
-) -> Result<Option<Constraint>, CliError> {
-    let chosen = [grammar_file.is_some(), json, schema.is_some()].iter().filter(|b| **b).count();
-    if chosen > 1 {
-        return Err(CliError::Usage("use only one of -grammar-file, -json and -schema".into()));
-    }
-    let (source, path) = if let Some(path) = grammar_file {
-        (ConstraintSource::Gbnf { text: read_file(path)? }, Some(path))
-    } else if json {
-        (ConstraintSource::AnyJson, None)
-    } else if let Some(path) = schema {
-        let value: serde_json::Value = serde_json::from_str(&read_file(path)?)
-            .map_err(|e| CliError::Constraint(format!("{}: not JSON: {e}", path.display())))?;
-        (ConstraintSource::schema(value, formats), Some(path))
-    } else {
-        return Ok(None);
-    };
-    Constraint::from_source_under(source, &Limits::default(), lexicon).map(Some).map_err(|e| match path {
-        Some(path) => CliError::Constraint(format!("{}: {e}", path.display())),
-        None => CliError::Constraint(e.to_string()),
-    })
 }
 
 pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
@@ -235,7 +178,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
         }
     };
 
-    let store = super::models::open_store_if_needed(&args.model)?;
+    let store = crate::cli::models::open_store_if_needed(&args.model)?;
     let (path, info) = locate_model(&args.model, store.as_deref()).map_err(|e| CliError::Model(e.to_string()))?;
     // The context is known before loading, so the layers can be placed by the estimate.
     let shape = ModelShape::read(&path).map_err(|reason| CliError::Model(format!("{}: {reason}", path.display())))?;
@@ -265,7 +208,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
             num_predict: max_tokens,
             system: args.system,
         };
-        return super::interactive::chat(&handle, ChatOptions { settings, constraint, lexicon, stats: args.stats });
+        return interactive::chat(&handle, ChatOptions { settings, constraint, lexicon, stats: args.stats });
     };
 
     let input = if args.chat {
@@ -326,81 +269,4 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// `prompt 25 tokens in 175ms (142.5 tok/s) · generated 90 in 7.357s (12.2 tok/s) · stop: length`
-pub fn stats_line(completion: &Completion) -> String {
-    let usage = completion.usage;
-    let timings = completion.timings;
-    let stop = match completion.finish_reason {
-        FinishReason::Length => "length",
-        FinishReason::StopSequence(_) => "stop",
-        FinishReason::Cancelled => "cancelled",
-        FinishReason::Error(_) => "error",
-        FinishReason::Stop | FinishReason::ToolCalls => "eog",
-    };
-    format!(
-        "prompt {} tokens in {} ({} tok/s) · generated {} in {} ({} tok/s) · stop: {stop}",
-        usage.prompt_tokens,
-        format_duration(timings.prompt_eval),
-        rate(usage.prompt_tokens, timings.prompt_eval),
-        usage.completion_tokens,
-        format_duration(timings.eval),
-        rate(usage.completion_tokens, timings.eval),
-    )
-}
-
-/// `drafts: 20 tokens (14 forced, 6 copied) · 12 kept, each a decode step saved`, when any
-/// were drafted.
-pub fn drafts_line(completion: &Completion) -> Option<String> {
-    let drafts = completion.drafts;
-    (drafts.drafted() > 0).then(|| {
-        format!(
-            "drafts: {} tokens ({} forced, {} copied) · {} kept, each a decode step saved",
-            drafts.drafted(),
-            drafts.forced,
-            drafts.copied,
-            drafts.accepted
-        )
-    })
-}
-
-fn format_duration(duration: Duration) -> String {
-    if duration < Duration::from_secs(1) {
-        format!("{}ms", duration.as_millis())
-    } else {
-        format!("{:.3}s", duration.as_secs_f64())
-    }
-}
-
-fn rate(tokens: u32, duration: Duration) -> String {
-    let seconds = duration.as_secs_f64();
-    if seconds <= 0.0 {
-        return "-".into();
-    }
-    format!("{:.1}", tokens as f64 / seconds)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use llamay::core::{Timings, Usage};
-
-    #[test]
-    fn the_stats_line_has_the_spec_shape() {
-        let completion = Completion {
-            finish_reason: FinishReason::Length,
-            usage: Usage { prompt_tokens: 25, completion_tokens: 90, cached_tokens: 0 },
-            timings: Timings {
-                prompt_eval: Duration::from_millis(175),
-                eval: Duration::from_millis(7357),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        assert_eq!(
-            stats_line(&completion),
-            "prompt 25 tokens in 175ms (142.9 tok/s) · generated 90 in 7.357s (12.2 tok/s) · stop: length"
-        );
-    }
 }

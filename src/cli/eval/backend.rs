@@ -26,11 +26,12 @@ use llamay::core::{
     SamplingParams, StreamEvent, UncheckedGenerateRequest, ValidGenerateRequest,
 };
 use llamay::grammar::schema::FormatMode;
-use llamay::llm::{ContextParams, KvType, Model};
+use llamay::llm::{ContextParams, Model};
 
-use super::client::Daemon;
-use super::eval::{EvalArgs, EvalSettings, Item, ItemInput};
-use super::CliError;
+use super::items::{Item, ItemInput};
+use super::settings::{EvalArgs, EvalSettings};
+use crate::cli::client::Daemon;
+use crate::cli::CliError;
 
 /// One item's answer.
 #[derive(Debug, Clone)]
@@ -205,7 +206,7 @@ impl Local {
         settings: &EvalSettings,
         constraint: Option<Constraint>,
     ) -> Result<Local, CliError> {
-        let store = super::models::open_store_if_needed(model)?;
+        let store = crate::cli::models::open_store_if_needed(model)?;
         let (path, info) = locate_model(model, store.as_deref()).map_err(model_error)?;
         let loaded = Model::load(&path).map_err(model_error)?;
         let per_item = settings
@@ -459,9 +460,4 @@ impl Remote {
             elapsed: started.elapsed(),
         })
     }
-}
-
-/// `-kv` as the worker takes it.
-pub fn kv_type(text: &str) -> Result<KvType, CliError> {
-    text.parse().map_err(CliError::Usage)
 }

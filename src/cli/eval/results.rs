@@ -15,7 +15,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::CliError;
+use super::items::id_key;
+use crate::cli::CliError;
 
 /// The open results file.
 pub struct ResultsFile {
@@ -47,7 +48,7 @@ fn answered(path: &Path, text: &str) -> Result<HashSet<String>, CliError> {
                     index + 1
                 ))
             })?;
-        ids.insert(super::eval::id_key(&id));
+        ids.insert(id_key(&id));
     }
     Ok(ids)
 }

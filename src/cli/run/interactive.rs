@@ -27,7 +27,8 @@ use rustyline::{
     RepeatCount,
 };
 
-use super::CliError;
+use super::report::stats_line;
+use crate::cli::CliError;
 
 const PROMPT: &str = ">>> ";
 const CONTINUATION: &str = "... ";
@@ -359,7 +360,7 @@ fn turn(
     }
     if options.stats {
         if let Some(completion) = &streamed.completion {
-            eprintln!("{}", super::run::stats_line(completion));
+            eprintln!("{}", stats_line(completion));
         }
     }
     // A stopped answer stays as far as it went: it is what the user saw.
