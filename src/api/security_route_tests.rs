@@ -19,7 +19,7 @@ use crate::service::GenerationPolicy;
 use super::auth::ApiKey;
 use super::limits::HttpLimits;
 use super::server::start_http;
-use super::test_support::{FakeCatalog, ScriptedLoader};
+use super::test_support::{app_state, ScriptedLoader};
 use super::{build_app, AppState, RouteSettings};
 use crate::actors::supervisor::{Supervisor, SupervisorConfig};
 use crate::core::KeepAlive;
@@ -35,7 +35,7 @@ fn state_with(settings: RouteSettings) -> AppState {
         max_queue: 8,
     };
     let supervisor = Supervisor::new(Arc::new(ScriptedLoader::new()), config).start();
-    AppState::new(supervisor, Arc::new(FakeCatalog), GenerationPolicy::default(), settings)
+    app_state(supervisor, GenerationPolicy::default(), settings)
 }
 
 struct Answer {

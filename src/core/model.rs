@@ -179,7 +179,9 @@ pub struct ModelDescription {
 /// The installed models. The lead wires this to the store; tests use an in-memory list.
 pub trait ModelCatalog: Send + Sync + 'static {
     fn list(&self) -> Result<Vec<CatalogEntry>, CoreError>;
-    /// `ErrorCode::ModelNotFound` when `name` is not installed.
+    /// The model `name` names. A name that breaks the name rule gets
+    /// [`ModelName::parse`](crate::core::ModelName::parse)'s 400 here, so routes need not check
+    /// it first; `ErrorCode::ModelNotFound` when it is not installed.
     fn describe(&self, name: &str) -> Result<ModelDescription, CoreError>;
 }
 

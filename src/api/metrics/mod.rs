@@ -8,8 +8,9 @@
 //! share the label `unmatched`); and [`GenerationObserver`], which a running generation carries
 //! to book its tokens, time to first token, finish reason and constraint mask counters.
 //! What is read rather than counted here (the supervisor's gauges and load/eviction counters,
-//! from one supervisor [`GetStatus`] per scrape; the compile cache and pool; uptime; resident
-//! memory) is a [`Collector`] built for each scrape, [`ScrapeReadings`].
+//! from one status of the models per scrape, the service's `model_status`; the compile cache
+//! and pool; uptime; resident memory) is a [`Collector`] built for each scrape,
+//! [`ScrapeReadings`].
 //!
 //! Names follow Prometheus conventions: `llamay_` prefix, `_total` counters (the encoder adds
 //! that suffix to a counter's name), `_seconds` and `_bytes` units. A family with no series yet
@@ -39,7 +40,7 @@ use prometheus_client::metrics::TypedMetric;
 use prometheus_client::registry::{Metric, Registry};
 
 use super::AppState;
-use crate::actors::supervisor::{GetStatus, SupervisorStatus};
+use crate::service::models::{DeviceStatus, SupervisorStatus};
 use crate::core::{Completion, FinishReason};
 use crate::service::compile_pool::CompilePoolStats;
 use crate::service::constraint::ConstraintCacheStats;
@@ -451,7 +452,7 @@ fn encode_supervisor(e: &mut DescriptorEncoder, status: &SupervisorStatus) -> fm
 
 /// Each GPU's memory and what loaded models hold on it and on the host.
 fn encode_devices(e: &mut DescriptorEncoder, status: &SupervisorStatus) -> fmt::Result {
-    type Reading = fn(&crate::actors::supervisor::DeviceStatus) -> u64;
+    type Reading = fn(&DeviceStatus) -> u64;
     let devices: [(&str, &str, Reading); 3] = [
         ("llamay_device_memory_total_bytes", "Memory of each GPU", |d| d.device.total),
         ("llamay_device_memory_free_bytes", "Free memory of each GPU, as its driver reports it", |d| d.device.free),
@@ -585,7 +586,7 @@ impl Drop for GenerationObserver {
 /// `GET /metrics`.
 pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     // Without the supervisor (stopping) the daemon's own counters still answer.
-    let status = state.supervisor.send(GetStatus).await.ok();
+    let status = state.generation.model_status().await.ok();
     match state.metrics.render(status.as_ref(), &state) {
         Ok(text) => HttpResponse::Ok().content_type(CONTENT_TYPE).body(text),
         // Only a failing writer fails the encoder, and a String does not fail.
