@@ -28,13 +28,7 @@ pub mod head_deadline;
 pub mod host_check;
 
 #[cfg(test)]
-mod device_route_tests;
-#[cfg(test)]
-mod route_tests;
-#[cfg(test)]
-mod security_route_tests;
-#[cfg(test)]
-pub(crate) mod test_support;
+pub(crate) mod tests;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;

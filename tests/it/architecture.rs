@@ -7,7 +7,7 @@
 //! through every `mod name;` and inline `mod name { .. }`. An item under `#[cfg(test)]` (or a
 //! `cfg` that needs `test`, such as `cfg(all(test, unix))`) is skipped, and so is every file
 //! only such a `mod` declares. So test code is left out by the compiler's own rule, not by file
-//! names: `tests.rs`, `*_tests.rs`, `route_tests/`, `api/test_support.rs` and `gguf/testing.rs`
+//! names: every `tests` module (`tests.rs` or `tests/`) and `gguf/testing.rs`
 //! are all declared under `#[cfg(test)]`; a test helper declared without it is checked like any
 //! other code. Inside what remains, an import is every `use` path and every path written in
 //! the code that starts with `crate::`, `super::`, `self::`, `llamay::`, `llamay_grammar::` or

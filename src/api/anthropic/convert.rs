@@ -204,7 +204,7 @@ fn convert_tool_choice(choice: Option<ToolChoiceField>) -> Result<ToolChoice, Co
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::test_support::from_wire;
+    use crate::api::tests::support::from_wire;
     use serde_json::json;
 
     #[test]

@@ -237,7 +237,7 @@ fn format_sources(format: Option<Value>) -> Result<ConstraintSources, CoreError>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::test_support::from_wire;
+    use crate::api::tests::support::from_wire;
     use serde_json::json;
     use std::time::Duration;
 

@@ -469,7 +469,7 @@ impl CompletionStream {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::test_support::from_wire;
+    use crate::api::tests::support::from_wire;
     use crate::core::TopLogprob;
 
     #[test]

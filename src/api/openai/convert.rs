@@ -197,7 +197,7 @@ pub(super) fn format_sources(kind: &str, schema: Option<Value>, param: &'static 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::test_support::from_wire;
+    use crate::api::tests::support::from_wire;
     use serde_json::json;
 
     #[test]

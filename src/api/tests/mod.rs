@@ -1,5 +1,11 @@
 //! The real app mounted with a scripted model: every route, both streaming forms, structured
-//! output wiring, and each error path in each API's own shape and status.
+//! output wiring, and each error path in each API's own shape and status. The GPU placement
+//! routes (`devices`), the server's guards (`security`) and the tool routes (`tools`) have
+//! modules of their own; `support` is what they and the converters' tests share.
+
+mod devices;
+mod security;
+pub(crate) mod support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -11,7 +17,7 @@ use actix_web::http::StatusCode;
 use actix_web::{test, web};
 use serde_json::{json, Value};
 
-use super::test_support::{app_state, ScriptedLoader};
+use self::support::{app_state, ScriptedLoader};
 use super::{build_app, AppState, RouteSettings};
 use crate::service::GenerationPolicy;
 use crate::actors::supervisor::{acquire, Supervisor, SupervisorConfig};

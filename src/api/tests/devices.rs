@@ -13,8 +13,8 @@ use actix_web::{test, web, Error};
 use serde_json::{json, Value};
 
 use crate::daemon::banner::device_lines;
-use super::test_support::{app_state, ScriptedLoader};
-use super::{build_app, AppState, RouteSettings};
+use super::support::{app_state, ScriptedLoader};
+use crate::api::{build_app, AppState, RouteSettings};
 use crate::service::GenerationPolicy;
 use crate::actors::memory::testing::{estimate, FakeGpu, GIB};
 use crate::actors::memory::{MemoryProbe, NoProbe};
