@@ -60,8 +60,9 @@ pub struct ModelTotals {
     pub generation_time: Duration,
     #[serde(serialize_with = "serialize_seconds")]
     pub prompt_eval_time: Duration,
-    /// The constraint caches (states, masks, hit rates, clears) as the engine reports them.
-    pub constraint_caches: Option<serde_json::Value>,
+    /// The constraint caches (states, masks, hit rates, clears) of the last constrained
+    /// generation, as the engine reports them.
+    pub constraint_caches: Option<crate::grammar::MaskStats>,
     /// Requests that started from KV state already in the cache (a context or a shared
     /// prefix), and the prompt tokens they did not prefill.
     pub prefix_reuse_hits: u64,

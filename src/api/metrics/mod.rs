@@ -488,23 +488,17 @@ fn encode_devices(e: &mut DescriptorEncoder, status: &SupervisorStatus) -> fmt::
 
 /// The matcher counters a completion carries (see `actors::model`), with its kind.
 fn mask_stats(completion: &Completion) -> Option<(&'static str, MaskTotals)> {
-    let stats = completion.constraint_stats.as_ref()?;
-    let label = stats.get("label").and_then(|l| l.as_str()).unwrap_or("");
-    let kind = CONSTRAINT_KINDS
-        .iter()
-        .copied()
-        .find(|k| *k == label)
-        .unwrap_or("other");
-    let numbers = stats.get("stats")?;
-    let field = |name: &str| numbers.get(name).and_then(|v| v.as_u64()).unwrap_or(0);
+    let report = completion.constraint_stats.as_ref()?;
+    let kind = CONSTRAINT_KINDS.iter().copied().find(|k| *k == report.label).unwrap_or("other");
+    let numbers = report.stats.as_ref()?;
     Some((
         kind,
         MaskTotals {
-            steps: field("steps"),
-            cached_steps: field("cached_steps"),
-            masks_computed: field("masks_computed"),
-            mask_time_ns: field("mask_time_ns"),
-            overflows: field("overflows"),
+            steps: numbers.steps,
+            cached_steps: numbers.cached_steps,
+            masks_computed: numbers.masks_computed,
+            mask_time_ns: numbers.mask_time_ns,
+            overflows: numbers.overflows,
         },
     ))
 }
@@ -672,6 +666,8 @@ fn resident_memory_bytes() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::ConstraintReport;
+    use crate::grammar::MaskStats;
 
     #[test]
     fn an_observer_dropped_unfinished_counts_a_cancelled_generation() {
@@ -696,8 +692,9 @@ mod tests {
         for seconds in [0.02, 0.3, 1000.0] {
             metrics.observe_duration("a\"b", Duration::from_secs_f64(seconds));
         }
-        let stats = serde_json::json!({"label": "json", "stats": {"steps": 4, "cached_steps": 3, "mask_time_ns": 1_500_000_000u64}});
-        let completion = Completion { constraint_stats: Some(stats), ..Completion::default() };
+        let stats = MaskStats { steps: 4, cached_steps: 3, mask_time_ns: 1_500_000_000, ..MaskStats::default() };
+        let report = ConstraintReport { label: "json".into(), summary: String::new(), stats: Some(stats), lexicon_stats: None };
+        let completion = Completion { constraint_stats: Some(report), ..Completion::default() };
         metrics.observe_generation("m", Instant::now()).finished(&completion);
         let mut out = String::new();
         encode(&mut out, &metrics.registry).unwrap();
