@@ -68,7 +68,9 @@ impl Default for WorkerSettings {
     }
 }
 
-/// A request waiting for, or holding, a sequence slot.
+/// A request waiting for, or holding, a sequence slot. Why a shape of its own: it is what the
+/// worker's queue holds, the prepared prompt joined with its sampler and the channel its events
+/// go back on, built before it has a slot.
 struct Job {
     prompt: Vec<u32>,
     sampler: SequenceSampler,
@@ -109,7 +111,8 @@ enum StateOp {
     Restore(Arc<Vec<u8>>),
 }
 
-/// A job in a slot: how far its prompt has been decoded, and its timings.
+/// A job in a slot: how far its prompt has been decoded, and its timings. Why a shape of its
+/// own: only a job with a slot has a position in the KV cache and a step to decode in.
 struct Live {
     job: Job,
     prompt_done: usize,
