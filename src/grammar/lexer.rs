@@ -41,6 +41,12 @@ const LOOP_EXITS_MAX: usize = 16;
 /// the exits costs more than the walks save.
 pub(crate) const EXIT_SHARE: usize = 4;
 
+/// Nor when more than this many tokens have an exit, whatever the vocabulary's size: the
+/// tables cost a pass over the vocabulary plus a sort of the exits, all inside the one mask
+/// that first asks for them (~16 ms for a key that must avoid a word's first letter at 262k
+/// tokens, where a trie walk takes ~4 ms).
+pub(crate) const EXITS_MOST: usize = 1 << 14;
+
 /// The most characters left in a bounded chain that the tables answer for; a chain is
 /// followed no further than this anyway (see the matcher's `CHAIN_MAX`).
 pub(crate) const BOUNDED_CHARS_MAX: usize = 32;

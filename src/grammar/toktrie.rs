@@ -19,7 +19,8 @@
 //! far apart in the array.
 //!
 //! Cost: building sorts the vocabulary (~100 ms at 262k tokens); ~50 bytes per node, about
-//! 2.2 nodes per token, plus the token bytes themselves (~30 MB at 262k tokens).
+//! 2.2 nodes per token, plus the token bytes themselves (~30 MB at 262k tokens), plus per
+//! byte the tokens holding it (4 bytes per distinct byte of each token, ~6 MB at 262k).
 
 /// Longest token kept, in bytes; real vocabularies stay far below.
 pub const MAX_TOKEN_BYTES: usize = 512;
@@ -29,8 +30,8 @@ use std::sync::{Arc, Mutex};
 
 use super::ir::{starts_character, whitespace_slots, ByteSet, WHITESPACE_BYTES};
 use super::lexer::{
-    character_count, completable_within, whole_characters_within, LexemeTables, LoopExits, EXIT_SHARE,
-    INVALID_MARK,
+    character_count, completable_within, whole_characters_within, LexemeTables, LoopExits, EXITS_MOST,
+    EXIT_SHARE, INVALID_MARK,
 };
 use super::mask::TokenMask;
 
@@ -88,6 +89,11 @@ pub struct TokenTrie {
     pub(crate) preorder_tokens: Vec<u32>,
     /// How many tokens contain each byte: what excluding a byte from a skip set costs.
     pub(crate) byte_weights: [u32; 256],
+    /// Per byte, the trie's tokens that contain it, and the trie's tokens that are valid
+    /// UTF-8: [`TokenTrie::tokens_within`] of a set most tokens fit takes the valid tokens and
+    /// removes those holding a byte outside it, where a walk would visit most of the trie.
+    tokens_with_byte: Vec<Vec<u32>>,
+    valid_tokens: TokenMask,
     /// Whether enough tokens hold non-ASCII bytes (5%) to make skipping them worth working out.
     pub(crate) many_non_ascii: bool,
     byte_offsets: Vec<u32>,
@@ -142,6 +148,12 @@ const COUNTER_FLOOR_SHARE: usize = 32;
 
 /// Bounded: cleared whole past this many byte sets.
 const WITHIN_MASKS_MAX: usize = 64;
+
+/// [`TokenTrie::tokens_within`] removes tokens from the valid ones, instead of walking the
+/// trie, when the bytes outside the set are in at most one token in this many (counted once
+/// per byte): a set that leaves out a common letter (a key that must avoid a word) would
+/// have its walk visit most of a large vocabulary's trie.
+const WITHIN_BY_REMOVAL_SHARE: usize = 2;
 
 #[derive(Default)]
 struct WithinMasks(Mutex<HashMap<ByteSet, Arc<TokenMask>>>);
@@ -326,6 +338,22 @@ impl TokenTrie {
                 byte_weights[byte as usize] += 1;
             }
         }
+        let mut tokens_with_byte: Vec<Vec<u32>> =
+            byte_weights.iter().map(|&weight| Vec::with_capacity(weight as usize)).collect();
+        let mut valid_tokens = TokenMask::new(vocab_size);
+        for &token in &preorder_tokens {
+            let text = token_bytes.get(token as usize).map_or(&[][..], Vec::as_slice);
+            let mut seen = ByteSet::EMPTY;
+            for &byte in text {
+                seen.insert(byte);
+            }
+            for byte in seen.iter() {
+                tokens_with_byte[byte as usize].push(token);
+            }
+            if std::str::from_utf8(text).is_ok() {
+                valid_tokens.set(token);
+            }
+        }
         let non_ascii = token_bytes
             .iter()
             .filter(|t| t.iter().any(|b| *b >= 0x80))
@@ -374,6 +402,8 @@ impl TokenTrie {
             horizon,
             long_tokens,
             byte_weights,
+            tokens_with_byte,
+            valid_tokens,
             many_non_ascii: non_ascii * 20 >= vocab_size,
             nodes,
             duplicates,
@@ -435,11 +465,21 @@ impl TokenTrie {
                 }
             }
         };
-        let most_exits = self.tokens_between(index, end).len() / EXIT_SHARE;
-        // Every token under a node whose byte is not in the set has an exit: counting those
-        // of the first two levels is cheap and turns most sets that would not pay away
-        // before any work (bytes above ASCII sort last, so the walk would find them last).
-        if self.exits_at_least(index, end, loop_bytes) > most_exits {
+        let most_exits = (self.tokens_between(index, end).len() / EXIT_SHARE).min(EXITS_MOST);
+        // Every token holding a byte outside the set has an exit, so the most common such
+        // byte's count is a bound known before any work (for the whole vocabulary); so is
+        // the count of the tokens under the nodes of the first two levels whose byte is
+        // not in the set, cheap to take and it turns most sets that would not pay away
+        // (bytes above ASCII sort last, so the walk would find them last).
+        let surely_exiting = match lead {
+            None => (0..=u8::MAX)
+                .filter(|b| !loop_bytes.contains(*b))
+                .map(|b| self.byte_weights[b as usize] as usize)
+                .max()
+                .unwrap_or(0),
+            Some(_) => 0,
+        };
+        if surely_exiting > most_exits || self.exits_at_least(index, end, loop_bytes) > most_exits {
             return None;
         }
         while index < end {
@@ -491,8 +531,19 @@ impl TokenTrie {
         if let Some(mask) = known.get(bytes) {
             return mask.clone();
         }
+        // Removing the tokens that hold a byte outside the set from the valid ones touches
+        // each of those tokens once; a walk visits every node on a path into the set.
+        let outside = (0..=u8::MAX).filter(|b| !bytes.contains(*b));
+        let removed: usize = outside.clone().map(|b| self.byte_weights[b as usize] as usize).sum();
         let mut mask = TokenMask::new(self.vocab_size());
-        if bytes.contains(INVALID_MARK) {
+        if removed <= self.vocab_size() / WITHIN_BY_REMOVAL_SHARE {
+            mask = self.valid_tokens.clone();
+            for byte in outside {
+                for &token in self.tokens_with_byte.get(byte as usize).map_or(&[][..], Vec::as_slice) {
+                    mask.unset(token);
+                }
+            }
+        } else if bytes.contains(INVALID_MARK) {
             // The mark would read as an allowed byte: check token by token.
             for &token in &self.preorder_tokens {
                 let Some(text) = self.token_bytes(token) else {
@@ -781,6 +832,41 @@ mod tests {
         let b = roots[1].1;
         assert!(!trie.nodes[b as usize].wide);
         assert_eq!(trie.wide_children(b), None);
+    }
+
+    /// `tokens_within` of a set most tokens fit is made by removing tokens from the valid
+    /// ones, of a small set by a walk: both are the trie's valid tokens made only of the set.
+    #[test]
+    fn tokens_within_a_set_by_removal_or_by_walk_match_the_definition() {
+        let texts: Vec<&[u8]> = vec![
+            b"a", b"b", b"ab", b"ba", b"\"", b"a\"", b"\\n", b"x", b"\xc3\xa9", b"\xc3", b"a\xc3", b"\xa9",
+            b"\n", b"ax", b"\0", b"a\0", b"xx", b"ab", b"bab", b"xyz", b"\xe3\x81\x93",
+        ];
+        let vocab: Vec<Vec<u8>> = texts.iter().map(|t| t.to_vec()).collect();
+        let trie = TokenTrie::new(&vocab, &[]);
+        let mut body = ByteSet::range(0x20, 0xF4);
+        body.remove(b'"');
+        body.remove(b'\\');
+        let mut without_a = body;
+        without_a.remove(b'a');
+        let mut with_nul = body;
+        with_nul.insert(0);
+        let letters = ByteSet::single(b'a').union(&ByteSet::single(b'b'));
+        for set in [body, without_a, with_nul, letters, ByteSet::ALL, ByteSet::EMPTY] {
+            let mut expected: Vec<u32> = trie
+                .preorder_tokens
+                .iter()
+                .copied()
+                .filter(|&token| {
+                    let text = &vocab[token as usize];
+                    text.iter().all(|b| set.contains(*b)) && std::str::from_utf8(text).is_ok()
+                })
+                .collect();
+            expected.sort_unstable();
+            let mut within: Vec<u32> = trie.tokens_within(&set).iter_set().collect();
+            within.sort_unstable();
+            assert_eq!(within, expected, "set {set:?}");
+        }
     }
 
     #[test]
