@@ -16,11 +16,14 @@
 //! array prompt) would each find nothing cached and decode the shared question K times, so a
 //! request that shares at least [`MIN_SHARED_PREFILL`] more tokens with a request still
 //! prefilling than any slot holds waits in the queue until that prefill has decoded them
-//! ([`worth_waiting`]), and is then placed on a copy of them.
+//! ([`worth_waiting`]), and is then placed on a copy of them. A waiting scoring request has the
+//! prefill score their last shared row for its own next token too, from the same logits
+//! ([`SlotCache::want_score`]), so that it reuses every shared row.
 //!
 //! Key types: [`SlotCache`] (the tokens per slot), [`Placement`] (where a request runs and what
-//! it reuses), [`PositionScore`], [`Prefilling`] (a prefill another request may wait for). Pure bookkeeping, no llama.cpp: the worker applies a placement
-//! with a sequence truncate or copy. Cost: one prefix comparison per slot and admitted request
+//! it reuses), [`PositionScore`], [`Prefilling`] and [`Wait`] (a prefill another request waits
+//! for). Pure bookkeeping, no llama.cpp: the worker applies a placement with a sequence truncate
+//! or copy. Cost: one prefix comparison per slot and admitted request
 //! (O(slots × prompt)), one more per live prefill and waiting request while it waits, and
 //! the token lists (4 bytes a token per slot); a scored position keeps
 //! about 200 bytes (its top [`crate::core::MAX_TOP_LOGPROBS`] alternatives).
