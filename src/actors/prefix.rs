@@ -12,10 +12,20 @@
 //! scored prefix, and only their own continuation is decoded (one position more, the last
 //! shared one, when the first scoring request stopped exactly there).
 //!
+//! Requests that arrive together (the K choices of one question as K concurrent requests or one
+//! array prompt) would each find nothing cached and decode the shared question K times, so a
+//! request that shares at least [`MIN_SHARED_PREFILL`] more tokens with a request still
+//! prefilling than any slot holds waits in the queue until that prefill has decoded them
+//! ([`worth_waiting`]), and is then placed on a copy of them. A waiting scoring request has the
+//! prefill score their last shared row for its own next token too, from the same logits
+//! ([`SlotCache::want_score`]), so that it reuses every shared row.
+//!
 //! Key types: [`SlotCache`] (the tokens per slot), [`Placement`] (where a request runs and what
-//! it reuses), [`PositionScore`]. Pure bookkeeping, no llama.cpp: the worker applies a placement
-//! with a sequence truncate or copy. Cost: one prefix comparison per slot and admitted request
-//! (O(slots × prompt)), and the token lists (4 bytes a token per slot); a scored position keeps
+//! it reuses), [`PositionScore`], [`Prefilling`] and [`Wait`] (a prefill another request waits
+//! for). Pure bookkeeping, no llama.cpp: the worker applies a placement with a sequence truncate
+//! or copy. Cost: one prefix comparison per slot and admitted request
+//! (O(slots × prompt)), one more per live prefill and waiting request while it waits, and
+//! the token lists (4 bytes a token per slot); a scored position keeps
 //! about 200 bytes (its top [`crate::core::MAX_TOP_LOGPROBS`] alternatives).
 
 /// What a scoring request computed at one position of a slot's tokens: the distribution after
@@ -48,6 +58,12 @@ struct SlotKv {
     owner: Option<(u64, usize)>,
     /// Rows `0..scores.len()` as a scoring request computed them (see [`PositionScore`]).
     scores: Vec<PositionScore>,
+    /// Rows scored for another token than the slot's next one: row `k` for the token a
+    /// request that waits for this prefill has after the `k + 1` tokens it shares (see
+    /// [`SlotCache::want_score`]), from the same logits as the row's own score.
+    branches: Vec<(usize, PositionScore)>,
+    /// Rows, with a next token, that a waiting request wants scored when they are decoded.
+    wanted: Vec<(usize, u32)>,
 }
 
 /// Where an admitted request runs.
@@ -66,6 +82,16 @@ pub struct Placement {
 pub struct SlotCache {
     slots: Vec<SlotKv>,
     clock: u64,
+}
+
+/// The most tokens of `prompt` a placement may reuse: all but the last when it must decode one
+/// (the first sample needs its logits).
+fn reuse_limit(prompt: &[u32], must_decode: bool) -> usize {
+    if must_decode {
+        prompt.len().saturating_sub(1)
+    } else {
+        prompt.len()
+    }
 }
 
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {
@@ -104,11 +130,7 @@ impl SlotCache {
         context: Option<u64>,
         scoring: bool,
     ) -> Option<Placement> {
-        let limit = if must_decode {
-            prompt.len().saturating_sub(1)
-        } else {
-            prompt.len()
-        };
+        let limit = reuse_limit(prompt, must_decode);
         let reusable = |index: usize| {
             let kv = &self.slots[index];
             let reuse = common_prefix(&kv.tokens[..kv.reusable], prompt).min(limit);
@@ -179,20 +201,27 @@ impl SlotCache {
     /// stays owned; otherwise the ownership ends with its tokens.
     pub fn admit(&mut self, placement: Placement, prompt: &[u32]) {
         self.clock += 1;
-        // Rows below `reuse` follow tokens the prompt shares: their scores hold.
-        let scores = match placement.source {
-            Some(source) => {
-                let held = &self.slots[source].scores;
-                held[..held.len().min(placement.reuse)].to_vec()
+        // Rows below `reuse` follow tokens the prompt shares: their scores hold, but for the
+        // last one, which may have scored another next token than the prompt's.
+        let held = &self.slots[placement.source.unwrap_or(placement.slot)];
+        let mut scores = held.scores[..held.scores.len().min(placement.reuse)].to_vec();
+        if let Some(last) = scores.len().checked_sub(1) {
+            match prompt.get(last + 1) {
+                Some(&next) if scores[last].next != next => {
+                    match held.branches.iter().find(|(row, score)| *row == last && score.next == next) {
+                        Some((_, branch)) => scores[last] = branch.clone(),
+                        None => {
+                            scores.pop();
+                        }
+                    }
+                }
+                _ => {}
             }
-            None => {
-                let mut held = std::mem::take(&mut self.slots[placement.slot].scores);
-                held.truncate(placement.reuse);
-                held
-            }
-        };
+        }
         let slot = &mut self.slots[placement.slot];
         slot.scores = scores;
+        slot.branches.clear();
+        slot.wanted.clear();
         slot.tokens.clear();
         slot.tokens.extend_from_slice(&prompt[..placement.reuse]);
         slot.reusable = placement.reuse;
@@ -232,16 +261,45 @@ impl SlotCache {
             kv.tokens.truncate(length);
             kv.reusable = kv.reusable.min(length);
             kv.scores.truncate(length);
+            kv.branches.retain(|(row, _)| *row < length);
+            kv.wanted.retain(|(row, _)| *row < length);
         }
     }
 
     /// How many rows from the start of `slot` are scored for `prompt`: each row's score was
     /// computed for the token `prompt` has next (the rows' own tokens are checked by the
     /// prefix comparison).
+    /// A row scored for another next token (a branch) counts when it is `prompt`'s.
     pub fn scored_rows(&self, slot: usize, prompt: &[u32]) -> usize {
         self.slots.get(slot).map_or(0, |kv| {
-            kv.scores.iter().enumerate().take_while(|(k, score)| prompt.get(k + 1) == Some(&score.next)).count()
+            let rows = kv.scores.iter().enumerate().take_while(|(k, score)| prompt.get(k + 1) == Some(&score.next)).count();
+            let branch = rows < kv.scores.len()
+                && kv.branches.iter().any(|(row, score)| *row == rows && prompt.get(rows + 1) == Some(&score.next));
+            rows + usize::from(branch)
         })
+    }
+
+    /// A request waiting for `slot`'s prefill shares its first `row + 1` tokens and has `next`
+    /// after them: row `row` is to be scored for `next` too when it is decoded.
+    pub fn want_score(&mut self, slot: usize, row: usize, next: u32) {
+        if let Some(kv) = self.slots.get_mut(slot) {
+            if row >= kv.scores.len() && !kv.wanted.contains(&(row, next)) {
+                kv.wanted.push((row, next));
+            }
+        }
+    }
+
+    /// The wanted rows of `slot` (see [`SlotCache::want_score`]) among `rows`, with their next token.
+    pub fn wanted_scores(&self, slot: usize, rows: std::ops::Range<usize>) -> Vec<(usize, u32)> {
+        self.slots.get(slot).map_or(Vec::new(), |kv| kv.wanted.iter().copied().filter(|(row, _)| rows.contains(row)).collect())
+    }
+
+    /// Row `row` of `slot` scored for a wanted next token.
+    pub fn add_branch_score(&mut self, slot: usize, row: usize, score: PositionScore) {
+        if let Some(kv) = self.slots.get_mut(slot) {
+            kv.wanted.retain(|&(wanted, next)| (wanted, next) != (row, score.next));
+            kv.branches.push((row, score));
+        }
     }
 
     /// The scores of `slot`'s first rows.
@@ -330,6 +388,80 @@ impl SlotCache {
     pub fn owned_slots(&self) -> usize {
         self.slots.iter().filter(|kv| kv.owner.is_some()).count()
     }
+}
+
+/// The fewest tokens a request waits to reuse more of (see [`worth_waiting`]): fewer cost less
+/// to decode again than the step the request would wait and the copy of their cells.
+pub const MIN_SHARED_PREFILL: usize = 32;
+
+/// A request in a slot still decoding its prompt, as a request that starts the same way sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Prefilling<'a> {
+    /// The slot it decodes in.
+    pub slot: usize,
+    pub prompt: &'a [u32],
+    /// Prompt tokens decoded so far.
+    pub done: usize,
+    /// Prompt tokens its prefill decodes in batches, so that its slot keeps them for reuse: all
+    /// but the last, which is decoded as a generated token is, unless it samples nothing.
+    pub batched: usize,
+    /// Whether it scores its prompt, so that its rows serve a scoring request too.
+    pub scoring: bool,
+}
+
+impl Prefilling<'_> {
+    /// Tokens of `prompt` that [`SlotCache::place_scoring`] will reuse from this request's slot
+    /// once its prefill has decoded them; `limit` as there.
+    fn will_share(&self, prompt: &[u32], limit: usize, scoring: bool) -> usize {
+        let common = common_prefix(self.prompt, prompt);
+        let reusable = common.min(self.batched).min(limit);
+        match (scoring, self.scoring) {
+            // Row `k` scores token `k + 1`; the last shared row is scored for the waiting
+            // request's next token too (see [`Prefilling::branch`]).
+            (false, _) | (true, true) => reusable,
+            (true, false) => 0,
+        }
+    }
+
+    /// The row a scoring request for `prompt` wants scored for its own next token, with that
+    /// token: the last row the two share, when the prompts go on differently after it.
+    fn branch(&self, prompt: &[u32], shared: usize) -> Option<(usize, u32)> {
+        let common = common_prefix(self.prompt, prompt);
+        let next = *prompt.get(common)?;
+        (shared == common && common > 0 && common < self.prompt.len()).then_some((common - 1, next))
+    }
+}
+
+/// A prefill a request waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wait {
+    /// The slot of the prefill, which the request will copy its prefix from.
+    pub slot: usize,
+    /// For a scoring request, the row of that slot to score for its next token too, and that
+    /// token (see [`SlotCache::want_score`]).
+    pub branch: Option<(usize, u32)>,
+}
+
+/// Which of `prefilling`, if any, a request for `prompt` that would reuse `reuse` tokens placed
+/// now does better to wait for in the queue, until it has decoded the prefix they share: one that
+/// request will hold at least [`MIN_SHARED_PREFILL`] more tokens of `prompt` than `reuse` and
+/// has not decoded them yet. The prefix is then decoded once and copied (K choices of one
+/// question sent together). The wait is bounded: it ends when that prefill has covered the
+/// shared part, and the worker offers only requests that arrived before the waiting one,
+/// whose number is fixed. `must_decode` and `scoring` as for [`SlotCache::place_scoring`].
+pub fn worth_waiting<'a>(
+    prompt: &[u32],
+    must_decode: bool,
+    scoring: bool,
+    reuse: usize,
+    prefilling: impl IntoIterator<Item = Prefilling<'a>>,
+) -> Option<Wait> {
+    let limit = reuse_limit(prompt, must_decode);
+    prefilling.into_iter().find_map(|other| {
+        let shared = other.will_share(prompt, limit, scoring);
+        let worth = shared >= reuse + MIN_SHARED_PREFILL && other.done < shared;
+        worth.then(|| Wait { slot: other.slot, branch: other.branch(prompt, shared).filter(|_| scoring) })
+    })
 }
 
 /// A destination chosen for want of any shared prefix may still hold some of the prompt.
@@ -486,15 +618,16 @@ mod tests {
     #[test]
     fn a_scoring_request_reuses_only_scored_rows_and_they_follow_the_prefix() {
         let mut cache = cache_with(&[&[1, 2, 3, 4, 5]]);
+        let prompt = [1, 2, 3, 4, 9];
         // Nothing scored: a scoring request decodes its whole prompt, an ordinary one reuses.
-        assert_eq!(cache.place_scoring(&[1, 2, 3, 4, 9], &[true], true, None, true).unwrap().reuse, 0);
-        assert_eq!(cache.place(&[1, 2, 3, 4, 9], &[true], true, None).unwrap().reuse, 4);
+        assert_eq!(cache.place_scoring(&prompt, &[true], true, None, true).unwrap().reuse, 0);
+        assert_eq!(cache.place(&prompt, &[true], true, None).unwrap().reuse, 4);
         // Rows 0..4 scored for a prompt that went on 2, 3, 4, 5.
         cache.add_scores(0, 0, [score(2), score(3), score(4), score(5)]);
         // A prompt sharing 1 2 3 4 and then 9: rows 0..2 predicted 2, 3, 4 as it has them, row
         // 3 predicted 5 where it has 9, so that row is decoded again.
-        assert_eq!(cache.scored_rows(0, &[1, 2, 3, 4, 9]), 3);
-        assert_eq!(cache.place_scoring(&[1, 2, 3, 4, 9], &[true], true, None, true).unwrap().reuse, 3);
+        assert_eq!(cache.scored_rows(0, &prompt), 3);
+        assert_eq!(cache.place_scoring(&prompt, &[true], true, None, true).unwrap().reuse, 3);
         // Scores that do not continue the scored rows are not kept; a truncate cuts them.
         cache.add_scores(0, 7, [score(1)]);
         assert_eq!(cache.scores(0).len(), 4);
@@ -505,5 +638,69 @@ mod tests {
         assert_eq!(cache.scores(0), &[score(2)]);
         cache.forget(0);
         assert!(cache.scores(0).is_empty());
+    }
+
+    fn waits<'a>(prompt: &[u32], must_decode: bool, scoring: bool, reuse: usize, prefilling: impl IntoIterator<Item = Prefilling<'a>>) -> bool {
+        worth_waiting(prompt, must_decode, scoring, reuse, prefilling).is_some()
+    }
+
+    #[test]
+    fn a_request_waits_for_a_prefill_it_shares_a_long_prefix_with_until_that_prefix_is_decoded() {
+        let question: Vec<u32> = (100..200).collect();
+        let choice = |tokens: &[u32]| [question.as_slice(), tokens].concat();
+        let (first, second) = (choice(&[1, 2]), choice(&[3]));
+        let prefilling = |done: usize, scoring: bool| Prefilling { slot: 0, prompt: &first, done, batched: first.len() - 1, scoring };
+        // Nothing of the question decoded yet: both kinds of request wait for it.
+        assert!(waits(&second, true, false, 0, [prefilling(0, false)]));
+        assert!(waits(&second, true, true, 0, [prefilling(0, true)]));
+        // Part of it decoded (a long prefix takes several chunks): still worth waiting for the rest.
+        assert!(waits(&second, true, true, 40, [prefilling(40, true)]));
+        // Decoded as far as the shared part goes: placed now, it copies them.
+        assert!(!waits(&second, true, false, 100, [prefilling(100, false)]));
+        assert!(!waits(&second, true, true, 100, [prefilling(100, true)]));
+        // A scoring request wants the question's last row scored for its own next token.
+        let wait = worth_waiting(&second, true, true, 0, [prefilling(0, true)]);
+        assert_eq!(wait, Some(Wait { slot: 0, branch: Some((99, 3)) }));
+        assert_eq!(worth_waiting(&second, true, false, 0, [prefilling(0, true)]).unwrap().branch, None);
+        // A prefill that scores nothing holds no rows a scoring request can use.
+        assert!(!waits(&second, true, true, 0, [prefilling(0, false)]));
+        // A prefix shorter than the minimum, or one already reused from a slot, is not waited for.
+        let short = [&question[..MIN_SHARED_PREFILL - 1], &[7, 7][..]].concat();
+        assert!(!waits(&short, true, false, 0, [prefilling(0, false)]));
+        assert!(!waits(&second, true, false, 70, [prefilling(0, false)]));
+        // Nothing prefilling: nothing to wait for.
+        assert!(!waits(&second, true, false, 0, []));
+    }
+
+    #[test]
+    fn a_waiting_choice_gets_the_last_shared_row_scored_for_its_own_next_token_and_copies_the_rest() {
+        let question: Vec<u32> = (100..140).collect();
+        let first = [question.as_slice(), &[1, 2]].concat();
+        let second = [question.as_slice(), &[3]].concat();
+        let mut cache = cache_with(&[&[], &[], &[]]);
+        let prefilling = Prefilling { slot: 0, prompt: &first, done: 0, batched: first.len() - 1, scoring: true };
+        let wait = worth_waiting(&second, true, true, 0, [prefilling]).unwrap();
+        assert_eq!(wait, Wait { slot: 0, branch: Some((39, 3)) });
+        cache.want_score(0, 39, 3);
+        cache.want_score(0, 39, 3);
+        // The prefill decodes and scores its prompt but the last token; the wanted row is
+        // scored for 3 as well, from the same logits.
+        cache.extend(0, &first[..first.len() - 1], true);
+        cache.add_scores(0, 0, first[1..first.len() - 1].iter().map(|&next| score(next)));
+        assert_eq!(cache.wanted_scores(0, 0..first.len() - 1), [(39, 3)]);
+        cache.add_branch_score(0, 39, score(3));
+        assert!(cache.wanted_scores(0, 0..first.len()).is_empty());
+        // Placed with every shared row, copied from the busy prefill; row 39 is its own.
+        let free = [false, true, true];
+        let placement = cache.place_scoring(&second, &free, true, None, true).unwrap();
+        assert_eq!(placement, Placement { slot: 1, reuse: question.len(), source: Some(0) });
+        assert_eq!(cache.place(&second, &free, true, None).unwrap().reuse, question.len());
+        cache.admit(placement, &second);
+        assert_eq!(cache.scores(1).len(), question.len());
+        assert_eq!(cache.scores(1)[39], score(3));
+        assert_eq!(cache.scores(1)[38], score(139));
+        // A choice nobody scored row 39 for decodes it again.
+        let third = [question.as_slice(), &[4]].concat();
+        assert_eq!(cache.place_scoring(&third, &free, true, None, true).unwrap().reuse, question.len() - 1);
     }
 }

@@ -224,3 +224,140 @@ fn completions_stream_the_same_choices_and_logprobs_as_whole_answers() {
         assert!(echoed.starts_with(body["prompt"][index].as_str().unwrap()), "{echoed}");
     }
 }
+
+/// A few-shot prompt of about 300 tokens whose last question has four choices, as token ids:
+/// the four prompts, and how many tokens they all share.
+fn few_shot_choices(model: &Model) -> (Vec<Vec<u32>>, usize) {
+    let shots = [
+        ("Which gas do plants take in from the air to make their food?", "Carbon dioxide, which they turn into sugar with the energy of sunlight."),
+        ("What is the boiling point of water at sea level?", "One hundred degrees Celsius, or two hundred and twelve degrees Fahrenheit."),
+        ("Which organ pumps blood through the human body?", "The heart, a muscle with four chambers that beats about seventy times a minute."),
+        ("What force keeps the planets in orbit around the Sun?", "Gravity, the attraction between masses, which weakens with the square of distance."),
+        ("Which metal is liquid at room temperature?", "Mercury, a heavy silver metal once used in thermometers and barometers."),
+        ("What do bees collect from flowers to make honey?", "Nectar, a sugary liquid that they carry back to the hive and slowly dry out."),
+        ("How many bones does an adult human skeleton have?", "Two hundred and six, from the tiny bones of the ear to the long thigh bone."),
+        ("Which layer of the atmosphere holds most of the ozone?", "The stratosphere, where ozone absorbs much of the ultraviolet light of the Sun."),
+        ("What is the chemical symbol of gold?", "Au, from the Latin word aurum, which means shining dawn."),
+    ];
+    let mut prefix = String::from("The following are questions about general science, each followed by its answer.\n\n");
+    for (question, answer) in shots {
+        prefix.push_str(&format!("Question: {question}\nAnswer: {answer}\n\n"));
+    }
+    prefix.push_str("Question: Which planet is known as the red planet?\nAnswer:");
+    let prompts: Vec<Vec<u32>> = [" Mars", " Venus", " Jupiter", " Saturn"]
+        .iter()
+        .map(|choice| model.tokenize(&format!("{prefix}{choice}"), false, false).unwrap())
+        .collect();
+    let shared = (0..prompts[0].len()).take_while(|&k| prompts.iter().all(|p| p.get(k) == prompts[0].get(k))).count();
+    (prompts, shared)
+}
+
+/// A scoring request for `prompt` (echo, no answer), or a short greedy answer when `scoring` is
+/// false.
+fn completion_body(prompt: Value, scoring: bool) -> Value {
+    if scoring {
+        json!({"model": MODEL, "prompt": prompt, "echo": true, "logprobs": 1, "max_tokens": 0, "temperature": 0})
+    } else {
+        json!({"model": MODEL, "prompt": prompt, "max_tokens": 8, "temperature": 0})
+    }
+}
+
+/// Each choice's prompt log-probabilities (the first token's left out) or answer text, with the
+/// prompt tokens the choices decoded (prompt tokens less cached ones).
+fn read_choices(answer: &Value, scoring: bool) -> (Vec<Value>, u64) {
+    let choices = answer["choices"].as_array().expect("choices").iter();
+    let read = choices
+        .map(|choice| if scoring { json!(choice["logprobs"]["token_logprobs"].as_array().unwrap()[1..]) } else { choice["text"].clone() })
+        .collect();
+    let usage = &answer["usage"];
+    let decoded = usage["prompt_tokens"].as_u64().unwrap() - usage["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
+    (read, decoded)
+}
+
+/// The four choices sent at once as four concurrent requests: what each got, and the prompt
+/// tokens decoded in all.
+fn concurrently(daemon: &Daemon, prompts: &[Vec<u32>], scoring: bool) -> (Vec<Value>, u64) {
+    let answers: Vec<Value> = std::thread::scope(|scope| {
+        let sent: Vec<_> = prompts
+            .iter()
+            .map(|prompt| scope.spawn(move || daemon.post("/v1/completions", &completion_body(json!(prompt), scoring))))
+            .collect();
+        sent.into_iter()
+            .map(|handle| {
+                let (status, answer) = handle.join().expect("a request thread");
+                assert_eq!(status, 200, "{answer}");
+                answer
+            })
+            .collect()
+    });
+    let mut decoded = 0;
+    let mut read = Vec::new();
+    for answer in &answers {
+        let (mut one, tokens) = read_choices(answer, scoring);
+        read.append(&mut one);
+        decoded += tokens;
+    }
+    (read, decoded)
+}
+
+/// The positions where two lists of prompt log-probabilities differ, with the difference.
+fn differences(got: &Value, want: &Value) -> Vec<(usize, f64)> {
+    let (got, want) = (got.as_array().unwrap(), want.as_array().unwrap());
+    assert_eq!(got.len(), want.len());
+    let difference = |(a, b): (&Value, &Value)| a.as_f64().unwrap() - b.as_f64().unwrap();
+    got.iter().zip(want).map(difference).enumerate().filter(|(_, d)| *d != 0.0).collect()
+}
+
+#[test]
+fn choices_sent_together_decode_their_shared_prefix_once_and_score_as_alone() {
+    let model = load(MODEL);
+    let (prompts, shared) = few_shot_choices(&model);
+    assert!(shared >= 250, "the few-shot prefix holds {shared} tokens");
+    let requested: usize = shared + prompts.iter().map(|p| p.len() - shared).sum::<usize>();
+    let bound = requested as f64 * 1.1;
+    // Each choice alone on a fresh daemon: its greedy answer (a cold run), then its scores
+    // (the answer scored nothing, so the scores are decoded in full too).
+    let mut alone_answers = Vec::new();
+    let mut alone_scores = Vec::new();
+    for prompt in &prompts {
+        let fresh = daemon();
+        let (status, answer) = fresh.post("/v1/completions", &completion_body(json!(prompt), false));
+        assert_eq!(status, 200, "{answer}");
+        alone_answers.push(read_choices(&answer, false).0.remove(0));
+        let (status, answer) = fresh.post("/v1/completions", &completion_body(json!(prompt), true));
+        assert_eq!(status, 200, "{answer}");
+        let (mut scores, decoded) = read_choices(&answer, true);
+        assert_eq!(decoded as usize, prompt.len(), "scored alone, the whole prompt is decoded");
+        alone_scores.push(scores.remove(0));
+    }
+    let together = daemon();
+    let (answers, generation_decoded) = concurrently(&together, &prompts, false);
+    assert_eq!(answers, alone_answers, "greedy answers of choices sent together differ from each alone");
+    let (scores, concurrent_decoded) = concurrently(&together, &prompts, true);
+    let array = daemon();
+    let (status, answer) = array.post("/v1/completions", &completion_body(json!(prompts), true));
+    assert_eq!(status, 200, "{answer}");
+    let (array_scores, array_decoded) = read_choices(&answer, true);
+    // Every position is the prefill's own number, bit for bit, but the question's last row when
+    // a choice arrived after the first had decoded it: that row was scored for the first
+    // choice's token, so the choice decodes it again alone, and a one-row decode rounds
+    // otherwise than a prefill (a few hundredths of a nat).
+    let mut worst: f64 = 0.0;
+    for (index, alone) in alone_scores.iter().enumerate() {
+        for got in [&scores[index], &array_scores[index]] {
+            for (position, difference) in differences(got, alone) {
+                assert_eq!(position, shared - 1, "choice {index}: {difference} nats from its scores alone at position {position}");
+                assert!(difference.abs() <= 0.1, "choice {index}: {difference} nats from its scores alone");
+                worst = worst.max(difference.abs());
+            }
+        }
+    }
+    eprintln!(
+        "4 choices after a {shared}-token prefix, {requested} tokens requested (prefix once + each choice's own): \
+         decoded {generation_decoded} generating concurrently, {concurrent_decoded} scoring concurrently, \
+         {array_decoded} scoring as one array prompt; worst difference from each choice scored alone {worst:.3e} nats"
+    );
+    for (how, decoded) in [("generating concurrently", generation_decoded), ("scoring concurrently", concurrent_decoded), ("scoring as an array", array_decoded)] {
+        assert!(decoded as f64 <= bound, "{how}: {decoded} prompt tokens decoded for {requested} requested (bound {bound:.0})");
+    }
+}

@@ -1,5 +1,6 @@
 //! The model worker's KV bookkeeping (issue 11): which slot an admitted request decodes in and
-//! what it reuses there ([`SlotKeeper::admit`]), the tokens each slot's KV holds
+//! what it reuses there ([`SlotKeeper::admit`]; a request sharing a long prefix with one still
+//! prefilling waits for it, see `prefix::worth_waiting`), the tokens each slot's KV holds
 //! ([`SlotKeeper::decoded`]), and what a finished request leaves behind ([`SlotKeeper::retire`]:
 //! its prompt and answer stay for prefix reuse; a commit hands the slot to its context; a
 //! request that ran inside a context's own slot gives the context its tokens back).
@@ -14,7 +15,7 @@ use std::sync::{Arc, Weak};
 
 use super::{end_live, next_waiting, Job, Live, LlamaModelHandle, Prepared, Shared, StateOp};
 use crate::contexts::{tools_in_effect, ContextContent, ContextMode, ContextRecord, ContextUse, Residence};
-use crate::actors::prefix::{Placement, SlotCache};
+use crate::actors::prefix::{self, Placement, Prefilling, SlotCache};
 use crate::core::{CoreError, FinishReason, PromptInput, ValidGenerateRequest};
 use crate::llm::Context;
 
@@ -44,13 +45,25 @@ impl SlotKeeper {
         self.cache.add_scores(slot, from, scores);
     }
 
+    /// The rows among `rows` of `slot` that a waiting job wants scored for its own next token.
+    pub(super) fn wanted_scores(&self, slot: usize, rows: std::ops::Range<usize>) -> Vec<(usize, u32)> {
+        self.cache.wanted_scores(slot, rows)
+    }
+
+    /// Row `row` of `slot` scored for a wanted next token.
+    pub(super) fn add_branch_score(&mut self, slot: usize, row: usize, score: crate::actors::prefix::PositionScore) {
+        self.cache.add_branch_score(slot, row, score);
+    }
+
     /// The slot's KV state is unknown or cleared.
     pub(super) fn forget(&mut self, slot: usize) {
         self.cache.forget(slot);
     }
 
     /// Moves waiting jobs into free slots, each starting from the longest prefix of its prompt
-    /// that some slot's KV already holds.
+    /// that some slot's KV already holds. A job that shares a long prefix with a live job still
+    /// prefilling it stays in the queue until that prefill has decoded it (see
+    /// [`prefix::worth_waiting`]), and jobs behind it go first meanwhile.
     pub(super) fn admit(
         &mut self,
         context: &mut Context<'_>,
@@ -59,6 +72,22 @@ impl SlotKeeper {
         shared: &Shared,
     ) {
         self.forget_deleted_owners();
+        let mut held = Vec::new();
+        self.admit_unheld(context, live, waiting, &mut held, shared);
+        for job in held.into_iter().rev() {
+            waiting.push_front(job);
+        }
+    }
+
+    /// [`SlotKeeper::admit`], leaving in `held` the jobs that wait for a shared prefill.
+    fn admit_unheld(
+        &mut self,
+        context: &mut Context<'_>,
+        live: &mut [Option<Live>],
+        waiting: &mut VecDeque<Job>,
+        held: &mut Vec<Job>,
+        shared: &Shared,
+    ) {
         loop {
             let free: Vec<bool> = live.iter().map(Option::is_none).collect();
             if !free.contains(&true) {
@@ -74,6 +103,13 @@ impl SlotKeeper {
                 waiting.push_front(job);
                 return;
             };
+            if let Some(wait) = shared_prefill_to_wait_for(&job, placement.reuse, live) {
+                if let Some((row, next)) = wait.branch {
+                    self.cache.want_score(wait.slot, row, next);
+                }
+                held.push(job);
+                continue;
+            }
             let reuse = self.apply(context, placement, &job.prompt);
             let index = placement.slot;
             let (reuse, restore_failed) = match self.write_back(context, index, &job, reuse) {
@@ -369,6 +405,28 @@ impl SlotKeeper {
         }
         end_live(entry, reason, text, shared);
     }
+}
+
+/// The live job, arrived before `job`, whose prefill of the prefix they share `job` should
+/// rather wait for than be placed now with `reuse` prompt tokens reused. Only a plain request
+/// waits: one in a named context or with state to save or restore has a slot of its own.
+fn shared_prefill_to_wait_for(job: &Job, reuse: usize, live: &[Option<Live>]) -> Option<prefix::Wait> {
+    if job.context.is_some() || !matches!(job.state_op, StateOp::None) {
+        return None;
+    }
+    let prefilling = live
+        .iter()
+        .enumerate()
+        .filter_map(|(slot, entry)| Some((slot, entry.as_ref()?)))
+        .filter(|(_, entry)| entry.next_token.is_none() && entry.job.arrival < job.arrival)
+        .map(|(slot, entry)| Prefilling {
+            slot,
+            prompt: &entry.job.prompt,
+            done: entry.prompt_done,
+            batched: entry.job.prompt.len() - usize::from(!entry.job.prefill_only),
+            scoring: entry.job.prompt_scores.is_some(),
+        });
+    prefix::worth_waiting(&job.prompt, !job.prefill_only, job.prompt_scores.is_some(), reuse, prefilling)
 }
 
 impl LlamaModelHandle {

@@ -84,6 +84,9 @@ struct Job {
     events: mpsc::Sender<StreamEvent>,
     cancel: CancelToken,
     submitted: Instant,
+    /// The order the worker received it in (set when it joins the queue): a job waits only for
+    /// the prefill of one that came before it, so waits end.
+    arrival: u64,
     /// The named context this request continues, creates or commits to (issue 11).
     context: Option<ContextUse>,
     /// Creating a context: prefill the prompt, sample nothing.
@@ -496,6 +499,7 @@ impl LlamaModelHandle {
             events,
             cancel,
             submitted: Instant::now(),
+            arrival: 0,
             context: named,
             prefill_only,
             transcript,
@@ -579,6 +583,12 @@ fn run_worker(mut context: Context<'_>, inbox: std_mpsc::Receiver<Job>, shared: 
     let mut cache = kv::SlotKeeper::new(SlotCache::new(slots));
     let mut costs = RowCosts::default();
     let mut waiting: VecDeque<Job> = VecDeque::new();
+    let mut arrivals = 0u64;
+    let mut arrive = |mut job: Job, waiting: &mut VecDeque<Job>| {
+        arrivals += 1;
+        job.arrival = arrivals;
+        waiting.push_back(job);
+    };
     let mut open = true;
     loop {
         let idle = live.iter().all(Option::is_none) && waiting.is_empty();
@@ -588,7 +598,7 @@ fn run_worker(mut context: Context<'_>, inbox: std_mpsc::Receiver<Job>, shared: 
                 return;
             }
             match inbox.recv() {
-                Ok(job) => waiting.push_back(job),
+                Ok(job) => arrive(job, &mut waiting),
                 Err(_) => {
                     cache.park_all(&mut context);
                     return;
@@ -597,7 +607,7 @@ fn run_worker(mut context: Context<'_>, inbox: std_mpsc::Receiver<Job>, shared: 
         }
         loop {
             match inbox.try_recv() {
-                Ok(job) => waiting.push_back(job),
+                Ok(job) => arrive(job, &mut waiting),
                 Err(std_mpsc::TryRecvError::Empty) => break,
                 Err(std_mpsc::TryRecvError::Disconnected) => {
                     open = false;

@@ -265,6 +265,12 @@ fn score_prompt_rows(
         scores.push(score);
     }
     cache.add_scores(slot, start, scored);
+    // Rows that requests waiting for this prefill share, scored for their own next tokens.
+    for (row, next) in cache.wanted_scores(slot, start..start + rows.len()) {
+        if let Ok(logits) = context.logits(rows[row - start]) {
+            cache.add_branch_score(slot, row, super::scores::score_row(logits, next));
+        }
+    }
 }
 
 /// Makes the prompt's last token, whose logits pick the first answer token, the sequence's
