@@ -12,12 +12,17 @@
 //! `id` is a string or an integer, unique in the file. Each result line is
 //! `{"id", "output", "tokens", "prompt_tokens", "cached_tokens", "finish_reason", "ms"}`.
 //!
+//! `-score` scores each item's `choices` as continuations of prefix + prompt instead
+//! (`score.rs`): log-likelihoods per choice, the argmax and, with `answer`, correctness; the
+//! summary gives the accuracy over the whole results file.
+//!
 //! Like the other commands, eval uses a running daemon when one answers (its contexts API:
 //! create, `fork?n=1` per item, the Ollama routes with `llamay_context`) and otherwise loads the
 //! model in this process. This module runs the items; `settings.rs` checks the flags,
 //! `items.rs` reads the items file, `backend.rs` runs one item here or on a daemon and
 //! `results.rs` appends the answers. Key items: [`EvalArgs`], [`eval`].
-//! Cost: one prefill of the prefix; per item, its own tokens and answer.
+//! Cost: one prefill of the prefix; per item, its own tokens and answer (under `-score`, its
+//! prompt once and each choice's tokens).
 
 mod backend;
 mod items;
