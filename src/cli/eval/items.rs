@@ -54,7 +54,10 @@ fn parse_choices(
 ) -> Result<(Vec<String>, Option<usize>), CliError> {
     let bad = |what: String| bad_line(path, line, format!("item {id}: {what}"));
     if !score {
-        return match ["choices", "answer"].into_iter().find(|key| object.contains_key(*key)) {
+        return match ["choices", "answer"]
+            .into_iter()
+            .find(|key| object.contains_key(*key))
+        {
             Some(key) => Err(bad(format!("{key} is for scoring; run with -score"))),
             None => Ok((Vec::new(), None)),
         };
@@ -166,7 +169,12 @@ fn parse_item(path: &Path, line: usize, text: &str, score: bool) -> Result<Item,
         ));
     }
     let (choices, answer) = parse_choices(path, line, &object, &id, score)?;
-    Ok(Item { id, input, choices, answer })
+    Ok(Item {
+        id,
+        input,
+        choices,
+        answer,
+    })
 }
 
 /// Reads and checks the items file: every line an item, ids unique, all of one kind; with
@@ -240,27 +248,44 @@ mod tests {
             true,
         )
         .unwrap();
-        assert_eq!(items[0].choices, vec![" blue".to_string(), " green".to_string()]);
+        assert_eq!(
+            items[0].choices,
+            vec![" blue".to_string(), " green".to_string()]
+        );
         assert_eq!((items[0].answer, items[1].answer), (Some(0), None));
         let refused = |line: &str| read_from(line, true).unwrap_err().to_string();
         let error = refused("{\"id\": \"q\", \"prompt\": \"x\"}");
-        assert!(error.contains(":1: item \"q\": -score needs choices"), "{error}");
+        assert!(
+            error.contains(":1: item \"q\": -score needs choices"),
+            "{error}"
+        );
         let error = refused("{\"id\": 3, \"prompt\": \"x\", \"choices\": []}");
         assert!(error.contains("item 3: choices is empty"), "{error}");
         let error = refused("{\"id\": 3, \"prompt\": \"x\", \"choices\": [\"a\", \"\"]}");
         assert!(error.contains("item 3: choices[1] is empty"), "{error}");
         let error = refused("{\"id\": 3, \"prompt\": \"x\", \"choices\": [\"a\", 7]}");
         assert!(error.contains("choices[1] is 7, not a string"), "{error}");
-        let error = refused("{\"id\": 3, \"prompt\": \"x\", \"choices\": [\"a\", \"b\"], \"answer\": 2}");
-        assert!(error.contains("item 3: answer is 2; it is the index of the right choice, 0 to 1"), "{error}");
-        let error = refused("{\"id\": 3, \"prompt\": \"x\", \"choices\": [\"a\"], \"answer\": \"a\"}");
+        let error =
+            refused("{\"id\": 3, \"prompt\": \"x\", \"choices\": [\"a\", \"b\"], \"answer\": 2}");
+        assert!(
+            error.contains("item 3: answer is 2; it is the index of the right choice, 0 to 1"),
+            "{error}"
+        );
+        let error =
+            refused("{\"id\": 3, \"prompt\": \"x\", \"choices\": [\"a\"], \"answer\": \"a\"}");
         assert!(error.contains("item 3: answer is \"a\""), "{error}");
         let error = refused("{\"id\": 4, \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"choices\": [\"a\"]}");
-        assert!(error.contains("item 4: -score takes prompt items"), "{error}");
+        assert!(
+            error.contains("item 4: -score takes prompt items"),
+            "{error}"
+        );
         let error = items_from("{\"id\": 5, \"prompt\": \"x\", \"choices\": [\"a\"]}")
             .unwrap_err()
             .to_string();
-        assert!(error.contains("item 5: choices is for scoring; run with -score"), "{error}");
+        assert!(
+            error.contains("item 5: choices is for scoring; run with -score"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -186,7 +186,8 @@ impl Accuracy {
             if let Some(correct) = result["correct"].as_bool() {
                 accuracy.answered += 1;
                 accuracy.correct += usize::from(correct);
-                accuracy.correct_per_token += usize::from(result["correct_per_token"] == json!(true));
+                accuracy.correct_per_token +=
+                    usize::from(result["correct_per_token"] == json!(true));
             }
         }
         Ok(accuracy)
@@ -238,8 +239,16 @@ mod tests {
         };
         let scores = ItemScores {
             choices: vec![
-                ChoiceScore { logprob_sum: -2.0, tokens: 1, is_greedy: true },
-                ChoiceScore { logprob_sum: -3.0, tokens: 4, is_greedy: false },
+                ChoiceScore {
+                    logprob_sum: -2.0,
+                    tokens: 1,
+                    is_greedy: true,
+                },
+                ChoiceScore {
+                    logprob_sum: -3.0,
+                    tokens: 4,
+                    is_greedy: false,
+                },
             ],
             prompt_tokens: 20,
             cached_tokens: 8,
@@ -249,9 +258,15 @@ mod tests {
         assert_eq!(line["argmax"], json!(0));
         assert_eq!(line["argmax_per_token"], json!(1));
         assert_eq!(line["choices"][1]["logprob_per_token"], json!(-0.75));
-        assert_eq!((line["correct"].clone(), line["correct_per_token"].clone()), (json!(false), json!(true)));
+        assert_eq!(
+            (line["correct"].clone(), line["correct_per_token"].clone()),
+            (json!(false), json!(true))
+        );
         let line: Value = serde_json::from_str(&score_line(&item(None), &scores)).unwrap();
-        assert!(line.get("correct").is_none() && line.get("answer").is_none(), "{line}");
+        assert!(
+            line.get("correct").is_none() && line.get("answer").is_none(),
+            "{line}"
+        );
     }
 
     #[test]
@@ -264,7 +279,16 @@ mod tests {
         )
         .unwrap();
         let accuracy = Accuracy::of_file(&path).unwrap();
-        assert_eq!(accuracy, Accuracy { answered: 2, correct: 1, correct_per_token: 1 });
-        assert!(accuracy.describe().starts_with("accuracy 1/2 = 0.500 (by the per-token mean 1/2 = 0.500)"));
+        assert_eq!(
+            accuracy,
+            Accuracy {
+                answered: 2,
+                correct: 1,
+                correct_per_token: 1
+            }
+        );
+        assert!(accuracy
+            .describe()
+            .starts_with("accuracy 1/2 = 0.500 (by the per-token mean 1/2 = 0.500)"));
     }
 }
