@@ -173,9 +173,7 @@ fn through_llamay(handle: &LlamaModelHandle, tokens: u32, constraint: Option<Con
     let mask_line = done
         .constraint_stats
         .as_ref()
-        .and_then(|stats| stats.get("summary"))
-        .and_then(|summary| summary.as_str())
-        .and_then(|summary| summary.lines().next())
+        .and_then(|report| report.summary.lines().next())
         .map(str::to_string);
     Run {
         generated: done.usage.completion_tokens,

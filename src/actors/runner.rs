@@ -197,7 +197,7 @@ pub struct WireTotals {
     pub budget_closings: u64,
     pub generation_seconds: f64,
     pub prompt_eval_seconds: f64,
-    pub constraint_caches: Option<serde_json::Value>,
+    pub constraint_caches: Option<crate::grammar::MaskStats>,
     pub prefix_reuse_hits: u64,
     pub prefix_tokens_saved: u64,
     /// Durations as serde writes them (seconds and nanoseconds), so the sums cross exactly.

@@ -8,11 +8,10 @@
 //! `has_more`, `first_id` and `last_id`. Past `max_contexts`, creating, forking and restoring
 //! answer 503 with `Retry-After`.
 //!
-//! Key item: [`configure`] (the routes); creating a context and a request's use of one are the
-//! generation service's (`crate::service`).
-//! Costs: creating prefills the prompt once on the model's worker; forking copies no KV state
-//! up front (a child's first request copies its parent's sequence); a page is O(log n + limit).
-
+//! Key item: [`configure`] (the routes). Every operation is the generation service's
+//! (`crate::service::contexts`, and `crate::service::snapshots` for a restore); this module
+//! translates the wire shapes. Costs: the service's; creating prefills the prompt once on the
+//! model's worker.
 
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -20,11 +19,11 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::body::read_json;
-use super::common::error_response;
+use super::openai::handlers::respond;
 use super::AppState;
-use crate::contexts::{ContextContent, ContextRecord, MAX_PAGE};
 use crate::core::{ChatMessage, KeepAlive, PromptInput, Role, ToolSpec};
 use crate::error::CoreError;
+use crate::service::contexts::{ContextSummary, MAX_PAGE};
 
 /// Contexts a page lists when the request names no `limit`.
 pub const DEFAULT_PAGE: usize = 100;
@@ -57,33 +56,17 @@ struct MessageBody {
     content: Option<Value>,
 }
 
-fn render_error(error: &CoreError) -> HttpResponse {
-    error_response(error).json(json!({"error": {
-        "message": error.message,
-        "type": error.code.status_text(),
-        "param": error.param,
-        "code": error.code.as_str(),
-    }}))
-}
-
-pub(super) fn respond(result: Result<(StatusCode, Value), CoreError>) -> HttpResponse {
-    match result {
-        Ok((status, body)) => HttpResponse::build(status).json(body),
-        Err(error) => render_error(&error),
-    }
-}
-
 /// How the API shows a context.
-pub(super) fn describe(record: &ContextRecord) -> Value {
+fn describe(context: &ContextSummary) -> Value {
     json!({
-        "id": record.id,
+        "id": context.id,
         "object": "context",
-        "model": record.model,
-        "tokens": record.tokens().len(),
-        "created": record.created.timestamp(),
-        "expires_at": record.expires_at().map(|t| t.timestamp()),
-        "parent": record.parent,
-        "state": record.residence().as_str(),
+        "model": context.model,
+        "tokens": context.tokens,
+        "created": context.created.timestamp(),
+        "expires_at": context.expires_at.map(|t| t.timestamp()),
+        "parent": context.parent,
+        "state": context.state,
     })
 }
 
@@ -201,7 +184,10 @@ async fn create_context(
             None => None,
         };
         let model = body.model.as_deref().filter(|m| !m.trim().is_empty());
-        return super::snapshots::restore(state, snapshot, model, keep_alive).await;
+        let restored = state.generation.restore_context(snapshot, model, keep_alive).await?;
+        let mut shown = describe(&restored.context);
+        shown["snapshot"] = json!(restored.snapshot);
+        return Ok((StatusCode::CREATED, shown));
     }
     let model = body.model.filter(|m| !m.trim().is_empty()).ok_or_else(|| {
         CoreError::invalid("model is required: the model whose KV state the context holds")
@@ -221,7 +207,7 @@ async fn create_context(
         .enumerate()
         .map(|(i, tool)| convert_tool(i, tool))
         .collect::<Result<Vec<_>, _>>()?;
-    let (content, input) = match (body.messages, body.prompt) {
+    let input = match (body.messages, body.prompt) {
         (Some(_), Some(_)) => {
             return Err(
                 CoreError::invalid("send messages or prompt, not both").with_param("prompt")
@@ -234,12 +220,7 @@ async fn create_context(
                         .with_param("messages"),
                 );
             }
-            let messages = convert_messages(body.system, messages)?;
-            let content = ContextContent::Chat {
-                messages: messages.clone(),
-                tools: tools.clone(),
-            };
-            (content, PromptInput::Chat { messages, tools })
+            PromptInput::Chat { messages: convert_messages(body.system, messages)?, tools }
         }
         (None, Some(prompt)) => {
             if prompt.is_empty() {
@@ -251,14 +232,7 @@ async fn create_context(
                 )
                 .with_param("prompt"));
             }
-            (
-                ContextContent::Raw,
-                PromptInput::Raw {
-                    prompt,
-                    system: None,
-                    template: false,
-                },
-            )
+            PromptInput::Raw { prompt, system: None, template: false }
         }
         (None, None) => {
             return Err(CoreError::invalid(
@@ -267,8 +241,8 @@ async fn create_context(
             .with_param("messages"));
         }
     };
-    let record = state.generation.create_context(&model, content, input, keep_alive).await?;
-    Ok((StatusCode::CREATED, describe(&record)))
+    let context = state.generation.create_context(&model, input, keep_alive).await?;
+    Ok((StatusCode::CREATED, describe(&context)))
 }
 
 /// `GET /v1/contexts`'s query.
@@ -299,8 +273,8 @@ fn list_query(query: &str) -> Result<(usize, Option<String>), CoreError> {
 
 async fn list(state: web::Data<AppState>, request: HttpRequest) -> HttpResponse {
     let listed = list_query(request.query_string()).and_then(|(limit, after)| {
-        let page = state.contexts.page(after.as_deref(), limit)?;
-        let data: Vec<Value> = page.contexts.iter().map(|r| describe(r)).collect();
+        let page = state.generation.list_contexts(after.as_deref(), limit)?;
+        let data: Vec<Value> = page.contexts.iter().map(describe).collect();
         Ok((
             StatusCode::OK,
             json!({
@@ -316,19 +290,14 @@ async fn list(state: web::Data<AppState>, request: HttpRequest) -> HttpResponse 
 }
 
 async fn get(state: web::Data<AppState>, id: web::Path<String>) -> HttpResponse {
-    respond(
-        state
-            .contexts
-            .get(&id)
-            .map(|record| (StatusCode::OK, describe(&record))),
-    )
+    respond(state.generation.context(&id).map(|context| (StatusCode::OK, describe(&context))))
 }
 
 async fn delete(state: web::Data<AppState>, id: web::Path<String>) -> HttpResponse {
-    respond(state.contexts.remove(&id).map(|record| {
+    respond(state.generation.delete_context(&id).map(|context| {
         (
             StatusCode::OK,
-            json!({"id": record.id, "object": "context", "deleted": true}),
+            json!({"id": context.id, "object": "context", "deleted": true}),
         )
     }))
 }
@@ -353,34 +322,14 @@ async fn fork(
     request: HttpRequest,
     id: web::Path<String>,
 ) -> HttpResponse {
-    let forked = fork_count(request.query_string()).and_then(|n| {
-        let parent = state.contexts.get(&id)?;
-        parent.touch();
-        state.contexts.fork(&parent, n)
-    });
+    let forked = fork_count(request.query_string()).and_then(|n| state.generation.fork_context(&id, n));
     respond(forked.map(|children| {
-        let contexts: Vec<Value> = children.iter().map(|c| describe(c)).collect();
+        let contexts: Vec<Value> = children.iter().map(describe).collect();
         (
             StatusCode::CREATED,
             json!({"object": "list", "contexts": contexts}),
         )
     }))
-}
-
-/// Context counts per state, for `/v1/stats`.
-pub fn stats(state: &AppState) -> Value {
-    let counts = state.contexts.counts();
-    json!({
-        "total": counts.total,
-        "max_contexts": state.contexts.max_contexts(),
-        "hot": counts.hot,
-        "parked": counts.parked,
-        "stored": counts.stored,
-        "cold": counts.cold,
-        "parked_bytes": state.contexts.parking().used(),
-        "parked_limit_bytes": state.contexts.parking().limit(),
-        "spilled_to_disk": state.contexts.parking().spilled(),
-    })
 }
 
 #[cfg(test)]

@@ -14,7 +14,9 @@ use serde_json::Value;
 
 use crate::service::constraint::{parse_formats, ConstraintSources};
 use crate::service::lexicons::parse_lexicon;
-use crate::core::{LogprobMode, LogprobsRequest, MAX_TOP_LOGPROBS};
+use crate::core::{
+    ContextRequest, LogprobMode, LogprobsRequest, PromptInput, UncheckedGenerateRequest, MAX_TOP_LOGPROBS,
+};
 use crate::error::CoreError;
 
 /// Every `llamay_*` field a generation route takes.
@@ -123,6 +125,23 @@ impl LlamayFields {
             }
         };
         Ok((answer || prompt).then_some(LogprobsRequest { answer, top, mode, prompt }))
+    }
+
+    /// A request for `model` with `input`, the switches every route reads alike
+    /// (`llamay_accelerate`, `llamay_close_on_budget`) and `context` (read first, with
+    /// `api::fields::context_request`); the route sets what its own shape says over it.
+    pub fn generate_request(
+        &self,
+        model: String,
+        input: PromptInput,
+        context: Option<ContextRequest>,
+    ) -> UncheckedGenerateRequest {
+        UncheckedGenerateRequest {
+            context,
+            accelerate: self.llamay_accelerate,
+            close_on_budget: self.llamay_close_on_budget,
+            ..UncheckedGenerateRequest::new(model, input)
+        }
     }
 
     /// A 400 naming the first `llamay_*` field that is not one of llamay's.

@@ -1,6 +1,7 @@
-//! The HTTP API: OpenAI, Anthropic and Ollama shapes over one supervisor, plus stats and health.
-//! The shapes never import each other; they meet in `crate::core`, and reach models only through
-//! the supervisor's messages (never `llm`, llama.cpp or the store).
+//! The HTTP API: OpenAI, Anthropic and Ollama shapes over one generation service, plus
+//! contexts, stats and health. The routes only translate wire shapes: every operation is the
+//! service's (`crate::service`), and they never reach the supervisor, the context registry,
+//! `llm`, llama.cpp or the store. The shapes never import each other; they meet in `crate::core`.
 //!
 //! Key items: [`AppState`], [`configure`] / [`build_app`] (the real app, also mounted by tests),
 //! [`server::start_http`] (the HTTP server; `crate::daemon` starts it). Costs: one `AppState` shared by all workers.
@@ -27,27 +28,19 @@ pub mod head_deadline;
 pub mod host_check;
 
 #[cfg(test)]
-mod device_route_tests;
-#[cfg(test)]
-mod route_tests;
-#[cfg(test)]
-mod security_route_tests;
-#[cfg(test)]
-pub(crate) mod test_support;
+pub(crate) mod tests;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix::Addr;
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceFactory, ServiceRequest, ServiceResponse};
 use actix_web::{web, App, HttpRequest, HttpResponse};
 
-use crate::actors::supervisor::Supervisor;
 use crate::core::{ModelAdmin, ModelCatalog};
 use crate::error::{CoreError, ErrorCode};
-use crate::service::{GenerationPolicy, GenerationService};
+use crate::service::GenerationService;
 
 /// What the routes take from the daemon's configuration, given once when the state is built.
 #[derive(Debug, Clone)]
@@ -88,9 +81,8 @@ impl RouteSettings {
 /// What every handler shares. Built once (fields are the routes' own); the daemon reaches it
 /// only through the methods below.
 pub struct AppState {
-    supervisor: Addr<Supervisor>,
     catalog: Arc<dyn ModelCatalog>,
-    /// Validates and runs every generation the routes ask for.
+    /// Validates and runs every generation the routes ask for, and every other operation.
     generation: GenerationService,
     max_body_bytes: usize,
     started_at: Instant,
@@ -103,11 +95,7 @@ pub struct AppState {
     admin: Option<Arc<dyn ModelAdmin>>,
     /// What `/metrics` counts beyond the supervisor's snapshot.
     metrics: Arc<metrics::Metrics>,
-    /// Named contexts (issue 11).
-    contexts: Arc<crate::contexts::ContextRegistry>,
     rpc_workers: Vec<String>,
-    /// Context snapshots in the model store; `None` when the store is read-only.
-    snapshots: Option<Arc<crate::contexts::snapshots::SnapshotShelf>>,
     embed_model: Option<String>,
     rerank_model: Option<String>,
     /// Stored `/v1/responses` answers; `None`: nothing is stored (`store` is answered false).
@@ -115,14 +103,9 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// The state of an app whose generations follow `policy` and whose routes follow `settings`.
-    pub fn new(
-        supervisor: Addr<Supervisor>,
-        catalog: Arc<dyn ModelCatalog>,
-        policy: GenerationPolicy,
-        settings: RouteSettings,
-    ) -> Self {
-        let contexts = Arc::new(crate::contexts::ContextRegistry::new());
+    /// The state of an app whose operations `generation` runs (its generations booked in
+    /// `/metrics`) and whose routes follow `settings`.
+    pub fn new(generation: GenerationService, catalog: Arc<dyn ModelCatalog>, settings: RouteSettings) -> Self {
         let metrics = Arc::new(metrics::Metrics::new());
         let RouteSettings {
             max_body_bytes,
@@ -135,9 +118,7 @@ impl AppState {
             rerank_model,
         } = settings;
         AppState {
-            generation: GenerationService::new(supervisor.clone(), Arc::clone(&contexts), policy)
-                .with_book(metrics.clone()),
-            supervisor,
+            generation: generation.with_book(metrics.clone()),
             catalog,
             max_body_bytes,
             started_at: Instant::now(),
@@ -148,9 +129,7 @@ impl AppState {
             request_body_timeout,
             admin: None,
             metrics,
-            contexts,
             rpc_workers,
-            snapshots: None,
             embed_model,
             rerank_model,
             responses: None,
@@ -167,17 +146,6 @@ impl AppState {
     pub fn with_admin(mut self, admin: Arc<dyn ModelAdmin>) -> Self {
         self.admin = Some(admin);
         self
-    }
-
-    /// The same state with context snapshots kept on `shelf`.
-    pub fn with_snapshots(mut self, shelf: Arc<crate::contexts::snapshots::SnapshotShelf>) -> Self {
-        self.snapshots = Some(shelf);
-        self
-    }
-
-    /// The named contexts' registry, for the daemon to set its limits and start its sweeper.
-    pub fn contexts(&self) -> &Arc<crate::contexts::ContextRegistry> {
-        &self.contexts
     }
 
     pub fn generation(&self) -> &GenerationService {

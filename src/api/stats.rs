@@ -9,10 +9,9 @@ use actix_web::{web, HttpResponse};
 use serde_json::json;
 
 use super::AppState;
-use crate::actors::supervisor::GetStatus;
 
 pub async fn stats(state: web::Data<AppState>) -> HttpResponse {
-    let Ok(status) = state.supervisor.send(GetStatus).await else {
+    let Ok(status) = state.generation.model_status().await else {
         return HttpResponse::ServiceUnavailable().json(
             json!({"error": {"message": "llamay is shutting down", "type": "Service Unavailable"}}),
         );
@@ -95,12 +94,28 @@ pub async fn stats(state: web::Data<AppState>) -> HttpResponse {
             "used_by_models_bytes": device.used_by_models,
             "models": device.models,
         })).collect::<Vec<_>>(),
-        "contexts": super::contexts::stats(&state),
+        "contexts": contexts(&state),
         "prefix_reuse": {
             "hits": status.models.iter().map(|m| m.totals.prefix_reuse_hits).sum::<u64>(),
             "tokens_saved": status.models.iter().map(|m| m.totals.prefix_tokens_saved).sum::<u64>(),
         },
     }))
+}
+
+/// Context counts per state and the parking lot's use.
+fn contexts(state: &AppState) -> serde_json::Value {
+    let stats = state.generation.context_stats();
+    json!({
+        "total": stats.total,
+        "max_contexts": stats.max_contexts,
+        "hot": stats.hot,
+        "parked": stats.parked,
+        "stored": stats.stored,
+        "cold": stats.cold,
+        "parked_bytes": stats.parked_bytes,
+        "parked_limit_bytes": stats.parked_limit_bytes,
+        "spilled_to_disk": stats.spilled_to_disk,
+    })
 }
 
 pub async fn health(state: web::Data<AppState>) -> HttpResponse {

@@ -1,14 +1,16 @@
-//! Tool handling the three API shapes share: reading an OpenAI-style `tool_choice` value (the
-//! OpenAI route, and the Ollama route's llamay extension of the same name), and running the
-//! pure checks of `crate::tools` before a request reaches a model, so a bad tool list is a 400
-//! in the route's own error shape without loading anything.
+//! Tool handling the three API shapes share: a declared client tool as a [`ToolSpec`]
+//! ([`client_tool`]), the declared tools with the choice among them checked together
+//! ([`checked_tools`]: the pure checks of `crate::tools`, before a request reaches a model, so a
+//! bad tool list is a 400 in the route's own error shape without loading anything), an earlier
+//! turn's calls with their ids ([`earlier_calls`]), and reading an OpenAI-style `tool_choice`
+//! value (the OpenAI routes, and the Ollama route's llamay extension of the same name).
 //!
 //! Cost: linear in the number of tools; no schema is compiled here (the model worker's
 //! `plan_tool_use` compiles them and refuses a schema keyword by the tool's name).
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
-use crate::core::{ToolChoice, ToolSpec};
+use crate::core::{ToolCall, ToolChoice, ToolSpec};
 use crate::error::CoreError;
 use crate::tools::{check_hosted_type, validate_choice, validate_tools};
 
@@ -43,13 +45,44 @@ pub fn openai_style_choice(choice: Option<&Value>) -> Result<ToolChoice, CoreErr
     }
 }
 
+/// A client tool as a request declares it; absent `parameters` take any object.
+pub fn client_tool(name: String, description: Option<String>, parameters: Option<Value>) -> ToolSpec {
+    ToolSpec { name, description, parameters: parameters.unwrap_or_else(|| json!({"type": "object"})) }
+}
+
+/// The tools a request declares, each read by `read` (which refuses a hosted type by name with
+/// [`check_tool_type`]), then the choice among them that `choice` reads, checked together.
+pub fn checked_tools<T>(
+    declared: impl IntoIterator<Item = T>,
+    read: impl FnMut(T) -> Result<ToolSpec, CoreError>,
+    choice: impl FnOnce() -> Result<ToolChoice, CoreError>,
+) -> Result<(Vec<ToolSpec>, ToolChoice), CoreError> {
+    let tools = declared.into_iter().map(read).collect::<Result<Vec<_>, _>>()?;
+    let choice = choice()?;
+    check_tools(&tools, &choice)?;
+    Ok((tools, choice))
+}
+
+/// The calls an earlier assistant turn made, as `(id, name, arguments)`; a call sent without
+/// an id gets `fallback_id(its index)`, so a tool result can name it.
+pub fn earlier_calls(
+    calls: impl IntoIterator<Item = (Option<String>, String, Value)>,
+    fallback_id: impl Fn(usize) -> String,
+) -> Vec<ToolCall> {
+    calls
+        .into_iter()
+        .enumerate()
+        .map(|(i, (id, name, arguments))| ToolCall { id: id.unwrap_or_else(|| fallback_id(i)), name, arguments })
+        .collect()
+}
+
 /// Refuses a declared tool `type` that is not a client tool (hosted types by name).
 pub fn check_tool_type(type_name: &str) -> Result<(), CoreError> {
     check_hosted_type(type_name).map_err(CoreError::from)
 }
 
 /// Names present and unique, object schemas, and a `tool_choice` naming an offered tool.
-pub fn check_tools(tools: &[ToolSpec], choice: &ToolChoice) -> Result<(), CoreError> {
+fn check_tools(tools: &[ToolSpec], choice: &ToolChoice) -> Result<(), CoreError> {
     validate_tools(tools)?;
     validate_choice(tools, choice)?;
     Ok(())

@@ -26,5 +26,5 @@ pub use request::{
     ToolChoice, ToolSpec, UncheckedGenerateRequest, ValidGenerateRequest, Decoding, LogprobMode, LogprobsRequest,
 };
 pub use request::{budget_too_small_message, TokenLimits};
-pub use response::{Completion, DraftCounts, FinishReason, StreamEvent, Timings, TokenLogprob, TopLogprob, Usage, MAX_TOP_LOGPROBS};
+pub use response::{Completion, ConstraintReport, DraftCounts, FinishReason, StreamEvent, Timings, TokenLogprob, TopLogprob, Usage, MAX_TOP_LOGPROBS};
 pub use responses::{new_response_id, ResponseStore, StoredResponse};

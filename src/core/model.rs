@@ -60,8 +60,9 @@ pub struct ModelTotals {
     pub generation_time: Duration,
     #[serde(serialize_with = "serialize_seconds")]
     pub prompt_eval_time: Duration,
-    /// The constraint caches (states, masks, hit rates, clears) as the engine reports them.
-    pub constraint_caches: Option<serde_json::Value>,
+    /// The constraint caches (states, masks, hit rates, clears) of the last constrained
+    /// generation, as the engine reports them.
+    pub constraint_caches: Option<crate::grammar::MaskStats>,
     /// Requests that started from KV state already in the cache (a context or a shared
     /// prefix), and the prompt tokens they did not prefill.
     pub prefix_reuse_hits: u64,
@@ -179,7 +180,9 @@ pub struct ModelDescription {
 /// The installed models. The lead wires this to the store; tests use an in-memory list.
 pub trait ModelCatalog: Send + Sync + 'static {
     fn list(&self) -> Result<Vec<CatalogEntry>, CoreError>;
-    /// `ErrorCode::ModelNotFound` when `name` is not installed.
+    /// The model `name` names. A name that breaks the name rule gets
+    /// [`ModelName::parse`](crate::core::ModelName::parse)'s 400 here, so routes need not check
+    /// it first; `ErrorCode::ModelNotFound` when it is not installed.
     fn describe(&self, name: &str) -> Result<ModelDescription, CoreError>;
 }
 

@@ -384,7 +384,9 @@ pub struct ValidGenerateRequest {
     lexicon: Option<Arc<Lexicon>>,
 }
 
-/// What a model worker needs to decode a request once its prompt is ready.
+/// What a model worker needs to decode a request once its prompt is ready. Why a shape of its
+/// own: the valid request's messages and tools are spent once the prompt is rendered, and a
+/// snapshot save or restore, which has no request, decodes with a default one.
 #[derive(Debug, Clone, Default)]
 pub struct Decoding {
     pub sampling: SamplingParams,

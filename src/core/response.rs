@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::request::ToolCall;
+use crate::grammar::MaskStats;
 
 /// One event of a generation. The last event is always `Done`; an error after the first token
 /// arrives as `Done` with [`FinishReason::Error`], since the HTTP status is already sent.
@@ -133,9 +134,8 @@ pub struct Completion {
     /// then `Length`): its arguments' JSON text as far as the model wrote it. That call's
     /// `arguments` holds the same text closed into an object, for the APIs that send objects.
     pub cut_off_arguments: Option<String>,
-    /// The matcher's per-request counters (fast path hits, masks computed...), as the engine
-    /// reports them; `None` without a constraint.
-    pub constraint_stats: Option<serde_json::Value>,
+    /// What the constraint cost this generation; `None` without a constraint.
+    pub constraint_stats: Option<ConstraintReport>,
     /// Whether the token budget made the constraint close its document early (the finish
     /// reason is then `Length`).
     #[serde(default)]
@@ -145,6 +145,21 @@ pub struct Completion {
     /// Draft tokens proposed and confirmed while decoding (all zero when not accelerated).
     #[serde(default)]
     pub drafts: DraftCounts,
+}
+
+/// What a constraint cost one generation: the matcher's counters (steps, cached steps, masks
+/// computed, time...) as the engine keeps them, and the lines `llamay run -stats` prints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConstraintReport {
+    /// The constraint's kind: `grammar`, `tool`, `json` (JSON mode and schemas) or `lexicon`.
+    pub label: String,
+    /// One line per part, the grammar's and then the lexicon's.
+    pub summary: String,
+    /// The grammar's counters, or the lexicon's when it is the only part.
+    pub stats: Option<MaskStats>,
+    /// The lexicon's counters beside a grammar's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lexicon_stats: Option<MaskStats>,
 }
 
 /// Opens the message of a [`FinishReason::Error`] whose cause lies outside the daemon and may

@@ -31,8 +31,9 @@ use crate::api::server::{start_http, ACCEPT_HEADROOM, SHUTDOWN_GRACE_SECONDS};
 use crate::api::{AppState, RouteSettings};
 use crate::config::Config;
 use crate::contexts::snapshots::SnapshotShelf;
+use crate::contexts::ContextRegistry;
 use crate::core::{Constraint, ConstraintSource, ModelAdmin, ModelCatalog, ModelInfo, ResponseStore, TokenLimits};
-use crate::service::GenerationPolicy;
+use crate::service::{GenerationPolicy, GenerationService};
 use crate::store::responses::{ResponseLimits, ResponseTree};
 use banner::{device_lines, print_banner, print_placement, warn_if_exposed};
 use settings::{compile_limits, context_limits, queue_limits};
@@ -135,11 +136,7 @@ impl Daemon {
             embed_model: config.embed.clone(),
             rerank_model: config.rerank.clone(),
         };
-        let mut app_state = AppState::new(supervisor.clone(), catalog, policy, settings);
-        if let Some(admin) = admin {
-            app_state = app_state.with_admin(admin);
-        }
-        let contexts = app_state.contexts();
+        let contexts = Arc::new(ContextRegistry::new());
         if let Some(shelf) = &snapshots {
             if let Err(error) = contexts.set_spill_dir(shelf.parked_dir()) {
                 tracing::warn!(%error, "parked contexts past -context-memory are dropped, not stored: the store's parked/ directory is not usable");
@@ -150,8 +147,13 @@ impl Daemon {
         }
         contexts.set_limits(context_limits(&config));
         contexts.start_sweeper()?;
+        let mut generation = GenerationService::new(supervisor.clone(), contexts, policy);
         if let Some(shelf) = snapshots {
-            app_state = app_state.with_snapshots(shelf);
+            generation = generation.with_snapshots(shelf);
+        }
+        let mut app_state = AppState::new(generation, catalog, settings);
+        if let Some(admin) = admin {
+            app_state = app_state.with_admin(admin);
         }
         let responses = match responses {
             Some(store) => Some(store),

@@ -26,11 +26,7 @@ pub mod stats;
 pub mod toktrie;
 
 #[cfg(test)]
-mod bounded_tests;
-#[cfg(test)]
-mod budget_tests;
-#[cfg(test)]
-mod reference_tests;
+mod tests;
 
 pub use automaton::CompiledGrammar;
 pub use check::{check_input, BytePath, CheckOutcome};

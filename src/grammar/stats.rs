@@ -5,11 +5,11 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Counters of one matcher. A *step* is one token decision (one commit); a step is *cached*
 /// when it was answered without computing a new mask (fast path or a mask from the cache).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MaskStats {
     pub steps: u64,
     pub cached_steps: u64,

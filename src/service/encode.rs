@@ -1,6 +1,5 @@
 //! Embeddings and reranking as the service runs them: the model leased (loaded on demand, kept
-//! alive as a chat model is), its capability checked, the work done on its thread. Loading or
-//! unloading a model without generating (Ollama's request with no prompt) is here too.
+//! alive as a chat model is), its capability checked, the work done on its thread.
 //!
 //! Key types: [`Embedding`], [`Ranking`]. Costs: the embedding or scorer thread's; starting a
 //! chat model's scorer on first use runs on a blocking thread.
@@ -10,7 +9,7 @@ use std::time::Duration;
 
 use super::GenerationService;
 use crate::actors::messages::reranker_of;
-use crate::actors::supervisor::{acquire, acquire_with};
+use crate::actors::supervisor::acquire;
 use crate::core::{KeepAlive, ModelInfo};
 use crate::embed::rerank::Scores;
 use crate::embed::{EmbedInput, Embedded};
@@ -65,11 +64,5 @@ impl GenerationService {
             .map_err(|e| CoreError::internal(format!("the reranker would not start: {e}")))??;
         let scores = reranker.score(query, documents).await?;
         Ok(Ranking { scores, model: lease.model().info().name.clone() })
-    }
-
-    /// Loads `model` (with `gpu_layers` on the GPU where it says) and lets it go at once, so
-    /// that `keep_alive` decides how long it stays (0 unloads it).
-    pub async fn load(&self, model: &str, keep_alive: Option<KeepAlive>, gpu_layers: Option<u32>) -> Result<(), CoreError> {
-        acquire_with(&self.supervisor, model, keep_alive, gpu_layers).await.map(drop)
     }
 }

@@ -9,13 +9,16 @@
 //! [`GenerationService::start`] leases the model (loading it if needed), submits the request
 //! off the HTTP workers and opens the generation's tally in the daemon's book ([`GenerationBook`],
 //! `/metrics`); [`collect`] waits for a whole answer, or a route streams the [`Started`]
-//! generation's events through its translator. Contexts are created here too
-//! ([`GenerationService::create_context`]), since creating one is a generation (a prefill).
+//! generation's events through its translator. Every other operation a route offers goes
+//! through the service as well, so routes only translate wire shapes: contexts (creating one is
+//! a generation, a prefill), their snapshots, and the loaded models' administration.
 //!
 //! Rooms: `constraint.rs` (resolution and the one compiled-constraint cache), `compile_pool.rs`
 //! (where compiles run), `lexicons.rs` (the daemon's `-lexicon` files and a request's list),
-//! `contexts.rs` (a request's use of a context, and creating one), `encode.rs` (embeddings,
-//! reranking, and loading a model without generating), `tokenize.rs` (a model's tokenizer).
+//! `contexts.rs` (a request's use of a context; creating, forking, listing, showing and deleting
+//! contexts), `snapshots.rs` (saving a context's state to the store and restoring it),
+//! `models.rs` (the supervisor's status, loading a model without generating, retiring a deleted
+//! one), `encode.rs` (embeddings and reranking), `tokenize.rs` (a model's tokenizer).
 //!
 //! Key types: [`GenerationService`], [`GenerationPolicy`], [`Started`], [`Collected`],
 //! [`validate_local`] (the same validation for callers that hold a model themselves: `llamay
@@ -25,8 +28,10 @@
 
 pub mod compile_pool;
 pub mod constraint;
-mod contexts;
+pub mod contexts;
 pub mod encode;
+pub mod models;
+pub mod snapshots;
 pub mod runner_child;
 pub mod tokenize;
 pub mod lexicons;
@@ -36,6 +41,7 @@ use std::time::Instant;
 
 use actix::Addr;
 
+use crate::contexts::snapshots::SnapshotShelf;
 use crate::contexts::{tools_in_effect, ContextRecord, ContextRegistry, ContextUse};
 use crate::actors::messages::{Generate, Generation, HoldContexts, LoadedModel};
 use crate::actors::supervisor::{acquire_with, ModelLease, Supervisor};
@@ -143,10 +149,13 @@ pub struct Collected {
     pub prompt_logprobs: Vec<TokenLogprob>,
 }
 
-/// Validates and runs generations for the daemon; one per daemon, shared by every route.
+/// Validates and runs generations for the daemon, and every other operation its routes offer
+/// (contexts, snapshots, model status); one per daemon, shared by every route.
 pub struct GenerationService {
     supervisor: Addr<Supervisor>,
     contexts: Arc<ContextRegistry>,
+    /// Context snapshots in the model store; `None` when the store is read-only.
+    snapshots: Option<Arc<SnapshotShelf>>,
     book: Arc<dyn GenerationBook>,
     constraints: Arc<ConstraintCache>,
     compile_pool: Arc<CompilePool>,
@@ -163,6 +172,7 @@ impl GenerationService {
         GenerationService {
             supervisor,
             contexts,
+            snapshots: None,
             book: Arc::new(NoBook),
             constraints: Arc::new(ConstraintCache::new(CONSTRAINT_CACHE_ENTRIES)),
             compile_pool: Arc::new(CompilePool::new(policy.compile.threads, policy.compile.queue)),

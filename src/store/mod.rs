@@ -745,6 +745,4 @@ fn sync_dir(dir: &Path) {
 }
 
 #[cfg(test)]
-mod doctor_tests;
-#[cfg(test)]
 mod tests;

@@ -7,7 +7,7 @@
 //! through every `mod name;` and inline `mod name { .. }`. An item under `#[cfg(test)]` (or a
 //! `cfg` that needs `test`, such as `cfg(all(test, unix))`) is skipped, and so is every file
 //! only such a `mod` declares. So test code is left out by the compiler's own rule, not by file
-//! names: `tests.rs`, `*_tests.rs`, `route_tests/`, `api/test_support.rs` and `gguf/testing.rs`
+//! names: every `tests` module (`tests.rs` or `tests/`) and `gguf/testing.rs`
 //! are all declared under `#[cfg(test)]`; a test helper declared without it is checked like any
 //! other code. Inside what remains, an import is every `use` path and every path written in
 //! the code that starts with `crate::`, `super::`, `self::`, `llamay::`, `llamay_grammar::` or
@@ -23,40 +23,18 @@
 //! That relation must have no circle itself, so code that keeps to it has floors and no arrow
 //! runs back up.
 //!
-//! Circles. Between files, counted as `farm-studio` counts them (it finds the same ones): two
-//! kinds of arrow tie no circle. An arrow from a file to the file of a module enclosing it (a
-//! child's `super::Item`, `crate::Item` of `lib.rs`) is part of that module; and a `pub use` of a
-//! name the file does not use itself (`pub use store::serve_store` in `daemon/mod.rs`) is only
-//! the module's face. Every other arrow ties, between rooms or inside one (siblings, a `mod.rs`
-//! and its children). Any set of files that reach each other is reported with what ties it.
-//!
-//! `KNOWN_VIOLATIONS` lists what other work of issue 64 is removing; the check fails on any
-//! violation not listed, and on a listed one that is gone, so the list only shrinks.
+//! Circles. Between files: two kinds of arrow tie no circle. An arrow from a file to the file
+//! of a module enclosing it (a child's `super::Item`, `crate::Item` of `lib.rs`) is part of
+//! that module; and a `pub use` of a name the file does not use itself (`pub use
+//! store::serve_store` in `daemon/mod.rs`) is only the module's face. Every other arrow ties,
+//! between rooms or inside one (siblings, a `mod.rs` and its children). Any set of files that
+//! reach each other is reported with what ties it.
 //!
 //! Cost: one read and one lexing pass over `src/` (about 60k lines): well under a second.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::Path;
-
-/// Violations other helpers of issue 64 are removing right now, each with the work it
-/// belongs to. Once their branches are merged, these lines go: the test fails on a listed
-/// violation that no longer exists, so nothing stays listed by mistake.
-const KNOWN_VIOLATIONS: &[&str] = &[
-    // Routes through service slices: the routes stop calling the supervisor and the
-    // context registry themselves.
-    "src/api/contexts.rs -> contexts",
-    "src/api/metrics/mod.rs -> actors",
-    "src/api/mod.rs -> actors",
-    "src/api/mod.rs -> contexts",
-    "src/api/ollama/handlers.rs -> actors",
-    "src/api/ollama/models.rs -> actors",
-    "src/api/snapshots.rs -> contexts",
-    "src/api/stats.rs -> actors",
-    // Sibling files left calling each other after a cut by length.
-    "circle: src/api/contexts.rs, src/api/snapshots.rs",
-    "circle: src/api/ollama/handlers.rs, src/api/ollama/models.rs",
-];
 
 /// Room pairs no table may allow, whatever ARCHITECTURE.md says: routes only translate wire
 /// shapes, and reach the workers and contexts through the service.
@@ -75,17 +53,11 @@ fn imports_keep_to_the_rooms_table_and_close_no_circle() {
     let report = check(&tree, &table).unwrap_or_else(|e| panic!("{e}"));
     println!("{}", report.summary());
 
-    let new: Vec<&Violation> = report.violations.iter().filter(|v| !KNOWN_VIOLATIONS.contains(&v.key().as_str())).collect();
-    let gone: Vec<&&str> =
-        KNOWN_VIOLATIONS.iter().filter(|known| !report.violations.iter().any(|v| v.key() == **known)).collect();
     let mut message = String::new();
-    for violation in &new {
+    for violation in &report.violations {
         let _ = writeln!(message, "{violation}");
     }
-    for known in &gone {
-        let _ = writeln!(message, "fixed, so delete it from KNOWN_VIOLATIONS: {known:?}");
-    }
-    assert!(new.is_empty() && gone.is_empty(), "{} new violations, {} fixed ones still listed:\n{message}", new.len(), gone.len());
+    assert!(report.violations.is_empty(), "{} violations:\n{message}", report.violations.len());
 }
 
 #[test]
@@ -358,7 +330,7 @@ enum Violation {
 }
 
 impl Violation {
-    /// What `KNOWN_VIOLATIONS` names it by.
+    /// A one-line name: the arrow (first importing file -> room) or the files of the circle.
     fn key(&self) -> String {
         match self {
             Violation::RoomArrow { to_room, imports, .. } => format!("{} -> {to_room}", imports[0].from),
@@ -366,6 +338,7 @@ impl Violation {
         }
     }
 }
+
 
 impl std::fmt::Display for Violation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

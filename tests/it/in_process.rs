@@ -17,7 +17,8 @@ use llamay::actors::messages::Generation;
 use llamay::actors::model::{StoreLoader, WorkerSettings};
 use llamay::actors::supervisor::{Supervisor, SupervisorConfig};
 use llamay::api::{AppState, RouteSettings};
-use llamay::service::GenerationPolicy;
+use llamay::contexts::ContextRegistry;
+use llamay::service::{GenerationPolicy, GenerationService};
 use llamay::core::{Completion, KeepAlive, StreamEvent};
 use llamay::llm::ContextParams;
 use llamay::daemon::store::StoreCatalog;
@@ -39,7 +40,8 @@ pub fn store_backed_state(n_ctx: u32, max_loaded: usize, routes: RouteSettings) 
         max_queue: 8,
     };
     let supervisor = Supervisor::new(loader, config).start();
-    AppState::new(supervisor, Arc::new(StoreCatalog::new(store)), GenerationPolicy::default(), routes)
+    let generation = GenerationService::new(supervisor, Arc::new(ContextRegistry::new()), GenerationPolicy::default());
+    AppState::new(generation, Arc::new(StoreCatalog::new(store)), routes)
 }
 
 /// The text and completion of `generation`, received on this thread until it ends.

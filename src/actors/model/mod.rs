@@ -30,7 +30,7 @@ use super::prefix::SlotCache;
 use super::drafts::{DraftTokenizer, Drafter, Habits, RowCosts, MAX_DRAFT};
 use super::sampler::SequenceSampler;
 use crate::core::{
-    Completion, ConstraintKind, CoreError, FinishReason, ModelInfo, ModelTotals,
+    Completion, ConstraintKind, ConstraintReport, CoreError, FinishReason, ModelInfo, ModelTotals,
     StreamEvent, Timings, Usage, ValidGenerateRequest, Decoding,
 };
 use crate::grammar::lexicon::{Constraint as OutputConstraint, LexiconMatcher, Target};
@@ -68,7 +68,9 @@ impl Default for WorkerSettings {
     }
 }
 
-/// A request waiting for, or holding, a sequence slot.
+/// A request waiting for, or holding, a sequence slot. Why a shape of its own: it is what the
+/// worker's queue holds, the prepared prompt joined with its sampler and the channel its events
+/// go back on, built before it has a slot.
 struct Job {
     prompt: Vec<u32>,
     sampler: SequenceSampler,
@@ -109,7 +111,8 @@ enum StateOp {
     Restore(Arc<Vec<u8>>),
 }
 
-/// A job in a slot: how far its prompt has been decoded, and its timings.
+/// A job in a slot: how far its prompt has been decoded, and its timings. Why a shape of its
+/// own: only a job with a slot has a position in the KV cache and a step to decode in.
 struct Live {
     job: Job,
     prompt_done: usize,
@@ -687,16 +690,11 @@ fn finish(mut job: Job, reason: FinishReason, text: String, timings: Timings, pr
         if let Some(stats) = constraint.lexicon_stats() {
             summary.push(stats.render("lexicon", timings.eval));
         }
-        let stats = constraint.grammar_stats().or(constraint.lexicon_stats());
-        let mut value = serde_json::json!({
-            "label": label,
-            "summary": summary.join("\n"),
-            "stats": serde_json::to_value(stats).unwrap_or_default(),
-        });
-        if let (Some(_), Some(lexicon)) = (constraint.grammar_stats(), constraint.lexicon_stats()) {
-            value["lexicon_stats"] = serde_json::to_value(lexicon).unwrap_or_default();
-        }
-        value
+        let (stats, lexicon_stats) = match (constraint.grammar_stats(), constraint.lexicon_stats()) {
+            (Some(grammar), lexicon) => (Some(grammar.clone()), lexicon.cloned()),
+            (None, lexicon) => (lexicon.cloned(), None),
+        };
+        ConstraintReport { label: label.to_string(), summary: summary.join("\n"), stats, lexicon_stats }
     });
     let drafts = job.drafter.as_ref().map(Drafter::counts).unwrap_or_default();
     if let Ok(mut totals) = shared.totals.lock() {
@@ -710,7 +708,7 @@ fn finish(mut job: Job, reason: FinishReason, text: String, timings: Timings, pr
         totals.generated_tokens += completion_tokens as u64;
         totals.budget_closings += u64::from(closed_on_budget);
         if let Some(stats) = &constraint_stats {
-            totals.constraint_caches = stats.get("stats").cloned();
+            totals.constraint_caches = stats.stats.clone();
         }
     }
     shared.in_use.fetch_sub(1, Ordering::AcqRel);

@@ -132,7 +132,9 @@ fn forced_call_grammar(tools: &[ToolSpec], request: &ValidGenerateRequest) -> Re
     Ok(Some(Arc::new(compiled)))
 }
 
-/// A request turned into what the worker runs.
+/// A request turned into what the worker runs: the rendered and tokenised prompt and what the
+/// tools plan adds. Why a shape of its own: it is made on the submitting thread, where a bad
+/// template or tool list is still the caller's 4xx, before anything reaches the worker's queue.
 pub(super) struct Prepared {
     pub(super) prompt: Vec<u32>,
     /// A forced tool call's grammar; it replaces the request's own constraint.

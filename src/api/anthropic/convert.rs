@@ -9,14 +9,23 @@ use serde_json::Value;
 use super::types::{
     ContentBlock, InputContent, MessagesRequest, SystemField, ToolChoiceField, ToolDefinition,
 };
-use crate::api::fields::{check_range, check_stops, context_request};
+use crate::api::fields::{check_stops, context_request, joined_text, openai_defaults, SamplingFields, SamplingRules};
 use crate::service::constraint::ConstraintSources;
-use crate::api::tool_wire::{check_tool_type, check_tools};
+use crate::api::tool_wire::{check_tool_type, checked_tools, client_tool};
 use crate::core::{
-    ChatMessage, PromptInput, Role, SamplingParams, ToolCall, ToolChoice, ToolSpec,
+    ChatMessage, PromptInput, Role, ToolCall, ToolChoice, ToolSpec,
     UncheckedGenerateRequest,
 };
 use crate::error::CoreError;
+
+/// Anthropic's ranges (temperature 0-1; it sends no repeat_penalty) and defaults, which are
+/// OpenAI's.
+const SAMPLING: SamplingRules = SamplingRules {
+    prefix: "",
+    max_temperature: 1.0,
+    max_repeat_penalty: 10.0,
+    defaults: openai_defaults,
+};
 
 #[derive(Debug)]
 pub struct Converted {
@@ -80,48 +89,24 @@ pub fn convert(mut body: MessagesRequest) -> Result<Converted, CoreError> {
             }
         }
     }
-    let tools = body
-        .tools
-        .unwrap_or_default()
-        .into_iter()
-        .map(convert_tool)
-        .collect::<Result<Vec<_>, _>>()?;
-    let (tool_choice, parallel_tool_calls) = convert_tool_choice(body.tool_choice)?;
-    check_tools(&tools, &tool_choice)?;
+    // A forced call may be several calls unless the choice says `disable_parallel_tool_use`.
+    let parallel_tool_calls = !body.tool_choice.as_ref().and_then(|choice| choice.disable_parallel_tool_use).unwrap_or(false);
+    let choice = body.tool_choice;
+    let (tools, tool_choice) = checked_tools(body.tools.unwrap_or_default(), convert_tool, || convert_tool_choice(choice))?;
 
-    let mut sampling = SamplingParams {
-        temperature: 1.0,
-        top_p: 1.0,
-        repeat_penalty: 1.0,
-        ..SamplingParams::default()
-    };
-    if let Some(t) = check_range("temperature", body.temperature, 0.0, 1.0)? {
-        sampling.temperature = t;
-    }
-    if let Some(p) = check_range("top_p", body.top_p, 0.0, 1.0)? {
-        sampling.top_p = p;
-    }
-    if let Some(k) = body.top_k {
-        sampling.top_k = k.max(0);
-    }
+    let fields = SamplingFields { temperature: body.temperature, top_p: body.top_p, top_k: body.top_k, ..SamplingFields::default() };
+    let mut sampling = fields.check(&SAMPLING)?;
     sampling.max_tokens = Some(body.max_tokens);
     let stop = check_stops("stop_sequences", body.stop_sequences.unwrap_or_default())?;
 
     let constraint = body.llamay.constraint_sources(body.grammar, || Ok(ConstraintSources::default()))?;
 
     let request = UncheckedGenerateRequest {
-        model: body.model,
-        input: PromptInput::Chat { messages, tools },
         sampling,
         stop,
-        num_ctx: None,
-        keep_alive: None,
         tool_choice,
         parallel_tool_calls,
-        context,
-        accelerate: body.llamay.llamay_accelerate,
-        close_on_budget: body.llamay.llamay_close_on_budget,
-        logprobs: None,
+        ..body.llamay.generate_request(body.model, PromptInput::Chat { messages, tools }, context)
     };
     Ok(Converted {
         request,
@@ -131,18 +116,9 @@ pub fn convert(mut body: MessagesRequest) -> Result<Converted, CoreError> {
 }
 
 fn text_of_blocks(field: &str, blocks: Vec<ContentBlock>) -> Result<String, CoreError> {
-    let mut text = String::new();
-    for block in blocks {
-        match (block.kind.as_str(), block.text) {
-            ("text", Some(piece)) => text.push_str(&piece),
-            (kind, _) => {
-                return Err(CoreError::invalid(format!(
-                    "{field}: a {kind:?} block is not offered here; send text"
-                )))
-            }
-        }
-    }
-    Ok(text)
+    joined_text(blocks.into_iter().map(|block| (block.kind, block.text)), |kind| {
+        CoreError::invalid(format!("{field}: a {kind:?} block is not offered here; send text"))
+    })
 }
 
 fn push_blocks(
@@ -203,19 +179,13 @@ fn convert_tool(tool: ToolDefinition) -> Result<ToolSpec, CoreError> {
     if let Some(kind) = tool.kind.as_deref() {
         check_tool_type(kind)?;
     }
-    Ok(ToolSpec {
-        name: tool.name,
-        description: tool.description,
-        parameters: tool
-            .input_schema
-            .unwrap_or_else(|| serde_json::json!({"type": "object"})),
-    })
+    Ok(client_tool(tool.name, tool.description, tool.input_schema))
 }
 
-/// The core choice and whether a forced call may be several (`disable_parallel_tool_use`).
-fn convert_tool_choice(choice: Option<ToolChoiceField>) -> Result<(ToolChoice, bool), CoreError> {
+/// The core choice; its `disable_parallel_tool_use` is read beside it.
+fn convert_tool_choice(choice: Option<ToolChoiceField>) -> Result<ToolChoice, CoreError> {
     let Some(choice) = choice else {
-        return Ok((ToolChoice::Auto, true));
+        return Ok(ToolChoice::Auto);
     };
     let converted = match (choice.kind.as_str(), choice.name) {
         ("auto", _) => ToolChoice::Auto,
@@ -228,24 +198,18 @@ fn convert_tool_choice(choice: Option<ToolChoiceField>) -> Result<(ToolChoice, b
             ))
         }
     };
-    Ok((
-        converted,
-        !choice.disable_parallel_tool_use.unwrap_or(false),
-    ))
+    Ok(converted)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::tests::support::from_wire;
     use serde_json::json;
-
-    fn parse(value: Value) -> Result<Converted, CoreError> {
-        convert(serde_json::from_value(value).map_err(|e| CoreError::invalid(e.to_string()))?)
-    }
 
     #[test]
     fn system_blocks_and_tool_results_become_messages() {
-        let converted = parse(json!({
+        let converted = from_wire(convert, json!({
             "model": "m", "max_tokens": 10, "system": [{"type": "text", "text": "sys"}],
             "stop_sequences": ["END"], "temperature": 0.5,
             "messages": [
@@ -281,7 +245,7 @@ mod tests {
         let with = |key: &str, value: Value| {
             let mut body = base.clone();
             body[key] = value;
-            parse(body).unwrap_err().message
+            from_wire(convert, body).unwrap_err().message
         };
         assert!(with("temperature", json!(1.5)).contains("temperature"));
         assert!(with(
@@ -299,7 +263,7 @@ mod tests {
 
     #[test]
     fn tool_choice_forms_and_tool_result_names() {
-        let converted = parse(json!({
+        let converted = from_wire(convert, json!({
             "model": "m", "max_tokens": 10,
             "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}],
             "tool_choice": {"type": "tool", "name": "get_weather", "disable_parallel_tool_use": true},
@@ -324,7 +288,8 @@ mod tests {
         assert_eq!(messages[3].content, "and tomorrow?");
 
         let base = |choice: Value| {
-            parse(
+            from_wire(
+                convert,
                 json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "x"}],
                          "tools": [{"name": "a"}], "tool_choice": choice}),
             )

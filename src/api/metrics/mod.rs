@@ -1,20 +1,26 @@
-//! `GET /metrics`: the daemon's counters in the Prometheus text exposition format (0.0.4).
+//! `GET /metrics`: the daemon's counters in the Prometheus text exposition format (0.0.4), kept
+//! in and written by the official `prometheus-client` crate.
 //!
-//! What it owns: [`Metrics`] (kept in [`AppState`], lives as long as the daemon), the
+//! What it owns: [`Metrics`] (kept in [`AppState`], lives as long as the daemon), the typed
+//! counter and histogram families the daemon books into, registered once; the
 //! [`count_requests`] middleware that books every HTTP request under its *route pattern*
 //! (`/v1/models/{name:.*}`, never the raw path, so label values stay bounded; unmatched paths
-//! share the label `unmatched`), and [`GenerationObserver`], which a running generation carries
+//! share the label `unmatched`); and [`GenerationObserver`], which a running generation carries
 //! to book its tokens, time to first token, finish reason and constraint mask counters.
-//! Gauges (queue depth, loaded models, sequences in use) and the supervisor's load/eviction
-//! counters are read from one supervisor [`GetStatus`] per scrape.
+//! What is read rather than counted here (the supervisor's gauges and load/eviction counters,
+//! from one status of the models per scrape, the service's `model_status`; the compile cache
+//! and pool; uptime; resident memory) is a [`Collector`] built for each scrape,
+//! [`ScrapeReadings`].
 //!
-//! Names follow Prometheus conventions: `llamay_` prefix, `_total` counters, `_seconds` and
-//! `_bytes` units. Costs: one uncontended mutex per request and per generation event that
-//! counts; a scrape renders a few kilobytes.
+//! Names follow Prometheus conventions: `llamay_` prefix, `_total` counters (the encoder adds
+//! that suffix to a counter's name), `_seconds` and `_bytes` units. A family with no series yet
+//! is left out of the exposition. Costs: a read lock and an atomic add per counted event (a
+//! write lock the first time a label set is seen); a scrape writes a few kilobytes.
 
-use std::collections::BTreeMap;
+use std::fmt;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -23,13 +29,21 @@ use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
 use actix_web::web::{self, Bytes};
 use actix_web::HttpResponse;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::prometheus_text::{encode, CONTENT_TYPE};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::TypedMetric;
+use prometheus_client::registry::{Metric, Registry};
 
-mod text_format;
-
-use self::text_format::{family, render_histogram, sample, Histogram};
 use super::AppState;
-use crate::actors::supervisor::{GetStatus, SupervisorStatus};
+use crate::service::models::{DeviceStatus, SupervisorStatus};
 use crate::core::{Completion, FinishReason};
+use crate::service::compile_pool::CompilePoolStats;
+use crate::service::constraint::ConstraintCacheStats;
 
 /// The route label of a request no route matched.
 pub const UNMATCHED_ROUTE: &str = "unmatched";
@@ -45,8 +59,38 @@ const TTFT_BUCKETS: [f64; 12] = [
 /// Constraint kinds as the model worker labels them; anything else is booked as `other`.
 const CONSTRAINT_KINDS: [&str; 4] = ["json", "grammar", "tool", "lexicon"];
 
-/// Mask counters of one constraint kind, summed over the generations that used it.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteStatus {
+    route: String,
+    status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabel {
+    route: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModelLabel {
+    model: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModelFinish {
+    model: String,
+    finish_reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: &'static str,
+}
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+type SecondsCounter = Counter<f64, AtomicU64>;
+
+/// The matcher counters of one generation (see `actors::model`).
+#[derive(Debug, Clone, Copy, Default)]
 struct MaskTotals {
     steps: u64,
     cached_steps: u64,
@@ -55,25 +99,29 @@ struct MaskTotals {
     overflows: u64,
 }
 
-#[derive(Debug, Default)]
-struct Counters {
-    /// (route pattern, status) -> requests.
-    requests: BTreeMap<(String, u16), u64>,
-    durations: BTreeMap<String, Histogram>,
-    prompt_tokens: BTreeMap<String, u64>,
-    generated_tokens: BTreeMap<String, u64>,
-    /// Generations whose constraint closed its document early within the token budget.
-    budget_closings: BTreeMap<String, u64>,
-    /// (model, finish reason) -> generations.
-    generations: BTreeMap<(String, &'static str), u64>,
-    time_to_first_token: BTreeMap<String, Histogram>,
-    masks: BTreeMap<&'static str, MaskTotals>,
+/// Mask counters by constraint kind, summed over the generations that used it.
+#[derive(Debug, Clone, Default)]
+struct MaskFamilies {
+    steps: Family<KindLabel, Counter>,
+    cached_steps: Family<KindLabel, Counter>,
+    masks_computed: Family<KindLabel, Counter>,
+    seconds: Family<KindLabel, SecondsCounter>,
+    overflows: Family<KindLabel, Counter>,
 }
 
 /// Everything `/metrics` counts that the supervisor does not. Shared by all HTTP workers.
 #[derive(Debug)]
 pub struct Metrics {
-    counters: Mutex<Counters>,
+    registry: Registry,
+    requests: Family<RouteStatus, Counter>,
+    durations: Histograms<RouteLabel>,
+    prompt_tokens: Family<ModelLabel, Counter>,
+    generated_tokens: Family<ModelLabel, Counter>,
+    /// Generations whose constraint closed its document early within the token budget.
+    budget_closings: Family<ModelLabel, Counter>,
+    generations: Family<ModelFinish, Counter>,
+    time_to_first_token: Histograms<ModelLabel>,
+    masks: MaskFamilies,
 }
 
 impl Default for Metrics {
@@ -82,43 +130,96 @@ impl Default for Metrics {
     }
 }
 
+/// `metric` registered under `name` and `help` (without its last full stop, which the
+/// registry adds), and handed back to be counted into.
+fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
 impl Metrics {
     pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let r = &mut registry;
+        let requests = registered(r, "llamay_http_requests", "HTTP requests answered, by route pattern and status", Family::default());
+        let durations = registered(
+            r,
+            "llamay_http_request_duration_seconds",
+            "Time from a request's arrival to its response's last byte (or the client leaving), by route pattern",
+            Family::new_with_constructor((|| Histogram::new(DURATION_BUCKETS)) as fn() -> Histogram),
+        );
+        let prompt_tokens = registered(r, "llamay_prompt_tokens", "Prompt tokens evaluated, by model", Family::default());
+        let generated_tokens = registered(r, "llamay_generated_tokens", "Tokens generated, by model", Family::default());
+        let budget_closings = registered(
+            r,
+            "llamay_budget_closings",
+            "Generations whose constraint closed its document early to end valid within the token budget, by model",
+            Family::default(),
+        );
+        let generations = registered(
+            r,
+            "llamay_generations",
+            "Generations ended, by model and finish reason (cancelled: the client left first)",
+            Family::default(),
+        );
+        let time_to_first_token = registered(
+            r,
+            "llamay_time_to_first_token_seconds",
+            "Time from a generation's start (constraint compile, model load and queue included) to its first token, by model",
+            Family::new_with_constructor((|| Histogram::new(TTFT_BUCKETS)) as fn() -> Histogram),
+        );
+        let masks = MaskFamilies {
+            steps: registered(r, "llamay_constraint_mask_steps", "Constrained token decisions, by constraint kind", Family::default()),
+            cached_steps: registered(
+                r,
+                "llamay_constraint_mask_cache_hits",
+                "Constrained token decisions answered without computing a new mask (fast path or mask cache)",
+                Family::default(),
+            ),
+            masks_computed: registered(
+                r,
+                "llamay_constraint_masks_computed",
+                "Token masks computed by walking the vocabulary trie",
+                Family::default(),
+            ),
+            seconds: registered(
+                r,
+                "llamay_constraint_mask_seconds",
+                "Time spent in the constraint matcher (checks, masks, commits)",
+                Family::default(),
+            ),
+            overflows: registered(
+                r,
+                "llamay_constraint_overflows",
+                "Automaton transitions treated as dead because they passed a limit (stack depth, ambiguity)",
+                Family::default(),
+            ),
+        };
         Metrics {
-            counters: Mutex::new(Counters::default()),
+            registry,
+            requests,
+            durations,
+            prompt_tokens,
+            generated_tokens,
+            budget_closings,
+            generations,
+            time_to_first_token,
+            masks,
         }
-    }
-
-    fn with(&self, update: impl FnOnce(&mut Counters)) {
-        // A poisoned lock only means a panic elsewhere mid-update; counting goes on.
-        let mut counters = self
-            .counters
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        update(&mut counters);
     }
 
     /// Books one answered request (its status is known once the head is ready).
     pub fn count_request(&self, route: &str, status: u16) {
-        self.with(|c| *c.requests.entry((route.to_string(), status)).or_default() += 1);
+        self.requests.get_or_create(&RouteStatus { route: route.to_string(), status: status.to_string() }).inc();
     }
 
     /// Books how long a request took, from arrival to its body's last byte (or the client leaving).
     pub fn observe_duration(&self, route: &str, took: Duration) {
-        self.with(|c| {
-            c.durations
-                .entry(route.to_string())
-                .or_insert_with(|| Histogram::new(&DURATION_BUCKETS))
-                .observe(took.as_secs_f64())
-        });
+        self.durations.get_or_create(&RouteLabel { route: route.to_string() }).observe(took.as_secs_f64());
     }
 
     /// Starts observing one generation of `model`, timed from now.
-    pub fn observe_generation(
-        self: &Arc<Self>,
-        model: &str,
-        started: Instant,
-    ) -> GenerationObserver {
+    pub fn observe_generation(self: &Arc<Self>, model: &str, started: Instant) -> GenerationObserver {
         GenerationObserver {
             metrics: self.clone(),
             model: model.to_string(),
@@ -128,504 +229,276 @@ impl Metrics {
         }
     }
 
-    fn book_generation(
-        &self,
-        model: &str,
-        reason: &'static str,
-        ttft: Option<Duration>,
-        completion: Option<&Completion>,
-    ) {
-        self.with(|c| {
-            *c.generations
-                .entry((model.to_string(), reason))
-                .or_default() += 1;
-            if let Some(ttft) = ttft {
-                c.time_to_first_token
-                    .entry(model.to_string())
-                    .or_insert_with(|| Histogram::new(&TTFT_BUCKETS))
-                    .observe(ttft.as_secs_f64());
-            }
-            let Some(completion) = completion else { return };
-            *c.prompt_tokens.entry(model.to_string()).or_default() +=
-                u64::from(completion.usage.prompt_tokens);
-            *c.generated_tokens.entry(model.to_string()).or_default() +=
-                u64::from(completion.usage.completion_tokens);
-            if completion.closed_on_budget {
-                *c.budget_closings.entry(model.to_string()).or_default() += 1;
-            }
-            if let Some((kind, stats)) = mask_stats(completion) {
-                let totals = c.masks.entry(kind).or_default();
-                totals.steps += stats.steps;
-                totals.cached_steps += stats.cached_steps;
-                totals.masks_computed += stats.masks_computed;
-                totals.mask_time_ns += stats.mask_time_ns;
-                totals.overflows += stats.overflows;
-            }
-        });
+    fn book_generation(&self, model: &str, reason: &'static str, ttft: Option<Duration>, completion: Option<&Completion>) {
+        self.generations.get_or_create(&ModelFinish { model: model.to_string(), finish_reason: reason }).inc();
+        let model = ModelLabel { model: model.to_string() };
+        if let Some(ttft) = ttft {
+            self.time_to_first_token.get_or_create(&model).observe(ttft.as_secs_f64());
+        }
+        let Some(completion) = completion else { return };
+        self.prompt_tokens.get_or_create(&model).inc_by(u64::from(completion.usage.prompt_tokens));
+        self.generated_tokens.get_or_create(&model).inc_by(u64::from(completion.usage.completion_tokens));
+        if completion.closed_on_budget {
+            self.budget_closings.get_or_create(&model).inc();
+        }
+        if let Some((kind, stats)) = mask_stats(completion) {
+            let kind = KindLabel { kind };
+            self.masks.steps.get_or_create(&kind).inc_by(stats.steps);
+            self.masks.cached_steps.get_or_create(&kind).inc_by(stats.cached_steps);
+            self.masks.masks_computed.get_or_create(&kind).inc_by(stats.masks_computed);
+            self.masks.seconds.get_or_create(&kind).inc_by(stats.mask_time_ns as f64 / 1e9);
+            self.masks.overflows.get_or_create(&kind).inc_by(stats.overflows);
+        }
     }
 
-    /// The exposition text: these counters plus the gauges and counters of `status`.
-    pub fn render(&self, status: Option<&SupervisorStatus>, state: &AppState) -> String {
+    /// Share of each constraint kind's token decisions that needed no new mask.
+    fn mask_hit_ratios(&self) -> Vec<(&'static str, f64)> {
+        CONSTRAINT_KINDS
+            .iter()
+            .chain(&["other"])
+            .filter_map(|kind| {
+                let label = KindLabel { kind };
+                let steps = self.masks.steps.get(&label)?.get();
+                let cached = self.masks.cached_steps.get(&label).map_or(0, |c| c.get());
+                (steps > 0).then(|| (*kind, cached as f64 / steps as f64))
+            })
+            .collect()
+    }
+
+    /// The exposition text: these counters, then what `state` and `status` read now.
+    pub fn render(&self, status: Option<&SupervisorStatus>, state: &AppState) -> Result<String, fmt::Error> {
+        let readings = ScrapeReadings {
+            mask_hit_ratios: self.mask_hit_ratios(),
+            compiled: state.generation.constraint_stats(),
+            pool: state.generation.compile_pool_stats(),
+            status: status.cloned(),
+            uptime: state.started_at.elapsed().as_secs_f64(),
+            resident_memory: resident_memory_bytes(),
+        };
+        let mut scrape = Registry::default();
+        scrape.register_collector(Box::new(readings));
         let mut out = String::with_capacity(8 * 1024);
-        let counters = self
-            .counters
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-
-        family(
-            &mut out,
-            "llamay_http_requests_total",
-            "counter",
-            "HTTP requests answered, by route pattern and status.",
-        );
-        for ((route, status), count) in &counters.requests {
-            sample(
-                &mut out,
-                "llamay_http_requests_total",
-                &[("route", route), ("status", &status.to_string())],
-                *count as f64,
-            );
-        }
-        family(
-            &mut out,
-            "llamay_http_request_duration_seconds",
-            "histogram",
-            "Time from a request's arrival to its response's last byte (or the client leaving), by route pattern.",
-        );
-        for (route, histogram) in &counters.durations {
-            render_histogram(
-                &mut out,
-                "llamay_http_request_duration_seconds",
-                &[("route", route)],
-                histogram,
-            );
-        }
-
-        family(
-            &mut out,
-            "llamay_prompt_tokens_total",
-            "counter",
-            "Prompt tokens evaluated, by model.",
-        );
-        for (model, count) in &counters.prompt_tokens {
-            sample(
-                &mut out,
-                "llamay_prompt_tokens_total",
-                &[("model", model)],
-                *count as f64,
-            );
-        }
-        family(
-            &mut out,
-            "llamay_generated_tokens_total",
-            "counter",
-            "Tokens generated, by model.",
-        );
-        for (model, count) in &counters.generated_tokens {
-            sample(
-                &mut out,
-                "llamay_generated_tokens_total",
-                &[("model", model)],
-                *count as f64,
-            );
-        }
-        family(
-            &mut out,
-            "llamay_budget_closings_total",
-            "counter",
-            "Generations whose constraint closed its document early to end valid within the token budget, by model.",
-        );
-        for (model, count) in &counters.budget_closings {
-            sample(&mut out, "llamay_budget_closings_total", &[("model", model)], *count as f64);
-        }
-        family(
-            &mut out,
-            "llamay_generations_total",
-            "counter",
-            "Generations ended, by model and finish reason (cancelled: the client left first).",
-        );
-        for ((model, reason), count) in &counters.generations {
-            sample(
-                &mut out,
-                "llamay_generations_total",
-                &[("model", model), ("finish_reason", reason)],
-                *count as f64,
-            );
-        }
-        family(
-            &mut out,
-            "llamay_time_to_first_token_seconds",
-            "histogram",
-            "Time from a generation's start (constraint compile, model load and queue included) to its first token, by model.",
-        );
-        for (model, histogram) in &counters.time_to_first_token {
-            render_histogram(
-                &mut out,
-                "llamay_time_to_first_token_seconds",
-                &[("model", model)],
-                histogram,
-            );
-        }
-
-        render_masks(&mut out, &counters.masks);
-        drop(counters);
-
-        let compiled = state.generation.constraint_stats();
-        family(
-            &mut out,
-            "llamay_constraint_compile_cache_hits_total",
-            "counter",
-            "Schemas, grammars and tool lists found compiled in the cache.",
-        );
-        sample(
-            &mut out,
-            "llamay_constraint_compile_cache_hits_total",
-            &[],
-            compiled.hits as f64,
-        );
-        family(
-            &mut out,
-            "llamay_constraint_compile_cache_misses_total",
-            "counter",
-            "Schemas, grammars and tool lists compiled (cache misses).",
-        );
-        sample(
-            &mut out,
-            "llamay_constraint_compile_cache_misses_total",
-            &[],
-            compiled.misses as f64,
-        );
-        family(
-            &mut out,
-            "llamay_constraint_compile_cache_entries",
-            "gauge",
-            "Compiled constraints kept for reuse.",
-        );
-        sample(
-            &mut out,
-            "llamay_constraint_compile_cache_entries",
-            &[],
-            compiled.entries as f64,
-        );
-
-        let pool = state.generation.compile_pool_stats();
-        let gauges = [
-            ("llamay_compile_running", "gauge", "Schema and grammar compiles running on the compile pool.", pool.running as f64),
-            ("llamay_compile_waiting", "gauge", "Compiles waiting for a compile thread.", pool.waiting as f64),
-            (
-                "llamay_compile_refused_total",
-                "counter",
-                "Compiles refused with 503 because compile_queue were already waiting.",
-                pool.refused as f64,
-            ),
-        ];
-        for (name, kind, help, value) in gauges {
-            family(&mut out, name, kind, help);
-            sample(&mut out, name, &[], value);
-        }
-
-        if let Some(status) = status {
-            render_supervisor(&mut out, status);
-        }
-        family(
-            &mut out,
-            "llamay_uptime_seconds",
-            "gauge",
-            "Seconds since the daemon started serving.",
-        );
-        sample(
-            &mut out,
-            "llamay_uptime_seconds",
-            &[],
-            state.started_at.elapsed().as_secs_f64(),
-        );
-        if let Some(bytes) = resident_memory_bytes() {
-            family(
-                &mut out,
-                "process_resident_memory_bytes",
-                "gauge",
-                "Resident memory of the daemon.",
-            );
-            sample(&mut out, "process_resident_memory_bytes", &[], bytes as f64);
-        }
-        out
+        encode(&mut out, &self.registry)?;
+        encode(&mut out, &scrape)?;
+        Ok(out)
     }
 }
 
-fn render_masks(out: &mut String, masks: &BTreeMap<&'static str, MaskTotals>) {
-    type Field = fn(&MaskTotals) -> f64;
-    let families: [(&str, &str, Field); 5] = [
-        ("llamay_constraint_mask_steps_total", "Constrained token decisions, by constraint kind.", |t| t.steps as f64),
-        (
-            "llamay_constraint_mask_cache_hits_total",
-            "Constrained token decisions answered without computing a new mask (fast path or mask cache).",
-            |t| t.cached_steps as f64,
-        ),
-        ("llamay_constraint_masks_computed_total", "Token masks computed by walking the vocabulary trie.", |t| t.masks_computed as f64),
-        ("llamay_constraint_mask_seconds_total", "Time spent in the constraint matcher (checks, masks, commits).", |t| {
-            t.mask_time_ns as f64 / 1e9
-        }),
-        (
-            "llamay_constraint_overflows_total",
-            "Automaton transitions treated as dead because they passed a limit (stack depth, ambiguity).",
-            |t| t.overflows as f64,
-        ),
-    ];
-    for (name, help, field) in families {
-        family(out, name, "counter", help);
-        for (kind, totals) in masks {
-            sample(out, name, &[("kind", kind)], field(totals));
-        }
+/// What one scrape reads rather than counts, written after [`Metrics`]' own families.
+#[derive(Debug)]
+struct ScrapeReadings {
+    mask_hit_ratios: Vec<(&'static str, f64)>,
+    compiled: ConstraintCacheStats,
+    pool: CompilePoolStats,
+    /// `None` while the supervisor is stopping: its families are left out.
+    status: Option<SupervisorStatus>,
+    uptime: f64,
+    resident_memory: Option<u64>,
+}
+
+/// One family of values read at scrape time: `series` are its label sets with their values.
+/// `help` is without its last full stop, as [`registered`] takes it.
+fn read_family<L: EncodeLabelSet, M: EncodeMetric + TypedMetric>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: impl IntoIterator<Item = (L, M)>,
+) -> fmt::Result {
+    let mut family = encoder.encode_descriptor(name, &format!("{help}."), None, M::TYPE)?;
+    for (labels, value) in series {
+        value.encode(family.encode_family(&labels)?)?;
     }
-    family(
-        out,
-        "llamay_constraint_mask_cache_hit_ratio",
-        "gauge",
-        "Share of constrained token decisions that needed no new mask, since start.",
-    );
-    for (kind, totals) in masks {
-        if totals.steps > 0 {
-            sample(
-                out,
-                "llamay_constraint_mask_cache_hit_ratio",
-                &[("kind", kind)],
-                totals.cached_steps as f64 / totals.steps as f64,
-            );
+    Ok(())
+}
+
+/// A family of one unlabelled value read at scrape time.
+fn read_value<M: EncodeMetric + TypedMetric>(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: M) -> fmt::Result {
+    value.encode(encoder.encode_descriptor(name, &format!("{help}."), None, M::TYPE)?)
+}
+
+impl Collector for ScrapeReadings {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        let e = &mut encoder;
+        read_family(
+            e,
+            "llamay_constraint_mask_cache_hit_ratio",
+            "Share of constrained token decisions that needed no new mask, since start",
+            self.mask_hit_ratios.iter().map(|(kind, ratio)| ([("kind", *kind)], ConstGauge::new(*ratio))),
+        )?;
+        let compiled = &self.compiled;
+        read_value(
+            e,
+            "llamay_constraint_compile_cache_hits",
+            "Schemas, grammars and tool lists found compiled in the cache",
+            ConstCounter::new(compiled.hits),
+        )?;
+        read_value(
+            e,
+            "llamay_constraint_compile_cache_misses",
+            "Schemas, grammars and tool lists compiled (cache misses)",
+            ConstCounter::new(compiled.misses),
+        )?;
+        read_value(e, "llamay_constraint_compile_cache_entries", "Compiled constraints kept for reuse", ConstGauge::new(compiled.entries))?;
+        let pool = &self.pool;
+        read_value(e, "llamay_compile_running", "Schema and grammar compiles running on the compile pool", ConstGauge::new(pool.running))?;
+        read_value(e, "llamay_compile_waiting", "Compiles waiting for a compile thread", ConstGauge::new(pool.waiting))?;
+        read_value(
+            e,
+            "llamay_compile_refused",
+            "Compiles refused with 503 because compile_queue were already waiting",
+            ConstCounter::new(pool.refused),
+        )?;
+        if let Some(status) = &self.status {
+            encode_supervisor(e, status)?;
         }
+        read_value(e, "llamay_uptime_seconds", "Seconds since the daemon started serving", ConstGauge::new(self.uptime))?;
+        if let Some(bytes) = self.resident_memory {
+            read_value(e, "process_resident_memory_bytes", "Resident memory of the daemon", ConstGauge::new(bytes))?;
+        }
+        Ok(())
     }
 }
 
-fn render_supervisor(out: &mut String, status: &SupervisorStatus) {
-    family(
-        out,
+fn model_label(name: &str) -> [(&'static str, &str); 1] {
+    [("model", name)]
+}
+
+fn encode_supervisor(e: &mut DescriptorEncoder, status: &SupervisorStatus) -> fmt::Result {
+    let models = &status.models;
+    read_value(
+        e,
         "llamay_queue_depth",
-        "gauge",
-        "Requests waiting: for a model to load, or for a free sequence of a loaded one.",
-    );
-    sample(out, "llamay_queue_depth", &[], status.queue_depth as f64);
-    family(
-        out,
+        "Requests waiting: for a model to load, or for a free sequence of a loaded one",
+        ConstGauge::new(status.queue_depth),
+    )?;
+    read_family(
+        e,
         "llamay_model_queue_depth",
-        "gauge",
-        "Requests waiting for a loaded model, by model.",
-    );
-    for model in &status.models {
-        sample(
-            out,
-            "llamay_model_queue_depth",
-            &[("model", &model.info.name)],
-            model.queue_depth as f64,
-        );
-    }
-    family(
-        out,
+        "Requests waiting for a loaded model, by model",
+        models.iter().map(|m| (model_label(&m.info.name), ConstGauge::new(m.queue_depth))),
+    )?;
+    read_value(
+        e,
         "llamay_queue_capacity",
-        "gauge",
-        "Requests that may wait at once (for a load, and for each loaded model) before 503s.",
-    );
-    sample(out, "llamay_queue_capacity", &[], status.max_queue as f64);
-    family(out, "llamay_models_loaded", "gauge", "Models loaded now.");
-    sample(out, "llamay_models_loaded", &[], status.models.len() as f64);
-    family(
-        out,
-        "llamay_models_max_loaded",
-        "gauge",
-        "Models that may be loaded at once.",
-    );
-    sample(
-        out,
-        "llamay_models_max_loaded",
-        &[],
-        status.max_loaded as f64,
-    );
-    family(
-        out,
-        "llamay_model_loading",
-        "gauge",
-        "1 while a model is loading.",
-    );
-    sample(
-        out,
-        "llamay_model_loading",
-        &[],
-        if status.loading.is_some() { 1.0 } else { 0.0 },
-    );
-    family(
-        out,
+        "Requests that may wait at once (for a load, and for each loaded model) before 503s",
+        ConstGauge::new(status.max_queue),
+    )?;
+    read_value(e, "llamay_models_loaded", "Models loaded now", ConstGauge::new(models.len()))?;
+    read_value(e, "llamay_models_max_loaded", "Models that may be loaded at once", ConstGauge::new(status.max_loaded))?;
+    read_value(e, "llamay_model_loading", "1 while a model is loading", ConstGauge::new(u32::from(status.loading.is_some())))?;
+    read_family(
+        e,
         "llamay_sequences_in_use",
-        "gauge",
-        "Sequences decoding now, by loaded model.",
-    );
-    for model in &status.models {
-        sample(
-            out,
-            "llamay_sequences_in_use",
-            &[("model", &model.info.name)],
-            model.sequences_in_use as f64,
-        );
-    }
-    family(
-        out,
+        "Sequences decoding now, by loaded model",
+        models.iter().map(|m| (model_label(&m.info.name), ConstGauge::new(m.sequences_in_use))),
+    )?;
+    read_family(
+        e,
         "llamay_sequences_capacity",
-        "gauge",
-        "Sequences a loaded model decodes together (-parallel).",
-    );
-    for model in &status.models {
-        sample(
-            out,
-            "llamay_sequences_capacity",
-            &[("model", &model.info.name)],
-            f64::from(model.info.parallel),
-        );
-    }
-    family(
-        out,
-        "llamay_draft_tokens_total",
-        "counter",
-        "Tokens proposed as drafts with a sampled token, by model and source (forced by the grammar, copied from the prompt).",
-    );
-    for model in &status.models {
-        let drafts = &model.totals.drafts;
-        for (source, count) in [("forced", drafts.forced), ("copied", drafts.copied)] {
-            sample(out, "llamay_draft_tokens_total", &[("model", &model.info.name), ("source", source)], count as f64);
-        }
-    }
-    family(
-        out,
-        "llamay_draft_tokens_accepted_total",
-        "counter",
-        "Draft tokens the model's own choice confirmed, by model: each is a decode step saved.",
-    );
-    for model in &status.models {
-        sample(out, "llamay_draft_tokens_accepted_total", &[("model", &model.info.name)], model.totals.drafts.accepted as f64);
-    }
-    family(
-        out,
+        "Sequences a loaded model decodes together (-parallel)",
+        models.iter().map(|m| (model_label(&m.info.name), ConstGauge::new(m.info.parallel))),
+    )?;
+    read_family(
+        e,
+        "llamay_draft_tokens",
+        "Tokens proposed as drafts with a sampled token, by model and source (forced by the grammar, copied from the prompt)",
+        models.iter().flat_map(|model| {
+            let drafts = &model.totals.drafts;
+            [("forced", drafts.forced), ("copied", drafts.copied)]
+                .map(|(source, count)| ([("model", model.info.name.as_str()), ("source", source)], ConstCounter::new(count)))
+        }),
+    )?;
+    read_family(
+        e,
+        "llamay_draft_tokens_accepted",
+        "Draft tokens the model's own choice confirmed, by model: each is a decode step saved",
+        models.iter().map(|m| (model_label(&m.info.name), ConstCounter::new(m.totals.drafts.accepted))),
+    )?;
+    read_family(
+        e,
         "llamay_requests_in_flight",
-        "gauge",
-        "Requests holding a loaded model, by model.",
-    );
-    for model in &status.models {
-        sample(
-            out,
-            "llamay_requests_in_flight",
-            &[("model", &model.info.name)],
-            model.requests_in_flight as f64,
-        );
-    }
-    family(
-        out,
-        "llamay_decode_step_seconds_total",
-        "counter",
-        "Decode-step wall time of a loaded model since it loaded, by phase (steps: the whole).",
-    );
-    for model in &status.models {
-        for (phase, spent) in model.totals.step_split.phases() {
-            sample(
-                out,
-                "llamay_decode_step_seconds_total",
-                &[("model", &model.info.name), ("phase", phase)],
-                spent.as_secs_f64(),
-            );
-        }
-    }
-    render_devices(out, status);
+        "Requests holding a loaded model, by model",
+        models.iter().map(|m| (model_label(&m.info.name), ConstGauge::new(m.requests_in_flight))),
+    )?;
+    read_family(
+        e,
+        "llamay_decode_step_seconds",
+        "Decode-step wall time of a loaded model since it loaded, by phase (steps: the whole)",
+        models.iter().flat_map(|model| {
+            model.totals.step_split.phases().into_iter().map(|(phase, spent)| {
+                ([("model", model.info.name.as_str()), ("phase", phase)], ConstCounter::new(spent.as_secs_f64()))
+            })
+        }),
+    )?;
+    encode_devices(e, status)?;
     let lifetime = &status.lifetime;
-    family(out, "llamay_model_loads_total", "counter", "Models loaded.");
-    sample(out, "llamay_model_loads_total", &[], lifetime.loads as f64);
-    family(
-        out,
-        "llamay_model_load_failures_total",
-        "counter",
-        "Model loads that failed.",
-    );
-    sample(
-        out,
-        "llamay_model_load_failures_total",
-        &[],
-        lifetime.load_failures as f64,
-    );
-    family(
-        out,
-        "llamay_model_evictions_total",
-        "counter",
-        "Idle models unloaded to make room for another.",
-    );
-    sample(
-        out,
-        "llamay_model_evictions_total",
-        &[],
-        lifetime.evictions as f64,
-    );
-    family(
-        out,
-        "llamay_model_unloads_total",
-        "counter",
-        "Models unloaded, by reason.",
-    );
-    for (reason, count) in [
-        ("evicted", lifetime.evictions),
-        ("expired", lifetime.expirations),
-        ("keep_alive_0", lifetime.immediate_unloads),
-        ("stopping", lifetime.shutdown_unloads),
-        ("deleted", lifetime.deletions),
-    ] {
-        sample(
-            out,
-            "llamay_model_unloads_total",
-            &[("reason", reason)],
-            count as f64,
-        );
-    }
+    read_value(e, "llamay_model_loads", "Models loaded", ConstCounter::new(lifetime.loads))?;
+    read_value(e, "llamay_model_load_failures", "Model loads that failed", ConstCounter::new(lifetime.load_failures))?;
+    read_value(e, "llamay_model_evictions", "Idle models unloaded to make room for another", ConstCounter::new(lifetime.evictions))?;
+    read_family(
+        e,
+        "llamay_model_unloads",
+        "Models unloaded, by reason",
+        [
+            ("evicted", lifetime.evictions),
+            ("expired", lifetime.expirations),
+            ("keep_alive_0", lifetime.immediate_unloads),
+            ("stopping", lifetime.shutdown_unloads),
+            ("deleted", lifetime.deletions),
+        ]
+        .map(|(reason, count)| ([("reason", reason)], ConstCounter::new(count))),
+    )
 }
 
 /// Each GPU's memory and what loaded models hold on it and on the host.
-fn render_devices(out: &mut String, status: &SupervisorStatus) {
-    type Reading = fn(&crate::actors::supervisor::DeviceStatus) -> u64;
+fn encode_devices(e: &mut DescriptorEncoder, status: &SupervisorStatus) -> fmt::Result {
+    type Reading = fn(&DeviceStatus) -> u64;
     let devices: [(&str, &str, Reading); 3] = [
-        ("llamay_device_memory_total_bytes", "Memory of each GPU.", |d| d.device.total),
-        ("llamay_device_memory_free_bytes", "Free memory of each GPU, as its driver reports it.", |d| d.device.free),
-        ("llamay_device_memory_models_bytes", "GPU memory the loaded models hold, by their estimates.", |d| d.used_by_models),
+        ("llamay_device_memory_total_bytes", "Memory of each GPU", |d| d.device.total),
+        ("llamay_device_memory_free_bytes", "Free memory of each GPU, as its driver reports it", |d| d.device.free),
+        ("llamay_device_memory_models_bytes", "GPU memory the loaded models hold, by their estimates", |d| d.used_by_models),
     ];
     for (name, help, reading) in devices {
-        family(out, name, "gauge", help);
-        for device in &status.devices {
+        let series = status.devices.iter().map(|device| {
             let labels = [("device", device.device.name.as_str()), ("backend", device.device.backend.as_str())];
-            sample(out, name, &labels, reading(device) as f64);
-        }
+            (labels, ConstGauge::new(reading(device)))
+        });
+        read_family(e, name, help, series)?;
     }
     let placed: Vec<_> = status.models.iter().filter_map(|m| Some((m.info.name.as_str(), m.memory.as_ref()?))).collect();
-    family(out, "llamay_model_memory_bytes", "gauge", "Memory a loaded model holds by its estimate, on the host and on its GPU.");
-    for (model, memory) in &placed {
-        sample(out, "llamay_model_memory_bytes", &[("model", model), ("where", "host")], memory.host_bytes as f64);
-        sample(out, "llamay_model_memory_bytes", &[("model", model), ("where", "device")], memory.device_bytes() as f64);
-    }
-    family(out, "llamay_model_gpu_layers", "gauge", "Layers of a loaded model on a GPU.");
-    for (model, memory) in &placed {
-        let (device, layers) = memory.device.as_ref().map_or(("", 0), |share| (share.name.as_str(), share.layers));
-        sample(out, "llamay_model_gpu_layers", &[("model", model), ("device", device)], f64::from(layers));
-    }
+    read_family(
+        e,
+        "llamay_model_memory_bytes",
+        "Memory a loaded model holds by its estimate, on the host and on its GPU",
+        placed.iter().flat_map(|(model, memory)| {
+            [("host", memory.host_bytes), ("device", memory.device_bytes())]
+                .map(|(place, bytes)| ([("model", *model), ("where", place)], ConstGauge::new(bytes)))
+        }),
+    )?;
+    read_family(
+        e,
+        "llamay_model_gpu_layers",
+        "Layers of a loaded model on a GPU",
+        placed.iter().map(|(model, memory)| {
+            let (device, layers) = memory.device.as_ref().map_or(("", 0), |share| (share.name.as_str(), share.layers));
+            ([("model", *model), ("device", device)], ConstGauge::new(layers))
+        }),
+    )
 }
 
 /// The matcher counters a completion carries (see `actors::model`), with its kind.
 fn mask_stats(completion: &Completion) -> Option<(&'static str, MaskTotals)> {
-    let stats = completion.constraint_stats.as_ref()?;
-    let label = stats.get("label").and_then(|l| l.as_str()).unwrap_or("");
-    let kind = CONSTRAINT_KINDS
-        .iter()
-        .copied()
-        .find(|k| *k == label)
-        .unwrap_or("other");
-    let numbers = stats.get("stats")?;
-    let field = |name: &str| numbers.get(name).and_then(|v| v.as_u64()).unwrap_or(0);
+    let report = completion.constraint_stats.as_ref()?;
+    let kind = CONSTRAINT_KINDS.iter().copied().find(|k| *k == report.label).unwrap_or("other");
+    let numbers = report.stats.as_ref()?;
     Some((
         kind,
         MaskTotals {
-            steps: field("steps"),
-            cached_steps: field("cached_steps"),
-            masks_computed: field("masks_computed"),
-            mask_time_ns: field("mask_time_ns"),
-            overflows: field("overflows"),
+            steps: numbers.steps,
+            cached_steps: numbers.cached_steps,
+            masks_computed: numbers.masks_computed,
+            mask_time_ns: numbers.mask_time_ns,
+            overflows: numbers.overflows,
         },
     ))
 }
@@ -707,10 +580,12 @@ impl Drop for GenerationObserver {
 /// `GET /metrics`.
 pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     // Without the supervisor (stopping) the daemon's own counters still answer.
-    let status = state.supervisor.send(GetStatus).await.ok();
-    HttpResponse::Ok()
-        .content_type("text/plain; version=0.0.4; charset=utf-8")
-        .body(state.metrics.render(status.as_ref(), &state))
+    let status = state.generation.model_status().await.ok();
+    match state.metrics.render(status.as_ref(), &state) {
+        Ok(text) => HttpResponse::Ok().content_type(CONTENT_TYPE).body(text),
+        // Only a failing writer fails the encoder, and a String does not fail.
+        Err(_) => HttpResponse::InternalServerError().body("the metrics exposition could not be written"),
+    }
 }
 
 /// Middleware: books each request's route pattern and status when its head is ready, and its
@@ -791,6 +666,8 @@ fn resident_memory_bytes() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::ConstraintReport;
+    use crate::grammar::MaskStats;
 
     #[test]
     fn an_observer_dropped_unfinished_counts_a_cancelled_generation() {
@@ -800,14 +677,46 @@ mod tests {
         finished.token();
         finished.finished(&Completion::default());
         drop(finished);
-        let counters = metrics.counters.lock().unwrap();
-        assert_eq!(
-            counters.generations.get(&("m".to_string(), "cancelled")),
-            Some(&1)
-        );
-        assert_eq!(
-            counters.generations.get(&("m".to_string(), "stop")),
-            Some(&1)
-        );
+        let generations = |reason| {
+            let labels = ModelFinish { model: "m".into(), finish_reason: reason };
+            metrics.generations.get(&labels).map(|count| count.get())
+        };
+        assert_eq!(generations("cancelled"), Some(1));
+        assert_eq!(generations("stop"), Some(1));
+    }
+
+    #[test]
+    fn families_keep_their_names_help_labels_and_buckets() {
+        let metrics = Arc::new(Metrics::new());
+        metrics.count_request("/v1/models/{name:.*}", 404);
+        for seconds in [0.02, 0.3, 1000.0] {
+            metrics.observe_duration("a\"b", Duration::from_secs_f64(seconds));
+        }
+        let stats = MaskStats { steps: 4, cached_steps: 3, mask_time_ns: 1_500_000_000, ..MaskStats::default() };
+        let report = ConstraintReport { label: "json".into(), summary: String::new(), stats: Some(stats), lexicon_stats: None };
+        let completion = Completion { constraint_stats: Some(report), ..Completion::default() };
+        metrics.observe_generation("m", Instant::now()).finished(&completion);
+        let mut out = String::new();
+        encode(&mut out, &metrics.registry).unwrap();
+        for line in [
+            "# HELP llamay_http_requests_total HTTP requests answered, by route pattern and status.",
+            "# TYPE llamay_http_requests_total counter",
+            "llamay_http_requests_total{route=\"/v1/models/{name:.*}\",status=\"404\"} 1",
+            "# TYPE llamay_http_request_duration_seconds histogram",
+            "llamay_http_request_duration_seconds_bucket{route=\"a\\\"b\",le=\"0.01\"} 0",
+            "llamay_http_request_duration_seconds_bucket{route=\"a\\\"b\",le=\"0.025\"} 1",
+            "llamay_http_request_duration_seconds_bucket{route=\"a\\\"b\",le=\"1\"} 2",
+            "llamay_http_request_duration_seconds_bucket{route=\"a\\\"b\",le=\"120\"} 2",
+            "llamay_http_request_duration_seconds_bucket{route=\"a\\\"b\",le=\"+Inf\"} 3",
+            "llamay_http_request_duration_seconds_count{route=\"a\\\"b\"} 3",
+            "llamay_generations_total{model=\"m\",finish_reason=\"stop\"} 1",
+            "llamay_constraint_mask_steps_total{kind=\"json\"} 4",
+            "llamay_constraint_mask_seconds_total{kind=\"json\"} 1.5",
+        ] {
+            assert!(out.lines().any(|written| written == line), "{line} is missing from:\n{out}");
+        }
+        // Nothing was generated, so no generation had a first token: the family is left out.
+        assert!(!out.contains("llamay_time_to_first_token_seconds"), "{out}");
+        assert_eq!(metrics.mask_hit_ratios(), [("json", 0.75)]);
     }
 }

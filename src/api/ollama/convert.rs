@@ -4,15 +4,23 @@
 
 use serde_json::Value;
 
-use super::types::{ChatRequest, GenerateRequest, Message, Options};
-use crate::api::fields::{check_range, check_stops, context_request};
+use super::types::{ChatRequest, GenerateRequest, Message, Options, Tool};
+use crate::api::fields::{check_stops, context_request, SamplingFields, SamplingRules};
 use crate::service::constraint::ConstraintSources;
-use crate::api::tool_wire::{check_tool_type, check_tools, openai_style_choice};
+use crate::api::tool_wire::{check_tool_type, checked_tools, client_tool, earlier_calls, openai_style_choice};
 use crate::core::{
-    ChatMessage, KeepAlive, PromptInput, Role, SamplingParams, ToolCall, ToolChoice, ToolSpec,
+    ChatMessage, KeepAlive, PromptInput, Role, SamplingParams, ToolChoice, ToolSpec,
     UncheckedGenerateRequest,
 };
 use crate::error::CoreError;
+
+/// Ollama's ranges (temperature and repeat_penalty 0-100) under `options.`, and its defaults.
+const SAMPLING: SamplingRules = SamplingRules {
+    prefix: "options.",
+    max_temperature: 100.0,
+    max_repeat_penalty: 100.0,
+    defaults: SamplingParams::default,
+};
 
 #[derive(Debug)]
 pub struct Converted {
@@ -43,45 +51,19 @@ pub fn convert_chat(mut body: ChatRequest) -> Result<Converted, CoreError> {
     check_model(&body.model)?;
     let context = context_request(body.llamay.llamay_context.take(), body.llamay.llamay_context_commit)?;
     let load_only = body.messages.is_empty();
-    let messages = body
-        .messages
-        .into_iter()
-        .enumerate()
-        .map(|(i, m)| convert_message(i, m))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut tools = Vec::new();
-    for tool in body.tools.unwrap_or_default() {
-        if let Some(kind) = tool.kind.as_deref() {
-            check_tool_type(kind)?;
-        }
-        let function = tool.function.ok_or_else(|| {
-            CoreError::invalid("tools: a function tool needs its \"function\" object")
-        })?;
-        tools.push(ToolSpec {
-            name: function.name,
-            description: function.description,
-            parameters: function
-                .parameters
-                .unwrap_or_else(|| serde_json::json!({"type": "object"})),
-        });
-    }
-    let tool_choice = openai_style_choice(body.tool_choice.as_ref())?;
-    check_tools(&tools, &tool_choice)?;
+    let messages = body.messages.into_iter().enumerate().map(|(i, m)| convert_message(i, m)).collect::<Result<Vec<_>, _>>()?;
+    let choice = body.tool_choice.as_ref();
+    let (tools, tool_choice) = checked_tools(body.tools.unwrap_or_default(), convert_tool, || openai_style_choice(choice))?;
     let gpu_layers = gpu_layers(body.options.as_ref());
     let (sampling, stop, num_ctx) = convert_options(body.options)?;
     let request = UncheckedGenerateRequest {
-        model: body.model,
-        input: PromptInput::Chat { messages, tools },
         sampling,
         stop,
         num_ctx,
         keep_alive: convert_keep_alive(body.keep_alive)?,
         tool_choice,
-        parallel_tool_calls: false,
-        context,
-        accelerate: body.llamay.llamay_accelerate,
-        close_on_budget: body.llamay.llamay_close_on_budget,
         logprobs: logprobs_request(&body.llamay, body.logprobs, body.top_logprobs)?,
+        ..body.llamay.generate_request(body.model, PromptInput::Chat { messages, tools }, context)
     };
     Ok(Converted {
         request,
@@ -128,23 +110,15 @@ pub fn convert_generate(mut body: GenerateRequest) -> Result<Converted, CoreErro
     let load_only = prompt.is_empty();
     let gpu_layers = gpu_layers(body.options.as_ref());
     let (sampling, stop, num_ctx) = convert_options(body.options)?;
+    let input = PromptInput::Raw { prompt, system: body.system, template: !body.raw.unwrap_or(false) };
     let request = UncheckedGenerateRequest {
-        model: body.model,
-        input: PromptInput::Raw {
-            prompt,
-            system: body.system,
-            template: !body.raw.unwrap_or(false),
-        },
         sampling,
         stop,
         num_ctx,
         keep_alive: convert_keep_alive(body.keep_alive)?,
         tool_choice: ToolChoice::Auto,
-        parallel_tool_calls: false,
-        context,
-        accelerate: body.llamay.llamay_accelerate,
-        close_on_budget: body.llamay.llamay_close_on_budget,
         logprobs: logprobs_request(&body.llamay, body.logprobs, body.top_logprobs)?,
+        ..body.llamay.generate_request(body.model, input, context)
     };
     Ok(Converted {
         request,
@@ -179,17 +153,10 @@ fn convert_message(index: usize, message: Message) -> Result<ChatMessage, CoreEr
             "messages[{index}].images: image input is not offered in this version"
         )));
     }
-    let tool_calls = message
-        .tool_calls
-        .unwrap_or_default()
-        .into_iter()
-        .enumerate()
-        .map(|(i, call)| ToolCall {
-            id: format!("call_{index}_{i}"),
-            name: call.function.name,
-            arguments: call.function.arguments,
-        })
-        .collect();
+    let calls = message.tool_calls.unwrap_or_default().into_iter();
+    // Ollama's calls have no ids; the turn's index makes them unique in the conversation.
+    let tool_calls =
+        earlier_calls(calls.map(|call| (None, call.function.name, call.function.arguments)), |i| format!("call_{index}_{i}"));
     Ok(ChatMessage {
         role,
         content: message.content.unwrap_or_default(),
@@ -199,33 +166,27 @@ fn convert_message(index: usize, message: Message) -> Result<ChatMessage, CoreEr
     })
 }
 
+/// An Ollama tool: OpenAI's shape, its `type` optional.
+fn convert_tool(tool: Tool) -> Result<ToolSpec, CoreError> {
+    if let Some(kind) = tool.kind.as_deref() {
+        check_tool_type(kind)?;
+    }
+    let function =
+        tool.function.ok_or_else(|| CoreError::invalid("tools: a function tool needs its \"function\" object"))?;
+    Ok(client_tool(function.name, function.description, function.parameters))
+}
+
 fn convert_options(
     options: Option<Options>,
 ) -> Result<(SamplingParams, Vec<String>, Option<u32>), CoreError> {
     let options = options.unwrap_or_default();
-    let mut sampling = SamplingParams::default();
-    if let Some(t) = check_range("options.temperature", options.temperature, 0.0, 100.0)? {
-        sampling.temperature = t;
-    }
-    if let Some(p) = check_range("options.top_p", options.top_p, 0.0, 1.0)? {
-        sampling.top_p = p;
-    }
-    if let Some(p) = check_range("options.min_p", options.min_p, 0.0, 1.0)? {
-        sampling.min_p = p;
-    }
-    if let Some(p) = check_range("options.repeat_penalty", options.repeat_penalty, 0.0, 100.0)? {
-        sampling.repeat_penalty = p;
-    }
-    if let Some(k) = options.top_k {
-        sampling.top_k = k.max(0);
-    }
+    let Options { temperature, top_p, min_p, repeat_penalty, top_k, .. } = options;
+    // A negative seed is Ollama's "random".
+    let seed = options.seed.filter(|seed| *seed >= 0);
+    let mut sampling = SamplingFields { temperature, top_p, min_p, repeat_penalty, top_k, seed }.check(&SAMPLING)?;
     if let Some(n) = options.repeat_last_n {
         sampling.repeat_last_n = n.max(-1);
     }
-    sampling.seed = options
-        .seed
-        .filter(|s| *s >= 0)
-        .map(|s| (s as u64 & u64::from(u32::MAX)) as u32);
     sampling.max_tokens = match options.num_predict {
         None => None,
         Some(0) => return Err(CoreError::invalid("options.num_predict is 0, which generates nothing; use a positive count, or -1 for no limit")),
@@ -276,16 +237,13 @@ fn format_sources(format: Option<Value>) -> Result<ConstraintSources, CoreError>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::tests::support::from_wire;
     use serde_json::json;
     use std::time::Duration;
 
-    fn chat(value: Value) -> Result<Converted, CoreError> {
-        convert_chat(serde_json::from_value(value).map_err(|e| CoreError::invalid(e.to_string()))?)
-    }
-
     #[test]
     fn options_format_stream_and_keep_alive() {
-        let converted = chat(json!({
+        let converted = from_wire(convert_chat, json!({
             "model": "m", "messages": [{"role": "user", "content": "x"}], "format": {"type": "object"},
             "options": {"temperature": 0.0, "num_predict": 12, "seed": 42, "stop": ["\n\n"], "num_ctx": 512, "mirostat": 0},
             "keep_alive": "10m"
@@ -303,7 +261,7 @@ mod tests {
             Some(KeepAlive::For(Duration::from_secs(600)))
         );
         assert_eq!(converted.constraint.schema.map(|(_, p)| p), Some("format"));
-        let converted = chat(json!({"model": "m", "messages": [], "keep_alive": 0, "format": "json", "options": {"num_predict": -1}})).unwrap();
+        let converted = from_wire(convert_chat, json!({"model": "m", "messages": [], "keep_alive": 0, "format": "json", "options": {"num_predict": -1}})).unwrap();
         assert!(converted.load_only);
         assert_eq!(converted.request.keep_alive, Some(KeepAlive::UnloadNow));
         assert_eq!(converted.request.sampling.max_tokens, Some(u32::MAX));
@@ -312,29 +270,26 @@ mod tests {
 
     #[test]
     fn num_gpu_is_a_load_option() {
-        let layers = |options: Value| chat(json!({"model": "m", "messages": [], "options": options})).unwrap().gpu_layers;
+        let layers = |options: Value| from_wire(convert_chat, json!({"model": "m", "messages": [], "options": options})).unwrap().gpu_layers;
         assert_eq!(layers(json!({})), None);
         assert_eq!(layers(json!({"num_gpu": 0})), Some(0), "0 keeps the model on the CPU");
         assert_eq!(layers(json!({"num_gpu": 12})), Some(12));
         assert_eq!(layers(json!({"num_gpu": -1})), None, "-1 is Ollama's default: as many as fit");
         assert_eq!(layers(json!({"num_gpu": 1u64 << 40})), Some(u32::MAX));
-        let generate = convert_generate(
-            serde_json::from_value(json!({"model": "m", "prompt": "x", "options": {"num_gpu": 3}})).unwrap(),
-        )
-        .unwrap();
+        let generate = from_wire(convert_generate, json!({"model": "m", "prompt": "x", "options": {"num_gpu": 3}})).unwrap();
         assert_eq!(generate.gpu_layers, Some(3));
-        assert!(chat(json!({"model": "m", "messages": [], "options": {"num_gpu": "all"}})).is_err());
+        assert!(from_wire(convert_chat, json!({"model": "m", "messages": [], "options": {"num_gpu": "all"}})).is_err());
     }
 
     #[test]
     fn refusals() {
-        assert!(chat(json!({"model": "m", "messages": [], "format": 3})).is_err());
-        assert!(chat(json!({"model": "m", "messages": [], "keep_alive": "soon"})).is_err());
-        assert!(chat(json!({"model": "m", "messages": [{"role": "user", "content": "x", "images": ["AAAA"]}]})).is_err());
+        assert!(from_wire(convert_chat, json!({"model": "m", "messages": [], "format": 3})).is_err());
+        assert!(from_wire(convert_chat, json!({"model": "m", "messages": [], "keep_alive": "soon"})).is_err());
+        assert!(from_wire(convert_chat, json!({"model": "m", "messages": [{"role": "user", "content": "x", "images": ["AAAA"]}]})).is_err());
         assert!(
-            chat(json!({"model": "m", "messages": [], "options": {"num_predict": 0}})).is_err()
+            from_wire(convert_chat, json!({"model": "m", "messages": [], "options": {"num_predict": 0}})).is_err()
         );
-        let generate = |value: Value| convert_generate(serde_json::from_value(value).unwrap());
+        let generate = |value: Value| from_wire(convert_generate, value);
         assert!(generate(json!({"model": "m", "prompt": "x", "context": [1, -2]})).is_err());
         assert!(generate(json!({"model": "m", "prompt": "x", "context": [1], "llamay_context": "ctx_1"})).is_err());
         let continued = generate(json!({"model": "m", "prompt": "x", "context": [1, 2]})).unwrap();
@@ -356,7 +311,7 @@ mod tests {
 
     #[test]
     fn tools_take_a_choice_and_tool_messages_a_name() {
-        let converted = chat(json!({
+        let converted = from_wire(convert_chat, json!({
             "model": "m", "tool_choice": "required",
             "tools": [{"type": "function", "function": {"name": "get_order_status"}}],
             "messages": [
@@ -378,7 +333,7 @@ mod tests {
         );
         assert_eq!(messages[2].name.as_deref(), Some("get_order_status"));
         assert_eq!(messages[3].name.as_deref(), Some("get_order_status"));
-        let hosted = chat(json!({"model": "m", "messages": [], "tools": [{"type": "web_search"}]}))
+        let hosted = from_wire(convert_chat, json!({"model": "m", "messages": [], "tools": [{"type": "web_search"}]}))
             .unwrap_err();
         assert!(hosted.message.contains("web_search"), "{}", hosted.message);
     }

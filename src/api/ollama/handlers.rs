@@ -10,7 +10,6 @@ use super::types::{
     ChatRequest, ErrorBody, GenerateRequest, ModelDetails, PsEntry, PsResponse, ShowRequest,
     TagEntry, TagsResponse,
 };
-use crate::actors::supervisor::GetStatus;
 use crate::api::body::read_json;
 use crate::api::common::{error_response, event_stream, logprob_entries};
 use crate::api::AppState;
@@ -56,7 +55,6 @@ async fn answer(
     let request = converted.request;
     let model = request.model.clone();
     let logprobs = request.logprobs.is_some();
-    crate::core::ModelName::parse(&model)?;
     if converted.load_only {
         state.generation.load(&model, request.keep_alive, converted.gpu_layers).await?;
         let reason = if request.keep_alive == Some(KeepAlive::UnloadNow) {
@@ -99,6 +97,27 @@ pub fn human_parameters(count: u64) -> String {
     }
 }
 
+/// Default options as Ollama's `/api/show` writes them: `name value` lines, one per stop.
+fn parameters_text(
+    parameters: &std::collections::BTreeMap<String, serde_json::Value>,
+) -> String {
+    let mut lines = Vec::new();
+    for (name, value) in parameters {
+        let values = match value {
+            serde_json::Value::Array(items) => items.clone(),
+            other => vec![other.clone()],
+        };
+        for value in values {
+            let text = match value {
+                serde_json::Value::String(text) => format!("\"{text}\""),
+                other => other.to_string(),
+            };
+            lines.push(format!("{name:<30} {text}"));
+        }
+    }
+    lines.join("\n")
+}
+
 fn details(entry: &CatalogEntry) -> ModelDetails {
     ModelDetails {
         parent_model: String::new(),
@@ -136,14 +155,9 @@ pub async fn tags(state: web::Data<AppState>) -> HttpResponse {
 }
 
 pub async fn ps(state: web::Data<AppState>) -> HttpResponse {
-    let status = match state.supervisor.send(GetStatus).await {
+    let status = match state.generation.model_status().await {
         Ok(status) => status,
-        Err(_) => {
-            return render_error(&CoreError::new(
-                crate::error::ErrorCode::ShuttingDown,
-                "llamay is shutting down",
-            ))
-        }
+        Err(error) => return render_error(&error),
     };
     let models = status
         .models
@@ -191,13 +205,12 @@ pub async fn show(
             .or(body.name)
             .filter(|n| !n.is_empty())
             .ok_or_else(|| CoreError::invalid("model is required"))?;
-        crate::core::ModelName::parse(&name)?;
         let description = state.catalog.describe(&name)?;
         let defaults = &description.defaults;
         Ok::<_, CoreError>(HttpResponse::Ok().json(json!({
             "license": defaults.license.join("\n"),
             "modelfile": "",
-            "parameters": super::models::parameters_text(&defaults.parameters),
+            "parameters": parameters_text(&defaults.parameters),
             "system": defaults.system.clone().unwrap_or_default(),
             // A pulled model's Ollama template when it has one, as Ollama shows; else the GGUF's.
             "template": defaults.template.clone().or(description.template).unwrap_or_default(),

@@ -1,8 +1,8 @@
 //! Ollama's model routes that change the store: `POST /api/pull`, `POST /api/create` (NDJSON
 //! progress, or one object with `"stream": false`), `POST /api/copy` and `DELETE /api/delete`.
 //! They reach the store through [`crate::core::ModelAdmin`], never directly. A delete removes
-//! the store entry first and then retires the model's loaded copy (see
-//! [`crate::actors::supervisor::Retire`]), so nothing can load it again meanwhile.
+//! the store entry first and then retires the model's loaded copy (through the service,
+//! [`crate::service::GenerationService::retire`]), so nothing can load it again meanwhile.
 //!
 //! Pulls and creates run on their own thread and send progress through a channel; when the
 //! client goes away the channel closes, the next progress report sees it and the pull stops
@@ -16,7 +16,6 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use super::handlers::render_error;
-use crate::actors::supervisor::Retire;
 use crate::api::body::read_json;
 use crate::api::AppState;
 use crate::core::{CreateModel, ModelAdmin, ModelName, PullProgress};
@@ -95,27 +94,6 @@ impl From<PullProgress> for ProgressLine {
             completed: progress.completed,
         }
     }
-}
-
-/// Default options as Ollama's `/api/show` writes them: `name value` lines, one per stop.
-pub fn parameters_text(
-    parameters: &std::collections::BTreeMap<String, serde_json::Value>,
-) -> String {
-    let mut lines = Vec::new();
-    for (name, value) in parameters {
-        let values = match value {
-            serde_json::Value::Array(items) => items.clone(),
-            other => vec![other.clone()],
-        };
-        for value in values {
-            let text = match value {
-                serde_json::Value::String(text) => format!("\"{text}\""),
-                other => other.to_string(),
-            };
-            lines.push(format!("{name:<30} {text}"));
-        }
-    }
-    lines.join("\n")
 }
 
 fn admin(state: &AppState) -> Result<Arc<dyn ModelAdmin>, CoreError> {
@@ -312,10 +290,8 @@ pub async fn delete(
         web::block(move || admin.delete(&model))
             .await
             .map_err(|e| CoreError::internal(e.to_string()))??;
-        // Gone from the store, so no request can load it again; its loaded copy (if any) is
-        // never granted again and unloads now, or when its running requests end. A supervisor
-        // that is stopping unloads it anyway.
-        let _ = state.supervisor.send(Retire { model: name }).await;
+        // Gone from the store, so no request can load it again; its loaded copy goes too.
+        state.generation.retire(name).await;
         Ok::<_, CoreError>(HttpResponse::Ok().finish())
     };
     result.await.unwrap_or_else(|error| render_error(&error))

@@ -25,16 +25,16 @@ use futures_util::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::convert::{openai_sampling, response_format_sources, OpenAiSampling};
+use super::convert::{response_format_sources, SAMPLING};
 use super::handlers::render_error;
 use super::stream::{failure_frame, finish_reason, usage_body};
 use super::types::{ResponseFormat, StopField, StreamOptions};
 use crate::api::body::read_json;
 use crate::api::common::{event_stream, random_id, sse_frame, sse_response, unix_now, StreamTranslator};
-use crate::api::fields::{check_stops, context_request};
+use crate::api::fields::{check_stops, context_request, SamplingFields};
 use crate::api::AppState;
 use crate::core::{
-    Completion, PromptInput, StreamEvent, TokenLogprob, ToolChoice,
+    Completion, PromptInput, StreamEvent, TokenLogprob,
     UncheckedGenerateRequest, Usage,
 };
 use crate::error::CoreError;
@@ -209,16 +209,9 @@ pub fn convert(mut body: CompletionRequest) -> Result<Converted, CoreError> {
     if context.is_some() && logprobs.is_some_and(|asked| asked.prompt) {
         return Err(CoreError::invalid("echo with logprobs scores a whole prompt and does not run in a context").with_param("llamay_context"));
     }
-    // max_tokens 0 is allowed here (echo only scores the prompt), so it is set past the check.
-    let mut sampling = openai_sampling(OpenAiSampling {
-        temperature: body.temperature,
-        top_p: body.top_p,
-        min_p: body.min_p,
-        repeat_penalty: body.repeat_penalty,
-        top_k: body.top_k,
-        seed: body.seed,
-        max_tokens: ("max_tokens", None),
-    })?;
+    let CompletionRequest { temperature, top_p, min_p, repeat_penalty, top_k, seed, .. } = body;
+    let mut sampling = SamplingFields { temperature, top_p, min_p, repeat_penalty, top_k, seed }.check(&SAMPLING)?;
+    // max_tokens 0 is allowed here (echo only scores the prompt), so it was checked above.
     sampling.max_tokens = Some(max_tokens);
     let stop = check_stops("stop", StopField::list(body.stop))?;
     let response_format = body.response_format;
@@ -227,20 +220,8 @@ pub fn convert(mut body: CompletionRequest) -> Result<Converted, CoreError> {
         Prompt::Text(text) => PromptInput::Raw { prompt: text.clone(), system: None, template: false },
         Prompt::Tokens(tokens) => PromptInput::Tokens(tokens.clone()),
     };
-    let request = UncheckedGenerateRequest {
-        model: body.model,
-        input,
-        sampling,
-        stop,
-        num_ctx: None,
-        keep_alive: None,
-        tool_choice: ToolChoice::None,
-        parallel_tool_calls: false,
-        context,
-        accelerate: body.llamay.llamay_accelerate,
-        close_on_budget: body.llamay.llamay_close_on_budget,
-        logprobs,
-    };
+    // No tools: the prompt is raw text or token ids.
+    let request = UncheckedGenerateRequest { sampling, stop, logprobs, ..body.llamay.generate_request(body.model, input, context) };
     Ok(Converted {
         request,
         constraint,
@@ -488,11 +469,8 @@ impl CompletionStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::tests::support::from_wire;
     use crate::core::TopLogprob;
-
-    fn parse(value: Value) -> Result<Converted, CoreError> {
-        convert(serde_json::from_value(value).map_err(|e| CoreError::invalid(e.to_string()))?)
-    }
 
     #[test]
     fn prompts_are_strings_or_token_ids_in_every_nesting_openai_takes() {
@@ -523,7 +501,7 @@ mod tests {
             for (key, value) in extra.as_object().unwrap() {
                 body[key] = value.clone();
             }
-            parse(body).unwrap_err().param
+            from_wire(convert, body).unwrap_err().param
         };
         assert_eq!(refused(json!({"suffix": "y"})).as_deref(), Some("suffix"));
         assert_eq!(refused(json!({"best_of": 3})).as_deref(), Some("best_of"));
@@ -533,7 +511,7 @@ mod tests {
         assert_eq!(refused(json!({"n": 129})).as_deref(), Some("n"));
         assert_eq!(refused(json!({"n": 100, "logprobs": 20})).as_deref(), Some("logprobs"));
         assert_eq!(refused(json!({"echo": true, "logprobs": 1, "llamay_context": "ctx_1"})).as_deref(), Some("llamay_context"));
-        let scored = parse(json!({"model": "m", "prompt": [[1, 2], [1, 3]], "echo": true, "logprobs": 2, "max_tokens": 0, "n": 2, "seed": 7})).unwrap();
+        let scored = from_wire(convert, json!({"model": "m", "prompt": [[1, 2], [1, 3]], "echo": true, "logprobs": 2, "max_tokens": 0, "n": 2, "seed": 7})).unwrap();
         let asked = scored.request.logprobs.unwrap();
         assert!(asked.prompt && asked.answer);
         assert_eq!(asked.top, 2);

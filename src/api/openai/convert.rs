@@ -7,11 +7,11 @@ use serde_json::Value;
 use super::types::{
     ChatCompletionRequest, MessageContent, RequestMessage, ResponseFormat, StopField, Tool,
 };
-use crate::api::fields::{check_range, check_stops, context_request};
+use crate::api::fields::{check_stops, context_request, joined_text, openai_defaults, SamplingFields, SamplingRules};
 use crate::service::constraint::ConstraintSources;
-use crate::api::tool_wire::{check_tool_type, check_tools, openai_style_choice};
+use crate::api::tool_wire::{check_tool_type, checked_tools, client_tool, earlier_calls, openai_style_choice};
 use crate::core::{
-    ChatMessage, PromptInput, Role, SamplingParams, ToolCall, ToolSpec, UncheckedGenerateRequest,
+    ChatMessage, PromptInput, Role, SamplingParams, ToolSpec, UncheckedGenerateRequest,
 };
 use crate::error::CoreError;
 
@@ -48,47 +48,24 @@ pub fn convert(mut body: ChatCompletionRequest) -> Result<Converted, CoreError> 
         );
     }
     let context = context_request(body.llamay.llamay_context.take(), body.llamay.llamay_context_commit)?;
-    let messages = body
-        .messages
-        .into_iter()
-        .enumerate()
-        .map(|(i, m)| convert_message(i, m))
-        .collect::<Result<Vec<_>, _>>()?;
-    let tools = body
-        .tools
-        .unwrap_or_default()
-        .into_iter()
-        .map(convert_tool)
-        .collect::<Result<Vec<_>, _>>()?;
-    let tool_choice = openai_style_choice(body.tool_choice.as_ref())?;
-    check_tools(&tools, &tool_choice)?;
+    let messages = body.messages.into_iter().enumerate().map(|(i, m)| convert_message(i, m)).collect::<Result<Vec<_>, _>>()?;
+    let choice = body.tool_choice.as_ref();
+    let (tools, tool_choice) = checked_tools(body.tools.unwrap_or_default(), convert_tool, || openai_style_choice(choice))?;
 
-    let sampling = openai_sampling(OpenAiSampling {
-        temperature: body.temperature,
-        top_p: body.top_p,
-        min_p: body.min_p,
-        repeat_penalty: body.repeat_penalty,
-        top_k: body.top_k,
-        seed: body.seed,
-        max_tokens: ("max_tokens", body.max_completion_tokens.or(body.max_tokens)),
-    })?;
+    let ChatCompletionRequest { temperature, top_p, min_p, repeat_penalty, top_k, seed, .. } = body;
+    let fields = SamplingFields { temperature, top_p, min_p, repeat_penalty, top_k, seed };
+    let sampling = openai_sampling(fields, ("max_tokens", body.max_completion_tokens.or(body.max_tokens)))?;
     let stop = check_stops("stop", StopField::list(body.stop))?;
 
     let response_format = body.response_format;
     let constraint = body.llamay.constraint_sources(body.grammar, || response_format_sources(response_format))?;
     let request = UncheckedGenerateRequest {
-        model: body.model,
-        input: PromptInput::Chat { messages, tools },
         sampling,
         stop,
-        num_ctx: None,
-        keep_alive: None,
         tool_choice,
         parallel_tool_calls: body.parallel_tool_calls.unwrap_or(true),
-        context,
-        accelerate: body.llamay.llamay_accelerate,
-        close_on_budget: body.llamay.llamay_close_on_budget,
         logprobs,
+        ..body.llamay.generate_request(body.model, PromptInput::Chat { messages, tools }, context)
     };
     Ok(Converted {
         request,
@@ -104,33 +81,16 @@ fn convert_message(index: usize, message: RequestMessage) -> Result<ChatMessage,
     let content = match message.content {
         None => String::new(),
         Some(MessageContent::Text(text)) => text,
-        Some(MessageContent::Parts(parts)) => {
-            let mut text = String::new();
-            for part in parts {
-                match (part.kind.as_str(), part.text) {
-                    ("text", Some(piece)) => text.push_str(&piece),
-                    (kind, _) => {
-                        return Err(CoreError::invalid(format!(
-                        "{param}.content has a {kind:?} part; only text is offered in this version"
-                    ))
-                        .with_param(param))
-                    }
-                }
-            }
-            text
-        }
+        Some(MessageContent::Parts(parts)) => joined_text(parts.into_iter().map(|part| (part.kind, part.text)), |kind| {
+            CoreError::invalid(format!("{param}.content has a {kind:?} part; only text is offered in this version"))
+                .with_param(param.clone())
+        })?,
     };
-    let tool_calls = message
-        .tool_calls
-        .unwrap_or_default()
-        .into_iter()
-        .enumerate()
-        .map(|(i, call)| ToolCall {
-            id: call.id.unwrap_or_else(|| format!("call_{i}")),
-            name: call.function.name,
-            arguments: arguments_value(call.function.arguments),
-        })
-        .collect();
+    let calls = message.tool_calls.unwrap_or_default().into_iter();
+    let tool_calls = earlier_calls(
+        calls.map(|call| (call.id, call.function.name, arguments_value(call.function.arguments))),
+        |i| format!("call_{i}"),
+    );
     Ok(ChatMessage {
         role,
         content,
@@ -156,7 +116,7 @@ pub(super) fn function_tool(
     let (name, description, parameters) = definition().ok_or_else(|| {
         CoreError::invalid("a function tool needs its \"function\" object").with_param(param)
     })?;
-    Ok(ToolSpec { name, description, parameters: parameters.unwrap_or_else(|| serde_json::json!({"type": "object"})) })
+    Ok(client_tool(name, description, parameters))
 }
 
 /// A role as OpenAI's chat and Responses APIs name them.
@@ -179,44 +139,23 @@ pub(super) fn arguments_value(text: String) -> Value {
     serde_json::from_str(&text).unwrap_or(Value::String(text))
 }
 
-/// The sampling fields OpenAI's chat and Responses APIs share, and llama.cpp's extras.
-pub(super) struct OpenAiSampling {
-    pub temperature: Option<f64>,
-    pub top_p: Option<f64>,
-    pub min_p: Option<f64>,
-    pub repeat_penalty: Option<f64>,
-    pub top_k: Option<i32>,
-    pub seed: Option<i64>,
-    /// The budget field's name (`max_tokens`, `max_output_tokens`) and value.
-    pub max_tokens: (&'static str, Option<u32>),
-}
+/// OpenAI's ranges (temperature 0-2; repeat_penalty, llama.cpp's, 0-10) and defaults, for
+/// chat, completions and Responses.
+pub(super) const SAMPLING: SamplingRules = SamplingRules {
+    prefix: "",
+    max_temperature: 2.0,
+    max_repeat_penalty: 10.0,
+    defaults: openai_defaults,
+};
 
-/// OpenAI's defaults (temperature and top_p 1, no repeat penalty) with the request's values,
-/// each range-checked by name.
-pub(super) fn openai_sampling(fields: OpenAiSampling) -> Result<SamplingParams, CoreError> {
-    let mut sampling = SamplingParams {
-        temperature: 1.0,
-        top_p: 1.0,
-        repeat_penalty: 1.0,
-        ..SamplingParams::default()
-    };
-    if let Some(t) = check_range("temperature", fields.temperature, 0.0, 2.0)? {
-        sampling.temperature = t;
-    }
-    if let Some(p) = check_range("top_p", fields.top_p, 0.0, 1.0)? {
-        sampling.top_p = p;
-    }
-    if let Some(p) = check_range("min_p", fields.min_p, 0.0, 1.0)? {
-        sampling.min_p = p;
-    }
-    if let Some(p) = check_range("repeat_penalty", fields.repeat_penalty, 0.0, 10.0)? {
-        sampling.repeat_penalty = p;
-    }
-    if let Some(k) = fields.top_k {
-        sampling.top_k = k.max(0);
-    }
-    sampling.seed = fields.seed.map(|seed| (seed as u64 & u64::from(u32::MAX)) as u32);
-    let (name, max_tokens) = fields.max_tokens;
+/// The sampling fields under OpenAI's rules, with the token budget `max_tokens`: its field's
+/// name (`max_tokens`, `max_output_tokens`) and value, at least 1 when sent.
+pub(super) fn openai_sampling(
+    fields: SamplingFields,
+    max_tokens: (&'static str, Option<u32>),
+) -> Result<SamplingParams, CoreError> {
+    let mut sampling = fields.check(&SAMPLING)?;
+    let (name, max_tokens) = max_tokens;
     if max_tokens == Some(0) {
         return Err(CoreError::invalid(format!("{name} must be at least 1")).with_param(name));
     }
@@ -258,15 +197,12 @@ pub(super) fn format_sources(kind: &str, schema: Option<Value>, param: &'static 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::tests::support::from_wire;
     use serde_json::json;
-
-    fn parse(value: serde_json::Value) -> Result<Converted, CoreError> {
-        convert(serde_json::from_value(value).map_err(|e| CoreError::invalid(e.to_string()))?)
-    }
 
     #[test]
     fn maps_messages_sampling_and_stops() {
-        let converted = parse(json!({
+        let converted = from_wire(convert, json!({
             "model": "smollm2:135m", "temperature": 0, "max_completion_tokens": 20, "seed": -1,
             "stop": "\n", "stream": true, "stream_options": {"include_usage": true},
             "messages": [{"role": "developer", "content": "be brief"},
@@ -292,7 +228,7 @@ mod tests {
         let with = |key: &str, value: serde_json::Value| {
             let mut body = base.clone();
             body[key] = value;
-            parse(body).unwrap_err()
+            from_wire(convert, body).unwrap_err()
         };
         assert_eq!(with("n", json!(2)).param.as_deref(), Some("n"));
         assert_eq!(
@@ -338,7 +274,7 @@ mod tests {
             for (key, value) in extra.as_object().unwrap() {
                 body[key] = value.clone();
             }
-            parse(body)
+            from_wire(convert, body)
         };
         let asked = ask(json!({"logprobs": true, "top_logprobs": 5})).unwrap().request.logprobs.unwrap();
         assert_eq!((asked.answer, asked.top, asked.mode, asked.prompt), (true, 5, crate::core::LogprobMode::Model, false));
@@ -357,7 +293,7 @@ mod tests {
 
     #[test]
     fn llamay_schema_wins_over_response_format() {
-        let converted = parse(json!({
+        let converted = from_wire(convert, json!({
             "model": "m", "messages": [{"role": "user", "content": "x"}],
             "response_format": {"type": "json_object"},
             "llamay_schema": {"type": "integer"}
@@ -372,7 +308,7 @@ mod tests {
             Some((json!({"type": "integer"}), "llamay_schema"))
         );
         assert_eq!(converted.constraint.any_json, None);
-        let converted = parse(json!({
+        let converted = from_wire(convert, json!({
             "model": "m", "messages": [{"role": "user", "content": "x"}],
             "response_format": {"type": "json_schema", "json_schema": {"name": "o", "schema": {"type": "object"}}},
             "grammar": "root ::= \"a\""
@@ -383,7 +319,7 @@ mod tests {
 
     #[test]
     fn tool_results_and_earlier_calls_convert() {
-        let converted = parse(json!({
+        let converted = from_wire(convert, json!({
             "model": "m", "parallel_tool_calls": false,
             "tools": [{"type": "function", "function": {"name": "get_weather"}}],
             "messages": [
@@ -407,7 +343,7 @@ mod tests {
 
     #[test]
     fn a_named_tool_that_was_not_offered_is_refused_by_name() {
-        let error = parse(json!({
+        let error = from_wire(convert, json!({
             "model": "m", "messages": [{"role": "user", "content": "x"}],
             "tools": [{"type": "function", "function": {"name": "get_weather"}}],
             "tool_choice": {"type": "function", "function": {"name": "get_news"}}

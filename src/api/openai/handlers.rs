@@ -27,6 +27,15 @@ pub fn render_error(error: &CoreError) -> HttpResponse {
     })
 }
 
+/// A JSON answer with its status, or the error in OpenAI's shape: how llamay's own `/v1/`
+/// routes (contexts, snapshots) answer.
+pub fn respond(result: Result<(actix_web::http::StatusCode, serde_json::Value), CoreError>) -> HttpResponse {
+    match result {
+        Ok((status, body)) => HttpResponse::build(status).json(body),
+        Err(error) => render_error(&error),
+    }
+}
+
 pub async fn chat_completions(
     state: web::Data<AppState>,
     request: HttpRequest,
@@ -97,9 +106,6 @@ pub async fn list_models(state: web::Data<AppState>) -> HttpResponse {
 }
 
 pub async fn get_model(state: web::Data<AppState>, name: web::Path<String>) -> HttpResponse {
-    if let Err(invalid) = crate::core::ModelName::parse(&name) {
-        return render_error(&invalid.into());
-    }
     match state.catalog.describe(&name) {
         Ok(description) => HttpResponse::Ok().json(model_object(
             description.entry.name,

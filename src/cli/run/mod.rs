@@ -264,8 +264,8 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
         if let Some(line) = drafts_line(&completion) {
             eprintln!("{line}");
         }
-        if let Some(summary) = completion.constraint_stats.as_ref().and_then(|s| s.get("summary")).and_then(|s| s.as_str()) {
-            eprintln!("{summary}");
+        if let Some(report) = &completion.constraint_stats {
+            eprintln!("{}", report.summary);
         }
     }
     Ok(ExitCode::SUCCESS)

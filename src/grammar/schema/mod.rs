@@ -50,10 +50,6 @@ mod validate;
 
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod number_tests;
-#[cfg(test)]
-mod shape_tests;
 
 use std::fmt;
 use std::sync::Arc;

@@ -14,9 +14,9 @@ use serde_json::{json, Map, Value};
 
 use super::types::{InputField, ResponsesRequest, TextFormat};
 use crate::api::common::random_id;
-use crate::api::fields::context_request;
-use crate::api::openai::convert::{arguments_value, chat_role, format_sources, function_tool, openai_sampling, OpenAiSampling};
-use crate::api::tool_wire::{check_tools, openai_style_choice};
+use crate::api::fields::{context_request, SamplingFields};
+use crate::api::openai::convert::{arguments_value, chat_role, format_sources, function_tool, openai_sampling};
+use crate::api::tool_wire::{checked_tools, openai_style_choice};
 use crate::core::{ChatMessage, PromptInput, Role, ToolCall, ToolSpec, UncheckedGenerateRequest};
 use crate::error::CoreError;
 use crate::service::constraint::ConstraintSources;
@@ -81,18 +81,12 @@ pub fn convert(mut body: ResponsesRequest, previous: Vec<ChatMessage>) -> Result
     let input_items = convert_input(items, &mut conversation)?;
 
     let raw_tools = body.tools.take().unwrap_or_default();
-    let tools = raw_tools.iter().enumerate().map(|(i, tool)| convert_tool(i, tool)).collect::<Result<Vec<_>, _>>()?;
-    let tool_choice = openai_style_choice(body.tool_choice.as_ref())?;
-    check_tools(&tools, &tool_choice)?;
-    let sampling = openai_sampling(OpenAiSampling {
-        temperature: body.temperature,
-        top_p: body.top_p,
-        min_p: body.min_p,
-        repeat_penalty: body.repeat_penalty,
-        top_k: body.top_k,
-        seed: body.seed,
-        max_tokens: ("max_output_tokens", body.max_output_tokens),
-    })?;
+    let choice = body.tool_choice.as_ref();
+    let (tools, tool_choice) =
+        checked_tools(raw_tools.iter().enumerate(), |(i, tool)| convert_tool(i, tool), || openai_style_choice(choice))?;
+    let ResponsesRequest { temperature, top_p, min_p, repeat_penalty, top_k, seed, .. } = body;
+    let fields = SamplingFields { temperature, top_p, min_p, repeat_penalty, top_k, seed };
+    let sampling = openai_sampling(fields, ("max_output_tokens", body.max_output_tokens))?;
     let metadata = check_metadata(body.metadata.take())?;
     let truncation = match body.truncation.as_deref() {
         None | Some("disabled") => "disabled",
@@ -133,20 +127,12 @@ pub fn convert(mut body: ResponsesRequest, previous: Vec<ChatMessage>) -> Result
         truncation: truncation.to_string(),
         user: body.user,
     };
+    // Responses requests send no stop strings and ask for no log-probabilities.
     let request = UncheckedGenerateRequest {
-        model: body.model,
-        input: PromptInput::Chat { messages, tools },
         sampling,
-        stop: Vec::new(),
-        num_ctx: None,
-        keep_alive: None,
         tool_choice,
         parallel_tool_calls,
-        context,
-        accelerate: body.llamay.llamay_accelerate,
-        close_on_budget: body.llamay.llamay_close_on_budget,
-        // Responses requests ask for no log-probabilities.
-        logprobs: None,
+        ..body.llamay.generate_request(body.model, PromptInput::Chat { messages, tools }, context)
     };
     Ok(ConvertedResponse { request, constraint, stream: body.stream, store, conversation, input_items, echo })
 }

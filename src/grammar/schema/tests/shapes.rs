@@ -4,8 +4,8 @@
 
 use serde_json::{json, Value};
 
-use super::compile_schema;
-use super::tests::{assert_accepts, assert_rejects, schema};
+use crate::schema::compile_schema;
+use super::{assert_accepts, assert_rejects, schema};
 use crate::ir::Grammar;
 
 /// The digit rules of a compiled number: each alternative is empty or one byte set then a
@@ -71,7 +71,7 @@ fn any_of_closed_objects_reads_as_one_object_with_the_same_language() {
     });
     assert_eq!(merged(&artifact_schema), 1);
     // The walk fixture (tests.rs) that checks documents against a validator is one such choice.
-    let fixture: Value = serde_json::from_str(include_str!("../../../testdata/schemas/object_union.json")).expect("fixture");
+    let fixture: Value = serde_json::from_str(include_str!("../../../../testdata/schemas/object_union.json")).expect("fixture");
     assert_eq!(merged(&fixture), 1);
     let artifact = schema(artifact_schema);
     assert_accepts(&artifact, &[

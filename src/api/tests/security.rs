@@ -16,11 +16,11 @@ use actix_web::{test, web};
 use serde_json::{json, Value};
 
 use crate::service::GenerationPolicy;
-use super::auth::ApiKey;
-use super::limits::HttpLimits;
-use super::server::start_http;
-use super::test_support::{FakeCatalog, ScriptedLoader};
-use super::{build_app, AppState, RouteSettings};
+use crate::api::auth::ApiKey;
+use crate::api::limits::HttpLimits;
+use crate::api::server::start_http;
+use super::support::{app_state, ScriptedLoader};
+use crate::api::{build_app, AppState, RouteSettings};
 use crate::actors::supervisor::{Supervisor, SupervisorConfig};
 use crate::core::KeepAlive;
 
@@ -35,7 +35,7 @@ fn state_with(settings: RouteSettings) -> AppState {
         max_queue: 8,
     };
     let supervisor = Supervisor::new(Arc::new(ScriptedLoader::new()), config).start();
-    AppState::new(supervisor, Arc::new(FakeCatalog), GenerationPolicy::default(), settings)
+    app_state(supervisor, GenerationPolicy::default(), settings)
 }
 
 struct Answer {
@@ -671,7 +671,7 @@ async fn a_streaming_answer_is_not_shed_while_idle_connections_are() {
         let mut idle = TcpStream::connect(addr).unwrap_or_else(|e| panic!("{e}"));
         assert!(closes_within(&mut idle, Duration::from_secs(10)), "the idle connection was kept");
         // Three times the idle allowance later, the stream still flows.
-        std::thread::sleep(super::head_deadline::IDLE_CHECK * 3);
+        std::thread::sleep(crate::api::head_deadline::IDLE_CHECK * 3);
         let _ = streaming.set_read_timeout(Some(Duration::from_secs(5)));
         let mut buffer = [0u8; 1024];
         let flowing = streaming.read(&mut buffer).is_ok_and(|n| n > 0);

@@ -1,5 +1,11 @@
 //! The real app mounted with a scripted model: every route, both streaming forms, structured
-//! output wiring, and each error path in each API's own shape and status.
+//! output wiring, and each error path in each API's own shape and status. The GPU placement
+//! routes (`devices`), the server's guards (`security`) and the tool routes (`tools`) have
+//! modules of their own; `support` is what they and the converters' tests share.
+
+mod devices;
+mod security;
+pub(crate) mod support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -11,7 +17,7 @@ use actix_web::http::StatusCode;
 use actix_web::{test, web};
 use serde_json::{json, Value};
 
-use super::test_support::{FakeCatalog, ScriptedLoader};
+use self::support::{app_state, ScriptedLoader};
 use super::{build_app, AppState, RouteSettings};
 use crate::service::GenerationPolicy;
 use crate::actors::supervisor::{acquire, Supervisor, SupervisorConfig};
@@ -21,6 +27,8 @@ const BODY_LIMIT: usize = 64 * 1024;
 
 struct Harness {
     state: web::Data<AppState>,
+    /// The supervisor under the state, for tests that lease a model themselves.
+    supervisor: actix::Addr<Supervisor>,
     in_use: Arc<AtomicUsize>,
 }
 
@@ -33,13 +41,8 @@ fn harness(max_loaded: usize, max_queue: usize) -> Harness {
         max_queue,
     };
     let supervisor = Supervisor::new(Arc::new(loader), config).start();
-    let state = web::Data::new(AppState::new(
-        supervisor,
-        Arc::new(FakeCatalog),
-        GenerationPolicy::default(),
-        RouteSettings::new(BODY_LIMIT),
-    ));
-    Harness { state, in_use }
+    let state = web::Data::new(app_state(supervisor.clone(), GenerationPolicy::default(), RouteSettings::new(BODY_LIMIT)));
+    Harness { state, supervisor, in_use }
 }
 
 /// POSTs `body` (a JSON value, or raw text) to `path`; returns status, headers' Retry-After, body.
@@ -311,8 +314,8 @@ async fn unknown_model_is_404_and_long_prompt_400_and_big_body_413() {
 async fn overload_is_503_with_retry_after() {
     let h = harness(1, 1);
     let app = test::init_service(build_app(h.state.clone())).await;
-    let _busy = acquire(&h.state.supervisor, "tiny:1m", None).await.unwrap();
-    let supervisor = h.state.supervisor.clone();
+    let _busy = acquire(&h.supervisor, "tiny:1m", None).await.unwrap();
+    let supervisor = h.supervisor.clone();
     let _waiting =
         actix::spawn(async move { acquire(&supervisor, "other:2m", None).await.map(|_| ()) });
     actix::clock::sleep(Duration::from_millis(50)).await;
@@ -529,12 +532,8 @@ async fn the_grammar_file_applies_unless_the_request_brings_its_own_constraint()
         &limits,
     )
     .unwrap();
-    let state = web::Data::new(AppState::new(
-        supervisor,
-        Arc::new(FakeCatalog),
-        GenerationPolicy { default_grammar: Some(grammar), ..Default::default() },
-        RouteSettings::new(BODY_LIMIT),
-    ));
+    let policy = GenerationPolicy { default_grammar: Some(grammar), ..Default::default() };
+    let state = web::Data::new(app_state(supervisor, policy, RouteSettings::new(BODY_LIMIT)));
     let app = test::init_service(build_app(state.clone())).await;
     let body = call!(app, post, "/v1/chat/completions", chat_body("tiny:1m", "x")).json();
     assert_eq!(
@@ -593,8 +592,7 @@ async fn max_tokens_gets_the_configured_default_and_is_clamped_to_the_limit() {
     };
     let supervisor = Supervisor::new(Arc::new(loader), config).start();
     let token_limits = crate::core::TokenLimits { default_max_tokens: 1, max_tokens_limit: 2 };
-    let state =
-        AppState::new(supervisor, Arc::new(FakeCatalog), GenerationPolicy { token_limits, ..Default::default() }, RouteSettings::new(BODY_LIMIT));
+    let state = app_state(supervisor, GenerationPolicy { token_limits, ..Default::default() }, RouteSettings::new(BODY_LIMIT));
     let app = test::init_service(build_app(web::Data::new(state))).await;
 
     let mut body = chat_body("tiny:1m", "x");
@@ -654,7 +652,7 @@ async fn llamay_formats_enforce_refuses_a_format_with_a_pattern_and_the_default_
     )
     .start();
     let formats = crate::grammar::schema::FormatMode::Enforce;
-    let state = AppState::new(supervisor, Arc::new(FakeCatalog), GenerationPolicy { formats, ..Default::default() }, RouteSettings::new(BODY_LIMIT));
+    let state = app_state(supervisor, GenerationPolicy { formats, ..Default::default() }, RouteSettings::new(BODY_LIMIT));
     let app = test::init_service(build_app(web::Data::new(state))).await;
     openai.as_object_mut().map(|body| body.remove("llamay_formats"));
     assert_eq!(call!(app, post, "/v1/chat/completions", openai.clone()).status, StatusCode::BAD_REQUEST);

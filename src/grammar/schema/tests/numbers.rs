@@ -4,8 +4,8 @@
 
 use serde_json::json;
 
-use super::compile_schema;
-use super::tests::{assert_accepts, assert_rejects, schema};
+use crate::schema::compile_schema;
+use super::{assert_accepts, assert_rejects, schema};
 
 #[test]
 fn integer_bounds_past_eighteen_digits_are_refused_naming_the_keyword() {

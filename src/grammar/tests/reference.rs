@@ -5,10 +5,10 @@ use std::collections::{BTreeSet, HashMap};
 
 use proptest::prelude::*;
 
-use super::automaton::CompiledGrammar;
-use super::check::{check_input, CheckOutcome};
-use super::ir::{ByteSet, Grammar, Rule, RuleId, Symbol};
-use super::limits::Limits;
+use crate::automaton::CompiledGrammar;
+use crate::check::{check_input, CheckOutcome};
+use crate::ir::{ByteSet, Grammar, Rule, RuleId, Symbol};
+use crate::limits::Limits;
 
 /// Every (end offset, whitespace used) at which `symbols` can finish when started at `start`.
 struct Reference<'a> {

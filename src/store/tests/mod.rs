@@ -1,5 +1,7 @@
 //! Store tests on a real sled database in a temporary directory, with synthetic GGUF files.
 
+mod doctor;
+
 use super::*;
 use crate::gguf::testing::GgufBuilder;
 use sha2::{Digest, Sha256};

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use sha2::Digest;
 
-use super::*;
+use crate::store::*;
 use crate::gguf::testing::{GgufBuilder, TestValue};
 
 struct Broken {

@@ -13,13 +13,13 @@ use actix_web::{test, web, Error};
 use serde_json::{json, Value};
 
 use crate::daemon::banner::device_lines;
-use super::test_support::{FakeCatalog, ScriptedLoader};
-use super::{build_app, AppState, RouteSettings};
+use super::support::{app_state, ScriptedLoader};
+use crate::api::{build_app, AppState, RouteSettings};
 use crate::service::GenerationPolicy;
 use crate::actors::memory::testing::{estimate, FakeGpu, GIB};
 use crate::actors::memory::{MemoryProbe, NoProbe};
 use crate::actors::messages::{LoadedModel, ModelLoader};
-use crate::actors::supervisor::{GetStatus, Supervisor, SupervisorConfig};
+use crate::actors::supervisor::{Supervisor, SupervisorConfig};
 use crate::core::KeepAlive;
 use crate::error::CoreError;
 use crate::llm::offload::{LayerPlacement, MemoryEstimate};
@@ -44,7 +44,7 @@ fn state(probe: impl MemoryProbe + 'static) -> web::Data<AppState> {
     let supervisor = Supervisor::new(Arc::new(PlacedLoader(ScriptedLoader::new())), config)
         .with_memory(Arc::new(probe), None)
         .start();
-    web::Data::new(AppState::new(supervisor, Arc::new(FakeCatalog), GenerationPolicy::default(), RouteSettings::new(64 * 1024)))
+    web::Data::new(app_state(supervisor, GenerationPolicy::default(), RouteSettings::new(64 * 1024)))
 }
 
 type Request = actix_http::Request;
@@ -99,7 +99,7 @@ async fn a_model_on_the_gpu_shows_its_vram_everywhere() {
     assert_eq!(value("llamay_device_memory_models_bytes"), Some(whole.device_bytes as f64));
     assert_eq!(value("llamay_model_gpu_layers"), Some(9.0));
 
-    let status = state.supervisor.send(GetStatus).await.unwrap();
+    let status = state.generation().model_status().await.unwrap();
     let lines = device_lines(&status);
     assert_eq!(lines[0], "Device FAKE0 (FAKE): Fake GPU, 4.0 GiB free of 4.0 GiB");
     assert!(lines[1].starts_with("  tiny:1m: 9/9 layers offloaded, 1."), "{lines:?}");
@@ -132,7 +132,7 @@ async fn without_a_gpu_the_banner_says_cpu_only() {
     let state = state(NoProbe);
     let app = test::init_service(build_app(state.clone())).await;
     generate(&app, json!({"num_gpu": 99})).await;
-    let status = state.supervisor.send(GetStatus).await.unwrap();
+    let status = state.generation().model_status().await.unwrap();
     let lines = device_lines(&status);
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(lines[0].starts_with("Devices: CPU only ("), "{lines:?}");

@@ -1,4 +1,8 @@
-//! Unit tests: every keyword enforced, every refusal naming keyword and location.
+//! Unit tests: every keyword enforced, every refusal naming keyword and location; the number
+//! rules (`numbers`) and the shapes the compiler emits (`shapes`) in modules of their own.
+
+mod numbers;
+mod shapes;
 
 use std::collections::BTreeSet;
 
@@ -345,7 +349,7 @@ fn review_reports_a_compile_time_refusal() {
 
 #[test]
 fn the_specs_order_schema_accepts_the_specs_output() {
-    let order: Value = match serde_json::from_str(include_str!("../../../testdata/schemas/order.json")) {
+    let order: Value = match serde_json::from_str(include_str!("../../../../testdata/schemas/order.json")) {
         Ok(value) => value,
         Err(error) => panic!("order.json: {error}"),
     };
@@ -375,12 +379,12 @@ mod walks {
     use crate::limits::Limits;
 
     const FIXTURES: &[(&str, &str)] = &[
-        ("order.json", include_str!("../../../testdata/schemas/order.json")),
-        ("weather_tool.json", include_str!("../../../testdata/schemas/weather_tool.json")),
-        ("numbers.json", include_str!("../../../testdata/schemas/numbers.json")),
-        ("tree.json", include_str!("../../../testdata/schemas/tree.json")),
-        ("mixed.json", include_str!("../../../testdata/schemas/mixed.json")),
-        ("object_union.json", include_str!("../../../testdata/schemas/object_union.json")),
+        ("order.json", include_str!("../../../../testdata/schemas/order.json")),
+        ("weather_tool.json", include_str!("../../../../testdata/schemas/weather_tool.json")),
+        ("numbers.json", include_str!("../../../../testdata/schemas/numbers.json")),
+        ("tree.json", include_str!("../../../../testdata/schemas/tree.json")),
+        ("mixed.json", include_str!("../../../../testdata/schemas/mixed.json")),
+        ("object_union.json", include_str!("../../../../testdata/schemas/object_union.json")),
     ];
 
     /// Soft length: past it the walk prefers bytes that close things.

@@ -5,12 +5,32 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use actix::Addr;
+
 use crate::actors::messages::{Generate, Generation, LoadedModel, ModelLoader};
+use crate::actors::supervisor::Supervisor;
+use crate::api::{AppState, RouteSettings};
+use crate::contexts::ContextRegistry;
 use crate::core::{
     CatalogEntry, Completion, FinishReason, ModelCatalog, ModelDescription, ModelInfo, ModelTotals,
     PromptInput, StreamEvent, Timings, ToolCall, ToolChoice, Usage, ValidGenerateRequest,
 };
 use crate::error::CoreError;
+use crate::service::{GenerationPolicy, GenerationService};
+
+/// The app's state over `supervisor` and the fake catalog, as route tests mount it.
+pub fn app_state(supervisor: Addr<Supervisor>, policy: GenerationPolicy, settings: RouteSettings) -> AppState {
+    let generation = GenerationService::new(supervisor, Arc::new(ContextRegistry::new()), policy);
+    AppState::new(generation, Arc::new(FakeCatalog), settings)
+}
+
+/// What `convert` makes of `value`, read as its route reads a body (`api::body::parse_json`).
+pub fn from_wire<T: serde::de::DeserializeOwned, C>(
+    convert: impl FnOnce(T) -> Result<C, CoreError>,
+    value: serde_json::Value,
+) -> Result<C, CoreError> {
+    convert(crate::api::body::parse_json(value.to_string().as_bytes())?)
+}
 
 pub const KNOWN_MODELS: [&str; 2] = ["tiny:1m", "other:2m"];
 
@@ -21,6 +41,7 @@ impl ModelCatalog for FakeCatalog {
         Ok(KNOWN_MODELS.iter().map(|name| entry(name)).collect())
     }
     fn describe(&self, name: &str) -> Result<ModelDescription, CoreError> {
+        crate::core::ModelName::parse(name)?;
         if !KNOWN_MODELS.contains(&name) {
             return Err(CoreError::model_not_found(name));
         }
