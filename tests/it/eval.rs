@@ -51,6 +51,37 @@ fn whole_lines(path: &Path) -> Vec<String> {
     text[..whole].lines().map(str::to_string).collect()
 }
 
+/// Starts eval with `args`, kills it (SIGKILL) once `out` holds `lines` whole lines, and
+/// returns the lines it wrote, fewer than the `total` items.
+fn killed_after(args: &[String], out: &Path, lines: usize, total: usize) -> Vec<String> {
+    let mut child = llamay()
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("eval starts");
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while whole_lines(out).len() < lines {
+        if let Some(status) = child.try_wait().expect("wait") {
+            panic!(
+                "eval ended ({status}) before {lines} lines: {}",
+                stderr(&child.wait_with_output().expect("output"))
+            );
+        }
+        assert!(Instant::now() < deadline, "no {lines} lines in 10 minutes");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+    let before = whole_lines(out);
+    assert!(
+        before.len() < total,
+        "the kill came after the end: {} lines",
+        before.len()
+    );
+    before
+}
+
 fn item_ids(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path)
         .expect("items")
@@ -72,34 +103,7 @@ fn fifty_items_with_a_schema_survive_a_kill_and_finish_without_redoing_the_first
         &["-schema", &schema_flag, "-n", "24", "-parallel", "2"],
     );
 
-    let mut child = llamay()
-        .args(&args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("eval starts");
-    let deadline = Instant::now() + Duration::from_secs(600);
-    loop {
-        if whole_lines(&out).len() >= 25 {
-            break;
-        }
-        if let Some(status) = child.try_wait().expect("wait") {
-            panic!(
-                "eval ended ({status}) before 25 lines: {}",
-                stderr(&child.wait_with_output().expect("output"))
-            );
-        }
-        assert!(Instant::now() < deadline, "no 25 lines in 10 minutes");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child.kill().expect("SIGKILL");
-    let _ = child.wait();
-    let before = whole_lines(&out);
-    assert!(
-        before.len() < 50,
-        "the kill came after the end: {} lines",
-        before.len()
-    );
+    let before = killed_after(&args, &out, 25, 50);
 
     let rerun = llamay().args(&args).output().expect("eval reruns");
     assert!(rerun.status.success(), "{}", stderr(&rerun));
@@ -550,31 +554,7 @@ fn score_ranks_choices_by_the_model_s_own_log_likelihoods_and_resumes_after_a_ki
     let (items, prefix) = scoring_files(dir.path(), rounds);
     let out = dir.path().join("scores.jsonl");
     let args = score_args(&prefix, &items, &out, &["-parallel", "1"]);
-    let mut child = llamay()
-        .args(&args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("eval starts");
-    let deadline = Instant::now() + Duration::from_secs(600);
-    while whole_lines(&out).len() < 6 {
-        if let Some(status) = child.try_wait().expect("wait") {
-            panic!(
-                "eval ended ({status}) before 6 lines: {}",
-                stderr(&child.wait_with_output().expect("output"))
-            );
-        }
-        assert!(Instant::now() < deadline, "no 6 lines in 10 minutes");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.kill().expect("SIGKILL");
-    let _ = child.wait();
-    let before = whole_lines(&out);
-    assert!(
-        before.len() < total,
-        "the kill came after the end: {} lines",
-        before.len()
-    );
+    let before = killed_after(&args, &out, 6, total);
 
     let rerun = llamay().args(&args).output().expect("eval reruns");
     assert!(rerun.status.success(), "{}", stderr(&rerun));

@@ -24,6 +24,10 @@ RESULTS.jsonl gets one line per item, in the order the items finish:
   {\"id\", \"output\", \"tokens\", \"prompt_tokens\", \"cached_tokens\", \"finish_reason\", \"ms\"}
 Items whose id is already in RESULTS.jsonl are skipped, so an interrupted run resumes.
 
+With a daemon running (LLAMAY_ADDR), eval uses its contexts API; -t, -c and -kv then are the
+daemon's, cached_tokens is null (its Ollama routes do not report it) and the summary counts
+the daemon's prefix reuse over the run.
+
 With -score, each item is {\"id\", \"prompt\", \"choices\": [\" Paris\", \" Rome\"], \"answer\": 0}
 (answer optional): every choice is scored as a continuation of prefix + prompt, nothing is
 generated, and a result line is
@@ -32,9 +36,7 @@ generated, and a result line is
    \"prompt_tokens\", \"cached_tokens\", \"ms\"}
 A choice's tokens are those of prompt + choice after the prompt's own, as
 lm-evaluation-harness counts them.
-With a daemon running (LLAMAY_ADDR), eval uses its contexts API; -t, -c and -kv then are the
-daemon's, cached_tokens is null (its Ollama routes do not report it) and the summary counts
-the daemon's prefix reuse over the run.";
+On a daemon, -score uses /tokenize and /v1/completions (echo), which report cached_tokens.";
 
 #[derive(Debug, Args)]
 #[command(after_help = ITEMS_HELP)]
