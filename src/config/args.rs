@@ -155,6 +155,7 @@ pub const SINGLE_DASH_LONG_FLAGS: &[&str] = &[
     "prefix",
     "items",
     "output",
+    "score",
     // serve: embeddings and rerank
     "embed",
     "rerank",

@@ -6,9 +6,17 @@
 //! it (`Read` mode: the item's tokens and answer never change the prefix), so its prompt
 //! starts from the prefix's KV state instead of prefilling it again.
 //!
-//! Key types: [`Backend`], [`ItemAnswer`], [`WireConstraint`]. Cost in-process: the model load,
-//! `-parallel` + 1 KV sequences (the prefix keeps one); on a daemon, four HTTP calls per item
-//! (fork, generate, delete, and the summary's stats).
+//! Scoring (`-score`) goes through the path the daemon's `/v1/completions` takes for `echo`
+//! with `logprobs` and `max_tokens: 0`: a request of token ids whose prompt log-probabilities
+//! come back. Such a request does not run in a context (echo scores a whole prompt), so the
+//! shared prefix is shared by prefix reuse instead of a fork: the prefix is scored once, and
+//! every later request reuses its scored positions (see `actors::prefix`). In-process that is
+//! the model worker directly; on a daemon, `POST /tokenize` and `POST /v1/completions`.
+//!
+//! Key types: [`Backend`], [`ItemAnswer`], [`WireConstraint`], [`ScoredPrompt`]. Cost
+//! in-process: the model load, `-parallel` + 1 KV sequences (the prefix keeps one); on a
+//! daemon, four HTTP calls per item (fork, generate, delete, and the summary's stats), or under
+//! `-score` one tokenisation per choice and one scoring call per choice.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,12 +26,13 @@ use serde_json::{json, Value};
 use llamay::contexts::{
     ContextContent, ContextMode, ContextRecord, ContextRegistry, ContextUse,
 };
-use llamay::actors::messages::HoldContexts;
+use llamay::actors::messages::{Generate, HoldContexts, Tokenize};
 use llamay::actors::model::{locate_model, LlamaModelHandle, WorkerSettings};
 use llamay::service::validate_local;
 use llamay::core::{
-    ChatMessage, Completion, Constraint, FinishReason, KeepAlive, PromptInput, Role,
-    SamplingParams, StreamEvent, UncheckedGenerateRequest, ValidGenerateRequest,
+    ChatMessage, Completion, Constraint, FinishReason, KeepAlive, LogprobMode, LogprobsRequest,
+    PromptInput, Role, SamplingParams, StreamEvent, UncheckedGenerateRequest,
+    ValidGenerateRequest,
 };
 use llamay::grammar::schema::FormatMode;
 use llamay::llm::{ContextParams, Model};
@@ -43,6 +52,24 @@ pub struct ItemAnswer {
     pub cached_tokens: Option<u32>,
     pub finish_reason: &'static str,
     pub elapsed: Duration,
+}
+
+/// A prompt of token ids scored: per token, its log-probability after the tokens before it and
+/// the highest log-probability any token had there (`None` for the first token, which nothing
+/// predicts).
+#[derive(Debug, Clone, Default)]
+pub struct ScoredPrompt {
+    pub positions: Vec<Option<PositionLogprob>>,
+    pub prompt_tokens: u32,
+    /// Tokens whose scores were reused from an earlier request rather than decoded.
+    pub cached_tokens: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PositionLogprob {
+    pub logprob: f64,
+    /// The most likely token's log-probability there.
+    pub best: f64,
 }
 
 /// The constraint as a daemon's Ollama routes take it: `format` (a schema or `"json"`),
@@ -170,6 +197,26 @@ impl Backend {
         }
     }
 
+    /// `text` as the model's token ids, as `POST /tokenize` gives them (`add_special`: with the
+    /// model's BOS where it puts one; control-token text becomes its token).
+    pub fn tokenize(&self, text: &str, add_special: bool) -> Result<Vec<u32>, CliError> {
+        if text.is_empty() && !add_special {
+            return Ok(Vec::new());
+        }
+        match self {
+            Backend::Local(local) => local.handle.tokenize(text, add_special).map_err(model_error),
+            Backend::Remote(remote) => remote.tokenize(text, add_special),
+        }
+    }
+
+    /// Scores `tokens` (echo with log-probabilities, nothing generated).
+    pub fn score(&self, tokens: Vec<u32>) -> Result<ScoredPrompt, CliError> {
+        match self {
+            Backend::Local(local) => local.score(tokens),
+            Backend::Remote(remote) => remote.score(tokens),
+        }
+    }
+
     /// Prompt tokens the run did not prefill: the items' own counts in-process, the daemon's
     /// `prefix_reuse.tokens_saved` growth over the run on a daemon (it counts every client's).
     pub fn reused_tokens(&self, counted: u64) -> Result<u64, CliError> {
@@ -289,6 +336,48 @@ impl Local {
         ))
     }
 
+    fn score(&self, tokens: Vec<u32>) -> Result<ScoredPrompt, CliError> {
+        let mut request = UncheckedGenerateRequest::new(self.model.clone(), PromptInput::Tokens(tokens))
+            .with_sampling(SamplingParams {
+                temperature: 0.0,
+                max_tokens: Some(0),
+                ..SamplingParams::default()
+            });
+        request.logprobs = Some(LogprobsRequest {
+            answer: false,
+            top: 1,
+            mode: LogprobMode::Model,
+            prompt: true,
+        });
+        let request = validate_local(request, None, None).map_err(model_error)?;
+        let mut generation = self.handle.submit(request).map_err(model_error)?;
+        let mut positions = Vec::new();
+        while let Some(event) = generation.events.blocking_recv() {
+            match event {
+                StreamEvent::Logprobs { prompt: true, tokens } => {
+                    positions.extend(tokens.iter().map(|scored| {
+                        scored.logprob.map(|logprob| PositionLogprob {
+                            logprob: f64::from(logprob),
+                            best: scored.top.first().map_or(f64::from(logprob), |t| f64::from(t.logprob).max(f64::from(logprob))),
+                        })
+                    }))
+                }
+                StreamEvent::Delta { .. } | StreamEvent::Logprobs { .. } => {}
+                StreamEvent::Done(done) => {
+                    if let FinishReason::Error(message) = &done.finish_reason {
+                        return Err(CliError::Model(format!("scoring failed: {message}")));
+                    }
+                    return Ok(ScoredPrompt {
+                        positions,
+                        prompt_tokens: done.usage.prompt_tokens,
+                        cached_tokens: done.usage.cached_tokens,
+                    });
+                }
+            }
+        }
+        Err(CliError::Model("the model stopped without finishing".into()))
+    }
+
     fn prefill(&mut self, prefix: &str, chat: bool) -> Result<u32, CliError> {
         let (content, input) = if chat {
             let messages = vec![ChatMessage::new(Role::System, prefix)];
@@ -375,6 +464,57 @@ impl Local {
 }
 
 impl Remote {
+    fn tokenize(&self, text: &str, add_special: bool) -> Result<Vec<u32>, CliError> {
+        let body = json!({"model": self.model, "prompt": text, "add_special_tokens": add_special});
+        let answer = self.daemon.call(reqwest::Method::POST, "/tokenize", Some(&body))?;
+        answer["tokens"]
+            .as_array()
+            .and_then(|tokens| {
+                tokens
+                    .iter()
+                    .map(|t| t.as_u64().and_then(|t| u32::try_from(t).ok()))
+                    .collect::<Option<Vec<u32>>>()
+            })
+            .ok_or_else(|| CliError::Model(format!("the daemon tokenized nothing: {answer}")))
+    }
+
+    fn score(&self, tokens: Vec<u32>) -> Result<ScoredPrompt, CliError> {
+        let count = tokens.len();
+        let body = json!({
+            "model": self.model, "prompt": tokens, "echo": true, "max_tokens": 0,
+            "logprobs": 1, "temperature": 0,
+        });
+        let answer = self.daemon.call(reqwest::Method::POST, "/v1/completions", Some(&body))?;
+        let logprobs = &answer["choices"][0]["logprobs"];
+        let unreadable = || CliError::Model(format!("the daemon's scores are not one per prompt token: {answer}"));
+        let (Some(values), Some(tops)) = (logprobs["token_logprobs"].as_array(), logprobs["top_logprobs"].as_array()) else {
+            return Err(unreadable());
+        };
+        if values.len() != count || tops.len() != count {
+            return Err(unreadable());
+        }
+        let positions = values
+            .iter()
+            .zip(tops)
+            .map(|(value, top)| {
+                value.as_f64().map(|logprob| PositionLogprob {
+                    logprob,
+                    best: top
+                        .as_object()
+                        .into_iter()
+                        .flat_map(|alternatives| alternatives.values().filter_map(Value::as_f64))
+                        .fold(logprob, f64::max),
+                })
+            })
+            .collect();
+        let usage = &answer["usage"];
+        Ok(ScoredPrompt {
+            positions,
+            prompt_tokens: usage["prompt_tokens"].as_u64().unwrap_or(count as u64) as u32,
+            cached_tokens: usage["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0) as u32,
+        })
+    }
+
     fn prefill(&mut self, prefix: &str, chat: bool) -> Result<u32, CliError> {
         let mut body = json!({"model": self.model, "keep_alive": -1});
         if chat {

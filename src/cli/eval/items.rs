@@ -1,5 +1,7 @@
 //! The items file of `llamay eval`: JSON Lines, one item a line, all of one kind (raw prompts
-//! or conversations), ids unique; and which items a results file has not answered yet.
+//! or conversations), ids unique; and which items a results file has not answered yet. Under
+//! `-score` every item is a raw prompt with `choices` (non-empty strings, at most
+//! [`MAX_CHOICES`]) and an optional `answer` (the index of the right choice).
 //!
 //! Key types: [`Item`], [`ItemInput`]. Entry point: [`read_items`]. Cost: one read of the file.
 
@@ -18,12 +20,19 @@ pub enum ItemInput {
     Messages(Vec<(String, String)>),
 }
 
+/// Choices one item may have under `-score` (each is one scoring request).
+pub const MAX_CHOICES: usize = 128;
+
 /// One line of the items file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Item {
     /// The id as written (a string or an integer), echoed into its result line.
     pub id: Value,
     pub input: ItemInput,
+    /// The continuations `-score` scores (empty without `-score`).
+    pub choices: Vec<String>,
+    /// The index of the right choice, when the item says.
+    pub answer: Option<usize>,
 }
 
 /// The key two equal ids share (`"1"` and `1` differ, as in JSON).
@@ -35,7 +44,68 @@ fn bad_line(path: &Path, line: usize, what: impl std::fmt::Display) -> CliError 
     CliError::Usage(format!("{}:{line}: {what}", path.display()))
 }
 
-fn parse_item(path: &Path, line: usize, text: &str) -> Result<Item, CliError> {
+/// `choices` and `answer` of a `-score` item (named by its id), or their absence elsewhere.
+fn parse_choices(
+    path: &Path,
+    line: usize,
+    object: &serde_json::Map<String, Value>,
+    id: &Value,
+    score: bool,
+) -> Result<(Vec<String>, Option<usize>), CliError> {
+    let bad = |what: String| bad_line(path, line, format!("item {id}: {what}"));
+    if !score {
+        return match ["choices", "answer"]
+            .into_iter()
+            .find(|key| object.contains_key(*key))
+        {
+            Some(key) => Err(bad(format!("{key} is for scoring; run with -score"))),
+            None => Ok((Vec::new(), None)),
+        };
+    }
+    let Some(Value::Array(listed)) = object.get("choices") else {
+        return Err(bad(
+            "-score needs choices: an array of strings, each a continuation of the prompt".into(),
+        ));
+    };
+    if listed.is_empty() {
+        return Err(bad("choices is empty; give at least one".into()));
+    }
+    if listed.len() > MAX_CHOICES {
+        return Err(bad(format!(
+            "choices has {}; at most {MAX_CHOICES} per item",
+            listed.len()
+        )));
+    }
+    let mut choices = Vec::with_capacity(listed.len());
+    for (index, choice) in listed.iter().enumerate() {
+        match choice {
+            Value::String(text) if !text.is_empty() => choices.push(text.clone()),
+            Value::String(_) => return Err(bad(format!("choices[{index}] is empty"))),
+            other => return Err(bad(format!("choices[{index}] is {other}, not a string"))),
+        }
+    }
+    let answer = match object.get("answer") {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n)) => match n.as_u64().and_then(|a| usize::try_from(a).ok()) {
+            Some(answer) if answer < choices.len() => Some(answer),
+            _ => {
+                return Err(bad(format!(
+                    "answer is {n}; it is the index of the right choice, 0 to {}",
+                    choices.len() - 1
+                )))
+            }
+        },
+        Some(other) => {
+            return Err(bad(format!(
+                "answer is {other}; it is the index of the right choice, 0 to {}",
+                choices.len() - 1
+            )))
+        }
+    };
+    Ok((choices, answer))
+}
+
+fn parse_item(path: &Path, line: usize, text: &str, score: bool) -> Result<Item, CliError> {
     let value: Value =
         serde_json::from_str(text).map_err(|e| bad_line(path, line, format!("not JSON: {e}")))?;
     let Value::Object(object) = value else {
@@ -91,11 +161,25 @@ fn parse_item(path: &Path, line: usize, text: &str) -> Result<Item, CliError> {
         (None, Some(_)) => return Err(bad_line(path, line, "messages must be a non-empty array")),
         (None, None) => return Err(bad_line(path, line, "no prompt and no messages")),
     };
-    Ok(Item { id, input })
+    if score && matches!(input, ItemInput::Messages(_)) {
+        return Err(bad_line(
+            path,
+            line,
+            format!("item {id}: -score takes prompt items (raw text the choices continue), not messages"),
+        ));
+    }
+    let (choices, answer) = parse_choices(path, line, &object, &id, score)?;
+    Ok(Item {
+        id,
+        input,
+        choices,
+        answer,
+    })
 }
 
-/// Reads and checks the items file: every line an item, ids unique, all of one kind.
-pub fn read_items(path: &Path) -> Result<Vec<Item>, CliError> {
+/// Reads and checks the items file: every line an item, ids unique, all of one kind; with
+/// `score`, every item a prompt with choices.
+pub fn read_items(path: &Path, score: bool) -> Result<Vec<Item>, CliError> {
     let text = std::fs::read_to_string(path).map_err(|source| CliError::Io {
         path: path.display().to_string(),
         source,
@@ -107,7 +191,7 @@ pub fn read_items(path: &Path) -> Result<Vec<Item>, CliError> {
         if line.trim().is_empty() {
             continue;
         }
-        let item = parse_item(path, number, line)?;
+        let item = parse_item(path, number, line, score)?;
         if let Some(first) = first_line_of.insert(id_key(&item.id), number) {
             return Err(bad_line(
                 path,
@@ -147,10 +231,61 @@ mod tests {
     use serde_json::json;
 
     fn items_from(text: &str) -> Result<Vec<Item>, CliError> {
+        read_from(text, false)
+    }
+
+    fn read_from(text: &str, score: bool) -> Result<Vec<Item>, CliError> {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("items.jsonl");
         std::fs::write(&path, text).unwrap();
-        read_items(&path)
+        read_items(&path, score)
+    }
+
+    #[test]
+    fn scoring_items_have_choices_and_an_answer_in_range() {
+        let items = read_from(
+            "{\"id\": 1, \"prompt\": \"The sky is\", \"choices\": [\" blue\", \" green\"], \"answer\": 0}\n{\"id\": 2, \"prompt\": \"x\", \"choices\": [\" y\"]}",
+            true,
+        )
+        .unwrap();
+        assert_eq!(
+            items[0].choices,
+            vec![" blue".to_string(), " green".to_string()]
+        );
+        assert_eq!((items[0].answer, items[1].answer), (Some(0), None));
+        let refused = |line: &str| read_from(line, true).unwrap_err().to_string();
+        let error = refused("{\"id\": \"q\", \"prompt\": \"x\"}");
+        assert!(
+            error.contains(":1: item \"q\": -score needs choices"),
+            "{error}"
+        );
+        let error = refused("{\"id\": 3, \"prompt\": \"x\", \"choices\": []}");
+        assert!(error.contains("item 3: choices is empty"), "{error}");
+        let error = refused("{\"id\": 3, \"prompt\": \"x\", \"choices\": [\"a\", \"\"]}");
+        assert!(error.contains("item 3: choices[1] is empty"), "{error}");
+        let error = refused("{\"id\": 3, \"prompt\": \"x\", \"choices\": [\"a\", 7]}");
+        assert!(error.contains("choices[1] is 7, not a string"), "{error}");
+        let error =
+            refused("{\"id\": 3, \"prompt\": \"x\", \"choices\": [\"a\", \"b\"], \"answer\": 2}");
+        assert!(
+            error.contains("item 3: answer is 2; it is the index of the right choice, 0 to 1"),
+            "{error}"
+        );
+        let error =
+            refused("{\"id\": 3, \"prompt\": \"x\", \"choices\": [\"a\"], \"answer\": \"a\"}");
+        assert!(error.contains("item 3: answer is \"a\""), "{error}");
+        let error = refused("{\"id\": 4, \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"choices\": [\"a\"]}");
+        assert!(
+            error.contains("item 4: -score takes prompt items"),
+            "{error}"
+        );
+        let error = items_from("{\"id\": 5, \"prompt\": \"x\", \"choices\": [\"a\"]}")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("item 5: choices is for scoring; run with -score"),
+            "{error}"
+        );
     }
 
     #[test]

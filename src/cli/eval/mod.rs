@@ -12,16 +12,22 @@
 //! `id` is a string or an integer, unique in the file. Each result line is
 //! `{"id", "output", "tokens", "prompt_tokens", "cached_tokens", "finish_reason", "ms"}`.
 //!
+//! `-score` scores each item's `choices` as continuations of prefix + prompt instead
+//! (`score.rs`): log-likelihoods per choice, the argmax and, with `answer`, correctness; the
+//! summary gives the accuracy over the whole results file.
+//!
 //! Like the other commands, eval uses a running daemon when one answers (its contexts API:
 //! create, `fork?n=1` per item, the Ollama routes with `llamay_context`) and otherwise loads the
 //! model in this process. This module runs the items; `settings.rs` checks the flags,
 //! `items.rs` reads the items file, `backend.rs` runs one item here or on a daemon and
 //! `results.rs` appends the answers. Key items: [`EvalArgs`], [`eval`].
-//! Cost: one prefill of the prefix; per item, its own tokens and answer.
+//! Cost: one prefill of the prefix; per item, its own tokens and answer (under `-score`, its
+//! prompt once and each choice's tokens).
 
 mod backend;
 mod items;
 mod results;
+mod score;
 mod settings;
 
 use std::path::Path;
@@ -37,6 +43,7 @@ use crate::cli::CliError;
 use backend::{Backend, ItemAnswer, WireConstraint};
 use items::{pending, read_items, Item, ItemInput};
 use results::ResultsFile;
+use score::{score_item, score_line, Accuracy};
 use settings::EvalSettings;
 pub use settings::EvalArgs;
 
@@ -45,6 +52,8 @@ pub use settings::EvalArgs;
 struct Tally {
     done: usize,
     generated: u64,
+    /// Prompt tokens of every request, and how many of them were reused rather than decoded.
+    prompt: u64,
     reused: u64,
 }
 
@@ -67,7 +76,7 @@ pub fn eval(args: EvalArgs) -> Result<ExitCode, CliError> {
             args.prefix.display()
         )));
     }
-    let items = read_items(&args.items)?;
+    let items = read_items(&args.items, args.score)?;
     let (mut results, done) = ResultsFile::open(&args.output)?;
     let pending = pending(&items, &done);
     let skipped = items.len() - pending.len();
@@ -81,26 +90,111 @@ pub fn eval(args: EvalArgs) -> Result<ExitCode, CliError> {
     }
     if pending.is_empty() {
         eprintln!("nothing to do");
+        if args.score {
+            println!("eval -score: {}", Accuracy::of_file(&args.output)?.describe());
+        }
         return Ok(ExitCode::SUCCESS);
     }
     let chat = matches!(items[0].input, ItemInput::Messages(_));
     let wire = WireConstraint::from_flags(&args)?;
     let mut backend = Backend::start(&args.model, &settings, constraint, wire)?;
+    if args.score {
+        let prefix_tokens = backend.tokenize(&prefix, true)?;
+        // Scoring the prefix alone leaves its scored positions for every item to reuse.
+        backend.score(prefix_tokens.clone())?;
+        eprintln!(
+            "prefix: {} tokens scored once ({})",
+            prefix_tokens.len(),
+            backend.describe()
+        );
+        let run = run_items(&pending, settings.parallel, &mut results, true, |item| {
+            let scores = score_item(&backend, &prefix_tokens, item)?;
+            Ok(Finished {
+                line: score_line(item, &scores),
+                generated: 0,
+                prompt: scores.prompt_tokens,
+                reused: scores.cached_tokens,
+            })
+        });
+        backend.finish();
+        let accuracy = Accuracy::of_file(&args.output)?;
+        println!(
+            "{}",
+            score_summary(&run, prefix_tokens.len(), &accuracy, skipped, &args.output)
+        );
+        return run.outcome();
+    }
     let prefix_tokens = backend.prefill(&prefix, chat)?;
     eprintln!(
         "prefix: {prefix_tokens} tokens prefilled once ({})",
         backend.describe()
     );
+    let run = run_items(&pending, settings.parallel, &mut results, false, |item| {
+        let answer = backend.run_item(item)?;
+        Ok(Finished {
+            line: result_line(item, &answer),
+            generated: u64::from(answer.tokens),
+            prompt: u64::from(answer.prompt_tokens),
+            reused: u64::from(answer.cached_tokens.unwrap_or(0)),
+        })
+    });
+    let reused = backend.reused_tokens(run.tally.reused)?;
+    backend.finish();
+    println!(
+        "{}",
+        summary(
+            &run.tally,
+            run.elapsed,
+            prefix_tokens,
+            reused,
+            skipped,
+            &args.output
+        )
+    );
+    run.outcome()
+}
 
+/// One item done: its result line and what it adds to the tally.
+struct Finished {
+    line: String,
+    generated: u64,
+    prompt: u64,
+    reused: u64,
+}
+
+/// What [`run_items`] did, and the first failure, which stopped it.
+struct Run {
+    tally: Tally,
+    elapsed: Duration,
+    error: Option<CliError>,
+}
+
+impl Run {
+    fn outcome(self) -> Result<ExitCode, CliError> {
+        match self.error {
+            Some(error) => Err(error),
+            None => Ok(ExitCode::SUCCESS),
+        }
+    }
+}
+
+/// Runs `pending` through `run`, `parallel` at a time, appending each result line as it comes,
+/// under a progress bar; the first failure stops the run (the lines written stay).
+fn run_items(
+    pending: &[&Item],
+    parallel: u32,
+    results: &mut ResultsFile,
+    scoring: bool,
+    run: impl Fn(&Item) -> Result<Finished, CliError> + Sync,
+) -> Run {
     let bar = progress_bar(pending.len());
     let started = Instant::now();
     let next = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
     let first_error: Mutex<Option<CliError>> = Mutex::new(None);
     let tally = Mutex::new(Tally::default());
-    let results = Mutex::new(&mut results);
-    let backend = &backend;
-    let workers = (settings.parallel as usize).min(pending.len());
+    let results = Mutex::new(results);
+    let workers = (parallel as usize).min(pending.len());
     std::thread::scope(|scope| {
         for _ in 0..workers {
             scope.spawn(|| loop {
@@ -110,24 +204,32 @@ pub fn eval(args: EvalArgs) -> Result<ExitCode, CliError> {
                 let Some(item) = pending.get(next.fetch_add(1, Ordering::AcqRel)) else {
                     return;
                 };
-                let outcome = backend.run_item(item).and_then(|answer| {
-                    let line = result_line(item, &answer);
+                let outcome = run(item).and_then(|finished| {
                     results
                         .lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .append(&line)?;
-                    Ok(answer)
+                        .append(&finished.line)?;
+                    Ok(finished)
                 });
                 match outcome {
-                    Ok(answer) => {
+                    Ok(finished) => {
                         let mut tally = tally
                             .lock()
                             .unwrap_or_else(std::sync::PoisonError::into_inner);
                         tally.done += 1;
-                        tally.generated += u64::from(answer.tokens);
-                        tally.reused += u64::from(answer.cached_tokens.unwrap_or(0));
+                        tally.generated += finished.generated;
+                        tally.prompt += finished.prompt;
+                        tally.reused += finished.reused;
                         let seconds = started.elapsed().as_secs_f64().max(1e-9);
-                        bar.set_message(format!("{:.1} tok/s", tally.generated as f64 / seconds));
+                        bar.set_message(if scoring {
+                            format!(
+                                "{} prompt tokens decoded, {} reused",
+                                tally.prompt.saturating_sub(tally.reused),
+                                tally.reused
+                            )
+                        } else {
+                            format!("{:.1} tok/s", tally.generated as f64 / seconds)
+                        });
                         bar.inc(1);
                     }
                     Err(error) => {
@@ -135,7 +237,10 @@ pub fn eval(args: EvalArgs) -> Result<ExitCode, CliError> {
                         let mut slot = first_error
                             .lock()
                             .unwrap_or_else(std::sync::PoisonError::into_inner);
-                        slot.get_or_insert(CliError::Model(format!("item {}: {error}", item.id)));
+                        slot.get_or_insert(match error {
+                            usage @ CliError::Usage(_) => usage,
+                            other => CliError::Model(format!("item {}: {other}", item.id)),
+                        });
                         return;
                     }
                 }
@@ -143,29 +248,14 @@ pub fn eval(args: EvalArgs) -> Result<ExitCode, CliError> {
         }
     });
     bar.finish_and_clear();
-    let elapsed = started.elapsed();
-    let tally = tally
-        .into_inner()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let reused = backend.reused_tokens(tally.reused)?;
-    backend.finish();
-    println!(
-        "{}",
-        summary(
-            &tally,
-            elapsed,
-            prefix_tokens,
-            reused,
-            skipped,
-            &args.output
-        )
-    );
-    match first_error
-        .into_inner()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-    {
-        Some(error) => Err(error),
-        None => Ok(ExitCode::SUCCESS),
+    Run {
+        tally: tally
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+        elapsed: started.elapsed(),
+        error: first_error
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
     }
 }
 
@@ -213,6 +303,37 @@ fn summary(
         tally.generated as f64 / seconds,
         prefix_tokens,
         reused,
+    );
+    if skipped > 0 {
+        line.push_str(&format!(
+            " · {skipped} skipped (already in {})",
+            output.display()
+        ));
+    }
+    line
+}
+
+/// `eval -score: 25 items (100 choices) in 3.1s (8.1 items/s) · prefix 160 tokens scored once
+/// · 900 of 4900 prompt tokens decoded, 4000 reused · accuracy 20/25 = 0.800 (...) · 25 skipped`
+fn score_summary(
+    run: &Run,
+    prefix_tokens: usize,
+    accuracy: &Accuracy,
+    skipped: usize,
+    output: &Path,
+) -> String {
+    let tally = &run.tally;
+    let seconds = run.elapsed.as_secs_f64().max(1e-9);
+    let mut line = format!(
+        "eval -score: {} items in {:.1}s ({:.1} items/s) · prefix {} tokens scored once · {} of {} prompt tokens decoded, {} reused · {}",
+        tally.done,
+        seconds,
+        tally.done as f64 / seconds,
+        prefix_tokens,
+        tally.prompt.saturating_sub(tally.reused),
+        tally.prompt,
+        tally.reused,
+        accuracy.describe(),
     );
     if skipped > 0 {
         line.push_str(&format!(

@@ -23,9 +23,20 @@ message and the chat template is applied. id is a string or an integer, unique i
 RESULTS.jsonl gets one line per item, in the order the items finish:
   {\"id\", \"output\", \"tokens\", \"prompt_tokens\", \"cached_tokens\", \"finish_reason\", \"ms\"}
 Items whose id is already in RESULTS.jsonl are skipped, so an interrupted run resumes.
+
 With a daemon running (LLAMAY_ADDR), eval uses its contexts API; -t, -c and -kv then are the
 daemon's, cached_tokens is null (its Ollama routes do not report it) and the summary counts
-the daemon's prefix reuse over the run.";
+the daemon's prefix reuse over the run.
+
+With -score, each item is {\"id\", \"prompt\", \"choices\": [\" Paris\", \" Rome\"], \"answer\": 0}
+(answer optional): every choice is scored as a continuation of prefix + prompt, nothing is
+generated, and a result line is
+  {\"id\", \"choices\": [{\"logprob_sum\", \"logprob_per_token\", \"tokens\", \"is_greedy\"}],
+   \"argmax\", \"argmax_per_token\", \"answer\", \"correct\", \"correct_per_token\",
+   \"prompt_tokens\", \"cached_tokens\", \"ms\"}
+A choice's tokens are those of prompt + choice after the prompt's own, as
+lm-evaluation-harness counts them.
+On a daemon, -score uses /tokenize and /v1/completions (echo), which report cached_tokens.";
 
 #[derive(Debug, Args)]
 #[command(after_help = ITEMS_HELP)]
@@ -39,6 +50,13 @@ pub struct EvalArgs {
     /// The items, JSON Lines (see below).
     #[arg(long = "items")]
     pub items: PathBuf,
+    /// Score each item's choices as continuations (log-likelihoods, argmax, accuracy) instead
+    /// of generating answers.
+    #[arg(
+        long = "score",
+        conflicts_with_all = ["schema", "grammar_file", "json", "formats", "n_predict", "temperature", "seed"]
+    )]
+    pub score: bool,
     /// Where the results go, one JSON line per item; appended to, and resumed from.
     #[arg(short = 'o', long = "output")]
     pub output: PathBuf,
