@@ -549,7 +549,7 @@ fn summary_accuracy(stdout: &str) -> (usize, usize) {
 #[test]
 fn score_ranks_choices_by_the_model_s_own_log_likelihoods_and_resumes_after_a_kill() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let rounds = 12;
+    let rounds = 4;
     let total = rounds * SCORED.len();
     let (items, prefix) = scoring_files(dir.path(), rounds);
     let out = dir.path().join("scores.jsonl");
