@@ -82,6 +82,18 @@ fn killed_after(args: &[String], out: &Path, lines: usize, total: usize) -> Vec<
     before
 }
 
+/// Runs `args` again after a kill left `done` of `total` items written: it must succeed, say it
+/// found them, and run only the rest (its summary, opening with `label`, is returned).
+fn rerun_resuming(args: &[String], done: usize, total: usize, label: &str) -> String {
+    let rerun = llamay().args(args).output().expect("eval reruns");
+    assert!(rerun.status.success(), "{}", stderr(&rerun));
+    let err = stderr(&rerun);
+    assert!(err.contains(&format!("{done} of {total} items already in")), "{err}");
+    let summary = String::from_utf8_lossy(&rerun.stdout).into_owned();
+    assert!(summary.contains(&format!("{label}: {} items in", total - done)), "{summary}");
+    summary
+}
+
 fn item_ids(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path)
         .expect("items")
@@ -105,18 +117,7 @@ fn fifty_items_with_a_schema_survive_a_kill_and_finish_without_redoing_the_first
 
     let before = killed_after(&args, &out, 25, 50);
 
-    let rerun = llamay().args(&args).output().expect("eval reruns");
-    assert!(rerun.status.success(), "{}", stderr(&rerun));
-    let err = stderr(&rerun);
-    assert!(
-        err.contains(&format!("{} of 50 items already in", before.len())),
-        "{err}"
-    );
-    let summary = String::from_utf8_lossy(&rerun.stdout).into_owned();
-    assert!(
-        summary.contains(&format!("eval: {} items in", 50 - before.len())),
-        "{summary}"
-    );
+    let summary = rerun_resuming(&args, before.len(), 50, "eval");
     assert!(summary.contains("prompt tokens reused"), "{summary}");
 
     let after = whole_lines(&out);
@@ -556,18 +557,7 @@ fn score_ranks_choices_by_the_model_s_own_log_likelihoods_and_resumes_after_a_ki
     let args = score_args(&prefix, &items, &out, &["-parallel", "1"]);
     let before = killed_after(&args, &out, 6, total);
 
-    let rerun = llamay().args(&args).output().expect("eval reruns");
-    assert!(rerun.status.success(), "{}", stderr(&rerun));
-    let err = stderr(&rerun);
-    assert!(
-        err.contains(&format!("{} of {total} items already in", before.len())),
-        "{err}"
-    );
-    let summary = String::from_utf8_lossy(&rerun.stdout).into_owned();
-    assert!(
-        summary.contains(&format!("eval -score: {} items in", total - before.len())),
-        "{summary}"
-    );
+    let summary = rerun_resuming(&args, before.len(), total, "eval -score");
 
     let after = whole_lines(&out);
     assert_eq!(after.len(), total);
