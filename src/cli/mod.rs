@@ -113,7 +113,7 @@ enum Command {
 /// log file or journal gets no escape codes), or one JSON object a line.
 pub fn init_logging(json: bool) {
     use std::io::IsTerminal;
-    // RUST_LOG=llama-cpp-2=info shows llama.cpp's own log.
+    // RUST_LOG=llama.cpp=info shows llama.cpp's own log.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new(format!("info,{}", llamay::llm::QUIET_LLAMA_LOGS))
     });

@@ -6,6 +6,7 @@
 //! asking a CUDA device for its free memory is a driver call (microseconds), so callers may
 //! ask before every load.
 
+use super::ffi::{self, DeviceKind};
 use super::{backend, LlmError};
 
 /// One device layers can go to.
@@ -30,7 +31,7 @@ pub fn compiled_backends() -> Vec<&'static str> {
         backends.push("cuda");
     }
     if cfg!(feature = "metal") || cfg!(all(target_os = "macos", target_arch = "aarch64")) {
-        // llama-cpp-2 always builds Metal on Apple silicon.
+        // llama-cpp-sys-2 always builds Metal on Apple silicon.
         backends.push("metal");
     }
     if cfg!(feature = "vulkan") {
@@ -47,19 +48,18 @@ pub fn compiled_backends() -> Vec<&'static str> {
 /// were built with a GPU backend (a shared-library build run against them) lists that GPU
 /// whatever [`compiled_backends`] says.
 pub fn accelerators() -> Result<Vec<Device>, LlmError> {
-    backend::get()?;
-    use llama_cpp_2::LlamaBackendDeviceType as Kind;
-    Ok(llama_cpp_2::list_llama_ggml_backend_devices()
+    backend::get();
+    Ok(ffi::devices()
         .into_iter()
-        .filter(|device| matches!(device.device_type, Kind::Gpu | Kind::IntegratedGpu))
+        .filter(|device| matches!(device.kind, DeviceKind::Gpu | DeviceKind::IntegratedGpu))
         .filter(|device| !device.backend.eq_ignore_ascii_case("RPC"))
         .map(|device| Device {
             index: device.index,
             name: device.name,
             description: device.description,
             backend: device.backend,
-            free: device.memory_free as u64,
-            total: device.memory_total as u64,
+            free: device.free,
+            total: device.total,
         })
         .collect())
 }
@@ -97,7 +97,7 @@ mod tests {
     #[test]
     fn the_cpu_is_never_listed_as_an_accelerator() {
         let accelerators = accelerators().expect("the backend starts");
-        let all = llama_cpp_2::list_llama_ggml_backend_devices();
+        let all = ffi::devices();
         assert!(all.iter().any(|device| device.backend == "CPU"), "ggml lists its CPU device: {all:?}");
         assert!(accelerators.iter().all(|device| device.backend != "CPU" && device.total > 0), "{accelerators:?}");
     }

@@ -1,4 +1,4 @@
-//! Inference on llama.cpp: the only module that touches `llama_cpp_2` and `llama_cpp_sys_2`.
+//! Inference on llama.cpp: the only module that touches `llama_cpp_sys_2`.
 //!
 //! Owns model loading ([`Model`]), the vocabulary as bytes ([`Vocabulary`]), chat templates
 //! ([`template`]), batched decode over parallel sequences ([`Context`]), incremental
@@ -21,9 +21,10 @@ pub mod vocab;
 pub mod embed;
 mod ffi;
 
-/// A tracing filter that silences llama.cpp: its C log arrives under `llama-cpp-2`, the binding's
-/// own events under `llama_cpp_2`. Thousands of lines a run otherwise.
-pub const QUIET_LLAMA_LOGS: &str = "llama-cpp-2=off,llama_cpp_2=off";
+/// The tracing target of llama.cpp's own log (a line per event, at llama.cpp's level).
+pub use ffi::LOG_TARGET as LLAMA_LOG_TARGET;
+/// A tracing filter that silences llama.cpp's log: thousands of lines a run otherwise.
+pub const QUIET_LLAMA_LOGS: &str = "llama.cpp=off";
 
 pub use context::{BatchEntry, Context, ContextParams, KvType, LogitsRow, SeqId};
 pub use model::{Model, SpecialTokens};
@@ -33,8 +34,6 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LlmError {
-    #[error("llama.cpp backend could not start: {0}")]
-    Backend(String),
     #[error("{path} is not a usable model: {reason}")]
     NotAModel { path: PathBuf, reason: String },
     #[error("could not create a context: {0}")]

@@ -84,7 +84,7 @@ impl Model {
                 (settings, None)
             }
         };
-        backend::get()?;
+        backend::get();
         let inner = RawModel::load(path, &settings)?;
         let vocabulary = Arc::new(Vocabulary::from_model(&inner));
         let template = ChatTemplate::new(facts.chat_template.as_deref(), &facts.architecture)?;

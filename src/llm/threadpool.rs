@@ -1,7 +1,7 @@
 //! The ggml CPU threadpool attached to each context, and the tuner that picks its thread count
 //! for every generation step.
 //!
-//! llama.cpp is built with OpenMP (llama-cpp-2's `openmp` feature, as llama-server is built):
+//! llama.cpp is built with OpenMP (llama-cpp-sys-2's `openmp` feature, as llama-server is built):
 //! ggml then computes every graph on the calling thread's OpenMP team, which libgomp keeps alive
 //! between graphs, and the attached pool carries only the thread count. Without OpenMP and
 //! without an attached pool, ggml started and joined its worker threads for every graph (73% of

@@ -17,13 +17,13 @@ use tracing_subscriber::Layer;
 
 const MIB: f64 = 1024.0 * 1024.0;
 
-/// Collects llama.cpp's log lines (the `llama-cpp-2` target) on the thread it is set on.
+/// Collects llama.cpp's log lines (the `llama.cpp` target) on the thread it is set on.
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<String>>>);
 
 impl<S: tracing::Subscriber> Layer<S> for Captured {
     fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
-        if event.metadata().target() != "llama-cpp-2" {
+        if event.metadata().target() != llamay::llm::LLAMA_LOG_TARGET {
             return;
         }
         struct Message(String);

@@ -196,7 +196,7 @@ fn free_memory_and_split_decide_what_each_worker_holds() {
     let daemon = Daemon::builder()
         .model(MODEL)
         .args(["-parallel", "1", "-t", "1", "-context", "512", "-rpc", &workers, "-split", "1,1,2"])
-        .env("RUST_LOG", "info,llama-cpp-2=info")
+        .env("RUST_LOG", "info,llama.cpp=info")
         .start();
     let parts = placement(&daemon);
     let layers: Vec<&str> = parts.iter().map(|(_, l, _)| l.as_str()).collect();

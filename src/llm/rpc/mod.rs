@@ -76,7 +76,7 @@ fn rpc_proc(name: &CStr) -> Result<*mut c_void, RpcError> {
     if !supported() {
         return Err(RpcError::NotCompiled);
     }
-    backend::get().map_err(|_| RpcError::NotCompiled)?;
+    backend::get();
     // SAFETY: both take NUL-terminated names and return null when absent.
     let reg = unsafe { sys::ggml_backend_reg_by_name(c"RPC".as_ptr()) };
     if reg.is_null() {
