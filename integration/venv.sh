@@ -10,5 +10,7 @@ if [ -x "$venv/bin/pytest" ] && [ ! integration/requirements.txt -nt "$venv/.req
 fi
 python3 -m venv "$venv"
 "$venv/bin/pip" install --quiet --disable-pip-version-check --upgrade pip
-"$venv/bin/pip" install --quiet --disable-pip-version-check -r integration/requirements.txt
+# No bytecode at install time: Python compiles a module when it is first imported, and most of
+# these packages' files never are; compiling all of them costs CPU the build needs.
+"$venv/bin/pip" install --quiet --disable-pip-version-check --no-compile -r integration/requirements.txt
 touch "$venv/.requirements-installed"
