@@ -27,8 +27,9 @@
 //!   tiled switch takes another process, run after.
 //!
 //! `cargo bench --bench invariance` (models from the store). Env: LLAMAY_BENCH_THREADS (2),
-//! LLAMAY_BENCH_ROUNDS (5), LLAMAY_BENCH_MODELS (comma-separated, default both), LLAMAY_BENCH_TILED (`GGML_CPU_TILED_MM` values to
-//! run, default `1,0`).
+//! LLAMAY_BENCH_ROUNDS (5), LLAMAY_BENCH_ONLY (`costs`: the last two columns only, minutes
+//! less), LLAMAY_BENCH_MODELS (comma-separated, default both), LLAMAY_BENCH_TILED (the
+//! `GGML_CPU_TILED_MM` values to run, default `1,0`).
 
 use std::process::Command;
 use std::time::Instant;
@@ -261,7 +262,12 @@ fn child(name: &str) {
     let tokens = model.tokenize(&text(), true, false).expect("tokenize");
     assert!(tokens.len() > LONG + MAX_ROWS, "the bench text is too short: {} tokens", tokens.len());
     let costs = costs(&model, threads, &tokens, rounds);
+    let costs_only = std::env::var("LLAMAY_BENCH_ONLY").is_ok_and(|only| only == "costs");
     for (flash_attention, (decode, prefill)) in [true, false].into_iter().zip(costs) {
+        if costs_only {
+            println!("ROW\t{}\t-\t-\t-\t-\t-\t-\t{decode:.1}\t{prefill:.1}", if flash_attention { "on" } else { "off" });
+            continue;
+        }
         let short = batch_invariance(&model, threads, flash_attention, &tokens, 4);
         let long = batch_invariance(&model, threads, flash_attention, &tokens, LONG);
         let (rows, after) = chunk_invariance(&model, threads, flash_attention, &tokens);
