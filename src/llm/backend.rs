@@ -14,11 +14,3 @@ static BACKEND: OnceLock<()> = OnceLock::new();
 pub(super) fn get() {
     BACKEND.get_or_init(ffi::init_backend);
 }
-
-/// llama.cpp's build and CPU features as it reports them (`CPU : AVX2 = 1 | ... | LLAMAFILE =
-/// 1 | ...`), to say in a bench which kernels this build can take.
-pub fn system_info() -> String {
-    // SAFETY: returns a pointer to a static buffer, NUL-terminated, which is copied at once.
-    let info = unsafe { std::ffi::CStr::from_ptr(llama_cpp_sys_2::llama_print_system_info()) };
-    info.to_string_lossy().trim().to_string()
-}

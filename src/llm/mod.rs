@@ -26,7 +26,7 @@ pub use ffi::LOG_TARGET as LLAMA_LOG_TARGET;
 /// A tracing filter that silences llama.cpp's log: thousands of lines a run otherwise.
 pub const QUIET_LLAMA_LOGS: &str = "llama.cpp=off";
 
-pub use backend::system_info;
+pub use ffi::system_info;
 pub use context::{BatchEntry, Context, ContextParams, KvType, LogitsRow, SeqId};
 pub use model::{Model, SpecialTokens};
 pub use vocab::Vocabulary;

@@ -5,7 +5,7 @@
 //! (a `CONT` record continues the line before it). The pieces are joined here and each whole
 //! line becomes one tracing event under [`LOG_TARGET`], at the level llama.cpp gave it.
 //!
-//! Key items: [`init`], [`devices`], [`RawDevice`]. Cost: a mutex per log record; a registry
+//! Key items: [`init`], [`devices`], [`RawDevice`], [`system_info`]. Cost: a mutex per log record; a registry
 //! walk per [`devices`] call (a CUDA device answers its free memory from the driver).
 
 use std::ffi::{c_char, c_void, CStr};
@@ -61,6 +61,14 @@ fn emit(level: sys::ggml_log_level, line: &str) {
         sys::GGML_LOG_LEVEL_DEBUG => tracing::debug!(target: LOG_TARGET, "{line}"),
         _ => tracing::info!(target: LOG_TARGET, "{line}"),
     }
+}
+
+/// llama.cpp's build and CPU features as it reports them (`CPU : AVX2 = 1 | ... | LLAMAFILE =
+/// 1 | ...`), to say in a bench which kernels this build can take.
+pub fn system_info() -> String {
+    // SAFETY: returns a pointer to a static buffer, NUL-terminated, which is copied at once.
+    let info = unsafe { CStr::from_ptr(sys::llama_print_system_info()) };
+    info.to_string_lossy().trim().to_string()
 }
 
 /// What kind of device ggml says a registry entry is.

@@ -17,7 +17,7 @@ mod batch;
 mod context;
 mod model;
 
-pub use backend::{devices, init as init_backend, DeviceKind, LOG_TARGET};
+pub use backend::{devices, init as init_backend, system_info, DeviceKind, LOG_TARGET};
 pub use batch::RawBatch;
 pub use context::{ContextSettings, RawContext};
 pub use model::{ModelSettings, RawModel};
