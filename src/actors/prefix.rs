@@ -20,6 +20,10 @@
 //! prefill score their last shared row for its own next token too, from the same logits
 //! ([`SlotCache::want_score`]), so that it reuses every shared row.
 //!
+//! A request sent with llama-server's `cache_prompt: false` reuses nothing: it is placed on the
+//! free slot whose contents matter least, cleared ([`SlotCache::place_cold`]), and decodes its
+//! whole prompt; it neither waits for a prefill nor is waited for.
+//!
 //! Key types: [`SlotCache`] (the tokens per slot), [`Placement`] (where a request runs and what
 //! it reuses), [`PositionScore`], [`Prefilling`] and [`Wait`] (a prefill another request waits
 //! for). Pure bookkeeping, no llama.cpp: the worker applies a placement with a sequence truncate
@@ -186,6 +190,13 @@ impl SlotCache {
             reuse,
             source: Some(source),
         })
+    }
+
+    /// Where a request that reuses nothing (llama-server's `cache_prompt: false`) runs: the free
+    /// slot whose contents matter least, cleared, so that it decodes its whole prompt.
+    pub fn place_cold(&self, free: &[bool]) -> Option<Placement> {
+        let slot = self.spare_slot(free, None)?;
+        Some(Placement { slot, reuse: 0, source: None })
     }
 
     /// The free slot whose contents matter least: unowned before owned, then least recently used.
@@ -609,6 +620,20 @@ mod tests {
             }
         );
         assert_eq!(cache.place(&[9], &[false, false], true, None), None);
+    }
+
+    #[test]
+    fn a_cold_request_reuses_nothing_and_takes_the_slot_that_matters_least() {
+        let mut cache = cache_with(&[&[1, 2, 3, 4], &[1, 2, 3, 4, 5], &[7]]);
+        cache.give(2, 9);
+        let prompt = [1, 2, 3, 4, 5, 6];
+        assert_eq!(cache.place(&prompt, &[true, true, true], true, None).unwrap().reuse, 5);
+        // The least recently used unowned slot, cleared, although slot 1 holds all but one token.
+        let cold = cache.place_cold(&[true, true, true]).unwrap();
+        assert_eq!(cold, Placement { slot: 0, reuse: 0, source: None });
+        // An owned slot only when no other is free; none when none is.
+        assert_eq!(cache.place_cold(&[false, false, true]).unwrap(), Placement { slot: 2, reuse: 0, source: None });
+        assert_eq!(cache.place_cold(&[false, false, false]), None);
     }
 
     fn score(next: u32) -> PositionScore {
