@@ -1,8 +1,8 @@
 //! The `llamay_*` request fields, and llama-server's `cache_prompt`, read once for every
 //! generation route (OpenAI, Anthropic, Ollama): [`LlamayFields`] is flattened into each route's
-//! request type, so a new extension is added here once. A misspelt `llamay_*` field is refused with a 400 naming it
-//! ([`LlamayFields::refuse_unknown`]); other unknown fields stay ignored, as clients send fields
-//! this daemon has no use for.
+//! request type, so a new extension is added here once. A misspelt `llamay_*` field is refused
+//! with a 400 naming it ([`LlamayFields::refuse_unknown`]); other unknown fields stay ignored, as
+//! clients send fields this daemon has no use for.
 //!
 //! Cost: the names of a request's unknown fields are kept while it is read.
 
@@ -130,8 +130,8 @@ impl LlamayFields {
     }
 
     /// A request for `model` with `input`, the switches every route reads alike
-    /// (`llamay_accelerate`, `llamay_close_on_budget`, `cache_prompt`) and `context` (read first, with
-    /// `api::fields::context_request`); the route sets what its own shape says over it.
+    /// (`llamay_accelerate`, `llamay_close_on_budget`, `cache_prompt`) and `context` (read
+    /// first, with `api::fields::context_request`); the route sets what its own shape says over it.
     pub fn generate_request(
         &self,
         model: String,
