@@ -51,7 +51,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_bench import ROOT, find_llama_server, gguf_path, request_json, settle, start  # noqa: E402
+from peer_bench import add_server_arguments, find_llama_server, gguf_path, request_json, settle, start  # noqa: E402
 
 CATEGORIES = {
     "fruit": ["apple", "banana", "cherry", "mango", "pear", "plum", "apricot", "pineapple", "grapefruit"],
@@ -304,13 +304,7 @@ def main():
     parser.add_argument("--style", default="text,letters", help="text, letters or both")
     parser.add_argument("--ways", default="reuse,cold,llama-server")
     parser.add_argument("--concurrent", type=int, default=4, help="lm-eval's num_concurrent (and the replay's)")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--parallel", type=int, default=4)
-    parser.add_argument("--context", type=int, default=2048, help="context per sequence (both servers)")
-    parser.add_argument("--llamay", default=os.path.join(ROOT, "target", "release", "llamay"))
-    parser.add_argument("--llamay-flags", default="")
-    parser.add_argument("--llama-server", default=None)
-    parser.add_argument("--llama-server-flags", default="")
+    add_server_arguments(parser, context=2048)
     args = parser.parse_args()
     ways = args.ways.split(",")
     llama_server = find_llama_server(args.llama_server) if "llama-server" in ways else None
