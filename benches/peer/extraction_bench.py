@@ -39,7 +39,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_bench import ROOT, find_llama_server, gguf_path, request_json, settle, start  # noqa: E402
+from peer_bench import ROOT, add_server_arguments, find_llama_server, gguf_path, request_json, settle, start  # noqa: E402
 
 PROMPT_FILES = {"extraction": os.path.join(ROOT, "testdata", "extraction", "prompts.json"),
                 "free": os.path.join(ROOT, "testdata", "extraction", "free_text.json")}
@@ -133,16 +133,10 @@ def main():
     parser.add_argument("--samplings", default="greedy,sampled")
     parser.add_argument("--tasks", default="extraction", help="extraction, free (text, no constraint) or both")
     parser.add_argument("--tokens", type=int, default=160, help="max_tokens per document")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--parallel", type=int, default=4)
-    parser.add_argument("--context", type=int, default=2048, help="context per sequence (both servers)")
-    parser.add_argument("--llamay", default=os.path.join(ROOT, "target", "release", "llamay"))
-    parser.add_argument("--llamay-flags", default="")
-    parser.add_argument("--llama-server", default=None)
-    # Its host-memory prompt cache would serve rounds 2-5's repeated prompts without a prefill
-    # (llamay keeps prompts only in its sequences): off, as for the new documents extraction
-    # meets in use.
-    parser.add_argument("--llama-server-flags", default="--cache-ram 0")
+    # llama-server's host-memory prompt cache would serve rounds 2-5's repeated prompts without a
+    # prefill (llamay keeps prompts only in its sequences): off, as for the new documents
+    # extraction meets in use.
+    add_server_arguments(parser, context=2048, llama_server_flags="--cache-ram 0")
     args = parser.parse_args()
     tasks = {task: load_prompts(task) for task in args.tasks.split(",")}
     llama_server = find_llama_server(args.llama_server)

@@ -370,6 +370,18 @@ def profile(servers, model, args):
     print()
 
 
+def add_server_arguments(parser, context, llama_server_flags=""):
+    """The flags `start` reads: threads, slots and context per sequence for both servers, and
+    each server's binary and extra flags."""
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--parallel", type=int, default=4)
+    parser.add_argument("--context", type=int, default=context, help="context per sequence (both servers)")
+    parser.add_argument("--llamay", default=os.path.join(ROOT, "target", "release", "llamay"))
+    parser.add_argument("--llamay-flags", default="", help="more `llamay serve` flags, e.g. \"-kv f32\"")
+    parser.add_argument("--llama-server", default=None)
+    parser.add_argument("--llama-server-flags", default=llama_server_flags)
+
+
 def start(which, args, gguf, llama_server, model):
     if which == "llama-server":
         argv = lambda port: [llama_server, "-m", gguf, "--host", "127.0.0.1", "--port", str(port),

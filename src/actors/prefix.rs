@@ -10,7 +10,8 @@
 //! token's log-probability and the top alternatives), and such a request reuses only the part of
 //! a prefix whose positions are scored: the K choices of one question share the question's
 //! scored prefix, and only their own continuation is decoded (one position more, the last
-//! shared one, when the first scoring request stopped exactly there).
+//! shared one, when the first scoring request stopped exactly there and the choice's token is
+//! not among the alternatives that row keeps: [`PositionScore::for_next`]).
 //!
 //! Requests that arrive together (the K choices of one question as K concurrent requests or one
 //! array prompt) would each find nothing cached and decode the shared question K times, so a
@@ -19,6 +20,10 @@
 //! ([`worth_waiting`]), and is then placed on a copy of them. A waiting scoring request has the
 //! prefill score their last shared row for its own next token too, from the same logits
 //! ([`SlotCache::want_score`]), so that it reuses every shared row.
+//!
+//! A request sent with llama-server's `cache_prompt: false` reuses nothing: it is placed on the
+//! free slot whose contents matter least, cleared ([`SlotCache::place_cold`]), and decodes its
+//! whole prompt; it neither waits for a prefill nor is waited for.
 //!
 //! Key types: [`SlotCache`] (the tokens per slot), [`Placement`] (where a request runs and what
 //! it reuses), [`PositionScore`], [`Prefilling`] and [`Wait`] (a prefill another request waits
@@ -38,6 +43,19 @@ pub struct PositionScore {
     pub logprob: f32,
     /// The most likely tokens there, most likely first, with their log-probabilities.
     pub top: Vec<(u32, f32)>,
+}
+
+impl PositionScore {
+    /// The same row scored for `next`: itself, or, when `next` is among its top alternatives
+    /// (computed from the same logits, bit for bit what a decode for `next` gives), a score
+    /// for it; `None` when the row must be decoded again.
+    pub fn for_next(&self, next: u32) -> Option<PositionScore> {
+        if self.next == next {
+            return Some(self.clone());
+        }
+        let &(_, logprob) = self.top.iter().find(|(token, _)| *token == next)?;
+        Some(PositionScore { next, logprob, top: self.top.clone() })
+    }
 }
 
 /// What one slot's KV cache holds.
@@ -188,6 +206,13 @@ impl SlotCache {
         })
     }
 
+    /// Where a request that reuses nothing (llama-server's `cache_prompt: false`) runs: the free
+    /// slot whose contents matter least, cleared, so that it decodes its whole prompt.
+    pub fn place_cold(&self, free: &[bool]) -> Option<Placement> {
+        let slot = self.spare_slot(free, None)?;
+        Some(Placement { slot, reuse: 0, source: None })
+    }
+
     /// The free slot whose contents matter least: unowned before owned, then least recently used.
     fn spare_slot(&self, free: &[bool], except: Option<usize>) -> Option<usize> {
         (0..self.slots.len())
@@ -202,14 +227,16 @@ impl SlotCache {
     pub fn admit(&mut self, placement: Placement, prompt: &[u32]) {
         self.clock += 1;
         // Rows below `reuse` follow tokens the prompt shares: their scores hold, but for the
-        // last one, which may have scored another next token than the prompt's.
+        // last one, which may have scored another next token than the prompt's (then a branch
+        // scored for the prompt's token, or its top alternatives, serve).
         let held = &self.slots[placement.source.unwrap_or(placement.slot)];
         let mut scores = held.scores[..held.scores.len().min(placement.reuse)].to_vec();
         if let Some(last) = scores.len().checked_sub(1) {
             match prompt.get(last + 1) {
                 Some(&next) if scores[last].next != next => {
-                    match held.branches.iter().find(|(row, score)| *row == last && score.next == next) {
-                        Some((_, branch)) => scores[last] = branch.clone(),
+                    let branch = held.branches.iter().find(|(row, score)| *row == last && score.next == next);
+                    match branch.map(|(_, score)| score.clone()).or_else(|| scores[last].for_next(next)) {
+                        Some(score) => scores[last] = score,
                         None => {
                             scores.pop();
                         }
@@ -267,12 +294,13 @@ impl SlotCache {
     }
 
     /// How many rows from the start of `slot` are scored for `prompt`: each row's score was
-    /// computed for the token `prompt` has next (the rows' own tokens are checked by the
-    /// prefix comparison).
+    /// computed for the token `prompt` has next, or has that token among its top alternatives
+    /// (the rows' own tokens are checked by the prefix comparison).
     /// A row scored for another next token (a branch) counts when it is `prompt`'s.
     pub fn scored_rows(&self, slot: usize, prompt: &[u32]) -> usize {
         self.slots.get(slot).map_or(0, |kv| {
-            let rows = kv.scores.iter().enumerate().take_while(|(k, score)| prompt.get(k + 1) == Some(&score.next)).count();
+            let scored = |(k, score): &(usize, &PositionScore)| prompt.get(k + 1).is_some_and(|&next| score.for_next(next).is_some());
+            let rows = kv.scores.iter().enumerate().take_while(scored).count();
             let branch = rows < kv.scores.len()
                 && kv.branches.iter().any(|(row, score)| *row == rows && prompt.get(rows + 1) == Some(&score.next));
             rows + usize::from(branch)
@@ -611,6 +639,20 @@ mod tests {
         assert_eq!(cache.place(&[9], &[false, false], true, None), None);
     }
 
+    #[test]
+    fn a_cold_request_reuses_nothing_and_takes_the_slot_that_matters_least() {
+        let mut cache = cache_with(&[&[1, 2, 3, 4], &[1, 2, 3, 4, 5], &[7]]);
+        cache.give(2, 9);
+        let prompt = [1, 2, 3, 4, 5, 6];
+        assert_eq!(cache.place(&prompt, &[true, true, true], true, None).unwrap().reuse, 5);
+        // The least recently used unowned slot, cleared, although slot 1 holds all but one token.
+        let cold = cache.place_cold(&[true, true, true]).unwrap();
+        assert_eq!(cold, Placement { slot: 0, reuse: 0, source: None });
+        // An owned slot only when no other is free; none when none is.
+        assert_eq!(cache.place_cold(&[false, false, true]).unwrap(), Placement { slot: 2, reuse: 0, source: None });
+        assert_eq!(cache.place_cold(&[false, false, false]), None);
+    }
+
     fn score(next: u32) -> PositionScore {
         PositionScore { next, logprob: -1.0, top: vec![(next, -1.0)] }
     }
@@ -638,6 +680,24 @@ mod tests {
         assert_eq!(cache.scores(0), &[score(2)]);
         cache.forget(0);
         assert!(cache.scores(0).is_empty());
+    }
+
+    #[test]
+    fn a_row_scored_for_another_token_serves_one_among_its_top_alternatives() {
+        let mut cache = cache_with(&[&[1, 2, 3, 4, 5]]);
+        let alternatives = vec![(5, -0.25), (9, -1.5)];
+        let last = PositionScore { next: 5, logprob: -0.25, top: alternatives.clone() };
+        cache.add_scores(0, 0, [score(2), score(3), score(4), last]);
+        // The question's last row predicted 5; a choice going on with 9, the second most likely
+        // token there, reuses it: the logits were the same, so is its score.
+        let prompt = [1, 2, 3, 4, 9];
+        assert_eq!(cache.scored_rows(0, &prompt), 4);
+        let placement = cache.place_scoring(&prompt, &[true], true, None, true).unwrap();
+        assert_eq!(placement.reuse, 4);
+        cache.admit(placement, &prompt);
+        assert_eq!(cache.scores(0)[3], PositionScore { next: 9, logprob: -1.5, top: alternatives });
+        // A token outside the alternatives has that row decoded again.
+        assert_eq!(cache.place_scoring(&[1, 2, 3, 4, 7], &[true], true, None, true).unwrap().reuse, 3);
     }
 
     fn waits<'a>(prompt: &[u32], must_decode: bool, scoring: bool, reuse: usize, prefilling: impl IntoIterator<Item = Prefilling<'a>>) -> bool {

@@ -114,6 +114,9 @@ pub struct WireRequest {
     pub close_on_budget: Option<bool>,
     #[serde(default)]
     pub logprobs: Option<crate::core::LogprobsRequest>,
+    /// `cache_prompt: false`: the whole prompt decoded, no prefix reused.
+    #[serde(default)]
+    pub cold_prompt: bool,
 }
 
 impl WireRequest {
@@ -155,6 +158,7 @@ impl WireRequest {
             accelerate: request.accelerate,
             close_on_budget: request.close_on_budget,
             logprobs: request.logprobs,
+            cold_prompt: request.cold_prompt,
         })
     }
 }

@@ -1,8 +1,8 @@
-//! The `llamay_*` request fields, read once for every generation route (OpenAI, Anthropic,
-//! Ollama): [`LlamayFields`] is flattened into each route's request type, so a new extension is
-//! added here once. A misspelt `llamay_*` field is refused with a 400 naming it
-//! ([`LlamayFields::refuse_unknown`]); other unknown fields stay ignored, as clients send fields
-//! this daemon has no use for.
+//! The `llamay_*` request fields, and llama-server's `cache_prompt`, read once for every
+//! generation route (OpenAI, Anthropic, Ollama): [`LlamayFields`] is flattened into each route's
+//! request type, so a new extension is added here once. A misspelt `llamay_*` field is refused
+//! with a 400 naming it ([`LlamayFields::refuse_unknown`]); other unknown fields stay ignored, as
+//! clients send fields this daemon has no use for.
 //!
 //! Cost: the names of a request's unknown fields are kept while it is read.
 
@@ -54,6 +54,8 @@ pub struct LlamayFields {
     /// Which distribution log-probabilities come from: `"model"` (the default) or
     /// `"constrained"`.
     pub llamay_logprobs: Option<String>,
+    /// llama-server's switch for prefix reuse (default true): `false` decodes the whole prompt.
+    pub cache_prompt: Option<bool>,
     /// The names of the request's other fields, to find a misspelt `llamay_*` one.
     #[serde(flatten)]
     others: BTreeMap<String, IgnoredAny>,
@@ -128,8 +130,8 @@ impl LlamayFields {
     }
 
     /// A request for `model` with `input`, the switches every route reads alike
-    /// (`llamay_accelerate`, `llamay_close_on_budget`) and `context` (read first, with
-    /// `api::fields::context_request`); the route sets what its own shape says over it.
+    /// (`llamay_accelerate`, `llamay_close_on_budget`, `cache_prompt`) and `context` (read
+    /// first, with `api::fields::context_request`); the route sets what its own shape says over it.
     pub fn generate_request(
         &self,
         model: String,
@@ -140,6 +142,7 @@ impl LlamayFields {
             context,
             accelerate: self.llamay_accelerate,
             close_on_budget: self.llamay_close_on_budget,
+            cold_prompt: self.cache_prompt == Some(false),
             ..UncheckedGenerateRequest::new(model, input)
         }
     }

@@ -345,6 +345,9 @@ pub struct UncheckedGenerateRequest {
     pub close_on_budget: Option<bool>,
     /// Log-probabilities to send back; `None`: none.
     pub logprobs: Option<LogprobsRequest>,
+    /// llama-server's `cache_prompt: false`: decode the whole prompt, reusing no prefix a
+    /// sequence holds, and neither wait for nor be waited for by a request sharing it.
+    pub cold_prompt: bool,
 }
 
 impl UncheckedGenerateRequest {
@@ -364,6 +367,7 @@ impl UncheckedGenerateRequest {
             accelerate: None,
             close_on_budget: None,
             logprobs: None,
+            cold_prompt: false,
         }
     }
 
@@ -401,6 +405,8 @@ pub struct Decoding {
     pub constraint: Option<Constraint>,
     pub lexicon: Option<Arc<Lexicon>>,
     pub logprobs: Option<LogprobsRequest>,
+    /// Decode the whole prompt, reusing nothing (see [`UncheckedGenerateRequest::cold_prompt`]).
+    pub cold_prompt: bool,
 }
 
 impl ValidGenerateRequest {
@@ -488,6 +494,7 @@ impl ValidGenerateRequest {
             constraint,
             lexicon,
             logprobs: request.logprobs,
+            cold_prompt: request.cold_prompt,
         }
     }
 }

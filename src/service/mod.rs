@@ -46,7 +46,7 @@ use crate::contexts::{tools_in_effect, ContextRecord, ContextRegistry, ContextUs
 use crate::actors::messages::{Generate, Generation, HoldContexts, LoadedModel};
 use crate::actors::supervisor::{acquire_with, ModelLease, Supervisor};
 use crate::core::{
-    Completion, Constraint, FinishReason, ModelName, StreamEvent, TokenLimits, TokenLogprob, UncheckedGenerateRequest,
+    Completion, Constraint, ContextRequest, FinishReason, ModelName, StreamEvent, TokenLimits, TokenLogprob, UncheckedGenerateRequest,
     ValidGenerateRequest,
 };
 use crate::error::CoreError;
@@ -220,6 +220,12 @@ impl GenerationService {
         request.model = ModelName::parse(&request.model)?.to_string();
         // The request's `llamay_lexicon` wins over the daemon's `-lexicon`.
         let lexicon = self.lexicons.choose(sources.lexicon.take()).await?;
+        if request.cold_prompt && matches!(request.context, Some(ContextRequest::Named { .. })) {
+            return Err(CoreError::invalid(
+                "cache_prompt false decodes the whole prompt, and a context's tokens are already in its sequence; send llamay_context or cache_prompt false, not both",
+            )
+            .with_param("cache_prompt"));
+        }
         // An unknown context is refused before any model loads or anything compiles.
         let context = match request.context.as_ref() {
             Some(asked) => Some(contexts::context_use(&self.contexts, asked, &request)?),

@@ -113,6 +113,7 @@ fn to_request(request: WireRequest, constraints: &ConstraintCache) -> Result<Val
         accelerate: request.accelerate,
         close_on_budget: request.close_on_budget,
         logprobs: request.logprobs,
+        cold_prompt: request.cold_prompt,
     };
     validate_local(request, constraint, None)
 }

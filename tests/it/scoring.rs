@@ -361,3 +361,53 @@ fn choices_sent_together_decode_their_shared_prefix_once_and_score_as_alone() {
         assert!(decoded as f64 <= bound, "{how}: {decoded} prompt tokens decoded for {requested} requested (bound {bound:.0})");
     }
 }
+
+#[test]
+fn cache_prompt_false_decodes_the_whole_prompt_and_waits_for_no_other() {
+    let model = load(MODEL);
+    let (prompts, shared) = few_shot_choices(&model);
+    let daemon = daemon();
+    let cold = |scoring: bool, prompt: &Vec<u32>| {
+        let mut body = completion_body(json!(prompt), scoring);
+        body["cache_prompt"] = json!(false);
+        body
+    };
+    let decoded = |answer: &Value| read_choices(answer, answer["choices"][0]["logprobs"].is_object()).1 as usize;
+    // The four choices sent together, scoring and generating: none waits for another's prefill
+    // of the question, none reuses it, each decodes its whole prompt.
+    let daemon = &daemon;
+    let cold = &cold;
+    for scoring in [true, false] {
+        let answers: Vec<Value> = std::thread::scope(|scope| {
+            let sent: Vec<_> = prompts.iter().map(|prompt| scope.spawn(move || daemon.post("/v1/completions", &cold(scoring, prompt)))).collect();
+            sent.into_iter().map(|handle| handle.join().expect("a request thread")).map(|(status, answer)| { assert_eq!(status, 200, "{answer}"); answer }).collect()
+        });
+        for (prompt, answer) in prompts.iter().zip(&answers) {
+            assert_eq!(answer["usage"]["prompt_tokens_details"]["cached_tokens"], 0, "{answer}");
+            assert_eq!(decoded(answer), prompt.len(), "scoring {scoring}: {answer}");
+        }
+    }
+    // One after another, the slots hold the question: a cold request still decodes it all, the
+    // same request with prefix reuse (the default) reuses it.
+    let (status, answer) = daemon.post("/v1/completions", &cold(true, &prompts[0]));
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(decoded(&answer), prompts[0].len());
+    let (status, answer) = daemon.post("/v1/completions", &completion_body(json!(prompts[1]), true));
+    assert_eq!(status, 200, "{answer}");
+    assert!(decoded(&answer) <= prompts[1].len() - shared + 1, "with reuse: {answer}");
+    // Chat takes it too.
+    let chat = |cache_prompt: bool| {
+        let body = json!({"model": MODEL, "messages": [{"role": "user", "content": "Name a red planet."}], "max_tokens": 2, "temperature": 0, "cache_prompt": cache_prompt});
+        let (status, answer) = daemon.post("/v1/chat/completions", &body);
+        assert_eq!(status, 200, "{answer}");
+        answer["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap()
+    };
+    chat(true);
+    assert!(chat(true) > 0, "a repeated chat reuses its prompt");
+    assert_eq!(chat(false), 0);
+    // A named context is a cached prompt: asking for both is refused, naming the field.
+    let body = json!({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "llamay_context": "ctx_1", "cache_prompt": false});
+    let (status, answer) = daemon.post("/v1/chat/completions", &body);
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["error"]["param"], "cache_prompt", "{answer}");
+}

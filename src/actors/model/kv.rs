@@ -98,8 +98,12 @@ impl SlotKeeper {
             };
             let key = job.context.as_ref().map(|c| c.record.key);
             let scoring = job.prompt_scores.is_some();
-            let Some(placement) = self.cache.place_scoring(&job.prompt, &free, !job.prefill_only, key, scoring)
-            else {
+            let placement = if job.cold_prompt {
+                self.cache.place_cold(&free)
+            } else {
+                self.cache.place_scoring(&job.prompt, &free, !job.prefill_only, key, scoring)
+            };
+            let Some(placement) = placement else {
                 waiting.push_front(job);
                 return;
             };
@@ -409,16 +413,17 @@ impl SlotKeeper {
 
 /// The live job, arrived before `job`, whose prefill of the prefix they share `job` should
 /// rather wait for than be placed now with `reuse` prompt tokens reused. Only a plain request
-/// waits: one in a named context or with state to save or restore has a slot of its own.
+/// waits: one in a named context or with state to save or restore has a slot of its own. A
+/// `cache_prompt: false` job reuses nothing, so it neither waits nor is waited for.
 fn shared_prefill_to_wait_for(job: &Job, reuse: usize, live: &[Option<Live>]) -> Option<prefix::Wait> {
-    if job.context.is_some() || !matches!(job.state_op, StateOp::None) {
+    if job.context.is_some() || !matches!(job.state_op, StateOp::None) || job.cold_prompt {
         return None;
     }
     let prefilling = live
         .iter()
         .enumerate()
         .filter_map(|(slot, entry)| Some((slot, entry.as_ref()?)))
-        .filter(|(_, entry)| entry.next_token.is_none() && entry.job.arrival < job.arrival)
+        .filter(|(_, entry)| entry.next_token.is_none() && entry.job.arrival < job.arrival && !entry.job.cold_prompt)
         .map(|(slot, entry)| Prefilling {
             slot,
             prompt: &entry.job.prompt,

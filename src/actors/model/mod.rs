@@ -103,6 +103,9 @@ struct Job {
     drafter: Option<Drafter>,
     /// The prompt's log-probabilities, when the request asked for them (echo).
     prompt_scores: Option<scores::PromptScores>,
+    /// `cache_prompt: false`: placed on a cleared slot, it decodes its whole prompt, and it
+    /// neither waits for another prefill nor is waited for.
+    cold_prompt: bool,
 }
 
 /// What a job does with its sequence's state besides decoding (issue 11 snapshots).
@@ -508,6 +511,7 @@ impl LlamaModelHandle {
             state_op,
             drafter,
             prompt_scores,
+            cold_prompt: decoding.cold_prompt,
         };
         let jobs = self
             .jobs
